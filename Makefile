@@ -1,0 +1,33 @@
+# Each public target is the whole set-up on a fresh machine: it creates .venv if missing.
+PYTHON ?= python3
+TORCH ?= torch==2.13.0
+VENV := .venv
+PY := $(VENV)/bin/python
+# the stamp names the torch spec, so `make test TORCH=...` reinstalls when it changes
+STAMP := $(VENV)/.installed-$(subst =,_,$(subst <,_,$(subst >,_,$(TORCH))))
+
+.PHONY: demo test bench lint clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+$(STAMP): $(PY) pyproject.toml
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e ".[dev]" --config-settings editable_mode=compat
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m tensor_dap demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider tests
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_summary.py
+
+lint: $(STAMP)
+	$(PY) -m ruff check tensor_dap pydevd_plugins tests benchmarks
+
+clean:
+	rm -rf $(VENV) build *.egg-info

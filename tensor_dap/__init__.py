@@ -1,0 +1,35 @@
+"""tensor_dap: tensor-aware debugging for PyTorch.
+
+The public API is re-exported here. Heavy parts load lazily so that importing
+tensor_dap (for example from the debugpy plugin) never imports torch by itself.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+# name -> module that defines it; modules load on first attribute access
+_EXPORTS = {
+    "describe": "tensor_dap.summary",
+    "summarize": "tensor_dap.summary",
+    "TensorSummary": "tensor_dap.summary",
+    "Budget": "tensor_dap.budget",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tensor_dap' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_EXPORTS))

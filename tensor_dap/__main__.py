@@ -1,0 +1,5 @@
+import sys
+
+from tensor_dap.cli import main
+
+sys.exit(main())

@@ -1,0 +1,247 @@
+"""The numeric engine behind summaries: min/max/mean/std/NaN/Inf in as few memory passes as possible.
+
+On CPU a tensor is walked in cache-sized chunks; each chunk gets min/max, mean and the
+sum of squared deviations while it is still in cache, and the chunks are merged with
+Chan's parallel formula. That is one trip through memory for stable, exact moments.
+On accelerators the reductions stay on the device and every scalar comes back in one
+packed transfer (one synchronization).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterator, List, Optional
+
+import torch
+
+from .budget import Budget
+
+_INF = float("inf")
+
+
+@dataclass(frozen=True)
+class Stats:
+    count: int  # elements the moments were computed on
+    min: Optional[float]
+    max: Optional[float]
+    mean: Optional[float]
+    std: Optional[float]
+    nan: Optional[int]
+    pos_inf: Optional[int]
+    neg_inf: Optional[int]
+    has_nan: bool
+    has_pos_inf: bool
+    has_neg_inf: bool
+    sampled: bool  # moments (and counts) come from a sample
+    range_exact: bool  # min/max cover every element
+    presence_exact: bool  # has_nan / has_*_inf cover every element
+
+
+def work_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype stats are computed in: wide enough to be exact for display, cheap enough to be fast."""
+    if dtype in (torch.float64, torch.complex128, torch.int64, torch.int32):
+        return torch.float64
+    if hasattr(torch, "uint32") and dtype in (torch.uint32, torch.uint64):
+        return torch.float64
+    return torch.float32
+
+
+def _memory_order(x: torch.Tensor) -> torch.Tensor:
+    """The same elements with dims permuted into memory order (stats do not care about order).
+
+    A transposed or channels-last tensor becomes contiguous again, so it can be walked
+    linearly instead of jumping across cache lines.
+    """
+    if x.dim() < 2 or x.is_contiguous():
+        return x
+    order = sorted(range(x.dim()), key=lambda d: (x.stride(d), x.shape[d]), reverse=True)
+    return x.permute(order)
+
+
+def _iter_chunks(x: torch.Tensor, size: int) -> Iterator[torch.Tensor]:
+    """Yield views of ``x`` of about ``size`` elements each, never copying."""
+    if x.numel() == 0:
+        return
+    x = _memory_order(x)
+    if x.is_contiguous():
+        flat = x.view(-1)
+        for start in range(0, flat.numel(), size):
+            yield flat[start:start + size]
+        return
+    if x.numel() <= size or x.dim() == 0:
+        yield x
+        return
+    row = x[0].numel()
+    if row >= size:
+        for i in range(x.shape[0]):
+            yield from _iter_chunks(x[i], size)
+        return
+    step = max(1, size // max(row, 1))
+    for start in range(0, x.shape[0], step):
+        yield x[start:start + step]
+
+
+class _Workspace:
+    """Two reusable flat buffers so per-chunk temporaries never hit the allocator."""
+
+    def __init__(self, dtype: torch.dtype, size: int) -> None:
+        self.dtype = dtype
+        self.size = size
+        self._a: Optional[torch.Tensor] = None
+        self._b: Optional[torch.Tensor] = None
+
+    def _get(self, which: str, n: int) -> torch.Tensor:
+        buf = getattr(self, which)
+        if buf is None or buf.numel() < n:
+            buf = torch.empty(max(n, self.size), dtype=self.dtype)
+            setattr(self, which, buf)
+        return buf[:n]
+
+    def values(self, chunk: torch.Tensor) -> torch.Tensor:
+        """The chunk as real numbers in the work dtype (magnitude for complex)."""
+        if chunk.is_complex():
+            return torch.abs(chunk, out=self._get("_a", chunk.numel()).view(chunk.shape))
+        if chunk.dtype == self.dtype:
+            return chunk
+        return self._get("_a", chunk.numel()).view(chunk.shape).copy_(chunk)
+
+    def deviations(self, v: torch.Tensor, mean: torch.Tensor) -> tuple:
+        """Sum and sum of squares of ``v - mean``, computed while ``v`` is still in cache."""
+        d = torch.sub(v, mean, out=self._get("_b", v.numel()).view(v.shape)).view(-1)
+        return d.sum(), torch.dot(d, d)
+
+    def finite_range(self, v: torch.Tensor) -> tuple:
+        """(min, max) over the finite values of ``v``; (inf, -inf) when there are none."""
+        buf = self._get("_b", v.numel()).view(v.shape)
+        low = torch.nan_to_num(v, nan=_INF, posinf=_INF, neginf=_INF, out=buf).min().item()
+        high = torch.nan_to_num(v, nan=-_INF, posinf=-_INF, neginf=-_INF, out=buf).max().item()
+        return low, high
+
+
+def _merge(parts: List[torch.Tensor]) -> tuple:
+    """Merge per-chunk [n, min, max, mean, sum(d), sum(d^2)] rows into (count, mean, m2) (Chan et al.) in float64.
+
+    The chunk mean is rounded to the chunk's dtype; the deviation sum corrects it
+    (the corrected two-pass formula), so a large offset does not leak into the variance.
+    """
+    rows = torch.stack(parts).to(torch.float64)
+    n, _, _, rough, dsum, dsq = rows.unbind(1)
+    mean = rough + dsum / n
+    m2 = dsq - dsum * dsum / n
+    total = n.sum()
+    grand = (n * mean).sum() / total
+    m2_total = m2.sum() + (n * (mean - grand) ** 2).sum()
+    return total.item(), grand.item(), m2_total.item()
+
+
+def cpu_stats(x: torch.Tensor, budget: Budget) -> Stats:
+    """Stats of a dense CPU tensor within ``budget``."""
+    numel = x.numel()
+    exact_cap = budget.exact_elements
+    scan_cap = budget.scan_elements
+    sampled = exact_cap is not None and numel > exact_cap
+    scan_all = not sampled or scan_cap is None or numel <= scan_cap
+    every = max(1, math.ceil(numel / exact_cap)) if sampled else 1
+    ws = _Workspace(work_dtype(x.dtype), budget.chunk_elements)
+
+    moments: List[torch.Tensor] = []
+    seen: List[torch.Tensor] = []  # every chunk that was read, for the rare second pass
+    lows: List[torch.Tensor] = []
+    highs: List[torch.Tensor] = []
+    for index, chunk in enumerate(_iter_chunks(x, budget.chunk_elements)):
+        take = index % every == 0
+        if not take and not scan_all:
+            continue
+        v = ws.values(chunk)
+        lo, hi = torch.aminmax(v)
+        seen.append(chunk)
+        lows.append(lo)
+        highs.append(hi)
+        if take:
+            mean = v.mean()
+            dsum, dsq = ws.deviations(v, mean)
+            moments.append(torch.stack([torch.tensor(float(v.numel()), dtype=ws.dtype), lo, hi, mean, dsum, dsq]))
+
+    count, mean, m2 = _merge(moments)
+    std = math.sqrt(m2 / (count - 1)) if count > 1 and math.isfinite(m2) else (0.0 if count == 1 else float("nan"))
+    chunk_lo = torch.stack(lows).tolist()
+    chunk_hi = torch.stack(highs).tolist()
+    bad = {i for i, (a, b) in enumerate(zip(chunk_lo, chunk_hi)) if not (math.isfinite(a) and math.isfinite(b))}
+    lo = min((a for i, a in enumerate(chunk_lo) if i not in bad), default=_INF)
+    hi = max((b for i, b in enumerate(chunk_hi) if i not in bad), default=-_INF)
+    nan = pinf = ninf = 0
+    for i in sorted(bad):  # only chunks that hold a NaN or Inf are read again
+        v = ws.values(seen[i])
+        nan += int(torch.isnan(v).sum())
+        pinf += int((v == _INF).sum())
+        ninf += int((v == -_INF).sum())
+        a, b = ws.finite_range(v)
+        lo, hi = min(lo, a), max(hi, b)
+    return Stats(
+        int(count),
+        lo if lo != _INF else None,
+        hi if hi != -_INF else None,
+        mean, std, nan, pinf, ninf, nan > 0, pinf > 0, ninf > 0,
+        sampled, scan_all, scan_all,
+    )
+
+
+def sample_view(x: torch.Tensor, limit: int) -> torch.Tensor:
+    """A strided view of at most about ``limit`` elements spread over the whole tensor (no copy)."""
+    if x.dim() == 0 or x.numel() <= limit:
+        return x
+    steps = [1] * x.dim()
+    counts = list(x.shape)
+    while math.prod(counts) > limit:
+        i = max(range(len(counts)), key=lambda k: counts[k])
+        steps[i] *= 2
+        counts[i] = -(-x.shape[i] // steps[i])
+    return x[tuple(slice(None, None, s) for s in steps)]
+
+
+def packed_stats(x: torch.Tensor, budget: Budget, values_limit: int = 0) -> tuple:
+    """Stats computed on the tensor's own device, read back in one transfer.
+
+    Returns ``(Stats, values)`` where ``values`` holds the first ``values_limit`` elements
+    (as Python numbers) when the tensor is that small, so a tiny tensor costs no extra sync.
+    """
+    numel = x.numel()
+    sampled = budget.exact_elements is not None and numel > budget.exact_elements
+    view = sample_view(x, budget.exact_elements) if sampled else x
+    wd = work_dtype(x.dtype)
+    v = view.abs() if view.is_complex() else view
+    v = v.to(wd)
+    n = v.numel()
+    finite_mask = torch.isfinite(v)
+    var, mean = torch.var_mean(v, unbiased=False) if n else (v.new_zeros(()), v.new_zeros(()))
+    parts = [
+        v.new_tensor(float(n)),
+        torch.where(finite_mask, v, _INF).min() if n else v.new_tensor(_INF),
+        torch.where(finite_mask, v, -_INF).max() if n else v.new_tensor(-_INF),
+        mean,
+        var * n,
+        torch.isnan(v).sum().to(wd),
+        (v == _INF).sum().to(wd),
+        (v == -_INF).sum().to(wd),
+    ]
+    small = None
+    if values_limit and numel <= values_limit:
+        flat = x.reshape(-1)
+        small = torch.view_as_real(flat).reshape(-1) if flat.is_complex() else flat
+        parts.append(small.to(torch.float64 if wd == torch.float64 or small.dtype.is_floating_point else wd))
+    packed = torch.cat([p.reshape(-1).to(torch.float64) for p in parts]).cpu().tolist()
+    count, fmin, fmax, mean_v, m2, nan, pinf, ninf = packed[:8]
+    values = packed[8:] if small is not None else None
+    std = math.sqrt(m2 / (count - 1)) if count > 1 and math.isfinite(m2) else (0.0 if count == 1 else float("nan"))
+    if count > 1 and math.isnan(mean_v):
+        std = float("nan")
+    stats = Stats(
+        int(count),
+        fmin if fmin != _INF else None,
+        fmax if fmax != -_INF else None,
+        mean_v, std if count else None,
+        int(nan), int(pinf), int(ninf), nan > 0, pinf > 0, ninf > 0,
+        sampled, not sampled, not sampled,
+    )
+    return stats, values

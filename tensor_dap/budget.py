@@ -1,0 +1,53 @@
+"""How much work a summary may do.
+
+A debugger renders summaries while the user waits, so the default budget keeps any
+tensor's summary bounded in time; benchmarks and reports can ask for exact stats.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+
+def _env_int(name: str, default: Optional[int]) -> Optional[int]:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(float(raw))
+    except ValueError:
+        return default
+    return None if value <= 0 else value
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Element budgets for one summary.
+
+    ``exact_elements``: mean/std/counts use every element up to this many (None: no limit).
+    ``scan_elements``: above the exact budget, one cheap min/max pass still covers every
+    element up to this many, so the range and NaN/Inf presence stay exact.
+    ``chunk_elements``: the working-set size of one fused pass (cache-sized).
+    """
+
+    exact_elements: Optional[int] = 2**24
+    scan_elements: Optional[int] = 2**28
+    chunk_elements: int = 2**20
+
+    @classmethod
+    def exact(cls) -> "Budget":
+        return cls(exact_elements=None, scan_elements=None)
+
+    @classmethod
+    def from_env(cls) -> "Budget":
+        """The default budget, overridable with TENSOR_DAP_EXACT_ELEMENTS / TENSOR_DAP_SCAN_ELEMENTS."""
+        base = cls()
+        return cls(
+            exact_elements=_env_int("TENSOR_DAP_EXACT_ELEMENTS", base.exact_elements),
+            scan_elements=_env_int("TENSOR_DAP_SCAN_ELEMENTS", base.scan_elements),
+        )
+
+
+DEFAULT_BUDGET = Budget.from_env()

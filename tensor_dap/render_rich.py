@@ -1,0 +1,73 @@
+"""Rich renderables over summaries: the tables pdb commands and reports print."""
+
+from __future__ import annotations
+
+from typing import Iterable, Tuple
+
+from rich.table import Table
+from rich.text import Text
+
+from .render_text import alarms, fmt_bytes, fmt_num, fmt_shape, one_line, short_dtype
+from .summary import TensorSummary
+
+
+def summary_line(s: TensorSummary) -> Text:
+    """The one-line form, with alarms in red."""
+    line = Text(one_line(s))
+    for token in alarms(s):
+        line.highlight_words([token], style="bold red")
+    if s.error:
+        line.stylize("yellow")
+    return line
+
+
+def summary_table(s: TensorSummary, title: str = "") -> Table:
+    """Every field of one summary, in the order a user scans them."""
+    table = Table(title=title or None, show_header=False, box=None, pad_edge=False)
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    approx = " (sampled)" if s.sampled else ""
+    rows = [
+        ("shape", fmt_shape(s.shape)),
+        ("dtype", short_dtype(s.dtype) or "f32"),
+        ("device", s.device),
+        ("numel", f"{s.numel:,}"),
+        ("size", fmt_bytes(s.nbytes)),
+        ("layout", s.layout),
+    ]
+    if s.has_stats:
+        what = "" if s.stats_of == "values" else f" of {s.stats_of}"
+        rows += [
+            ("min" + what, fmt_num(s.min)),
+            ("max" + what, fmt_num(s.max)),
+            ("mean" + approx, fmt_num(s.mean)),
+            ("std" + approx, fmt_num(s.std)),
+            ("NaN", _count(s.nan, s.has_nan)),
+            ("+Inf", _count(s.pos_inf, s.has_pos_inf)),
+            ("-Inf", _count(s.neg_inf, s.has_neg_inf)),
+        ]
+    rows += [("requires_grad", str(s.requires_grad)), ("grad", one_line(s.grad) if s.grad else "None")]
+    if s.notes:
+        rows.append(("notes", ", ".join(s.notes)))
+    if s.error:
+        rows.append(("error", s.error))
+    for name, value in rows:
+        style = "bold red" if name in ("NaN", "+Inf", "-Inf") and value not in ("0", "no") else None
+        table.add_row(name, Text(value, style=style))
+    return table
+
+
+def _count(n, present: bool) -> str:
+    if n is None:
+        return "yes" if present else "no"
+    return str(n)
+
+
+def summaries_table(rows: Iterable[Tuple[str, TensorSummary]], title: str = "") -> Table:
+    """One row per named tensor."""
+    table = Table(title=title or None, box=None, pad_edge=False)
+    table.add_column("name", style="bold", no_wrap=True)
+    table.add_column("summary")
+    for name, s in rows:
+        table.add_row(name, summary_line(s))
+    return table

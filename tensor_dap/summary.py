@@ -1,0 +1,325 @@
+"""One summary model for every view: ``describe(x)`` turns any tensor into pure data.
+
+Every renderer (the one-line text, rich tables in pdb, DAP children in VS Code, JSON
+for the extension) reads a ``TensorSummary``; none of them computes statistics.
+``describe`` never raises: a failure becomes a summary carrying a short error note.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Tuple
+
+from .budget import DEFAULT_BUDGET, Budget
+
+VALUES_SHOWN = 10  # tensors this small show their values in the one-line form
+
+
+@dataclass(frozen=True)
+class TensorSummary:
+    kind: str  # "tensor", "Parameter" or the subclass name
+    shape: Optional[Tuple[Optional[int], ...]]  # None entries are ragged (nested) dims
+    dtype: str  # torch's name, e.g. "torch.float32"
+    device: str
+    numel: int
+    nbytes: int
+    layout: str = "strided"
+    requires_grad: bool = False
+    is_leaf: bool = True
+    has_grad: bool = False
+    grad_fn: Optional[str] = None
+    grad: Optional["TensorSummary"] = None
+    stride: Optional[Tuple[int, ...]] = None
+    is_contiguous: bool = True
+    storage_bytes: Optional[int] = None
+    min: Optional[float] = None
+    max: Optional[float] = None
+    mean: Optional[float] = None
+    std: Optional[float] = None
+    nan: Optional[int] = None
+    pos_inf: Optional[int] = None
+    neg_inf: Optional[int] = None
+    has_nan: bool = False
+    has_pos_inf: bool = False
+    has_neg_inf: bool = False
+    all_zero: Optional[bool] = None
+    stats_of: str = "values"  # "values", "magnitude" (complex), "stored values" (sparse), "dequantized"
+    stats_count: int = 0  # elements the moments were computed on
+    sampled: bool = False
+    range_exact: bool = True
+    values: Optional[Tuple[Any, ...]] = None  # flattened, only when numel <= VALUES_SHOWN
+    nnz: Optional[int] = None
+    notes: Tuple[str, ...] = ()  # "meta", "fake", "nested", "quantized", "inference", ...
+    error: Optional[str] = None
+
+    @property
+    def has_stats(self) -> bool:
+        return self.stats_count > 0
+
+    @property
+    def nonfinite(self) -> bool:
+        return self.has_nan or self.has_pos_inf or self.has_neg_inf
+
+    def to_dict(self) -> Dict[str, Any]:
+        """Plain JSON-ready data (NaN/Inf become strings, tuples become lists)."""
+        return _jsonable(dataclasses.asdict(self))
+
+    def __str__(self) -> str:
+        from .render_text import one_line
+
+        return one_line(self)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, complex):
+        return [_jsonable(value.real), _jsonable(value.imag)]
+    return value
+
+
+def describe(x: Any, *, budget: Optional[Budget] = None, grad: bool = True) -> TensorSummary:
+    """Summarize any tensor; never raises.
+
+    ``grad=True`` also summarizes a populated ``.grad`` (one level deep).
+    """
+    try:
+        return _describe(x, budget or DEFAULT_BUDGET, grad)
+    except Exception as exc:  # the debugger must never see an exception from us
+        return _fallback(x, exc)
+
+
+def summarize(x: Any, *, budget: Optional[Budget] = None) -> str:
+    """The one-line summary of ``x`` as a string."""
+    return str(describe(x, budget=budget))
+
+
+def _short_error(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    text = text if len(text) <= 80 else text[:77] + "..."
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _fallback(x: Any, exc: BaseException) -> TensorSummary:
+    """Whatever metadata can still be read, plus the error."""
+
+    def attempt(fn, default):
+        try:
+            return fn()
+        except Exception:
+            return default
+
+    shape = attempt(lambda: tuple(int(s) for s in x.shape), None)
+    return TensorSummary(
+        kind=attempt(lambda: _kind(x), type(x).__name__),
+        shape=shape,
+        dtype=attempt(lambda: str(x.dtype), "?"),
+        device=attempt(lambda: str(x.device), "?"),
+        numel=attempt(lambda: int(x.numel()), 0),
+        nbytes=0,
+        error=_short_error(exc),
+    )
+
+
+def _kind(x: Any) -> str:
+    import torch
+
+    if type(x) is torch.Tensor:
+        return "tensor"
+    if type(x) is torch.nn.Parameter:
+        return "Parameter"
+    return type(x).__name__
+
+
+def _is_fake(x: Any) -> bool:
+    name = type(x).__name__
+    if name in ("FakeTensor", "FunctionalTensor"):
+        return True
+    try:
+        from torch._subclasses.fake_tensor import is_fake
+
+        return bool(is_fake(x))
+    except Exception:
+        return False
+
+
+def _grad_state(x: Any) -> Tuple[Dict[str, Any], Any]:
+    state: Dict[str, Any] = {"requires_grad": bool(x.requires_grad), "is_leaf": bool(x.is_leaf)}
+    fn = x.grad_fn
+    state["grad_fn"] = type(fn).__name__ if fn is not None else None
+    grad_tensor = None
+    if x.is_leaf:  # reading .grad of a non-leaf warns and is always None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            grad_tensor = x.grad
+    state["has_grad"] = grad_tensor is not None
+    return state, grad_tensor
+
+
+def _describe(x: Any, budget: Budget, want_grad: bool) -> TensorSummary:
+    import torch
+
+    if not isinstance(x, torch.Tensor):
+        return TensorSummary(kind=type(x).__name__, shape=None, dtype="-", device="-", numel=0, nbytes=0,
+                             error="not a tensor")
+    base: Dict[str, Any] = {"kind": _kind(x), "dtype": str(x.dtype), "device": str(x.device)}
+    notes = []
+    state, grad_tensor = _grad_state(x)
+    base.update(state)
+    if want_grad and grad_tensor is not None:
+        base["grad"] = describe(grad_tensor, budget=budget, grad=False)
+    if torch.is_inference(x):
+        notes.append("inference")
+
+    if x.is_nested:
+        return _describe_nested(x, base, notes, budget)
+
+    base["layout"] = str(x.layout).replace("torch.", "")
+    base["shape"] = tuple(int(s) for s in x.shape)
+    numel = int(x.numel())
+    base["numel"] = numel
+    itemsize = x.element_size() if not x.is_sparse else x.dtype.itemsize
+    base["nbytes"] = numel * itemsize
+
+    if x.device.type == "meta" or _is_fake(x):
+        notes.append("meta" if x.device.type == "meta" else "fake")
+        return TensorSummary(**base, notes=tuple(notes))
+
+    if x.layout != torch.strided:
+        return _describe_sparse(x, base, notes, budget)
+
+    base["stride"] = tuple(int(s) for s in x.stride())
+    base["is_contiguous"] = bool(x.is_contiguous())
+    try:
+        base["storage_bytes"] = int(x.untyped_storage().nbytes())
+    except Exception:
+        pass
+
+    if x.is_quantized:
+        notes.append(f"quantized {str(x.qscheme()).replace('torch.', '')}")
+        with torch.no_grad():
+            data = x.dequantize()
+        return _with_stats(data, base, notes, budget, stats_of="dequantized")
+
+    data = x
+    if type(x) not in (torch.Tensor, torch.nn.Parameter):
+        data = _plain_view(x)
+    return _with_stats(data, base, notes, budget,
+                       stats_of="magnitude" if x.is_complex() else "values")
+
+
+def _plain_view(x: Any) -> Any:
+    """Compute a subclass's stats on its data, not through its __torch_function__ overrides."""
+    import torch
+
+    try:
+        with torch._C.DisableTorchFunctionSubclass():
+            return x.as_subclass(torch.Tensor)
+    except Exception:
+        return x
+
+
+def _with_stats(data: Any, base: Dict[str, Any], notes: list, budget: Budget, stats_of: str) -> TensorSummary:
+    import torch
+
+    from . import _stats
+
+    numel = data.numel()
+    if numel == 0:
+        return TensorSummary(**base, notes=tuple(notes), stats_of=stats_of)
+    with torch.no_grad():
+        data = data.detach()
+        if data.device.type == "cpu":
+            stats = _stats.cpu_stats(data, budget)
+            values = _small_values(data) if numel <= VALUES_SHOWN else None
+        else:
+            stats, raw = _stats.packed_stats(data, budget, VALUES_SHOWN)
+            values = _unpack_values(raw, data) if raw is not None else None
+    return TensorSummary(
+        **base,
+        min=stats.min, max=stats.max, mean=stats.mean, std=stats.std,
+        nan=stats.nan, pos_inf=stats.pos_inf, neg_inf=stats.neg_inf,
+        has_nan=stats.has_nan, has_pos_inf=stats.has_pos_inf, has_neg_inf=stats.has_neg_inf,
+        all_zero=_all_zero(stats),
+        stats_of=stats_of, stats_count=stats.count, sampled=stats.sampled,
+        range_exact=stats.range_exact,
+        values=values, notes=tuple(notes),
+    )
+
+
+def _all_zero(stats: Any) -> Optional[bool]:
+    if stats.sampled or stats.has_nan or stats.has_pos_inf or stats.has_neg_inf:
+        return None if stats.sampled else False
+    return stats.min == 0 and stats.max == 0
+
+
+def _small_values(data: Any) -> Tuple[Any, ...]:
+    flat = data.reshape(-1)
+    if flat.dtype.is_floating_point and flat.dtype.itemsize == 1:  # float8 has no tolist()
+        flat = flat.float()
+    return tuple(flat.tolist())
+
+
+def _unpack_values(raw: list, data: Any) -> Tuple[Any, ...]:
+    if data.is_complex():
+        return tuple(complex(raw[i], raw[i + 1]) for i in range(0, len(raw), 2))
+    if data.dtype.is_floating_point:
+        return tuple(raw)
+    if str(data.dtype) == "torch.bool":
+        return tuple(bool(v) for v in raw)
+    return tuple(int(v) for v in raw)
+
+
+def _describe_sparse(x: Any, base: Dict[str, Any], notes: list, budget: Budget) -> TensorSummary:
+    import torch
+
+    if x.layout == torch.sparse_coo:
+        values = x._values()
+        indices_bytes = x._indices().numel() * x._indices().element_size()
+    else:
+        values = x.values()
+        if x.layout in (torch.sparse_csr, torch.sparse_bsr):
+            idx = (x.crow_indices(), x.col_indices())
+        else:
+            idx = (x.ccol_indices(), x.row_indices())
+        indices_bytes = sum(t.numel() * t.element_size() for t in idx)
+    base["nnz"] = int(x._nnz())
+    base["nbytes"] = values.numel() * values.element_size() + indices_bytes
+    base["is_contiguous"] = False
+    summary = _with_stats(values, base, notes, budget, stats_of="stored values")
+    # values of the stored entries are not the tensor's elements: do not show them as such
+    return dataclasses.replace(summary, values=None, all_zero=None if summary.all_zero is None else
+                               (summary.all_zero or base["nnz"] == 0))
+
+
+def _describe_nested(x: Any, base: Dict[str, Any], notes: list, budget: Budget) -> TensorSummary:
+    import torch
+
+    notes.append("nested")
+    parts = x.unbind()
+    shapes = [tuple(p.shape) for p in parts]
+    dims = max((len(s) for s in shapes), default=0)
+    ragged = tuple(
+        shapes[0][d] if shapes and all(len(s) == dims and s[d] == shapes[0][d] for s in shapes) else None
+        for d in range(dims)
+    )
+    base["shape"] = (len(parts),) + ragged
+    base["layout"] = str(x.layout).replace("torch.", "")
+    numel = sum(p.numel() for p in parts)
+    base["numel"] = int(numel)
+    base["nbytes"] = int(numel * x.element_size())
+    base["is_contiguous"] = False
+    with torch.no_grad():
+        flat = torch.cat([p.detach().reshape(-1) for p in parts]) if parts else torch.empty(0, dtype=x.dtype)
+    summary = _with_stats(flat, base, notes, budget, stats_of="magnitude" if x.is_complex() else "values")
+    return dataclasses.replace(summary, values=None)
+
+
+__all__ = ["TensorSummary", "describe", "summarize"]
