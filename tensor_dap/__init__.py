@@ -17,6 +17,16 @@ _EXPORTS = {
     "summarize": "tensor_dap.summary",
     "TensorSummary": "tensor_dap.summary",
     "Budget": "tensor_dap.budget",
+    # training triggers
+    "break_if": "tensor_dap.triggers",
+    "watch": "tensor_dap.watch",
+    "replay": "tensor_dap.replay",
+    "NonFiniteError": "tensor_dap.errors",
+    "LossThresholdError": "tensor_dap.errors",
+    # tensor-aware pdb
+    "set_trace": "tensor_dap.debugger",
+    "install": "tensor_dap.debugger",
+    "post_mortem": "tensor_dap.debugger",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
