@@ -10,6 +10,7 @@ packed transfer (one synchronization).
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Iterator, List, Optional
 
@@ -34,8 +35,7 @@ class Stats:
     has_pos_inf: bool
     has_neg_inf: bool
     sampled: bool  # moments (and counts) come from a sample
-    range_exact: bool  # min/max cover every element
-    presence_exact: bool  # has_nan / has_*_inf cover every element
+    range_exact: bool  # min/max and NaN/Inf presence cover every element
 
 
 def work_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -145,20 +145,27 @@ def cpu_stats(x: torch.Tensor, budget: Budget) -> Stats:
     every = max(1, math.ceil(numel / exact_cap)) if sampled else 1
     ws = _Workspace(work_dtype(x.dtype), budget.chunk_elements)
 
+    chunks = list(_iter_chunks(x, budget.chunk_elements))
+    taken = chunks[::every]
+    # Moments first (spread over the whole tensor), then the range-only scan of the rest,
+    # so running out of time costs exactness of the range, never the spread of the sample.
+    rest = [c for i, c in enumerate(chunks) if i % every] if scan_all else []
+    deadline = None if budget.max_ms is None else time.perf_counter() + budget.max_ms / 1000
+
     moments: List[torch.Tensor] = []
     seen: List[torch.Tensor] = []  # every chunk that was read, for the rare second pass
     lows: List[torch.Tensor] = []
     highs: List[torch.Tensor] = []
-    for index, chunk in enumerate(_iter_chunks(x, budget.chunk_elements)):
-        take = index % every == 0
-        if not take and not scan_all:
-            continue
+    for chunk in taken + rest:
+        if deadline is not None and seen and time.perf_counter() > deadline:
+            sampled, scan_all = True, False
+            break
         v = ws.values(chunk)
         lo, hi = torch.aminmax(v)
         seen.append(chunk)
         lows.append(lo)
         highs.append(hi)
-        if take:
+        if len(moments) < len(taken):
             mean = v.mean()
             dsum, dsq = ws.deviations(v, mean)
             moments.append(torch.stack([torch.tensor(float(v.numel()), dtype=ws.dtype), lo, hi, mean, dsum, dsq]))
@@ -183,7 +190,7 @@ def cpu_stats(x: torch.Tensor, budget: Budget) -> Stats:
         lo if lo != _INF else None,
         hi if hi != -_INF else None,
         mean, std, nan, pinf, ninf, nan > 0, pinf > 0, ninf > 0,
-        sampled, scan_all, scan_all,
+        sampled, scan_all,
     )
 
 
@@ -242,6 +249,6 @@ def packed_stats(x: torch.Tensor, budget: Budget, values_limit: int = 0) -> tupl
         fmax if fmax != -_INF else None,
         mean_v, std if count else None,
         int(nan), int(pinf), int(ninf), nan > 0, pinf > 0, ninf > 0,
-        sampled, not sampled, not sampled,
+        sampled, not sampled,
     )
     return stats, values

@@ -30,15 +30,18 @@ class Budget:
     ``scan_elements``: above the exact budget, one cheap min/max pass still covers every
     element up to this many, so the range and NaN/Inf presence stay exact.
     ``chunk_elements``: the working-set size of one fused pass (cache-sized).
+    ``max_ms``: wall-clock cap; past it the remaining chunks are skipped and the summary
+    says it is sampled, so a slow or busy machine never freezes the debugger.
     """
 
     exact_elements: Optional[int] = 2**24
     scan_elements: Optional[int] = 2**28
     chunk_elements: int = 2**20
+    max_ms: Optional[float] = 35.0
 
     @classmethod
     def exact(cls) -> "Budget":
-        return cls(exact_elements=None, scan_elements=None)
+        return cls(exact_elements=None, scan_elements=None, max_ms=None)
 
     @classmethod
     def from_env(cls) -> "Budget":
@@ -47,6 +50,7 @@ class Budget:
         return cls(
             exact_elements=_env_int("TENSOR_DAP_EXACT_ELEMENTS", base.exact_elements),
             scan_elements=_env_int("TENSOR_DAP_SCAN_ELEMENTS", base.scan_elements),
+            max_ms=_env_int("TENSOR_DAP_MAX_MS", base.max_ms),
         )
 
 

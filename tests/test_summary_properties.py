@@ -14,7 +14,7 @@ FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 INTS = [torch.int32, torch.int64, torch.uint8, torch.int8]
 
 # Chunks far smaller than the tensors, so the chunk merge is exercised on every example.
-SMALL_CHUNKS = Budget(exact_elements=None, scan_elements=None, chunk_elements=7)
+SMALL_CHUNKS = Budget(exact_elements=None, scan_elements=None, chunk_elements=7, max_ms=None)
 
 
 @st.composite
@@ -98,7 +98,7 @@ def test_sampled_keeps_exact_range_and_presence():
     x = torch.randn(100_000)
     x[77_777] = float("nan")
     x[12_345] = 1e4
-    s = describe(x, budget=Budget(exact_elements=1000, scan_elements=10**6, chunk_elements=100))
+    s = describe(x, budget=Budget(exact_elements=1000, scan_elements=10**6, chunk_elements=100, max_ms=None))
     assert s.sampled and s.stats_count < 2000
     assert s.has_nan  # found by the full scan even though the NaN is outside the sample
 
@@ -106,7 +106,7 @@ def test_sampled_keeps_exact_range_and_presence():
 def test_sampled_range_is_exact_when_finite():
     x = torch.randn(100_000)
     x[99_999] = 1e4
-    s = describe(x, budget=Budget(exact_elements=1000, scan_elements=10**6, chunk_elements=100))
+    s = describe(x, budget=Budget(exact_elements=1000, scan_elements=10**6, chunk_elements=100, max_ms=None))
     assert s.sampled and s.range_exact and s.max == 1e4
 
 
@@ -115,3 +115,11 @@ def test_large_mean_offset_is_stable():
     s = describe(x, budget=SMALL_CHUNKS)
     ref = x.double().std().item()
     assert abs(s.std - ref) / ref < 1e-3
+
+
+def test_time_cap_turns_into_a_sample():
+    """Past max_ms the remaining chunks are skipped, and the summary says so."""
+    x = torch.arange(10_000, dtype=torch.float32)
+    s = describe(x, budget=Budget(exact_elements=None, scan_elements=None, chunk_elements=10, max_ms=0))
+    assert s.sampled and not s.range_exact and 0 < s.stats_count < 10_000
+    assert "μ≈" in str(s) and "x≈[" in str(s)
