@@ -82,6 +82,11 @@ def _iter_chunks(x: torch.Tensor, size: int) -> Iterator[torch.Tensor]:
         yield x[start:start + step]
 
 
+# dtypes torch.aminmax handles directly, so a range-only scan needs no upcast copy
+_NATIVE_AMINMAX = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
+                   torch.int16, torch.int32, torch.int64, torch.bool)
+
+
 class _Workspace:
     """Two reusable flat buffers so per-chunk temporaries never hit the allocator."""
 
@@ -97,6 +102,12 @@ class _Workspace:
             buf = torch.empty(max(n, self.size), dtype=self.dtype)
             setattr(self, which, buf)
         return buf[:n]
+
+    def scan_values(self, chunk: torch.Tensor) -> torch.Tensor:
+        """What a min/max-only pass reads: the chunk itself where aminmax supports its dtype."""
+        if chunk.dtype in _NATIVE_AMINMAX:
+            return chunk
+        return self.values(chunk)
 
     def values(self, chunk: torch.Tensor) -> torch.Tensor:
         """The chunk as real numbers in the work dtype (magnitude for complex)."""
@@ -160,12 +171,13 @@ def cpu_stats(x: torch.Tensor, budget: Budget) -> Stats:
         if deadline is not None and seen and time.perf_counter() > deadline:
             sampled, scan_all = True, False
             break
-        v = ws.values(chunk)
+        moment = len(moments) < len(taken)
+        v = ws.values(chunk) if moment else ws.scan_values(chunk)
         lo, hi = torch.aminmax(v)
         seen.append(chunk)
-        lows.append(lo)
-        highs.append(hi)
-        if len(moments) < len(taken):
+        lows.append(lo.to(ws.dtype))
+        highs.append(hi.to(ws.dtype))
+        if moment:
             mean = v.mean()
             dsum, dsq = ws.deviations(v, mean)
             moments.append(torch.stack([torch.tensor(float(v.numel()), dtype=ws.dtype), lo, hi, mean, dsum, dsq]))

@@ -37,7 +37,7 @@ class Budget:
     exact_elements: Optional[int] = 2**24
     scan_elements: Optional[int] = 2**28
     chunk_elements: int = 2**20
-    max_ms: Optional[float] = 35.0
+    max_ms: Optional[float] = 30.0
 
     @classmethod
     def exact(cls) -> "Budget":
