@@ -1,0 +1,74 @@
+"""``tensor-dap run script.py [args...]``: run a script with tensor-aware breakpoints and crash reports.
+
+The script runs in this process as ``__main__`` (like ``python script.py``): ``breakpoint()``
+opens tensor_dap's debugger, and an uncaught exception becomes the crash report, then the
+post-mortem debugger (or exit code 1 off a terminal). The steps are separate functions so
+remote debugging (listen / attach) can slot in before the script starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import List
+
+
+class ScriptNotFound(Exception):
+    """The script to run does not exist; reported as one line, exit code 2."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("script", help="the Python script to run")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+
+
+def check_script(path: str) -> str:
+    if not os.path.isfile(path):
+        raise ScriptNotFound(f"no such script: {path}")
+    return os.path.abspath(path)
+
+
+def route_breakpoints() -> None:
+    """breakpoint() -> tensor_dap's debugger, here and in child processes (DataLoader workers)."""
+    from .debugger import install
+
+    install(post_mortem=False)
+
+
+def execute(script: str, argv: List[str]) -> int:
+    """Run ``script`` as __main__ with ``argv``; return its exit code, crash-reporting an exception."""
+    import runpy
+
+    saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
+    sys.argv = [script, *argv]
+    sys.path.insert(0, os.path.dirname(script))
+    try:
+        runpy.run_path(script, run_name="__main__")
+        return 0
+    except SystemExit as exc:
+        code = exc.code
+        if code is None or isinstance(code, int):
+            return code or 0
+        print(code, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BaseException as exc:  # noqa: BLE001 - every crash of the script gets the report
+        from .crash import handle
+
+        return handle(exc, exc.__traceback__)
+    finally:
+        sys.argv = saved_argv
+        if saved_path0 is not None and sys.path and sys.path[0] == os.path.dirname(script):
+            sys.path.pop(0)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        script = check_script(args.script)
+    except ScriptNotFound as exc:
+        print(f"tensor-dap: error: {exc}", file=sys.stderr)
+        return 2
+    route_breakpoints()
+    return execute(script, list(args.args))

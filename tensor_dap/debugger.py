@@ -1,0 +1,447 @@
+"""The tensor-aware pdb: ``breakpoint()``, ``set_trace()`` and post-mortem, with tensors as summaries.
+
+``TensorPdb`` is ``pdb.Pdb`` with a different way of *showing* values and a few extra
+commands; every standard command, alias, ``.pdbrc`` and ``interact`` is pdb's own. The
+commands are thin: the work lives in ``pdb_*.py`` (data) and ``render_pdb.py`` (views).
+
+Importing this module stays light (no torch, no rich) so ``PYTHONBREAKPOINT`` costs nothing
+until a breakpoint is actually hit.
+"""
+
+from __future__ import annotations
+
+import os
+import pdb
+import pprint
+import sys
+from typing import Any, Optional
+
+from .attached import break_into_dap, dap_client_attached, interactive_terminal
+
+RAW_MARK = "!"
+_complete_expression = getattr(pdb.Pdb, "_complete_expression", pdb.Pdb.completedefault)  # `p! x` / `pp! x`: the full repr, as plain pdb prints it
+
+
+class _Shown:
+    """A ``display`` entry: the value, and for tensors the text it was shown as (compared on each stop)."""
+
+    __slots__ = ("value", "key")
+
+    def __init__(self, value: Any, key: Any) -> None:
+        self.value = value
+        self.key = key  # None for non-tensor values: pdb's own comparison applies
+
+
+def _view_key(view: Any) -> Any:
+    from .render_text import one_line
+
+    return tuple((k, one_line(v) if not isinstance(v, str) else v) for k, v in view.rows)
+
+
+class TensorPdb(pdb.Pdb):
+    """pdb.Pdb that shows tensors as one-line summaries and adds tensors/nan/grads/shapes/mem/stats."""
+
+    # ------------------------------------------------------------------ output
+    def _print(self, renderable: Any) -> None:
+        from .console import make_console
+
+        try:
+            make_console(file=self.stdout).print(renderable)
+        except Exception as exc:  # a rendering bug must never take the debugger down
+            self.error(f"tensor_dap could not render this: {type(exc).__name__}: {exc}")
+
+    def _frame_locals(self) -> Any:
+        frame_locals = getattr(self, "curframe_locals", None)
+        return frame_locals if frame_locals is not None else self.curframe.f_locals
+
+    def _tensor_view(self, value: Any) -> Any:
+        """The summarized form of ``value``, or None to fall back to pdb's repr."""
+        if "torch" not in sys.modules:
+            return None
+        try:
+            from .pdb_display import tensor_view
+
+            return tensor_view(value)
+        except Exception:
+            return None
+
+    def _show_value(self, value: Any, pretty: bool = False) -> None:
+        view = self._tensor_view(value)
+        if view is not None:
+            from .render_pdb import view as render_view
+
+            self._print(render_view(view))
+        else:
+            self.message(pprint.pformat(value) if pretty else repr(value))
+
+    def _value_or_none(self, arg: str) -> Any:
+        """Evaluate ``arg`` in the current frame; pdb reports a failure and we return a sentinel."""
+        try:
+            return self._getval(arg)
+        except Exception:
+            return _FAILED
+
+    # ------------------------------------------------------------------ p, pp, bare expressions
+    def _print_command(self, arg: str, pretty: bool) -> None:
+        raw = arg.startswith(RAW_MARK)
+        if raw:
+            arg = arg[len(RAW_MARK):].strip()
+        value = self._value_or_none(arg)
+        if value is _FAILED:
+            return
+        try:
+            if raw:
+                self.message(pprint.pformat(value) if pretty else repr(value))
+            else:
+                self._show_value(value, pretty)
+        except Exception:
+            self._error_exc()
+
+    def do_p(self, arg: str) -> None:
+        """p expression
+        Print the value of the expression. Tensors show as a one-line summary, containers
+        of tensors (dict, list, tuple, batch) as one line per element.
+        p! expression prints the full repr instead (every value of a tensor).
+        """
+        self._print_command(arg, pretty=False)
+
+    def do_pp(self, arg: str) -> None:
+        """pp expression
+        Pretty-print the value of the expression; tensors as summaries (see p).
+        pp! expression pretty-prints the full repr instead.
+        """
+        self._print_command(arg, pretty=True)
+
+    complete_p = complete_pp = _complete_expression
+
+    def displayhook(self, obj: Any) -> None:
+        """Bare expressions typed at the prompt: tensors as summaries, like p."""
+        if obj is not None:
+            self._show_value(obj)
+
+    # ------------------------------------------------------------------ display
+    def _shown(self, value: Any) -> _Shown:
+        view = self._tensor_view(value)
+        return _Shown(value, (view, _view_key(view)) if view is not None else None)
+
+    def do_display(self, arg: str) -> None:
+        """display [expression]
+        Display the value of the expression each time execution stops in this frame
+        and it changed; tensors as summaries (a tensor changed in place counts as changed).
+        Without expression, list the current display expressions.
+        """
+        if not arg:
+            self.message("Currently displaying:")
+            for expr, shown in self.displaying.get(self.curframe, {}).items():
+                self._display_line(f"{expr}: ", shown)
+            return
+        shown = self._shown(self._getval_except(arg))
+        self.displaying.setdefault(self.curframe, {})[arg] = shown
+        self._display_line(f"display {arg}: ", shown)
+
+    complete_display = _complete_expression
+
+    def _display_line(self, prefix: str, shown: Any, old: Any = None) -> None:
+        from rich.console import Group
+        from rich.text import Text
+
+        from .render_pdb import view as render_view
+
+        def part(s: Any) -> Any:
+            if isinstance(s, _Shown) and s.key is not None:
+                return render_view(s.key[0])
+            return Text(repr(s.value if isinstance(s, _Shown) else s))
+
+        items = [Text(prefix), part(shown)]
+        if old is not None:
+            items += [Text("  [old: "), part(old), Text("]")]
+        if all(isinstance(i, Text) for i in items):
+            self._print(Text.assemble(*items))
+        else:
+            self._print(Group(*items))
+
+    def _refresh_display(self) -> None:
+        displaying = self.displaying.get(self.curframe)
+        if not displaying:
+            return
+        for expr, old in list(displaying.items()):
+            new = self._shown(self._getval_except(expr))
+            old_shown = old if isinstance(old, _Shown) else _Shown(old, None)
+            if new.key is not None or old_shown.key is not None:
+                changed = (new.key[1] if new.key else None) != (old_shown.key[1] if old_shown.key else None)
+            else:
+                try:
+                    changed = new.value is not old_shown.value and bool(new.value != old_shown.value)
+                except Exception:  # e.g. numpy arrays: ambiguous truth value
+                    changed = new.value is not old_shown.value
+            if changed:
+                displaying[expr] = new
+                self._display_line(f"display {expr}: ", new, old_shown)
+
+    if hasattr(pdb.Pdb, "_show_display"):  # Python 3.13+ shows displays outside preloop
+        def _show_display(self) -> None:
+            self._refresh_display()
+    else:
+        def preloop(self) -> None:
+            self._refresh_display()
+
+    # ------------------------------------------------------------------ tensor commands
+    def _run(self, name: str, fn: Any, *args: Any) -> None:
+        """Run a command body; its failures are one error line, never a debugger crash."""
+        try:
+            fn(*args)
+        except Exception as exc:
+            self.error(f"{name}: {type(exc).__name__}: {exc}")
+
+    def _scope(self, arg: str) -> Any:
+        """Locals of the frame, or just the value of ``arg`` when one is given."""
+        if not arg.strip():
+            return self._frame_locals()
+        value = self._value_or_none(arg)
+        return None if value is _FAILED else {arg.strip(): value}
+
+    def do_tensors(self, arg: str) -> None:
+        """tensors [expression]  (alias: t)
+        Table of every tensor reachable from this frame: locals, their containers, the
+        parameters and buffers of modules, and the attributes of self. Flags: NaN/Inf,
+        'other device' (not on the device most tensors use), requires_grad.
+        With an expression, only the tensors reachable from it.
+        """
+        def body() -> None:
+            from .pdb_scan import reachable_tensors, tensor_rows
+            from .render_pdb import tensors
+
+            scope = self._scope(arg)
+            if scope is None:
+                return
+            found, extra = reachable_tensors(scope)
+            self._print(tensors(tensor_rows(found), extra))
+        self._run("tensors", body)
+
+    do_t = do_tensors
+
+    def do_nan(self, arg: str) -> None:
+        """nan [expression]
+        Which locals, parameters, buffers and gradients hold NaN or Inf, worst first
+        (largest share of non-finite values). With an expression, only what it reaches.
+        """
+        def body() -> None:
+            from .pdb_scan import nonfinite_rows, reachable_tensors
+            from .render_pdb import nonfinite
+
+            scope = self._scope(arg)
+            if scope is None:
+                return
+            found, _ = reachable_tensors(scope, grads=True)
+            self._print(nonfinite(nonfinite_rows(found), len(found)))
+        self._run("nan", body)
+
+    def do_grads(self, arg: str) -> None:
+        """grads [module]
+        Gradient norm of every trainable parameter of the module (default: the first
+        nn.Module in the locals, then self), flagging missing, zero, vanishing (< 1e-7),
+        exploding (> 1e3) and NaN/Inf gradients, and the total norm.
+        """
+        def body() -> None:
+            from .pdb_display import is_module
+            from .pdb_grads import find_module, grad_report
+            from .render_pdb import grads
+
+            if arg.strip():
+                module = self._value_or_none(arg)
+                if module is _FAILED:
+                    return
+                if not is_module(module):
+                    self.error(f"grads: {arg.strip()} is a {type(module).__name__}, not an nn.Module")
+                    return
+                name = arg.strip()
+            else:
+                found = find_module(self._frame_locals()) if "torch" in sys.modules else None
+                if found is None:
+                    self.error("grads: no nn.Module in this frame's locals; name one: grads MODEL")
+                    return
+                name, module = found
+            self._print(grads(grad_report(module, name)))
+        self._run("grads", body)
+
+    complete_grads = complete_tensors = complete_nan = _complete_expression
+
+    def do_shapes(self, arg: str) -> None:
+        """shapes module input
+        Run one forward pass of module on input (under no_grad, in eval mode) and show
+        the input/output shapes, dtype and device of every submodule. Module state is
+        untouched: train/eval flags, buffers (BatchNorm running stats) and RNG are restored.
+        A tuple input is passed as several arguments, a dict as keyword arguments:
+        shapes model x   |   shapes model (x, mask)   |   shapes model {'input_ids': ids}
+        """
+        def body() -> None:
+            from .pdb_display import is_module
+            from .pdb_shapes import ShapesUsageError, call_args, shape_flow, split_args
+            from .render_pdb import shape_flow as render_flow
+
+            try:
+                module_expr, input_expr = split_args(arg)
+            except ShapesUsageError as exc:
+                self.error(str(exc))
+                return
+            module = self._value_or_none(module_expr)
+            if module is _FAILED:
+                return
+            if not is_module(module):
+                self.error(f"shapes: {module_expr} is a {type(module).__name__}, not an nn.Module")
+                return
+            value = self._value_or_none(input_expr)
+            if value is _FAILED:
+                return
+            args, kwargs = call_args(value)
+            flow = shape_flow(module, args, kwargs)
+            self._print(render_flow(flow, title=f"{module_expr}({input_expr})"))
+        self._run("shapes", body)
+
+    complete_shapes = _complete_expression
+
+    def do_mem(self, arg: str) -> None:
+        """mem
+        Process memory (RSS now and peak), CUDA allocated / reserved / peak per device
+        (when this process uses CUDA), and the largest tensors in this frame.
+        """
+        def body() -> None:
+            from .pdb_mem import memory_report
+            from .pdb_scan import reachable_tensors
+            from .render_pdb import memory
+
+            found = reachable_tensors(self._frame_locals())[0] if "torch" in sys.modules else []
+            self._print(memory(memory_report(found)))
+        self._run("mem", body)
+
+    def do_stats(self, arg: str) -> None:
+        """stats expression
+        Every field of the tensor's summary as a table (shape, dtype, device, range, mean,
+        std, NaN/Inf counts, grad), followed by a small histogram of its finite values.
+        """
+        def body() -> None:
+            from .histogram import histogram
+            from .pdb_display import is_tensor
+            from .render_pdb import stats
+            from .summary import describe
+
+            if not arg.strip():
+                self.error("usage: stats EXPRESSION")
+                return
+            value = self._value_or_none(arg)
+            if value is _FAILED:
+                return
+            if not is_tensor(value):
+                self.error(f"stats: {arg.strip()} is a {type(value).__name__}, not a tensor")
+                return
+            try:
+                hist = histogram(value)
+            except Exception:
+                hist = None
+            self._print(stats(arg.strip(), describe(value), hist))
+        self._run("stats", body)
+
+    complete_stats = _complete_expression
+
+
+_FAILED = object()
+
+
+def _where(frame: Any) -> str:
+    if frame is None:
+        return "?"
+    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno} in {frame.f_code.co_name}"
+
+
+def _note(text: str, header: Optional[str]) -> None:
+    """A message for whoever reads stderr (a batch log, the IDE's debug console)."""
+    from rich.text import Text
+
+    from .console import make_console
+
+    console = make_console(stderr=True)
+    if header:
+        console.print(Text(header))
+    console.print(Text(text, style="yellow"))
+
+
+def _stop_in_dap(frame: Any) -> bool:
+    """Stop the attached DAP client (VS Code) in ``frame`` itself, not in tensor_dap's code.
+
+    debugpy.breakpoint() stops at its caller, which here would be tensor_dap's frames; pydevd's
+    settrace accepts the frame to stop in (what debugpy.breakpoint() itself uses), so ask for
+    the user's frame directly and fall back to debugpy's public API if that ever changes.
+    """
+    try:
+        from debugpy.server import api
+
+        api._settrace(suspend=True, trace_only_current_thread=True, patch_multiprocessing=False,
+                      stop_at_frame=frame)
+        return True
+    except Exception:
+        return break_into_dap()
+
+
+def set_trace(frame: Any = None, *, header: Optional[str] = None) -> None:
+    """Open the tensor-aware debugger at ``frame`` (default: the caller), printing ``header`` first.
+
+    With a DAP client (VS Code) attached it stops there instead; without a terminal on stdin
+    it logs where it would have stopped and returns, so a batch job never hangs.
+    """
+    if frame is None:
+        frame = sys._getframe().f_back
+    if dap_client_attached():
+        if header:
+            _note(f"tensor_dap: stopping in the attached debugger at {_where(frame)}", header)
+        if _stop_in_dap(frame):
+            return
+    if not interactive_terminal():
+        _note(f"tensor_dap: breakpoint at {_where(frame)} skipped: stdin is not a terminal "
+              "(run in a terminal, or attach VS Code, to stop here)", header)
+        return
+    debugger = TensorPdb()
+    if header:
+        from rich.text import Text
+
+        debugger._print(Text(header))
+    debugger.set_trace(frame)
+
+
+def post_mortem(tb: Any = None) -> None:
+    """Post-mortem debugging of ``tb`` (a traceback or an exception; default: the one being handled)."""
+    if tb is None:
+        tb = sys.exc_info()[2] or getattr(sys, "last_traceback", None)
+    if isinstance(tb, BaseException):
+        tb = tb.__traceback__
+    if tb is None:
+        raise ValueError("post_mortem: no traceback given and no exception is being handled")
+    if dap_client_attached():
+        return  # the IDE already shows uncaught exceptions; a second prompt would compete with it
+    if not interactive_terminal():
+        _note("tensor_dap: post-mortem skipped: stdin is not a terminal", None)
+        return
+    debugger = TensorPdb()
+    debugger.reset()
+    debugger.interaction(None, tb)
+
+
+def install(*, post_mortem: bool = False) -> None:
+    """Route ``breakpoint()`` to the tensor-aware debugger; with ``post_mortem``, also uncaught exceptions.
+
+    ``PYTHONBREAKPOINT=0`` still disables breakpoints. Child processes inherit the choice
+    through ``PYTHONBREAKPOINT``.
+    """
+    if os.environ.get("PYTHONBREAKPOINT") != "0":
+        sys.breakpointhook = set_trace
+        os.environ.setdefault("PYTHONBREAKPOINT", "tensor_dap.set_trace")
+    if post_mortem:
+        sys.excepthook = _excepthook
+
+
+def _excepthook(etype: type, value: BaseException, tb: Any) -> None:
+    from .crash import excepthook
+
+    excepthook(etype, value, tb)
+
+
+__all__ = ["TensorPdb", "install", "post_mortem", "set_trace"]

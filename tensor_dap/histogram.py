@@ -1,0 +1,59 @@
+"""A small histogram of a tensor's finite values, for the ``stats`` view.
+
+Computed here, drawn by a renderer. Counting happens on the tensor's device and only the
+range and the counts come back (a few scalars); a very large tensor is counted on an
+evenly strided sample.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Optional, Tuple
+
+BINS = 12
+SAMPLE = 2**24
+
+
+@dataclass(frozen=True)
+class Histogram:
+    edges: Tuple[float, ...]  # len(counts) + 1 bin edges, ascending
+    counts: Tuple[int, ...]
+    total: int  # finite values counted
+    nonfinite: int  # NaN/Inf values left out
+    sampled: bool
+    integer: bool  # one bin per integer value (labels, token ids)
+
+
+def histogram(x: Any, *, bins: int = BINS, sample: int = SAMPLE) -> Optional[Histogram]:
+    """Counts of the finite values of ``x`` in ``bins`` equal bins; None for non-numeric or empty tensors."""
+    import torch
+
+    if not isinstance(x, torch.Tensor) or x.layout != torch.strided or x.is_quantized or x.is_meta:
+        return None
+    with torch.no_grad():
+        flat = x.detach().reshape(-1)
+        if flat.is_complex():
+            flat = flat.abs()
+        sampled = flat.numel() > sample
+        if sampled:
+            flat = flat[:: math.ceil(flat.numel() / sample)]
+        integer = not (flat.dtype.is_floating_point or flat.dtype.is_complex)
+        values = flat.to(torch.float64 if flat.dtype in (torch.float64, torch.int64) else torch.float32)
+        finite = values[torch.isfinite(values)]
+        if finite.numel() == 0:
+            return None
+        lo_hi = torch.stack([finite.min(), finite.max()]).tolist()
+        lo, hi = float(lo_hi[0]), float(lo_hi[1])
+        if integer and hi - lo + 1 <= bins:
+            bins = int(hi - lo + 1)
+            lo, hi = lo - 0.5, hi + 0.5
+        elif lo == hi:
+            bins = 1
+            lo, hi = lo - 0.5, hi + 0.5
+        counts = torch.histc(finite, bins=bins, min=lo, max=hi).tolist()
+    step = (hi - lo) / bins
+    edges = tuple(lo + i * step for i in range(bins)) + (hi,)
+    return Histogram(edges=edges, counts=tuple(int(c) for c in counts), total=int(finite.numel()),
+                     nonfinite=int(values.numel() - finite.numel()), sampled=sampled,
+                     integer=integer and step == 1.0)

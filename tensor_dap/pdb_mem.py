@@ -1,0 +1,91 @@
+"""Where the memory went: process RSS, CUDA allocator counters, and the frame's largest tensors.
+
+Reading CUDA counters never initializes CUDA: a process that has not touched the GPU
+would otherwise pay for a new context (hundreds of MiB) just to be told it uses nothing.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any, List, Optional, Tuple
+
+LARGEST = 5
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    device: str  # "cuda:0"
+    allocated: int
+    reserved: int
+    peak_allocated: int
+    total: Optional[int]
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    rss: Optional[int]  # bytes resident now
+    peak_rss: Optional[int]
+    devices: Tuple[DeviceMemory, ...]
+    cuda_note: str  # why no device rows: "CUDA not available", "CUDA not initialized", ""
+    largest: Tuple[Tuple[str, int, str, Tuple[int, ...]], ...]  # (name, bytes, device, shape)
+
+
+def _proc_status() -> Tuple[Optional[int], Optional[int]]:
+    """(VmRSS, VmHWM) in bytes from /proc (Linux), else the peak from getrusage."""
+    rss = peak = None
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(("VmRSS:", "VmHWM:")):
+                    value = int(line.split()[1]) * 1024
+                    if line.startswith("VmRSS:"):
+                        rss = value
+                    else:
+                        peak = value
+    except OSError:
+        try:
+            import resource
+
+            maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            peak = maxrss if sys.platform == "darwin" else maxrss * 1024  # bytes on macOS, KiB elsewhere
+        except (ImportError, OSError):
+            pass
+    return rss, peak
+
+
+def _cuda_devices() -> Tuple[Tuple[DeviceMemory, ...], str]:
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return (), "torch not imported"
+    cuda = torch.cuda
+    if not cuda.is_available():
+        return (), "CUDA not available"
+    if not cuda.is_initialized():
+        return (), "CUDA not initialized in this process"
+    devices = []
+    for i in range(cuda.device_count()):
+        try:
+            total = cuda.get_device_properties(i).total_memory
+        except Exception:
+            total = None
+        devices.append(DeviceMemory(
+            device=f"cuda:{i}", allocated=cuda.memory_allocated(i), reserved=cuda.memory_reserved(i),
+            peak_allocated=cuda.max_memory_allocated(i), total=total))
+    return tuple(devices), ""
+
+
+def _nbytes(t: Any) -> int:
+    try:
+        return int(t.numel()) * int(t.element_size())
+    except Exception:
+        return 0
+
+
+def memory_report(found: Optional[List[Tuple[str, Any]]] = None) -> MemoryReport:
+    """The process's memory now; ``found`` (name, tensor) pairs give the largest tensors in view."""
+    rss, peak = _proc_status()
+    devices, note = _cuda_devices()
+    sized = sorted(((name, _nbytes(t), t) for name, t in found or ()), key=lambda r: -r[1])
+    largest = tuple((name, n, str(t.device), tuple(int(d) for d in t.shape)) for name, n, t in sized[:LARGEST])
+    return MemoryReport(rss=rss, peak_rss=peak, devices=devices, cuda_note=note, largest=largest)

@@ -1,0 +1,138 @@
+"""Find every tensor reachable from a frame, and the ``tensors`` / ``nan`` reports over them.
+
+Reachable means: the frame's locals, their containers (a few levels deep), the parameters
+and buffers of any ``nn.Module`` among them, and the attributes of ``self``. Each tensor
+is listed once, under the first name that reaches it.
+"""
+
+from __future__ import annotations
+
+import types
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Iterator, List, Mapping, Optional, Tuple
+
+from .pdb_display import MAX_DEPTH, container_items, is_module, is_tensor
+from .summary import TensorSummary, describe
+
+MAX_TENSORS = 500  # enough for any frame a person reads; a giant model is cut, and says so
+
+
+def _walk(name: str, value: Any, depth: int, grads: bool, modules: bool) -> Iterator[Tuple[str, Any]]:
+    if is_tensor(value):
+        yield name, value
+        if grads and getattr(value, "is_leaf", False) and value.grad is not None:
+            yield f"{name}.grad", value.grad
+        return
+    if is_module(value):
+        if not modules:
+            return
+        try:
+            for pname, param in value.named_parameters():
+                yield from _walk(f"{name}.{pname}", param, depth + 1, grads, modules)
+            for bname, buf in value.named_buffers():
+                yield f"{name}.{bname}", buf
+        except Exception:
+            pass
+        return
+    if depth >= MAX_DEPTH:
+        return
+    children = container_items(value)
+    for key, child in children or ():
+        yield from _walk(name + key, child, depth + 1, grads, modules)
+
+
+def _skip(name: str, value: Any) -> bool:
+    return name.startswith("__") or isinstance(value, (types.ModuleType, type, types.FunctionType))
+
+
+def reachable_tensors(local_vars: Mapping[str, Any], *, grads: bool = False, modules: bool = True,
+                      limit: int = MAX_TENSORS) -> Tuple[List[Tuple[str, Any]], int]:
+    """((name, tensor) list, number left out past ``limit``).
+
+    ``grads`` adds each leaf's ``.grad``; ``modules=False`` skips the parameters and buffers of modules.
+    """
+    seen = set()
+    found: List[Tuple[str, Any]] = []
+    extra = 0
+    items = [(k, v) for k, v in list(local_vars.items()) if not _skip(k, v)]
+    self_obj = local_vars.get("self")
+    if self_obj is not None and not is_module(self_obj) and not is_tensor(self_obj):
+        try:
+            items += [(f"self.{k}", v) for k, v in vars(self_obj).items() if not _skip(k, v)]
+        except TypeError:
+            pass  # no __dict__
+    for name, value in items:
+        try:
+            for tname, tensor in _walk(name, value, 0, grads, modules):
+                if id(tensor) in seen:
+                    continue
+                seen.add(id(tensor))
+                if len(found) < limit:
+                    found.append((tname, tensor))
+                else:
+                    extra += 1
+        except Exception:
+            continue  # an odd object in locals must not break the listing
+    return found, extra
+
+
+@dataclass(frozen=True)
+class TensorRow:
+    name: str
+    summary: TensorSummary
+    flags: Tuple[str, ...]  # "NaN/Inf", "other device", "requires_grad"
+
+
+def _device_of(s: TensorSummary) -> str:
+    return s.device if s.device not in ("-", "?") else ""
+
+
+def tensor_rows(found: List[Tuple[str, Any]]) -> List[TensorRow]:
+    """Describe each tensor and flag the ones a user should look at first.
+
+    A tensor is on the "other device" when the frame's tensors span several devices and
+    it is not on the one most of them use (the usual model-on-GPU, batch-on-CPU bug).
+    """
+    summaries = [(name, describe(t)) for name, t in found]
+    devices = Counter(_device_of(s) for _, s in summaries if _device_of(s))
+    main_device = devices.most_common(1)[0][0] if len(devices) > 1 else None
+    rows = []
+    for name, s in summaries:
+        flags = []
+        if s.nonfinite:
+            flags.append("NaN/Inf")
+        if main_device is not None and _device_of(s) and _device_of(s) != main_device:
+            flags.append("other device")
+        if s.requires_grad:
+            flags.append("requires_grad")
+        rows.append(TensorRow(name, s, tuple(flags)))
+    return rows
+
+
+@dataclass(frozen=True)
+class NonFiniteRow:
+    name: str
+    summary: TensorSummary
+    bad: Optional[int]  # NaN + Inf elements, None when only their presence is known
+    fraction: Optional[float]
+
+
+def _badness(s: TensorSummary) -> Tuple[Optional[int], Optional[float]]:
+    counts = (s.nan, s.pos_inf, s.neg_inf)
+    if any(c is None for c in counts) or s.sampled:
+        return None, None
+    bad = sum(counts)
+    return bad, (bad / s.stats_count if s.stats_count else None)
+
+
+def nonfinite_rows(found: List[Tuple[str, Any]]) -> List[NonFiniteRow]:
+    """The tensors holding NaN/Inf, worst first (largest fraction, then largest count)."""
+    rows = []
+    for name, tensor in found:
+        s = describe(tensor, grad=False)
+        if s.nonfinite:
+            bad, fraction = _badness(s)
+            rows.append(NonFiniteRow(name, s, bad, fraction))
+    rows.sort(key=lambda r: (-(r.fraction if r.fraction is not None else -1.0), -(r.bad or 0)))
+    return rows

@@ -1,0 +1,211 @@
+"""One probing forward pass that records the shape flow through every submodule: ``shapes``.
+
+Looking must not change what is looked at: the pass runs under ``no_grad`` in eval mode,
+and afterwards every submodule's train/eval flag, every buffer (BatchNorm running stats,
+``num_batches_tracked``) and the RNG states are put back exactly as they were.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+from .pdb_display import is_tensor
+from .render_text import fmt_shape, short_dtype
+
+
+class ShapesUsageError(ValueError):
+    """The ``shapes`` arguments could not be understood; the message says the expected form."""
+
+
+def split_args(arg: str) -> Tuple[str, str]:
+    """'model x' / 'model, x' / 'model torch.randn(2, 3)' -> (module expression, input expression)."""
+    text = arg.strip()
+    usage = "usage: shapes MODULE INPUT   (e.g. 'shapes model x' or 'shapes model (x, mask)')"
+    if not text:
+        raise ShapesUsageError(usage)
+    try:
+        tree = ast.parse(text, mode="eval").body
+        if isinstance(tree, ast.Tuple) and len(tree.elts) >= 2:
+            first = tree.elts[0]
+            rest = text[_offset(text, tree.elts[1]):].strip()
+            if len(tree.elts) > 2:
+                rest = "(" + rest + ")"
+            return ast.get_source_segment(text, first) or "", rest
+    except SyntaxError:
+        pass
+    for i, ch in enumerate(text):
+        if ch.isspace():
+            left, right = text[:i].strip(), text[i:].strip()
+            if left and right and _parses(left) and _parses(right):
+                return left, right
+    raise ShapesUsageError(usage)
+
+
+def _offset(text: str, node: ast.AST) -> int:
+    lines = text.splitlines(keepends=True)
+    return sum(len(line) for line in lines[: node.lineno - 1]) + node.col_offset
+
+
+def _parses(expr: str) -> bool:
+    try:
+        ast.parse(expr, mode="eval")
+        return True
+    except SyntaxError:
+        return False
+
+
+@dataclass(frozen=True)
+class LayerRow:
+    name: str  # dotted submodule name; "" for the module itself
+    kind: str  # class name
+    depth: int
+    inputs: str  # shapes, e.g. "[4, 3]" or "([4, 3], [4])"
+    output: str
+    dtype: str  # of the first output tensor
+    device: str
+    params: int  # own parameters (not counting children)
+    error: Optional[str] = None  # the exception this module raised, if any
+
+
+@dataclass(frozen=True)
+class ShapeFlow:
+    rows: Tuple[LayerRow, ...]
+    error: Optional[str]  # the forward pass failed with this (rows show how far it got)
+    total_params: int
+
+
+def describe_shapes(value: Any, depth: int = 0) -> str:
+    """Shapes of the tensors inside ``value``, in its structure: '[4, 3]', '([4, 3], None)'."""
+    if is_tensor(value):
+        return fmt_shape(tuple(value.shape))
+    if depth > 2:
+        return "…"
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(describe_shapes(v, depth + 1) for v in value[:8])
+        more = ", …" if len(value) > 8 else ""
+        return f"({inner}{more})" if isinstance(value, tuple) else f"[{inner}{more}]"
+    if isinstance(value, dict):
+        items = list(value.items())[:8]
+        return "{" + ", ".join(f"{k}: {describe_shapes(v, depth + 1)}" for k, v in items) + "}"
+    if value is None:
+        return "None"
+    return type(value).__name__
+
+
+def _first_tensor(value: Any, depth: int = 0) -> Any:
+    if is_tensor(value):
+        return value
+    if depth > 2:
+        return None
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
+    for v in items:
+        t = _first_tensor(v, depth + 1)
+        if t is not None:
+            return t
+    return None
+
+
+class _State:
+    """Everything a forward pass could change, saved so it can be put back."""
+
+    def __init__(self, module: Any) -> None:
+        import torch
+
+        self.modes = [(m, m.training) for m in module.modules()]
+        self.buffers = []
+        for m in module.modules():
+            for key, buf in list(m._buffers.items()):
+                if buf is not None:
+                    self.buffers.append((m, key, buf, buf.detach().clone()))
+        self.cpu_rng = torch.random.get_rng_state()
+        cuda = torch.cuda
+        self.cuda_rng = cuda.get_rng_state_all() if cuda.is_available() and cuda.is_initialized() else None
+
+    def restore(self) -> None:
+        import torch
+
+        with torch.no_grad():
+            for m, key, buf, saved in self.buffers:
+                m._buffers[key] = buf  # a forward that rebinds a buffer gets the original back
+                if buf.shape == saved.shape:
+                    buf.copy_(saved)
+        for m, training in self.modes:
+            m.training = training
+        torch.random.set_rng_state(self.cpu_rng)
+        if self.cuda_rng is not None:
+            torch.cuda.set_rng_state_all(self.cuda_rng)
+
+
+def _short_error(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def shape_flow(module: Any, args: Tuple[Any, ...] = (), kwargs: Optional[Dict[str, Any]] = None) -> ShapeFlow:
+    """Run ``module(*args, **kwargs)`` once and record every submodule's input and output shapes."""
+    import torch
+
+    kwargs = kwargs or {}
+    names = {id(m): n for n, m in module.named_modules()}
+    order: List[Any] = []  # modules in the order they were entered
+    seen: Dict[int, Dict[str, Any]] = {}
+
+    def pre_hook(mod: Any, inputs: Any) -> None:
+        if id(mod) not in seen:
+            order.append(mod)
+            seen[id(mod)] = {"inputs": describe_shapes(inputs if len(inputs) != 1 else inputs[0])}
+
+    def post_hook(mod: Any, inputs: Any, output: Any) -> None:
+        entry = seen.setdefault(id(mod), {"inputs": describe_shapes(inputs)})
+        if "output" not in entry:
+            entry["output"] = output_desc(output)
+
+    def output_desc(output: Any) -> Tuple[str, str, str]:
+        t = _first_tensor(output)
+        if t is None:
+            return describe_shapes(output), "", ""
+        return describe_shapes(output), short_dtype(str(t.dtype)) or "f32", str(t.device)
+
+    state = _State(module)
+    handles = []
+    error = None
+    try:
+        for m in module.modules():
+            handles.append(m.register_forward_pre_hook(pre_hook))
+            handles.append(m.register_forward_hook(post_hook))
+        module.eval()
+        with torch.no_grad():
+            module(*args, **kwargs)
+    except Exception as exc:
+        error = _short_error(exc)
+    finally:
+        for h in handles:
+            h.remove()
+        state.restore()
+    unfinished = [m for m in order if "output" not in seen[id(m)]]
+    culprit = unfinished[-1] if unfinished and error else None  # the innermost module that raised
+    rows = []
+    for mod in order:
+        name = names.get(id(mod), "?")
+        entry = seen[id(mod)]
+        out, dtype, device = entry.get("output", ("", "", ""))
+        rows.append(LayerRow(
+            name=name, kind=type(mod).__name__, depth=0 if not name else name.count(".") + 1,
+            inputs=entry["inputs"], output=out, dtype=dtype, device=device,
+            params=sum(p.numel() for p in mod.parameters(recurse=False)),
+            error=error if mod is culprit else None,
+        ))
+    total = sum(p.numel() for p in module.parameters())
+    return ShapeFlow(rows=tuple(rows), error=error, total_params=total)
+
+
+def call_args(value: Any) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
+    """How the ``shapes`` input is passed: a tuple/list is spread, a dict becomes keywords."""
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return (), dict(value)
+    if isinstance(value, (tuple, list)) and not is_tensor(value):
+        return tuple(value), {}
+    return (value,), {}
+
