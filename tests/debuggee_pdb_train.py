@@ -28,7 +28,7 @@ def main():
     elsewhere = torch.zeros(3, device="meta")
     w = torch.zeros(5)
     before = state(model)
-    breakpoint()
+    breakpoint()  # BREAKPOINT
     w.add_(1)  # changed in place: `display w` must notice
     print("finished", same(before, state(model)), elsewhere.shape, batch["ids"], logits.shape, flush=True)
 

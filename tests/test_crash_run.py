@@ -1,0 +1,76 @@
+"""`tensor-dap run` and install(post_mortem=True): crash reports, post-mortem, exit codes."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pexpect
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CRASH = os.path.join(HERE, "debuggee_pdb_crash.py")
+INSTALL = os.path.join(HERE, "debuggee_pdb_install.py")
+
+
+def _env():
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONBREAKPOINT"}
+    env.update(NO_COLOR="1", TERM="dumb")
+    return env
+
+
+def _run(*args):
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=_env(),
+                          stdin=subprocess.DEVNULL, timeout=60)
+
+
+@pytest.mark.timeout(60)
+def test_run_explains_a_shape_mismatch_and_exits_nonzero():
+    r = _run("-m", "tensor_dap", "run", CRASH, "--lr", "3")
+    assert r.returncode == 1
+    assert "args ['--lr', '3']" in r.stdout  # the script sees its own argv
+    err = r.stderr
+    assert err.startswith("Traceback (most recent call last):")
+    assert "runpy" not in err and "tensor_dap" not in err.split("RuntimeError")[0]  # starts in the script
+    assert "RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x3 and 4x5)" in err
+    assert "tensors in debuggee_pdb_crash.py:9 in step" in err
+    assert re.search(r"^\s*h\s+tensor\[4, 3\]", err, re.M)
+    assert f"at {CRASH}:9 in step" in err and "return h @ w" in err
+    assert re.search(r"^\s*h\s+\[4, 3\]\s+f32 cpu$", err, re.M) and re.search(r"^\s*w\s+\[4, 5\]\s+f32 cpu$", err, re.M)
+    assert "h has 3 columns (last dim) but w has 4 rows" in err
+    assert "no post-mortem debugger" in err
+
+
+@pytest.mark.timeout(60)
+def test_run_opens_post_mortem_on_a_terminal():
+    child = pexpect.spawn(sys.executable, ["-m", "tensor_dap", "run", CRASH], env=_env(), encoding="utf-8",
+                          timeout=30, dimensions=(60, 200))
+    try:
+        child.expect_exact("the inner dimensions differ")
+        child.expect_exact("(Pdb) ")
+        child.sendline("p h")
+        child.expect(r"tensor\[4, 3\] n=12")
+        child.sendline("q")
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 1
+    finally:
+        child.close(force=True)
+
+
+@pytest.mark.timeout(60)
+def test_install_post_mortem_reports_broadcast_errors():
+    r = _run(INSTALL)
+    assert r.returncode == 1
+    assert re.search(r"^\s*scores\s+\[8, 3\]", r.stderr, re.M) and re.search(r"^\s*bias\s+\[4\]", r.stderr, re.M)
+    assert "dim -1 is 3 vs 4" in r.stderr
+
+
+@pytest.mark.timeout(60)
+def test_run_usage_errors_and_exit_codes(tmp_path):
+    r = _run("-m", "tensor_dap", "run", str(tmp_path / "missing.py"))
+    assert r.returncode == 2 and r.stderr.strip() == f"tensor-dap: error: no such script: {tmp_path / 'missing.py'}"
+    script = tmp_path / "exits.py"
+    script.write_text("import sys\nprint(__name__)\nsys.exit(3)\n")
+    r = _run("-m", "tensor_dap", "run", str(script))
+    assert r.returncode == 3 and r.stdout.strip() == "__main__" and r.stderr == ""
