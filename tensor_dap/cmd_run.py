@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import List
 
 
 class ScriptNotFound(Exception):
@@ -36,7 +35,7 @@ def route_breakpoints() -> None:
     install(post_mortem=False)
 
 
-def execute(script: str, argv: List[str]) -> int:
+def execute(script: str, argv: list[str]) -> int:
     """Run ``script`` as __main__ with ``argv``; return its exit code, crash-reporting an exception."""
     import runpy
 

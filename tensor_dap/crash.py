@@ -13,7 +13,7 @@ import runpy
 import sys
 import traceback
 from dataclasses import dataclass
-from typing import Any, Optional, Tuple
+from typing import Any
 
 from .shape_explain import ShapeExplanation, explain, is_user_file
 from .summary import TensorSummary
@@ -26,8 +26,8 @@ _RUNNER_FILES = (os.path.dirname(os.path.abspath(__file__)) + os.sep, os.path.ab
 class CrashReport:
     traceback: str
     frame: str  # "train.py:42 in step": where the tensors below live
-    tensors: Tuple[Tuple[str, TensorSummary], ...]
-    explanation: Optional[ShapeExplanation]
+    tensors: tuple[tuple[str, TensorSummary], ...]
+    explanation: ShapeExplanation | None
 
 
 def _trim(tb: Any) -> Any:
@@ -61,7 +61,7 @@ def build_report(exc: BaseException, tb: Any = None) -> CrashReport:
     tb = _trim(tb if tb is not None else exc.__traceback__)
     text = "".join(traceback.format_exception(type(exc), exc, tb))
     frame, lineno = failing_frame(tb)
-    rows: Tuple[Tuple[str, TensorSummary], ...] = ()
+    rows: tuple[tuple[str, TensorSummary], ...] = ()
     where = ""
     if frame is not None:
         where = f"{os.path.basename(frame.f_code.co_filename)}:{lineno} in {frame.f_code.co_name}"

@@ -11,10 +11,10 @@ until a breakpoint is actually hit.
 from __future__ import annotations
 
 import os
-import pdb
+import pdb  # noqa: T100 - this module is a debugger
 import pprint
 import sys
-from typing import Any, Optional
+from typing import Any
 
 from .attached import break_into_dap, dap_client_attached, interactive_terminal
 
@@ -25,7 +25,7 @@ _complete_expression = getattr(pdb.Pdb, "_complete_expression", pdb.Pdb.complete
 class _Shown:
     """A ``display`` entry: the value, and for tensors the text it was shown as (compared on each stop)."""
 
-    __slots__ = ("value", "key")
+    __slots__ = ("key", "value")
 
     def __init__(self, value: Any, key: Any) -> None:
         self.value = value
@@ -353,7 +353,7 @@ def _where(frame: Any) -> str:
     return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno} in {frame.f_code.co_name}"
 
 
-def _note(text: str, header: Optional[str]) -> None:
+def _note(text: str, header: str | None) -> None:
     """A message for whoever reads stderr (a batch log, the IDE's debug console)."""
     from rich.text import Text
 
@@ -382,7 +382,7 @@ def _stop_in_dap(frame: Any) -> bool:
         return break_into_dap()
 
 
-def set_trace(frame: Any = None, *, header: Optional[str] = None) -> None:
+def set_trace(frame: Any = None, *, header: str | None = None) -> None:
     """Open the tensor-aware debugger at ``frame`` (default: the caller), printing ``header`` first.
 
     With a DAP client (VS Code) attached it stops there instead; without a terminal on stdin

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Optional, Tuple
+from typing import Any
 
 BINS = 12
 SAMPLE = 2**24
@@ -17,15 +17,15 @@ SAMPLE = 2**24
 
 @dataclass(frozen=True)
 class Histogram:
-    edges: Tuple[float, ...]  # len(counts) + 1 bin edges, ascending
-    counts: Tuple[int, ...]
+    edges: tuple[float, ...]  # len(counts) + 1 bin edges, ascending
+    counts: tuple[int, ...]
     total: int  # finite values counted
     nonfinite: int  # NaN/Inf values left out
     sampled: bool
     integer: bool  # one bin per integer value (labels, token ids)
 
 
-def histogram(x: Any, *, bins: int = BINS, sample: int = SAMPLE) -> Optional[Histogram]:
+def histogram(x: Any, *, bins: int = BINS, sample: int = SAMPLE) -> Histogram | None:
     """Counts of the finite values of ``x`` in ``bins`` equal bins; None for non-numeric or empty tensors."""
     import torch
 

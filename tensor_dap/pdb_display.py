@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Mapping
-from typing import Any, Iterator, List, Optional, Tuple, Union
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from .summary import TensorSummary, describe
 
@@ -35,17 +35,17 @@ class TensorView:
     """The summarized form of one value: a single tensor, or a container's elements."""
 
     title: str  # "" for a single tensor, else e.g. "dict, 3 items"
-    rows: Tuple[Tuple[str, Union[TensorSummary, str]], ...]  # (key, summary or short repr)
+    rows: tuple[tuple[str, TensorSummary | str], ...]  # (key, summary or short repr)
     more: int = 0  # elements left out past MAX_ROWS
 
     @property
-    def single(self) -> Optional[TensorSummary]:
+    def single(self) -> TensorSummary | None:
         if not self.title and len(self.rows) == 1 and isinstance(self.rows[0][1], TensorSummary):
             return self.rows[0][1]
         return None
 
 
-def container_items(value: Any) -> Optional[List[Tuple[str, Any]]]:
+def container_items(value: Any) -> list[tuple[str, Any]] | None:
     """(key text, child) for a container we unfold, else None."""
     if isinstance(value, Mapping):
         try:
@@ -61,7 +61,7 @@ def container_items(value: Any) -> Optional[List[Tuple[str, Any]]]:
     return None
 
 
-def holds_tensor(value: Any, depth: int = 0, _budget: Optional[List[int]] = None) -> bool:
+def holds_tensor(value: Any, depth: int = 0, _budget: list[int] | None = None) -> bool:
     """True if ``value`` is a tensor or a container with one inside (bounded walk)."""
     budget = _budget if _budget is not None else [1000]
     budget[0] -= 1
@@ -85,7 +85,7 @@ def short_repr(value: Any) -> str:
     return text if len(text) <= _REPR_CHARS else text[:_REPR_CHARS - 3] + "..."
 
 
-def _flatten(value: Any, prefix: str, depth: int) -> Iterator[Tuple[str, Any]]:
+def _flatten(value: Any, prefix: str, depth: int) -> Iterator[tuple[str, Any]]:
     children = container_items(value) if depth < MAX_DEPTH and not is_tensor(value) else None
     if children is None or not holds_tensor(value):
         yield prefix, value
@@ -98,13 +98,13 @@ def _title(value: Any, count: int) -> str:
     return f"{type(value).__name__}, {count} item{'s' if count != 1 else ''}"
 
 
-def tensor_view(value: Any) -> Optional[TensorView]:
+def tensor_view(value: Any) -> TensorView | None:
     """The summarized form of ``value``, or None when pdb's repr should be used unchanged."""
     if is_tensor(value):
         return TensorView(title="", rows=(("", describe(value)),))
     if is_module(value) or not holds_tensor(value):
         return None
-    rows: List[Tuple[str, Union[TensorSummary, str]]] = []
+    rows: list[tuple[str, TensorSummary | str]] = []
     total = 0
     for key, leaf in _flatten(value, "", 0):
         total += 1

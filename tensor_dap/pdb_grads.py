@@ -7,8 +7,9 @@ GPU the report costs one synchronization, not one per parameter.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any
 
 from .pdb_display import is_module
 
@@ -19,23 +20,23 @@ EXPLODING = 1e3
 @dataclass(frozen=True)
 class GradRow:
     name: str
-    shape: Tuple[int, ...]
-    norm: Optional[float]  # None: no .grad (or it could not be read)
+    shape: tuple[int, ...]
+    norm: float | None  # None: no .grad (or it could not be read)
     flag: str  # "", "no grad", "zero", "vanishing", "exploding", "NaN/Inf", "error"
 
 
 @dataclass(frozen=True)
 class GradReport:
     module: str  # the name the module was found under
-    rows: Tuple[GradRow, ...]
-    total_norm: Optional[float]  # the 2-norm over all gradients, as clip_grad_norm_ computes it
+    rows: tuple[GradRow, ...]
+    total_norm: float | None  # the 2-norm over all gradients, as clip_grad_norm_ computes it
     frozen: int  # parameters with requires_grad=False (not listed)
 
     def count(self, flag: str) -> int:
         return sum(1 for r in self.rows if r.flag == flag)
 
 
-def find_module(local_vars: Mapping[str, Any]) -> Optional[Tuple[str, Any]]:
+def find_module(local_vars: Mapping[str, Any]) -> tuple[str, Any] | None:
     """The first nn.Module among the locals (then ``self``), as (name, module)."""
     for name, value in local_vars.items():
         if name != "self" and is_module(value):
@@ -45,12 +46,12 @@ def find_module(local_vars: Mapping[str, Any]) -> Optional[Tuple[str, Any]]:
     return None
 
 
-def _norms(grads: List[Any]) -> List[Optional[float]]:
+def _norms(grads: list[Any]) -> list[float | None]:
     """2-norms in float32 or wider, computed on each grad's device; one transfer per device."""
     import torch
 
-    out: List[Optional[float]] = [None] * len(grads)
-    by_device: Dict[str, List[Tuple[int, Any]]] = {}
+    out: list[float | None] = [None] * len(grads)
+    by_device: dict[str, list[tuple[int, Any]]] = {}
     with torch.no_grad():
         for i, g in enumerate(grads):
             try:
@@ -71,7 +72,7 @@ def _norms(grads: List[Any]) -> List[Optional[float]]:
     return out
 
 
-def _flag(norm: Optional[float], vanishing: float, exploding: float) -> str:
+def _flag(norm: float | None, vanishing: float, exploding: float) -> str:
     if norm is None:
         return "error"
     if not math.isfinite(norm):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Any, List, Optional, Tuple
+from typing import Any
 
 LARGEST = 5
 
@@ -19,19 +19,19 @@ class DeviceMemory:
     allocated: int
     reserved: int
     peak_allocated: int
-    total: Optional[int]
+    total: int | None
 
 
 @dataclass(frozen=True)
 class MemoryReport:
-    rss: Optional[int]  # bytes resident now
-    peak_rss: Optional[int]
-    devices: Tuple[DeviceMemory, ...]
+    rss: int | None  # bytes resident now
+    peak_rss: int | None
+    devices: tuple[DeviceMemory, ...]
     cuda_note: str  # why no device rows: "CUDA not available", "CUDA not initialized", ""
-    largest: Tuple[Tuple[str, int, str, Tuple[int, ...]], ...]  # (name, bytes, device, shape)
+    largest: tuple[tuple[str, int, str, tuple[int, ...]], ...]  # (name, bytes, device, shape)
 
 
-def _proc_status() -> Tuple[Optional[int], Optional[int]]:
+def _proc_status() -> tuple[int | None, int | None]:
     """(VmRSS, VmHWM) in bytes from /proc (Linux), else the peak from getrusage."""
     rss = peak = None
     try:
@@ -54,7 +54,7 @@ def _proc_status() -> Tuple[Optional[int], Optional[int]]:
     return rss, peak
 
 
-def _cuda_devices() -> Tuple[Tuple[DeviceMemory, ...], str]:
+def _cuda_devices() -> tuple[tuple[DeviceMemory, ...], str]:
     torch = sys.modules.get("torch")
     if torch is None:
         return (), "torch not imported"
@@ -82,7 +82,7 @@ def _nbytes(t: Any) -> int:
         return 0
 
 
-def memory_report(found: Optional[List[Tuple[str, Any]]] = None) -> MemoryReport:
+def memory_report(found: list[tuple[str, Any]] | None = None) -> MemoryReport:
     """The process's memory now; ``found`` (name, tensor) pairs give the largest tensors in view."""
     rss, peak = _proc_status()
     devices, note = _cuda_devices()

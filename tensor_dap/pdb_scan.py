@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import types
 from collections import Counter
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterator, List, Mapping, Optional, Tuple
+from typing import Any
 
 from .pdb_display import MAX_DEPTH, container_items, is_module, is_tensor
 from .summary import TensorSummary, describe
@@ -18,7 +19,7 @@ from .summary import TensorSummary, describe
 MAX_TENSORS = 500  # enough for any frame a person reads; a giant model is cut, and says so
 
 
-def _walk(name: str, value: Any, depth: int, grads: bool, modules: bool) -> Iterator[Tuple[str, Any]]:
+def _walk(name: str, value: Any, depth: int, grads: bool, modules: bool) -> Iterator[tuple[str, Any]]:
     if is_tensor(value):
         yield name, value
         if grads and getattr(value, "is_leaf", False) and value.grad is not None:
@@ -47,13 +48,13 @@ def _skip(name: str, value: Any) -> bool:
 
 
 def reachable_tensors(local_vars: Mapping[str, Any], *, grads: bool = False, modules: bool = True,
-                      limit: int = MAX_TENSORS) -> Tuple[List[Tuple[str, Any]], int]:
+                      limit: int = MAX_TENSORS) -> tuple[list[tuple[str, Any]], int]:
     """((name, tensor) list, number left out past ``limit``).
 
     ``grads`` adds each leaf's ``.grad``; ``modules=False`` skips the parameters and buffers of modules.
     """
     seen = set()
-    found: List[Tuple[str, Any]] = []
+    found: list[tuple[str, Any]] = []
     extra = 0
     items = [(k, v) for k, v in list(local_vars.items()) if not _skip(k, v)]
     self_obj = local_vars.get("self")
@@ -81,14 +82,14 @@ def reachable_tensors(local_vars: Mapping[str, Any], *, grads: bool = False, mod
 class TensorRow:
     name: str
     summary: TensorSummary
-    flags: Tuple[str, ...]  # "NaN/Inf", "other device", "requires_grad"
+    flags: tuple[str, ...]  # "NaN/Inf", "other device", "requires_grad"
 
 
 def _device_of(s: TensorSummary) -> str:
     return s.device if s.device not in ("-", "?") else ""
 
 
-def tensor_rows(found: List[Tuple[str, Any]]) -> List[TensorRow]:
+def tensor_rows(found: list[tuple[str, Any]]) -> list[TensorRow]:
     """Describe each tensor and flag the ones a user should look at first.
 
     A tensor is on the "other device" when the frame's tensors span several devices and
@@ -114,11 +115,11 @@ def tensor_rows(found: List[Tuple[str, Any]]) -> List[TensorRow]:
 class NonFiniteRow:
     name: str
     summary: TensorSummary
-    bad: Optional[int]  # NaN + Inf elements, None when only their presence is known
-    fraction: Optional[float]
+    bad: int | None  # NaN + Inf elements, None when only their presence is known
+    fraction: float | None
 
 
-def _badness(s: TensorSummary) -> Tuple[Optional[int], Optional[float]]:
+def _badness(s: TensorSummary) -> tuple[int | None, float | None]:
     counts = (s.nan, s.pos_inf, s.neg_inf)
     if any(c is None for c in counts) or s.sampled:
         return None, None
@@ -126,7 +127,7 @@ def _badness(s: TensorSummary) -> Tuple[Optional[int], Optional[float]]:
     return bad, (bad / s.stats_count if s.stats_count else None)
 
 
-def nonfinite_rows(found: List[Tuple[str, Any]]) -> List[NonFiniteRow]:
+def nonfinite_rows(found: list[tuple[str, Any]]) -> list[NonFiniteRow]:
     """The tensors holding NaN/Inf, worst first (largest fraction, then largest count)."""
     rows = []
     for name, tensor in found:

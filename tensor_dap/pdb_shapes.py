@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 from .pdb_display import is_tensor
 from .render_text import fmt_shape, short_dtype
@@ -19,7 +19,7 @@ class ShapesUsageError(ValueError):
     """The ``shapes`` arguments could not be understood; the message says the expected form."""
 
 
-def split_args(arg: str) -> Tuple[str, str]:
+def split_args(arg: str) -> tuple[str, str]:
     """'model x' / 'model, x' / 'model torch.randn(2, 3)' -> (module expression, input expression)."""
     text = arg.strip()
     usage = "usage: shapes MODULE INPUT   (e.g. 'shapes model x' or 'shapes model (x, mask)')"
@@ -66,13 +66,13 @@ class LayerRow:
     dtype: str  # of the first output tensor
     device: str
     params: int  # own parameters (not counting children)
-    error: Optional[str] = None  # the exception this module raised, if any
+    error: str | None = None  # the exception this module raised, if any
 
 
 @dataclass(frozen=True)
 class ShapeFlow:
-    rows: Tuple[LayerRow, ...]
-    error: Optional[str]  # the forward pass failed with this (rows show how far it got)
+    rows: tuple[LayerRow, ...]
+    error: str | None  # the forward pass failed with this (rows show how far it got)
     total_params: int
 
 
@@ -143,14 +143,14 @@ def _short_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def shape_flow(module: Any, args: Tuple[Any, ...] = (), kwargs: Optional[Dict[str, Any]] = None) -> ShapeFlow:
+def shape_flow(module: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> ShapeFlow:
     """Run ``module(*args, **kwargs)`` once and record every submodule's input and output shapes."""
     import torch
 
     kwargs = kwargs or {}
     names = {id(m): n for n, m in module.named_modules()}
-    order: List[Any] = []  # modules in the order they were entered
-    seen: Dict[int, Dict[str, Any]] = {}
+    order: list[Any] = []  # modules in the order they were entered
+    seen: dict[int, dict[str, Any]] = {}
 
     def pre_hook(mod: Any, inputs: Any) -> None:
         if id(mod) not in seen:
@@ -162,7 +162,7 @@ def shape_flow(module: Any, args: Tuple[Any, ...] = (), kwargs: Optional[Dict[st
         if "output" not in entry:
             entry["output"] = output_desc(output)
 
-    def output_desc(output: Any) -> Tuple[str, str, str]:
+    def output_desc(output: Any) -> tuple[str, str, str]:
         t = _first_tensor(output)
         if t is None:
             return describe_shapes(output), "", ""
@@ -201,7 +201,7 @@ def shape_flow(module: Any, args: Tuple[Any, ...] = (), kwargs: Optional[Dict[st
     return ShapeFlow(rows=tuple(rows), error=error, total_params=total)
 
 
-def call_args(value: Any) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
+def call_args(value: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """How the ``shapes`` input is passed: a tuple/list is spread, a dict becomes keywords."""
     if isinstance(value, dict) and all(isinstance(k, str) for k in value):
         return (), dict(value)

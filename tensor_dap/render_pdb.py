@@ -6,7 +6,8 @@ into something a Console prints. Nothing here computes a statistic.
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from rich.console import Group
 from rich.table import Table
@@ -26,7 +27,7 @@ _ALARM = "bold red"
 _WARN = "yellow"
 
 
-def _table(title: Optional[str] = None, **kwargs: Any) -> Table:
+def _table(title: str | None = None, **kwargs: Any) -> Table:
     return Table(title=title, title_justify="left", box=None, pad_edge=False, **kwargs)
 
 
@@ -39,7 +40,7 @@ def view(v: TensorView) -> Any:
     table.add_column("value")
     for key, item in v.rows:
         table.add_row(key, summary_line(item) if isinstance(item, TensorSummary) else Text(item, style="dim"))
-    parts: List[Any] = [Text(v.title), table]
+    parts: list[Any] = [Text(v.title), table]
     if v.more:
         parts.append(Text(f"… and {v.more} more", style="dim"))
     return Group(*parts)
@@ -78,7 +79,7 @@ def nonfinite(rows: Sequence[NonFiniteRow], checked: int) -> Any:
     for r in rows:
         s = r.summary
 
-        def count(n: Optional[int], present: bool) -> Text:
+        def count(n: int | None, present: bool) -> Text:
             text = str(n) if n is not None else ("yes" if present else "0")
             return Text(text, style=_ALARM if present else "dim")
 
@@ -141,13 +142,13 @@ def memory(report: MemoryReport) -> Any:
     table.add_column("peak", justify="right")
     table.add_column("total", justify="right")
 
-    def b(n: Optional[int]) -> str:
+    def b(n: int | None) -> str:
         return "-" if n is None else fmt_bytes(n)
 
     table.add_row("process RSS", b(report.rss), "", b(report.peak_rss), "")
     for d in report.devices:
         table.add_row(d.device, b(d.allocated), b(d.reserved), b(d.peak_allocated), b(d.total))
-    parts: List[Any] = [table]
+    parts: list[Any] = [table]
     if report.cuda_note:
         parts.append(Text(report.cuda_note, style="dim"))
     if report.largest:
@@ -192,9 +193,9 @@ def histogram(h: Histogram) -> Any:
     return Group(table, Text(", ".join(notes), style="dim"))
 
 
-def stats(expr: str, s: TensorSummary, h: Optional[Histogram]) -> Any:
+def stats(expr: str, s: TensorSummary, h: Histogram | None) -> Any:
     """``stats x``: every field of the summary, then the value histogram."""
-    parts: List[Any] = [summary_line(s), summary_table(s, title=expr)]
+    parts: list[Any] = [summary_line(s), summary_table(s, title=expr)]
     if h is not None:
         parts += [Text("histogram", style="bold"), histogram(h)]
     return Group(*parts)
@@ -207,7 +208,7 @@ def dtype_device(dtype: str, device: str) -> str:
 
 def explanation(ex: Any) -> Any:
     """A ShapeExplanation: per frame, the failing line, its operands' shapes, and the mismatch."""
-    parts: List[Any] = [Text(f"Shape error ({ex.kind}): {ex.error}", style=_ALARM)]
+    parts: list[Any] = [Text(f"Shape error ({ex.kind}): {ex.error}", style=_ALARM)]
     for i, fe in enumerate(ex.frames):
         where = "at" if i == 0 else "called from"
         parts.append(Text(f"{where} {fe.filename}:{fe.lineno} in {fe.function}", style="bold"))
@@ -233,7 +234,7 @@ def explanation(ex: Any) -> Any:
 
 def crash(report: Any) -> Any:
     """The crash report: traceback, the failing frame's tensors, the shape explanation."""
-    parts: List[Any] = [Text(report.traceback.rstrip("\n"))]
+    parts: list[Any] = [Text(report.traceback.rstrip("\n"))]
     if report.tensors:
         parts.append(Text(""))
         parts.append(Text(f"tensors in {report.frame}", style="bold"))

@@ -18,21 +18,21 @@ import os
 import re
 import sysconfig
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 from .pdb_display import is_module, is_tensor
 
 _KINDS = (
     ("matmul", re.compile(r"cannot be multiplied|mat1 and mat2|self and mat2|same reduction dim|"
                           r"Expected size for first two dimensions of batch2|inconsistent tensor size|"
-                          r"size mismatch, m1|input and weight", re.I)),
+                          r"size mismatch, m1|input and weight", re.IGNORECASE)),
     ("broadcast", re.compile(r"must match the size of tensor b|broadcast|must match the existing size|"
-                             r"expanded size of the tensor", re.I)),
+                             r"expanded size of the tensor", re.IGNORECASE)),
     ("size mismatch", re.compile(r"size mismatch|Sizes of tensors must match|is invalid for input of size|"
                                  r"to have \d+ channels|view size is not compatible|shape mismatch|"
-                                 r"must match|number of sizes provided", re.I)),
+                                 r"must match|number of sizes provided", re.IGNORECASE)),
     ("dims", re.compile(r"Dimension out of range|Expected \d+D|expected \d+D|number of dimensions|"
-                        r"too many indices|dimensions? (?:of|but)|expected .* dims?\b|got \d+D", re.I)),
+                        r"too many indices|dimensions? (?:of|but)|expected .* dims?\b|got \d+D", re.IGNORECASE)),
 )
 _ELEMENTWISE = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow,
                 ast.BitAnd, ast.BitOr, ast.BitXor, ast.LShift, ast.RShift)
@@ -43,7 +43,7 @@ _NEVER_CALL = re.compile(r"^(save|load|manual_seed|seed|set_|use_|compile|backwa
 _CONTAINERS = (list, tuple, dict, str)
 
 
-def classify(exc: BaseException) -> Optional[str]:
+def classify(exc: BaseException) -> str | None:
     """'matmul', 'broadcast', 'size mismatch', 'dims', or None when ``exc`` is not a shape error."""
     if not isinstance(exc, (RuntimeError, ValueError, IndexError, TypeError)):
         return None
@@ -58,7 +58,7 @@ def classify(exc: BaseException) -> Optional[str]:
 class Operand:
     expr: str  # the source text of the sub-expression
     kind: str  # "tensor", "module", "value", "unknown"
-    shape: Optional[Tuple[int, ...]] = None
+    shape: tuple[int, ...] | None = None
     dtype: str = ""
     device: str = ""
     detail: str = ""  # a module's repr or a value's short repr
@@ -71,7 +71,7 @@ class FrameExplanation:
     function: str
     source: str  # the failing statement (its first lines)
     expr: str  # the failing operation, "" when it could not be pinned down
-    operands: Tuple[Operand, ...]
+    operands: tuple[Operand, ...]
     hint: str  # one sentence naming the mismatch, "" when none can be computed
 
 
@@ -79,7 +79,7 @@ class FrameExplanation:
 class ShapeExplanation:
     kind: str
     error: str  # the exception's first line
-    frames: Tuple[FrameExplanation, ...]  # innermost first
+    frames: tuple[FrameExplanation, ...]  # innermost first
 
 
 class _Unknown(Exception):
@@ -127,8 +127,8 @@ class _Evaluator:
     def __init__(self, frame: Any) -> None:
         self.locals = frame.f_locals
         self.globals = frame.f_globals
-        self.values: Dict[int, Tuple[Any, str]] = {}  # id(node) -> (value, device of the real inputs)
-        self.failed: Optional[_Failed] = None
+        self.values: dict[int, tuple[Any, str]] = {}  # id(node) -> (value, device of the real inputs)
+        self.failed: _Failed | None = None
 
     def run(self, node: ast.AST) -> None:
         try:
@@ -151,7 +151,7 @@ class _Evaluator:
         self.values[key] = (value, device)
         return value
 
-    def ev_all(self, nodes: List[ast.AST]) -> List[Any]:
+    def ev_all(self, nodes: list[ast.AST]) -> list[Any]:
         """Evaluate every node (so each operand gets its value), then fail like the first that failed."""
         values, first = [], None
         for n in nodes:
@@ -167,10 +167,10 @@ class _Evaluator:
     def device_of(self, node: ast.AST) -> str:
         return self.values.get(id(node), (None, ""))[1]
 
-    def _inputs_device(self, nodes: List[ast.AST]) -> str:
+    def _inputs_device(self, nodes: list[ast.AST]) -> str:
         return next((d for d in (self.device_of(n) for n in nodes) if d), "")
 
-    def _ev(self, node: ast.AST) -> Tuple[Any, str]:
+    def _ev(self, node: ast.AST) -> tuple[Any, str]:
         import torch
 
         if isinstance(node, ast.Constant):
@@ -217,7 +217,7 @@ class _Evaluator:
             return self._call(node, torch)
         raise _Unknown()
 
-    def _op(self, node: ast.AST, fn: Any, inputs: List[ast.AST]) -> Tuple[Any, str]:
+    def _op(self, node: ast.AST, fn: Any, inputs: list[ast.AST]) -> tuple[Any, str]:
         import torch
 
         try:
@@ -230,7 +230,7 @@ class _Evaluator:
         except Exception as exc:
             raise _Failed(node, exc) from exc
 
-    def _call(self, node: ast.Call, torch: Any) -> Tuple[Any, str]:
+    def _call(self, node: ast.Call, torch: Any) -> tuple[Any, str]:
         if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
             raise _Unknown()
         func = node.func
@@ -278,10 +278,10 @@ def _arith(op: ast.operator, a: Any, b: Any) -> Any:
 
 # ----------------------------------------------------------------------------- source and positions
 
-_TREES: Dict[str, Optional[ast.Module]] = {}
+_TREES: dict[str, ast.Module | None] = {}
 
 
-def _tree(filename: str, source: str) -> Optional[ast.Module]:
+def _tree(filename: str, source: str) -> ast.Module | None:
     if filename not in _TREES:
         try:
             _TREES[filename] = ast.parse(source)
@@ -290,17 +290,17 @@ def _tree(filename: str, source: str) -> Optional[ast.Module]:
     return _TREES[filename]
 
 
-def _statement(tree: ast.Module, lineno: int) -> Optional[ast.stmt]:
+def _statement(tree: ast.Module, lineno: int) -> ast.stmt | None:
     """The innermost statement whose lines contain ``lineno``."""
     best = None
     for node in ast.walk(tree):
-        if isinstance(node, ast.stmt) and node.lineno <= lineno <= (node.end_lineno or node.lineno):
-            if best is None or node.lineno >= best.lineno:
-                best = node
+        contains = isinstance(node, ast.stmt) and node.lineno <= lineno <= (node.end_lineno or node.lineno)
+        if contains and (best is None or node.lineno >= best.lineno):
+            best = node
     return best
 
 
-def _position(tb: Any) -> Optional[Tuple[int, int, int, int]]:
+def _position(tb: Any) -> tuple[int, int, int, int] | None:
     """(line, end line, col, end col) of the instruction that raised (Python 3.11+)."""
     code = tb.tb_frame.f_code
     if not hasattr(code, "co_positions"):
@@ -312,7 +312,7 @@ def _position(tb: Any) -> Optional[Tuple[int, int, int, int]]:
     return pos if all(p is not None for p in pos) else None
 
 
-def _header_exprs(stmt: ast.stmt) -> List[ast.AST]:
+def _header_exprs(stmt: ast.stmt) -> list[ast.AST]:
     """The expressions a statement evaluates itself (a compound statement's header, not its body)."""
     if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
         targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
@@ -344,19 +344,17 @@ def _source_text(source: str, stmt: ast.stmt, lineno: int) -> str:
     return "\n".join(lines[:3]) + (" …" if len(lines) > 3 else "")
 
 
-def _find_node(stmt: ast.stmt, pos: Tuple[int, int, int, int]) -> Optional[ast.AST]:
-    line, end_line, col, end_col = pos
+def _find_node(stmt: ast.stmt, pos: tuple[int, int, int, int]) -> ast.AST | None:
     for node in ast.walk(stmt):
-        if getattr(node, "lineno", None) == line and getattr(node, "end_lineno", None) == end_line \
-                and node.col_offset == col and node.end_col_offset == end_col:
-            if isinstance(node, (ast.BinOp, ast.Call, ast.Subscript, ast.UnaryOp, ast.AugAssign)):
-                return node
+        if isinstance(node, (ast.BinOp, ast.Call, ast.Subscript, ast.UnaryOp, ast.AugAssign)) \
+                and (node.lineno, node.end_lineno, node.col_offset, node.end_col_offset) == pos:
+            return node
     return None
 
 
 # ----------------------------------------------------------------------------- operands and hints
 
-def _operand_nodes(node: ast.AST) -> Tuple[List[ast.AST], List[ast.AST]]:
+def _operand_nodes(node: ast.AST) -> tuple[list[ast.AST], list[ast.AST]]:
     """(callee-side nodes, argument nodes) of an operation."""
     if isinstance(node, ast.BinOp):
         return [], [node.left, node.right]
@@ -369,7 +367,7 @@ def _operand_nodes(node: ast.AST) -> Tuple[List[ast.AST], List[ast.AST]]:
     if isinstance(node, ast.Call):
         # x in x.view(...) is a tensor operand; self.fc in self.fc(h) is the module called
         callee = [node.func.value, node.func] if isinstance(node.func, ast.Attribute) else [node.func]
-        args: List[ast.AST] = []
+        args: list[ast.AST] = []
         for a in list(node.args) + [k.value for k in node.keywords]:
             args += a.elts if isinstance(a, (ast.List, ast.Tuple)) else [a]  # torch.cat([a, b])
         return callee, args
@@ -402,7 +400,7 @@ def _module_text(module: Any) -> str:
     return f"{type(module).__name__}({extra})" if len(extra) < 100 else type(module).__name__
 
 
-def _shape_text(shape: Optional[Tuple[int, ...]]) -> str:
+def _shape_text(shape: tuple[int, ...] | None) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]" if shape is not None else "?"
 
 
@@ -461,7 +459,7 @@ def _module_hint(module: Any, expr: str, arg: Operand) -> str:
     return ""
 
 
-def _hint(ev: _Evaluator, node: ast.AST, operands: List[Operand]) -> str:
+def _hint(ev: _Evaluator, node: ast.AST, operands: list[Operand]) -> str:
     tensors = [o for o in operands if o.kind == "tensor"]
     if isinstance(node, (ast.BinOp, ast.AugAssign)) and len(tensors) == 2:
         if isinstance(node, ast.AugAssign) and isinstance(node.op, _ELEMENTWISE):
@@ -483,7 +481,7 @@ def _hint(ev: _Evaluator, node: ast.AST, operands: List[Operand]) -> str:
 
 # ----------------------------------------------------------------------------- the explanation
 
-def explain_frame(tb: Any) -> Optional[FrameExplanation]:
+def explain_frame(tb: Any) -> FrameExplanation | None:
     """The failing operation of one traceback entry and its operands; None without source."""
     frame = tb.tb_frame
     filename, lineno = frame.f_code.co_filename, tb.tb_lineno
@@ -521,7 +519,7 @@ def explain_frame(tb: Any) -> Optional[FrameExplanation]:
     )
 
 
-def _entries(tb: Any) -> List[Any]:
+def _entries(tb: Any) -> list[Any]:
     out = []
     while tb is not None:
         out.append(tb)
@@ -529,14 +527,14 @@ def _entries(tb: Any) -> List[Any]:
     return out
 
 
-def explain(exc: BaseException, tb: Any = None) -> Optional[ShapeExplanation]:
+def explain(exc: BaseException, tb: Any = None) -> ShapeExplanation | None:
     """Explain ``exc`` if it is a shape error: the innermost frame with tensor operands, and the
     innermost frame of the user's own code when that is a different one."""
     kind = classify(exc)
     if kind is None:
         return None
     entries = _entries(tb if tb is not None else exc.__traceback__)
-    chosen: List[FrameExplanation] = []
+    chosen: list[FrameExplanation] = []
     for entry in reversed(entries):
         try:
             fe = explain_frame(entry)

@@ -1,6 +1,6 @@
 """A tiny training step that stops at breakpoint(): driven through a pseudo-terminal by test_pdb_session.py."""
 import torch
-import torch.nn as nn
+from torch import nn
 
 
 def state(model):
@@ -28,7 +28,7 @@ def main():
     elsewhere = torch.zeros(3, device="meta")
     w = torch.zeros(5)
     before = state(model)
-    breakpoint()  # BREAKPOINT
+    breakpoint()  # BREAKPOINT  # noqa: T100 - the point of this script
     w.add_(1)  # changed in place: `display w` must notice
     print("finished", same(before, state(model)), elsewhere.shape, batch["ids"], logits.shape, flush=True)
 

@@ -4,7 +4,7 @@ import math
 
 import pytest
 import torch
-import torch.nn as nn
+from torch import nn
 
 from tensor_dap.histogram import histogram
 from tensor_dap.pdb_display import tensor_view
