@@ -37,6 +37,7 @@ def route_breakpoints() -> None:
 
 def execute(script: str, argv: list[str]) -> int:
     """Run ``script`` as __main__ with ``argv``; return its exit code, crash-reporting an exception."""
+    import bdb
     import runpy
 
     saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
@@ -53,6 +54,8 @@ def execute(script: str, argv: list[str]) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except bdb.BdbQuit:  # `q` at a breakpoint: the user ended the run, nothing crashed
+        return 1
     except BaseException as exc:  # noqa: BLE001 - every crash of the script gets the report
         from .crash import handle
 

@@ -8,6 +8,7 @@ exits non-zero as it would have anyway.
 
 from __future__ import annotations
 
+import bdb
 import os
 import runpy
 import sys
@@ -108,6 +109,8 @@ def handle(exc: BaseException, tb: Any = None) -> int:
 
 def excepthook(etype: type, value: BaseException, tb: Any) -> None:
     """sys.excepthook: the crash report and post-mortem for uncaught exceptions (not Ctrl-C)."""
+    if issubclass(etype, bdb.BdbQuit):
+        return  # `q` at a breakpoint ends the program; that is not a crash to report
     if issubclass(etype, (KeyboardInterrupt, SystemExit)) or not isinstance(value, BaseException):
         sys.__excepthook__(etype, value, tb)
         return

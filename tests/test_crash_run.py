@@ -74,3 +74,21 @@ def test_run_usage_errors_and_exit_codes(tmp_path):
     script.write_text("import sys\nprint(__name__)\nsys.exit(3)\n")
     r = _run("-m", "tensor_dap", "run", str(script))
     assert r.returncode == 3 and r.stdout.strip() == "__main__" and r.stderr == ""
+
+
+@pytest.mark.timeout(60)
+def test_run_routes_breakpoint_and_quitting_is_not_a_crash():
+    child = pexpect.spawn(sys.executable, ["-m", "tensor_dap", "run", os.path.join(HERE, "debuggee_pdb_train.py")],
+                          env=_env(), encoding="utf-8", timeout=30, dimensions=(60, 200))
+    try:
+        child.expect_exact("(Pdb) ")
+        child.sendline("p x")
+        child.expect(r"tensor\[32, 8\] n=256")  # breakpoint() opened tensor_dap's debugger
+        child.expect_exact("(Pdb) ")
+        child.sendline("q")
+        child.expect(pexpect.EOF)
+        assert "Traceback" not in child.before and "BdbQuit" not in child.before
+        child.close()
+        assert child.exitstatus == 1
+    finally:
+        child.close(force=True)
