@@ -1,0 +1,102 @@
+"""Where a fired trigger goes: the VS Code debugger, tensor_dap's pdb, a log line, or an exception.
+
+``on="auto"`` picks the place the user is actually looking at (``tensor_dap.attached``);
+under ``torch.distributed`` only the ranks in ``ranks`` may stop, the others log and go on
+(they then wait at the next collective for the rank being debugged, after saying so).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from typing import Any, Collection, Optional, Type
+
+from . import attached
+from .errors import TriggerError
+from .report import Report, emit, to_text
+
+MODES = ("auto", "break", "raise", "log")
+
+
+def check_mode(on: str) -> str:
+    if on not in MODES:
+        raise ValueError(f"on={on!r}: expected one of {', '.join(map(repr, MODES))}")
+    return on
+
+
+def current_rank() -> Optional[int]:
+    """This process's rank under torch.distributed, None outside it."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    except Exception:
+        pass
+    return None
+
+
+def may_stop(rank: Optional[int], ranks: Optional[Collection[int]]) -> bool:
+    """``ranks=None`` lets rank 0 stop (one debugger per job), and any non-distributed process."""
+    if rank is None:
+        return True
+    return rank in (ranks if ranks is not None else (0,))
+
+
+def dispatch(report: Report, *, on: str, error: Type[TriggerError], ranks: Optional[Collection[int]] = None,
+             culprit: Optional[dict] = None) -> None:
+    """Send the report where ``on`` says. Raises ``error`` for "raise" (and "auto" with nobody to ask)."""
+    culprit = culprit or {}
+    if on == "log":
+        emit(report)
+        return
+    if on in ("auto", "break") and not may_stop(report.rank, ranks):
+        report.notes.append(f"rank {report.rank} may not stop (ranks={sorted(ranks) if ranks else [0]}): "
+                            "logging and continuing; it waits at the next collective while the "
+                            "debugged rank is stopped")
+        emit(report)
+        return
+    if on in ("auto", "break"):
+        where = "dap" if attached.dap_client_attached() else ("pdb" if attached.interactive_terminal() else None)
+        if where is not None:
+            emit(report)
+            stop_in_debugger(report, how=where, **culprit)
+            return
+        if on == "break":
+            report.notes.append("on='break' but no DAP client is attached and stdin is not a terminal")
+    raise error(to_text(report), report)
+
+
+def stop_in_debugger(report: Report, *, how: str, module: Any = None, inputs: Any = None,
+                     output: Any = None, **extra: Any) -> None:
+    """Stop *in this frame*: its locals are what the user inspects (module, inputs, output, step, report).
+
+    debugpy.breakpoint() stops at the line after the call in the caller's frame, which is this
+    one; pdb is opened on this frame for the same reason. ``up`` leads back to the training loop.
+    """
+    step = report.step  # noqa: F841 - shown in the debugger's locals
+    grad_input, grad_output = extra.get("grad_input"), extra.get("grad_output")  # noqa: F841
+    loss = extra.get("loss")  # noqa: F841
+    if how == "dap":
+        import debugpy
+
+        debugpy.breakpoint()
+    else:
+        _open_pdb(sys._getframe(), report)
+    return None  # the debugger stops on this line, with the culprit in this frame's locals
+
+
+def _open_pdb(frame: Any, report: Report) -> None:
+    header = f"{report.headline} (step {report.step}); `up` returns to your training loop"
+    if importlib.util.find_spec("tensor_dap.debugger") is not None:
+        try:
+            from .debugger import set_trace
+
+            set_trace(frame, header=header)
+            return
+        except Exception:
+            pass  # fall back to the standard debugger rather than skip the stop
+    import pdb
+
+    print(header, file=sys.stderr)
+    pdb.Pdb().set_trace(frame)

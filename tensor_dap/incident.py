@@ -1,0 +1,146 @@
+"""Incident bundles: everything needed to re-run one failing training step, on disk.
+
+A bundle is a folder ``.tensor_dap/incidents/<UTC time>-step<N>/`` holding ``state.pt``
+(the step's arguments, model and optimizer state from before the step, RNG states),
+``report.json`` and ``report.txt``. It is written into a hidden temporary folder next to
+its final place and renamed in one step, so a crash never leaves half a bundle, and an
+existing bundle is never overwritten (a clash gets a ``-2``, ``-3``... suffix).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Tuple
+
+import torch
+
+from .report import Report, to_json, to_text
+
+DEFAULT_DIR = os.path.join(".tensor_dap", "incidents")
+STATE_FILE, JSON_FILE, TEXT_FILE = "state.pt", "report.json", "report.txt"
+
+
+class BundleError(ValueError):
+    """The path is not a readable incident bundle."""
+
+
+# ------------------------------------------------------------------ RNG states
+
+def capture_rng() -> Dict[str, Any]:
+    """Every RNG a training step may draw from. Cheap (a few µs), and never touches the streams."""
+    state: Dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    np = sys.modules.get("numpy")
+    if np is not None:
+        state["numpy"] = np.random.get_state()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        # The CUDA generators keep seed and offset on the host: reading them does not sync.
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: Dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    if "numpy" in state:
+        import numpy as np
+
+        np.random.set_state(state["numpy"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# ------------------------------------------------------------------ bundles
+
+@dataclass
+class Bundle:
+    """A bundle read back from disk."""
+
+    path: str
+    report: Report
+    step: Optional[int]
+    args: Tuple[Any, ...]
+    kwargs: Dict[str, Any]
+    model_state: Optional[Dict[str, Any]]
+    optimizer_state: Optional[Dict[str, Any]]
+    rng: Optional[Dict[str, Any]]
+
+
+def _detached(obj: Any) -> Any:
+    """The same structure with tensors detached and on the CPU (saving must not keep the graph)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu().clone()
+    if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
+        return type(obj)(_detached(v) for v in obj)
+    if isinstance(obj, dict):
+        return {k: _detached(v) for k, v in obj.items()}
+    return obj
+
+
+def write_bundle(report: Report, *, step: Optional[int], args: Tuple[Any, ...] = (),
+                 kwargs: Optional[Dict[str, Any]] = None, model_state: Optional[Dict[str, Any]] = None,
+                 optimizer_state: Optional[Dict[str, Any]] = None, rng: Optional[Dict[str, Any]] = None,
+                 root: Optional[str] = None) -> str:
+    """Write a bundle atomically and return its path; ``report.bundle`` is set to it."""
+    root = root or DEFAULT_DIR
+    os.makedirs(root, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    base = os.path.join(root, f"{stamp}-step{step if step is not None else 'unknown'}")
+    tmp = tempfile.mkdtemp(prefix=".partial-", dir=root)
+    try:
+        state = {"format": 1, "step": step, "args": _detached(tuple(args)), "kwargs": _detached(kwargs or {}),
+                 "model": _detached(model_state), "optimizer": _detached(optimizer_state), "rng": rng}
+        torch.save(state, os.path.join(tmp, STATE_FILE))
+        final = base
+        for n in range(2, 1000):
+            report.bundle = final
+            _write_text(os.path.join(tmp, JSON_FILE), to_json(report))
+            _write_text(os.path.join(tmp, TEXT_FILE), to_text(report) + "\n")
+            try:
+                os.rename(tmp, final)  # atomic; fails on an existing non-empty folder, never overwrites it
+                return final
+            except OSError:
+                if not os.path.exists(final):
+                    raise
+                final = f"{base}-{n}"
+        raise OSError(f"too many bundles named {base}-*")
+    except BaseException:
+        report.bundle = None
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _write_text(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_report(path: str) -> Report:
+    """Only the report of a bundle (no torch.load): what ``tensor-dap replay`` prints."""
+    json_path = os.path.join(path, JSON_FILE)
+    if not os.path.isdir(path):
+        raise BundleError(f"{path}: not an incident bundle folder (expected .tensor_dap/incidents/<time>-step<N>)")
+    try:
+        with open(json_path, encoding="utf-8") as f:
+            return Report.from_dict(json.load(f))
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        raise BundleError(f"{path}: cannot read {JSON_FILE}: {exc}") from None
+
+
+def read_bundle(path: str) -> Bundle:
+    """The whole bundle. ``state.pt`` is unpickled in full: only open bundles you wrote yourself."""
+    report = read_report(path)
+    try:
+        state = torch.load(os.path.join(path, STATE_FILE), map_location="cpu", weights_only=False)
+    except Exception as exc:
+        raise BundleError(f"{path}: cannot load {STATE_FILE}: {type(exc).__name__}: {exc}") from None
+    return Bundle(path, report, state.get("step"), tuple(state.get("args", ())), dict(state.get("kwargs", {})),
+                  state.get("model"), state.get("optimizer"), state.get("rng"))

@@ -1,0 +1,171 @@
+"""The trigger report: one model, three renderers (text, JSON, a rich panel).
+
+Triggers and localization fill a ``Report`` with ``TensorSummary`` objects; the renderers
+here only lay them out. ``emit`` is the one place a report leaves the process: the
+``tensor_dap.triggers`` logger always, the console when a person may be watching.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from .summary import TensorSummary
+
+logger = logging.getLogger("tensor_dap.triggers")
+# A library must not print through logging's last-resort handler: the console shows the
+# report itself, and users who configure logging get the record as well.
+logger.addHandler(logging.NullHandler())
+
+PHASES = ("input", "forward", "backward", "optimizer", "loss")
+
+
+@dataclass
+class Report:
+    """What fired, where, and the summaries of the tensors involved. Pure data."""
+
+    kind: str  # "nonfinite", "above", "below", "spike"
+    headline: str
+    step: Optional[int] = None
+    phase: Optional[str] = None  # one of PHASES
+    module: Optional[str] = None  # full dotted path; "" is the root module
+    module_type: Optional[str] = None
+    rank: Optional[int] = None
+    loss: Optional[float] = None
+    notes: List[str] = field(default_factory=list)
+    tensors: List[Tuple[str, str, TensorSummary]] = field(default_factory=list)  # (section, name, summary)
+    bundle: Optional[str] = None
+    created: float = field(default_factory=time.time)
+
+    @property
+    def where(self) -> str:
+        """'backward of encoder.layers.2.attn (Attention)'-style location, or ''."""
+        parts = []
+        if self.phase:
+            parts.append(self.phase)
+        if self.module is not None:
+            name = self.module or "<root>"
+            typ = f" ({self.module_type})" if self.module_type else ""
+            parts.append(f"{'of ' if self.phase else ''}{name}{typ}")
+        return " ".join(parts)
+
+    def to_dict(self) -> Dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["tensors"] = [[sec, name, s.to_dict()] for sec, name, s in self.tensors]
+        data["loss"] = _num_out(self.loss)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "Report":
+        fields = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in fields}
+        kwargs["tensors"] = [(sec, name, summary_from_dict(s)) for sec, name, s in data.get("tensors", [])]
+        kwargs["loss"] = _num_in(data.get("loss"))
+        kwargs["notes"] = list(data.get("notes", []))
+        return cls(**kwargs)
+
+
+def _num_out(v: Optional[float]) -> Any:
+    return str(v) if isinstance(v, float) and not math.isfinite(v) else v
+
+
+def _num_in(v: Any) -> Any:
+    if isinstance(v, str) and v in ("nan", "inf", "-inf"):
+        return float(v)
+    return v
+
+
+def summary_from_dict(data: Dict[str, Any]) -> TensorSummary:
+    """Rebuild a summary written by ``TensorSummary.to_dict`` (for bundles read back from disk)."""
+    fields = {f.name for f in dataclasses.fields(TensorSummary)}
+    kw = {k: _num_in(v) for k, v in data.items() if k in fields}
+    for key in ("shape", "stride", "notes"):
+        if kw.get(key) is not None:
+            kw[key] = tuple(kw[key])
+    if kw.get("values") is not None:
+        kw["values"] = tuple(_num_in(v) if not isinstance(v, list) else complex(*map(_num_in, v))
+                             for v in kw["values"])
+    if isinstance(kw.get("grad"), dict):
+        kw["grad"] = summary_from_dict(kw["grad"])
+    return TensorSummary(**kw)
+
+
+# ------------------------------------------------------------------ renderers
+
+def title(report: Report) -> str:
+    rank = f"rank {report.rank} · " if report.rank is not None else ""
+    step = f"step {report.step} · " if report.step is not None else ""
+    return f"tensor_dap trigger · {rank}{step}{report.headline}"
+
+
+def to_text(report: Report) -> str:
+    """The plain-text form: log records, exception messages, report.txt."""
+    from .render_text import one_line
+
+    lines = [title(report)]
+    if report.where:
+        lines.append(f"  where: {report.where}")
+    for note in report.notes:
+        lines.append(f"  note: {note}")
+    section = None
+    for sec, name, s in report.tensors:
+        if sec != section:
+            lines.append(f"  {sec}:")
+            section = sec
+        lines.append(f"    {name}: {one_line(s)}")
+    if report.bundle:
+        lines.append(f"  incident bundle: {report.bundle}")
+        lines.append(f"  replay it: tensor-dap replay {report.bundle}")
+    return "\n".join(lines)
+
+
+def to_json(report: Report) -> str:
+    return json.dumps(report.to_dict(), indent=2, sort_keys=True)
+
+
+def to_rich(report: Report) -> Any:
+    """A rich Panel: where it happened, then one table row per tensor."""
+    from rich.console import Group
+    from rich.panel import Panel
+    from rich.text import Text
+
+    from .render_rich import summaries_table
+
+    parts: List[Any] = []
+    if report.where:
+        parts.append(Text.assemble(("where: ", "bold"), (report.where, "bold red")))
+    for note in report.notes:
+        parts.append(Text(f"note: {note}", style="yellow"))
+    sections: Dict[str, List[Tuple[str, TensorSummary]]] = {}
+    for sec, name, s in report.tensors:
+        sections.setdefault(sec, []).append((name, s))
+    for sec, rows in sections.items():
+        parts.append(summaries_table(rows, title=sec))
+    if report.bundle:
+        parts.append(Text(f"incident bundle: {report.bundle}\nreplay it: tensor-dap replay {report.bundle}"))
+    return Panel(Group(*parts), title=title(report), title_align="left", border_style="red")
+
+
+def emit(report: Report, *, show: bool = True) -> None:
+    """Log the report; also print the rich panel on stderr when ``show``. Never raises."""
+    try:
+        logger.error("%s", to_text(report))
+    except Exception:
+        pass
+    if not show:
+        return
+    state = random.getstate()  # rich draws link ids from `random`: keep the user's stream untouched
+    try:
+        from .console import make_console
+
+        make_console(stderr=True).print(to_rich(report))
+    except Exception as exc:  # a broken terminal must not break training
+        logger.debug("could not print the trigger panel: %r", exc)
+    finally:
+        random.setstate(state)

@@ -1,0 +1,309 @@
+"""``watch``: keep a NaN/Inf sentinel on for a whole run; localize only when it fires.
+
+Usage::
+
+    with tensor_dap.watch(model, optimizer) as w:
+        for x, y in loader:
+            loss = w.step(train_step, x, y)   # train_step(x, y) does zero_grad/forward/backward/step
+
+Every step costs a few device kernels (see ``_trigger_sentinel``). The check runs in an
+optimizer *pre*-step hook, so when it fires the parameters and optimizer state are still
+those from before the step: together with the RNG states and buffers captured when
+``w.step`` began, that is enough to re-run the step with hooks on every module
+(``localize``) and to write a replayable incident bundle. After reporting, the update goes
+ahead exactly as it would without ``watch`` (unless the trigger raised), so numerics are
+unchanged.
+"""
+
+from __future__ import annotations
+
+import bdb
+import sys
+import types
+import logging
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Collection, Dict, List, Optional, Tuple, Union
+
+import torch
+
+from ._trigger_sentinel import Sentinel
+from ._trigger_stop import check_mode, current_rank, dispatch
+from .errors import NonFiniteError, TriggerError
+from .incident import capture_rng, restore_rng, write_bundle
+from .localize import (Finding, any_nonfinite, localize_rerun, nonfinite, nonfinite_gradients,
+                       nonfinite_parameters)
+from .report import Report
+from .summary import describe
+
+log = logging.getLogger("tensor_dap.triggers")
+
+
+@dataclass
+class _StepContext:
+    """What ``w.step`` captured before running the step: enough to run it again."""
+
+    index: int
+    fn: Callable[..., Any]
+    args: Tuple[Any, ...]
+    kwargs: Dict[str, Any]
+    rng: Dict[str, Any]
+    buffers: List[torch.Tensor]
+    checked: bool = False
+
+
+class _Buffers:
+    """Module buffers (BatchNorm statistics...) copied at each step start, the only state a forward writes."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        named = list(model.named_buffers())
+        self.names = [n for n, _ in named]
+        self.live = [b for _, b in named]
+        self._store = [torch.empty_like(b) for b in self.live]
+
+    def save(self) -> List[torch.Tensor]:
+        if self.live:
+            with torch.no_grad():
+                torch._foreach_copy_(self._store, self.live)  # one call, no allocation
+        return self._store
+
+    def clone(self) -> List[torch.Tensor]:
+        return [b.detach().clone() for b in self.live]
+
+    def restore(self, values: List[torch.Tensor]) -> None:
+        with torch.no_grad():
+            for live, value in zip(self.live, values):
+                live.copy_(value)
+
+
+def _loss_of(result: Any) -> Optional[torch.Tensor]:
+    """The loss inside what a step function returned: a scalar tensor, the first item, or ['loss']."""
+    if isinstance(result, dict):
+        result = result.get("loss")
+    elif isinstance(result, (tuple, list)) and result:
+        result = result[0]
+    if isinstance(result, torch.Tensor) and result.numel() == 1:
+        return result.detach()
+    return None
+
+
+class watch:  # noqa: N801 - used like a function: `with tensor_dap.watch(model):`
+    """Watch forward outputs, gradients and parameter updates of ``model`` for NaN/Inf.
+
+    Hand each training step to ``w.step(fn, *args, **kwargs)``; ``fn`` must run one whole
+    step from its arguments (it is run a second time, from the captured state, to find the
+    first bad module). Without ``w.step`` the sentinel still runs in the optimizer hook, but
+    the report can only name the module holding a bad gradient. ``every`` reads the sentinel
+    back once every that many steps (use it on GPU; detection is then up to every-1 steps
+    late). ``capture`` writes incident bundles (True: ``.tensor_dap/incidents``, or a folder).
+    ``on`` and ``ranks``: see the docs (docs/triggers.md). The handle is active on
+    creation; ``close()`` or leaving the ``with`` block removes its hooks.
+    """
+
+    def __init__(self, model: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer] = None, *,
+                 on: str = "auto", every: int = 1, capture: Union[bool, str] = True,
+                 ranks: Optional[Collection[int]] = None) -> None:
+        check_mode(on)
+        if not isinstance(every, int) or every < 1:
+            raise ValueError(f"every={every!r}: expected a positive integer")
+        self.model, self.optimizer = model, optimizer
+        self.on, self.every, self.capture, self.ranks = on, every, capture, ranks
+        self.step_count = 0  # index of the next step; set it when resuming a run
+        self.reports: List[Report] = []
+        self.suppressed = 0  # firings not reported again while the model stayed non-finite
+        self._sentinel = Sentinel(every)
+        self._params = [p for p in model.parameters() if p.requires_grad]
+        self._buffers = _Buffers(model)
+        self._ctx: Optional[_StepContext] = None
+        self._rerunning = False
+        self._latched = False
+        self._last_loss: Tuple[int, Optional[torch.Tensor]] = (-1, None)
+        self._handles: List[Any] = []
+        if optimizer is not None:
+            self._handles.append(optimizer.register_step_pre_hook(self._before_update))
+            self._handles.append(optimizer.register_step_post_hook(self._after_update))
+
+    @property
+    def reads(self) -> int:
+        """Host reads the sentinel has made so far (one per ``every`` steps)."""
+        return self._sentinel.reads
+
+    # ------------------------------------------------------------ the user's side
+    def __enter__(self) -> "watch":
+        return self
+
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        self.close(flush=exc_type is None)
+
+    def close(self, *, flush: bool = True) -> None:
+        """Remove the hooks; with ``flush``, read a pending sentinel (the last step's loss) first."""
+        try:
+            if flush and self._handles:
+                self._guard(self._read_and_fire, self.step_count, None)
+        finally:
+            for h in self._handles:
+                h.remove()
+            self._handles.clear()
+
+    def step(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` as training step ``self.step_count`` under the sentinel."""
+        ctx = _StepContext(self.step_count, fn, args, kwargs, capture_rng(), self._buffers.save())
+        self._ctx = ctx
+        try:
+            result = fn(*args, **kwargs)
+            loss = _loss_of(result)
+            self._last_loss = (ctx.index, loss)
+            if loss is not None:
+                self._guard(self._sentinel.observe, [loss], ctx.index)
+            if not ctx.checked:  # no optimizer step inside fn: check now
+                self._check(ctx.index, ctx)
+            return result
+        finally:
+            self._ctx = None
+            self.step_count = ctx.index + 1
+
+    # ------------------------------------------------------------ optimizer hooks
+    def _before_update(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self._rerunning:
+            from .localize import StopRerun
+
+            raise StopRerun()  # localization re-runs forward and backward, never the update
+        ctx = self._ctx
+        if ctx is not None:
+            ctx.checked = True
+        self._check(ctx.index if ctx else self.step_count, ctx)
+
+    def _after_update(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self._ctx is None:
+            self.step_count += 1  # a plain loop: count optimizer steps
+
+    # ------------------------------------------------------------ sentinel → report
+    def _guard(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run our own code so that a failure of tensor_dap never breaks the training loop."""
+        try:
+            fn(*args)
+        except (TriggerError, bdb.BdbQuit, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            log.warning("tensor_dap.watch: internal error, check skipped: %s: %s", type(exc).__name__, exc)
+
+    def _check(self, index: int, ctx: Optional[_StepContext]) -> None:
+        grads = [p.grad for p in self._params if p.grad is not None and p.grad.layout == torch.strided]
+        self._guard(self._sentinel.observe, grads, index)
+        if self._sentinel.due():
+            self._guard(self._read_and_fire, index, ctx)
+
+    def _read_and_fire(self, index: int, ctx: Optional[_StepContext]) -> None:
+        first = self._sentinel.read()
+        if first is None:
+            self._latched = False  # clean again: the next failure is news
+            return
+        if self._latched:
+            self.suppressed += 1
+            return
+        report, culprit = self._investigate(first, index, ctx)
+        if report is None:
+            return
+        self._latched = True
+        if self.capture and ctx is not None:
+            self._write_bundle(report, ctx)
+        self.reports.append(report)
+        dispatch(report, on=self.on, error=NonFiniteError, ranks=self.ranks, culprit=culprit)
+
+    def _investigate(self, first: int, index: int, ctx: Optional[_StepContext]
+                     ) -> Tuple[Optional[Report], Dict[str, Any]]:
+        """Confirm exactly what is non-finite now, and localize it (re-running the step if needed)."""
+        grads_bad = any(nonfinite(p.grad) for p in self._params if p.grad is not None)
+        loss_step, loss = self._last_loss
+        loss_bad = loss is not None and loss_step >= first and nonfinite(loss)
+        can_rerun = ctx is not None and ctx.index == index
+        finding = nonfinite_parameters(self.model)
+        step = index
+        if finding is not None:
+            step = index - 1 if self.every == 1 else first
+            if index == 0:
+                finding.note += " (already at the first watched step)"
+        elif grads_bad or (loss_bad and loss_step == index):
+            finding = self._rerun(ctx) if can_rerun else None  # type: ignore[arg-type]
+            if finding is None and grads_bad:
+                finding = nonfinite_gradients(self.model)
+                if finding is not None and can_rerun:
+                    finding.note = "the re-run did not reproduce it (a nondeterministic step?); " + finding.note
+        elif not loss_bad:
+            return None, {}  # the sum of norms overflowed, but every value is finite: no alarm
+        if finding is None:
+            step = loss_step
+            finding = Finding("loss", None, None, "the loss is non-finite while every gradient and parameter "
+                              "is finite: the loss computation overflowed, or a term no parameter depends on "
+                              "is non-finite", [("loss", "loss", describe(loss))])
+        loss_value = next((float(s.values[0]) for sec, _, s in finding.tensors if sec == "loss" and s.values),
+                          None)
+        report = Report(kind="nonfinite", headline=_headline(finding), step=step, phase=finding.phase,
+                        module=finding.module, module_type=finding.module_type, rank=current_rank(),
+                        notes=[finding.note], tensors=list(finding.tensors), loss=loss_value)
+        if self.every > 1 and first != index:
+            report.notes.append(f"the sentinel is read every {self.every} steps: first non-finite at step "
+                                f"{first}, detected at step {index}; use every=1 for exact localization")
+        return report, {**finding.culprit, "step": step}
+
+    def _rerun(self, ctx: _StepContext) -> Optional[Finding]:
+        """Run the step again from its captured state with hooks everywhere, then put everything back."""
+        saved_rng, saved_buffers = capture_rng(), self._buffers.clone()
+        saved_grads = [(p, p.grad) for p in self._params]
+        input_bad = any_nonfinite((ctx.args, ctx.kwargs))
+
+        def reset() -> None:
+            restore_rng(ctx.rng)
+            self._buffers.restore(ctx.buffers)
+            for p in self._params:
+                p.grad = None
+
+        self._rerunning = True
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # e.g. "full backward hook is firing..." on the first layer
+                return localize_rerun(self.model, lambda: ctx.fn(*ctx.args, **ctx.kwargs),
+                                      input_bad=input_bad, reset=reset)
+        finally:
+            self._rerunning = False
+            for p, g in saved_grads:
+                p.grad = g
+            self._buffers.restore(saved_buffers)
+            restore_rng(saved_rng)
+
+    def _write_bundle(self, report: Report, ctx: _StepContext) -> None:
+        try:
+            state = self.model.state_dict()
+            for name, value in zip(self._buffers.names, ctx.buffers):
+                if name in state:
+                    state[name] = value  # the buffers as they were before the step's forward
+            if ctx.checked is False and self.optimizer is None:
+                report.notes.append("no optimizer was given to watch: the saved parameters are those after "
+                                    "the step")
+            write_bundle(report, step=ctx.index, args=ctx.args, kwargs=ctx.kwargs, model_state=state,
+                         optimizer_state=self.optimizer.state_dict() if self.optimizer is not None else None,
+                         rng=ctx.rng, root=self.capture if isinstance(self.capture, str) else None)
+        except Exception as exc:  # a full disk must not hide the report itself
+            report.notes.append(f"could not write the incident bundle: {type(exc).__name__}: {exc}")
+
+
+def _headline(f: Finding) -> str:
+    name = "<root>" if f.module == "" else f.module
+    if f.phase == "input":
+        return f"non-finite input batch, first seen by {name}"
+    if f.phase == "optimizer":
+        return f"the optimizer update made a parameter of {name} non-finite"
+    if f.phase == "loss":
+        return "non-finite loss"
+    return f"first non-finite value in the {f.phase} of {name}"
+
+
+class _CallableModule(types.ModuleType):
+    """Importing ``tensor_dap.watch`` as a module rebinds the package attribute to this module;
+    keep ``tensor_dap.watch(model, ...)`` working even then."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> watch:
+        return watch(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

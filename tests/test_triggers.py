@@ -1,0 +1,319 @@
+"""Training triggers in-process: planted bugs, equivalence with per-module hooks, numerics, bundles.
+
+The model, data and bugs live in scripts_triggers/planted.py (also run as a script by the
+debugger tests). Everything here is real: real training loops, real NaNs, real files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+
+import pytest
+import torch
+from scripts_triggers import planted
+
+import tensor_dap
+from tensor_dap import LossThresholdError, NonFiniteError
+
+pytestmark = pytest.mark.timeout(60)
+
+# bug -> (step, phase, module) that the report must name
+EXPECTED = {
+    "log_zero": (planted.BUG_STEP, "forward", "encoder.layers.1.act"),
+    "zero_variance": (planted.BUG_STEP, "forward", "norm"),
+    "inf_input": (planted.BUG_STEP, "input", "inp"),
+    "backward_nan": (planted.BUG_STEP, "backward", "pre"),
+}
+
+
+def train(bug, steps=12, **watch_kwargs):
+    """Train with watch; returns (watch handle, the NonFiniteError raised or None)."""
+    model, optimizer, batch, step_fn = planted.build(bug)
+    watch_kwargs.setdefault("capture", False)
+    w = tensor_dap.watch(model, optimizer, **watch_kwargs)
+    try:
+        with w:
+            for step in range(steps):
+                w.step(step_fn, *batch(step))
+    except NonFiniteError as exc:
+        return w, exc
+    return w, None
+
+
+@pytest.mark.parametrize("bug", sorted(EXPECTED))
+def test_planted_bug_names_step_phase_and_module(bug):
+    _, exc = train(bug, on="raise")
+    assert exc is not None, "the planted bug was not caught"
+    report = exc.report
+    assert (report.step, report.phase, report.module) == EXPECTED[bug]
+    text = str(exc)  # what a batch job's traceback shows
+    assert f"step {report.step}" in text and report.module in text and report.phase in text
+    assert any(s.nonfinite for _, _, s in report.tensors), "the report should show the non-finite tensor"
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_exploding_learning_rate_is_caught_in_the_loss_before_any_module_overflows():
+    _, exc = train("exploding_lr", on="raise")
+    assert exc is not None
+    report = exc.report
+    assert report.phase == "loss" and report.module is None
+    assert planted.BUG_STEP < report.step < planted.BUG_STEP + 6
+    assert report.loss == float("inf")
+    # hooks on every module notice the same step, but only in its backward: the loss came first
+    assert oracle("exploding_lr", until=report.step)[:2] == (report.step, "backward")
+
+
+def oracle(bug, until=100):
+    """The reference: a forward and a full backward hook on every module for the whole run,
+    recording the first module (in hook firing order) that sees a non-finite tensor."""
+    model, optimizer, batch, step_fn = planted.build(bug)
+    seen = []
+
+    def bad(obj):
+        return any(isinstance(t, torch.Tensor) and t.is_floating_point() and not torch.isfinite(t).all()
+                   for t in (obj if isinstance(obj, tuple) else (obj,)))
+
+    def fwd(name):
+        return lambda mod, args, out: seen.append(("forward", name)) if not seen and bad(out) else None
+
+    def bwd(name):
+        return lambda mod, gin, gout: seen.append(("backward", name)) if not seen and (bad(gin) or bad(gout)) \
+            else None
+
+    for name, mod in model.named_modules():
+        mod.register_forward_hook(fwd(name))
+        mod.register_full_backward_hook(bwd(name))
+    for step in range(until + 1):
+        step_fn(*batch(step))
+        if seen:
+            return (step, *seen[0])
+    return None
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("bug", sorted(EXPECTED))
+def test_localization_names_the_module_a_hook_on_every_module_names(bug):
+    _, exc = train(bug, on="raise")
+    expected = oracle(bug)
+    assert expected is not None
+    step, phase, module = expected
+    got_phase = "forward" if exc.report.phase == "input" else exc.report.phase
+    assert (exc.report.step, got_phase, exc.report.module) == (step, phase, module)
+
+
+def run_plain(bug, steps):
+    random.seed(0)
+    model, _, batch, step_fn = planted.build(bug)
+    for step in range(steps):
+        step_fn(*batch(step))
+    return model
+
+
+def assert_same_training(a, b):
+    for (name, p), q in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(p.nan_to_num(), q.nan_to_num()) and torch.equal(p.isnan(), q.isnan()), name
+
+
+@pytest.mark.parametrize("bug,on", [("inf_input", "log"), ("backward_nan", "log"), ("log_zero", None)])
+def test_numerics_and_rng_stream_are_bit_identical_with_watch_on(bug, on):
+    """Same parameters after N steps and the same RNG stream, even when a trigger fired and
+    re-ran the step (the model has dropout, so the re-run consumes the RNG)."""
+    steps = 9 if on else planted.BUG_STEP  # None: stop before the bug, a clean run
+    plain = run_plain(bug, steps)
+    plain_draw = (torch.rand(3), random.random())
+
+    random.seed(0)
+    model, optimizer, batch, step_fn = planted.build(bug)
+    with tensor_dap.watch(model, optimizer, on=on or "raise", capture=False) as w:
+        for step in range(steps):
+            w.step(step_fn, *batch(step))
+    assert len(w.reports) == (1 if on else 0)
+    assert_same_training(plain, model)
+    watched_draw = (torch.rand(3), random.random())
+    assert torch.equal(plain_draw[0], watched_draw[0]) and plain_draw[1] == watched_draw[1]
+
+
+def test_log_mode_reports_once_while_the_model_stays_non_finite(caplog):
+    w, exc = train("inf_input", on="log", steps=10)
+    assert exc is None
+    assert len(w.reports) == 1 and w.suppressed > 0
+    assert "inp" in caplog.text and "step 5" in caplog.text  # the logging record carries the report
+
+
+def test_sentinel_reads_once_per_step_and_once_every_every_steps(monkeypatch):
+    """The sentinel's host reads are the only ones: count every Tensor.item/__bool__ the watch makes."""
+    calls = []
+    real_item, real_bool = torch.Tensor.item, torch.Tensor.__bool__
+    monkeypatch.setattr(torch.Tensor, "item", lambda t: calls.append("item") or real_item(t))
+    monkeypatch.setattr(torch.Tensor, "__bool__", lambda t: calls.append("bool") or real_bool(t))
+    model, optimizer, batch, step_fn = planted.build("inf_input")
+    for every, steps, expected in ((1, 4, 4), (4, 12, 3)):
+        w = tensor_dap.watch(model, optimizer, every=every, on="raise", capture=False)
+        calls.clear()
+        for step in range(steps):
+            w.step(step_fn, *batch(step % planted.BUG_STEP))  # clean batches only
+        assert w.reads == expected
+        assert calls.count("item") == expected and calls.count("bool") == 0
+        w.close(flush=False)
+
+
+def test_sentinel_observe_never_reads_device_values():
+    """On the meta device there is nothing to read: observe() working there shows it only launches ops."""
+    from tensor_dap._trigger_sentinel import Sentinel
+
+    s = Sentinel(every=4)
+    grads = [torch.empty(256, 784, device="meta"), torch.empty(10, device="meta")]
+    for step in range(3):
+        s.observe(grads, step)
+        assert not s.due()
+    assert s._bad.device.type == "meta"
+
+
+def test_every_n_reports_the_first_bad_step_even_when_detected_later():
+    _, exc = train("inf_input", on="raise", every=4)
+    assert exc is not None
+    assert exc.report.step == planted.BUG_STEP
+    assert any("every 4 steps" in n and "detected at step 7" in n for n in exc.report.notes)
+
+
+def test_plain_loop_without_step_still_catches_and_names_a_module():
+    model, optimizer, batch, step_fn = planted.build("backward_nan")
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False):
+        for step in range(10):
+            step_fn(*batch(step))
+    assert info.value.report.step == planted.BUG_STEP
+    assert info.value.report.phase == "backward" and info.value.report.module
+    assert any("watch.step" in n for n in info.value.report.notes)
+
+
+def test_an_internal_failure_never_breaks_the_training_loop(monkeypatch, caplog):
+    import sys
+
+    monkeypatch.setattr(sys.modules["tensor_dap.watch"], "nonfinite_parameters",
+                        lambda model: 1 / 0)
+    w, exc = train("inf_input", on="raise", steps=8)
+    assert exc is None and not w.reports
+    assert "internal error" in caplog.text and "ZeroDivisionError" in caplog.text
+
+
+# ------------------------------------------------------------------ bundles and replay
+
+def test_bundle_is_written_atomically_and_never_overwritten(tmp_path):
+    root = str(tmp_path / "incidents")
+    paths = []
+    for _ in range(2):
+        _, exc = train("inf_input", on="raise", capture=root)
+        paths.append(exc.report.bundle)
+    assert len(set(paths)) == 2 and all(os.path.dirname(p) == root for p in paths)
+    assert sorted(os.listdir(root)) == sorted(os.path.basename(p) for p in paths)  # no leftover temp dirs
+    assert os.path.basename(paths[0]).endswith(f"-step{planted.BUG_STEP}")
+    for path in paths:
+        assert sorted(os.listdir(path)) == ["report.json", "report.txt", "state.pt"]
+        data = json.load(open(os.path.join(path, "report.json")))
+        assert (data["step"], data["phase"], data["module"]) == (planted.BUG_STEP, "input", "inp")
+        assert data["bundle"] == path
+        assert "tensor-dap replay " + path in open(os.path.join(path, "report.txt")).read()
+        state = torch.load(os.path.join(path, "state.pt"), weights_only=False)
+        assert state["step"] == planted.BUG_STEP and set(state["rng"]) >= {"python", "torch", "numpy"}
+        x = state["args"][0]
+        assert torch.isinf(x).any()  # the step's own batch
+        assert state["optimizer"]["state"]  # momentum buffers from before the step
+
+
+def test_a_failed_bundle_write_leaves_nothing_behind(tmp_path):
+    from tensor_dap.incident import write_bundle
+    from tensor_dap.report import Report
+
+    report = Report("nonfinite", "x", step=3)
+    with pytest.raises(Exception):
+        write_bundle(report, step=3, args=(lambda: None,), root=str(tmp_path))  # a lambda cannot be pickled
+    assert os.listdir(tmp_path) == [] and report.bundle is None
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("bug", ["backward_nan", "log_zero"])
+def test_replay_reproduces_the_failure_from_the_bundle(tmp_path, bug):
+    _, exc = train(bug, on="raise", capture=str(tmp_path))
+    bundle = exc.report.bundle
+    model, optimizer, _, step_fn = planted.build(bug, seed=123)  # different weights: replay restores them
+    with pytest.raises(NonFiniteError) as info:
+        tensor_dap.replay(bundle, model, step_fn, optimizer, on="raise")
+    report = info.value.report
+    assert (report.step, report.phase, report.module) == (exc.report.step, exc.report.phase, exc.report.module)
+    if bug == "backward_nan":  # detect_anomaly names the autograd op behind the backward NaN
+        assert any("SqrtBackward0" in n for n in report.notes)
+    saved = torch.load(os.path.join(bundle, "state.pt"), weights_only=False)["model"]
+    assert_same_training_dict(model.state_dict(), saved)  # left in the pre-step state
+
+
+def assert_same_training_dict(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+def test_cli_replay_prints_the_report(tmp_path, capsys):
+    from tensor_dap.cli import main
+
+    _, exc = train("zero_variance", on="raise", capture=str(tmp_path))
+    assert main(["replay", exc.report.bundle]) == 0
+    out = capsys.readouterr().out
+    assert "norm" in out and "Standardize" in out and f"step {planted.BUG_STEP}" in out and "NaN!" in out
+    assert main(["replay", "--json", exc.report.bundle]) == 0
+    assert json.loads(capsys.readouterr().out)["module"] == "norm"
+
+
+@pytest.mark.parametrize("path", ["does/not/exist", "."])
+def test_cli_replay_bad_bundle_is_one_line_and_exit_2(path, capsys):
+    from tensor_dap.cli import main
+
+    assert main(["replay", path]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tensor-dap: error:") and err.count("\n") == 1 and "Traceback" not in err
+
+
+# ------------------------------------------------------------------ break_if
+
+def test_break_if_thresholds_and_return_value():
+    assert tensor_dap.break_if(torch.tensor(0.5), above=1.0, on="raise") is False
+    with pytest.raises(LossThresholdError, match="above 1"):
+        tensor_dap.break_if(torch.tensor(2.0), above=1.0, on="raise", step=7)
+    with pytest.raises(LossThresholdError, match="below"):
+        tensor_dap.break_if(0.001, below=0.01, on="raise")
+    with pytest.raises(NonFiniteError, match="nan"):
+        tensor_dap.break_if(torch.tensor(float("nan")), on="raise")
+    assert tensor_dap.break_if(torch.tensor(float("nan")), nan=False, on="raise") is False
+    assert tensor_dap.break_if(torch.tensor(float("inf")), on="log") is True
+
+
+def test_break_if_spike_after_warmup_and_automatic_step():
+    fired = []
+    for i in range(30):
+        loss = torch.tensor(1.0 + 0.01 * (i % 3))
+        if i in (3, 25):
+            loss = torch.tensor(10.0)  # a spike during warm-up is ignored; after it, it fires
+        try:
+            tensor_dap.break_if(loss, spike=3.0, on="raise")
+        except LossThresholdError as exc:
+            fired.append(exc.report.step)
+            assert exc.report.kind == "spike" and "running average" in str(exc)
+    assert fired == [25]
+
+
+def test_break_if_raises_under_auto_without_a_terminal(monkeypatch):
+    monkeypatch.setattr("sys.stdin", open(os.devnull))
+    with pytest.raises(LossThresholdError) as info:
+        tensor_dap.break_if(torch.tensor(5.0), above=1.0)
+    assert info.value.report.phase == "loss" and info.value.report.rank is None
+
+
+def test_bad_arguments_are_clear_errors():
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(ValueError, match="on='stop'"):
+        tensor_dap.watch(model, on="stop")
+    with pytest.raises(ValueError, match="every=0"):
+        tensor_dap.watch(model, every=0)
+    with pytest.raises(ValueError, match="scalar loss"):
+        tensor_dap.break_if(torch.ones(3))
