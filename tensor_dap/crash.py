@@ -103,7 +103,7 @@ def handle(exc: BaseException, tb: Any = None) -> int:
         post_mortem(_trim(tb))
     else:
         make_console(stderr=True).print("tensor_dap: stdin is not a terminal, so no post-mortem debugger; "
-                                        "exiting with code 1", style="dim")
+                                        "exiting with code 1", style="dim", soft_wrap=True)
     return 1
 
 

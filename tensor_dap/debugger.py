@@ -361,8 +361,8 @@ def _note(text: str, header: str | None) -> None:
 
     console = make_console(stderr=True)
     if header:
-        console.print(Text(header))
-    console.print(Text(text, style="yellow"))
+        console.print(Text(header), soft_wrap=True)
+    console.print(Text(text, style="yellow"), soft_wrap=True)  # a log line: never wrapped
 
 
 def _stop_in_dap(frame: Any) -> bool:

@@ -17,6 +17,7 @@ from .pdb_display import MAX_DEPTH, container_items, is_module, is_tensor
 from .summary import TensorSummary, describe
 
 MAX_TENSORS = 500  # enough for any frame a person reads; a giant model is cut, and says so
+_COUNT_PAST_LIMIT = 10_000
 
 
 def _walk(name: str, value: Any, depth: int, grads: bool, modules: bool) -> Iterator[tuple[str, Any]]:
@@ -73,6 +74,8 @@ def reachable_tensors(local_vars: Mapping[str, Any], *, grads: bool = False, mod
                     found.append((tname, tensor))
                 else:
                     extra += 1
+                    if extra >= _COUNT_PAST_LIMIT:
+                        return found, extra  # a huge container: say "more", do not walk it all
         except Exception:
             continue  # an odd object in locals must not break the listing
     return found, extra

@@ -159,3 +159,13 @@ def test_set_trace_under_a_dap_client_stops_in_the_users_frame():
         dap.continue_()
         out = dap.wait_for_output("done 6.0", timeout=30)
         assert "trigger: loss is NaN" in out and PROMPT not in out
+
+
+@pytest.mark.timeout(30)
+def test_set_trace_with_header_off_a_terminal_keeps_the_report(capsys):
+    import tensor_dap
+
+    tensor_dap.set_trace(header="loss became NaN at step 12")  # pytest's stdin is not a terminal
+    err = capsys.readouterr().err
+    assert err.splitlines()[0] == "loss became NaN at step 12"
+    assert "test_pdb_session.py" in err and "skipped: stdin is not a terminal" in err
