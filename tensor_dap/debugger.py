@@ -18,24 +18,34 @@ from typing import Any
 
 from .attached import break_into_dap, dap_client_attached, interactive_terminal
 
-RAW_MARK = "!"
-_complete_expression = getattr(pdb.Pdb, "_complete_expression", pdb.Pdb.completedefault)  # `p! x` / `pp! x`: the full repr, as plain pdb prints it
+RAW_MARK = "!"  # `p! x` / `pp! x`: the full repr, as plain pdb prints it
+_complete_expression = getattr(pdb.Pdb, "_complete_expression", pdb.Pdb.completedefault)
 
 
 class _Shown:
-    """A ``display`` entry: the value, and for tensors the text it was shown as (compared on each stop)."""
+    """A ``display`` entry: the value and, for tensors, the summary it was shown as.
 
-    __slots__ = ("key", "value")
+    Tensors are compared by their summary text, so a tensor changed in place (the same
+    object) still counts as changed; other values keep pdb's own comparison.
+    """
 
-    def __init__(self, value: Any, key: Any) -> None:
+    __slots__ = ("key", "value", "view")
+
+    def __init__(self, value: Any, view: Any = None) -> None:
+        from .render_text import one_line
+
         self.value = value
-        self.key = key  # None for non-tensor values: pdb's own comparison applies
+        self.view = view  # a TensorView, or None for non-tensor values
+        self.key = None if view is None else \
+            tuple((k, v if isinstance(v, str) else one_line(v)) for k, v in view.rows)
 
-
-def _view_key(view: Any) -> Any:
-    from .render_text import one_line
-
-    return tuple((k, one_line(v) if not isinstance(v, str) else v) for k, v in view.rows)
+    def changed_from(self, old: _Shown) -> bool:
+        if self.key is not None or old.key is not None:
+            return self.key != old.key
+        try:
+            return self.value is not old.value and bool(self.value != old.value)
+        except Exception:  # e.g. numpy arrays: ambiguous truth value
+            return self.value is not old.value
 
 
 class TensorPdb(pdb.Pdb):
@@ -121,8 +131,7 @@ class TensorPdb(pdb.Pdb):
 
     # ------------------------------------------------------------------ display
     def _shown(self, value: Any) -> _Shown:
-        view = self._tensor_view(value)
-        return _Shown(value, (view, _view_key(view)) if view is not None else None)
+        return _Shown(value, self._tensor_view(value))
 
     def do_display(self, arg: str) -> None:
         """display [expression]
@@ -133,7 +142,7 @@ class TensorPdb(pdb.Pdb):
         if not arg:
             self.message("Currently displaying:")
             for expr, shown in self.displaying.get(self.curframe, {}).items():
-                self._display_line(f"{expr}: ", shown)
+                self._display_line(f"{expr}: ", shown if isinstance(shown, _Shown) else _Shown(shown))
             return
         shown = self._shown(self._getval_except(arg))
         self.displaying.setdefault(self.curframe, {})[arg] = shown
@@ -141,16 +150,14 @@ class TensorPdb(pdb.Pdb):
 
     complete_display = _complete_expression
 
-    def _display_line(self, prefix: str, shown: Any, old: Any = None) -> None:
+    def _display_line(self, prefix: str, shown: _Shown, old: _Shown | None = None) -> None:
         from rich.console import Group
         from rich.text import Text
 
         from .render_pdb import view as render_view
 
-        def part(s: Any) -> Any:
-            if isinstance(s, _Shown) and s.key is not None:
-                return render_view(s.key[0])
-            return Text(repr(s.value if isinstance(s, _Shown) else s))
+        def part(s: _Shown) -> Any:
+            return render_view(s.view) if s.view is not None else Text(repr(s.value))
 
         items = [Text(prefix), part(shown)]
         if old is not None:
@@ -166,15 +173,8 @@ class TensorPdb(pdb.Pdb):
             return
         for expr, old in list(displaying.items()):
             new = self._shown(self._getval_except(expr))
-            old_shown = old if isinstance(old, _Shown) else _Shown(old, None)
-            if new.key is not None or old_shown.key is not None:
-                changed = (new.key[1] if new.key else None) != (old_shown.key[1] if old_shown.key else None)
-            else:
-                try:
-                    changed = new.value is not old_shown.value and bool(new.value != old_shown.value)
-                except Exception:  # e.g. numpy arrays: ambiguous truth value
-                    changed = new.value is not old_shown.value
-            if changed:
+            old_shown = old if isinstance(old, _Shown) else _Shown(old)
+            if new.changed_from(old_shown):
                 displaying[expr] = new
                 self._display_line(f"display {expr}: ", new, old_shown)
 
