@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from typing import Any, Collection, Optional, Type
+from collections.abc import Collection
+from typing import Any, Optional, Type
 
 from . import attached
+from ._trigger_dist import current_rank, may_stop
 from .errors import TriggerError
 from .report import Report, emit, to_text
 
@@ -22,25 +24,6 @@ def check_mode(on: str) -> str:
     if on not in MODES:
         raise ValueError(f"on={on!r}: expected one of {', '.join(map(repr, MODES))}")
     return on
-
-
-def current_rank() -> Optional[int]:
-    """This process's rank under torch.distributed, None outside it."""
-    try:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            return int(dist.get_rank())
-    except Exception:
-        pass
-    return None
-
-
-def may_stop(rank: Optional[int], ranks: Optional[Collection[int]]) -> bool:
-    """``ranks=None`` lets rank 0 stop (one debugger per job), and any non-distributed process."""
-    if rank is None:
-        return True
-    return rank in (ranks if ranks is not None else (0,))
 
 
 def dispatch(report: Report, *, on: str, error: Type[TriggerError], ranks: Optional[Collection[int]] = None,
@@ -78,9 +61,7 @@ def stop_in_debugger(report: Report, *, how: str, module: Any = None, inputs: An
     grad_input, grad_output = extra.get("grad_input"), extra.get("grad_output")  # noqa: F841
     loss = extra.get("loss")  # noqa: F841
     if how == "dap":
-        import debugpy
-
-        debugpy.breakpoint()
+        sys.modules["debugpy"].breakpoint()  # attached.dap_client_attached() saw debugpy imported
     else:
         _open_pdb(sys._getframe(), report)
     return None  # the debugger stops on this line, with the culprit in this frame's locals

@@ -15,7 +15,8 @@ from typing import Any, Callable, Collection, Dict, Optional, Tuple, Union
 
 import torch
 
-from ._trigger_stop import check_mode, current_rank, dispatch
+from ._trigger_dist import current_rank, unwrap
+from ._trigger_stop import check_mode, dispatch
 from .errors import NonFiniteError
 from .incident import Bundle, read_bundle, restore_rng
 from .localize import StopRerun, any_nonfinite, localize_rerun, nonfinite_parameters
@@ -34,7 +35,7 @@ def _to_device(obj: Any, device: torch.device) -> Any:
 
 def _restore(bundle: Bundle, model: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer]) -> None:
     if bundle.model_state is not None:
-        model.load_state_dict(bundle.model_state)
+        unwrap(model).load_state_dict(bundle.model_state)
     if optimizer is not None and bundle.optimizer_state is not None:
         optimizer.load_state_dict(bundle.optimizer_state)
     if bundle.rng is not None:
@@ -67,11 +68,11 @@ def replay(bundle: Union[str, Bundle], model: torch.nn.Module, step_fn: Callable
 
     try:
         reset()
-        finding = nonfinite_parameters(model)
+        finding = nonfinite_parameters(unwrap(model))
         if finding is None:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                finding = localize_rerun(model, run, input_bad=any_nonfinite((args, kwargs)), reset=reset)
+                finding = localize_rerun(unwrap(model), run, input_bad=any_nonfinite((args, kwargs)), reset=reset)
         anomaly = _anomaly_trace(run, reset) if finding is not None and finding.phase == "backward" else None
     finally:
         guard.remove()

@@ -13,7 +13,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Collection, Dict, Optional, Tuple
 
-from ._trigger_stop import check_mode, current_rank, dispatch
+from ._trigger_dist import current_rank
+from ._trigger_stop import check_mode, dispatch
 from .errors import LossThresholdError, NonFiniteError
 from .report import Report
 

@@ -28,7 +28,8 @@ from typing import Any, Callable, Collection, Dict, List, Optional, Tuple, Union
 import torch
 
 from ._trigger_sentinel import Sentinel
-from ._trigger_stop import check_mode, current_rank, dispatch
+from ._trigger_dist import current_rank, no_collectives, unwrap
+from ._trigger_stop import check_mode, dispatch
 from .errors import NonFiniteError, TriggerError
 from .incident import capture_rng, restore_rng, write_bundle
 from .localize import (Finding, any_nonfinite, localize_rerun, nonfinite, nonfinite_gradients,
@@ -107,13 +108,14 @@ class watch:  # noqa: N801 - used like a function: `with tensor_dap.watch(model)
         if not isinstance(every, int) or every < 1:
             raise ValueError(f"every={every!r}: expected a positive integer")
         self.model, self.optimizer = model, optimizer
+        self._inner = unwrap(model)  # hooks, names and saved state use the module inside DDP
         self.on, self.every, self.capture, self.ranks = on, every, capture, ranks
         self.step_count = 0  # index of the next step; set it when resuming a run
         self.reports: List[Report] = []
         self.suppressed = 0  # firings not reported again while the model stayed non-finite
         self._sentinel = Sentinel(every)
-        self._params = [p for p in model.parameters() if p.requires_grad]
-        self._buffers = _Buffers(model)
+        self._params = [p for p in self._inner.parameters() if p.requires_grad]
+        self._buffers = _Buffers(self._inner)
         self._ctx: Optional[_StepContext] = None
         self._rerunning = False
         self._latched = False
@@ -217,7 +219,7 @@ class watch:  # noqa: N801 - used like a function: `with tensor_dap.watch(model)
         loss_step, loss = self._last_loss
         loss_bad = loss is not None and loss_step >= first and nonfinite(loss)
         can_rerun = ctx is not None and ctx.index == index
-        finding = nonfinite_parameters(self.model)
+        finding = nonfinite_parameters(self._inner)
         step = index
         if finding is not None:
             step = index - 1 if self.every == 1 else first
@@ -226,9 +228,9 @@ class watch:  # noqa: N801 - used like a function: `with tensor_dap.watch(model)
         elif grads_bad or (loss_bad and loss_step == index):
             finding = self._rerun(ctx) if can_rerun else None  # type: ignore[arg-type]
             if finding is None and grads_bad:
-                finding = nonfinite_gradients(self.model)
+                finding = nonfinite_gradients(self._inner)
                 if finding is not None and can_rerun:
-                    finding.note = "the re-run did not reproduce it (a nondeterministic step?); " + finding.note
+                    finding.note = (_NOT_LOCAL if current_rank() is not None else _NOT_REPRODUCED) + finding.note
         elif not loss_bad:
             return None, {}  # the sum of norms overflowed, but every value is finite: no alarm
         if finding is None:
@@ -262,8 +264,9 @@ class watch:  # noqa: N801 - used like a function: `with tensor_dap.watch(model)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # e.g. "full backward hook is firing..." on the first layer
-                return localize_rerun(self.model, lambda: ctx.fn(*ctx.args, **ctx.kwargs),
-                                      input_bad=input_bad, reset=reset)
+                with no_collectives(self.model):  # each rank re-runs alone
+                    return localize_rerun(self._inner, lambda: ctx.fn(*ctx.args, **ctx.kwargs),
+                                          input_bad=input_bad, reset=reset)
         finally:
             self._rerunning = False
             for p, g in saved_grads:
@@ -273,7 +276,7 @@ class watch:  # noqa: N801 - used like a function: `with tensor_dap.watch(model)
 
     def _write_bundle(self, report: Report, ctx: _StepContext) -> None:
         try:
-            state = self.model.state_dict()
+            state = self._inner.state_dict()
             for name, value in zip(self._buffers.names, ctx.buffers):
                 if name in state:
                     state[name] = value  # the buffers as they were before the step's forward
@@ -285,6 +288,11 @@ class watch:  # noqa: N801 - used like a function: `with tensor_dap.watch(model)
                          rng=ctx.rng, root=self.capture if isinstance(self.capture, str) else None)
         except Exception as exc:  # a full disk must not hide the report itself
             report.notes.append(f"could not write the incident bundle: {type(exc).__name__}: {exc}")
+
+
+_NOT_LOCAL = ("this rank's own step is finite when re-run alone: the non-finite gradient arrived through "
+              "the all-reduce from another rank (see its report); ")
+_NOT_REPRODUCED = "the re-run did not reproduce it (a nondeterministic step?); "
 
 
 def _headline(f: Finding) -> str:
