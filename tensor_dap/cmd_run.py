@@ -14,15 +14,17 @@ import sys
 
 
 class ScriptNotFound(Exception):
-    """The script to run does not exist; reported as one line, exit code 2."""
+    """The script to run is missing or does not exist; reported as one line, exit code 2."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("script", help="the Python script to run")
+    parser.add_argument("script", nargs="?", help="the Python script to run")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
 
 
-def check_script(path: str) -> str:
+def check_script(path: str | None) -> str:
+    if not path:
+        raise ScriptNotFound("missing script (usage: tensor-dap run script.py [args ...])")
     if not os.path.isfile(path):
         raise ScriptNotFound(f"no such script: {path}")
     return os.path.abspath(path)

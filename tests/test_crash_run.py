@@ -70,6 +70,9 @@ def test_install_post_mortem_reports_broadcast_errors():
 def test_run_usage_errors_and_exit_codes(tmp_path):
     r = _run("-m", "tensor_dap", "run", str(tmp_path / "missing.py"))
     assert r.returncode == 2 and r.stderr.strip() == f"tensor-dap: error: no such script: {tmp_path / 'missing.py'}"
+    r = _run("-m", "tensor_dap", "run")
+    assert r.returncode == 2 and r.stderr.startswith("tensor-dap: error: missing script")
+    assert len(r.stderr.strip().splitlines()) == 1
     script = tmp_path / "exits.py"
     script.write_text("import sys\nprint(__name__)\nsys.exit(3)\n")
     r = _run("-m", "tensor_dap", "run", str(script))
