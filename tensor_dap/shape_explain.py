@@ -278,16 +278,17 @@ def _arith(op: ast.operator, a: Any, b: Any) -> Any:
 
 # ----------------------------------------------------------------------------- source and positions
 
-_TREES: dict[str, ast.Module | None] = {}
+_TREES: dict[tuple[str, int], ast.Module | None] = {}  # keyed by the source too: files change
 
 
 def _tree(filename: str, source: str) -> ast.Module | None:
-    if filename not in _TREES:
+    key = (filename, hash(source))
+    if key not in _TREES:
         try:
-            _TREES[filename] = ast.parse(source)
+            _TREES[key] = ast.parse(source)
         except (SyntaxError, ValueError):
-            _TREES[filename] = None
-    return _TREES[filename]
+            _TREES[key] = None
+    return _TREES[key]
 
 
 def _statement(tree: ast.Module, lineno: int) -> ast.stmt | None:
