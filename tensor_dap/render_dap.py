@@ -13,11 +13,13 @@ torch is loaded, and finds torch's classes in ``sys.modules``.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import os
 import sys
 import time
 import warnings
+from collections.abc import Iterator
 from typing import Any, Callable, Union
 
 from . import module_summary as _ms
@@ -139,6 +141,36 @@ class Pacer:
 
     def spend(self, seconds: float) -> None:
         self._spent.append((self._clock(), seconds))
+
+    @contextlib.contextmanager
+    def paced(self) -> Iterator[Budget]:
+        """One render: its budget, computed on the calling thread only, and charged to the burst."""
+        start = self._clock()
+        try:
+            with single_threaded():
+                yield self.budget()
+        finally:
+            self.spend(self._clock() - start)
+
+
+@contextlib.contextmanager
+def single_threaded() -> Iterator[None]:
+    """Run torch ops on the calling thread alone, then restore the thread count.
+
+    Summaries are memory-bound, so intra-op threads buy little, and on a busy machine (DataLoader
+    workers keep running while the program sits at a breakpoint) one descheduled worker stalls every
+    parallel op for a scheduler slice: tens of ms per op. Costs well under a microsecond.
+    """
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch is not None else 1
+    if threads <= 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def debugger_pacer() -> Pacer:

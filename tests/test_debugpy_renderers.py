@@ -139,11 +139,14 @@ def test_tensor_children_are_ordered_and_watchable(zoo):
     # stats: the summary's numbers, each one watchable
     stats = kids["stats"]
     assert re.match(r"x∈\[\S+, \S+\] μ=\S+ σ=\S+ NaN=0 \+Inf=0 -Inf=0 exact$", stats["value"])
-    assert zoo.watch(stats["evaluateName"]) == stats["value"]
+    assert zoo.watch(stats["evaluateName"]).split()[0] == stats["value"].split()[0]  # the exact range
     numbers = zoo.children(stats)
     assert list(numbers)[:4] == ["min", "max", "mean", "std"]
-    for name in ("min", "max", "mean", "std", "NaN count", "sampled"):
+    for name in ("min", "max", "NaN count", "sampled"):
         assert zoo.watch(numbers[name]["evaluateName"]) == numbers[name]["value"], name
+    for name in ("mean", "std"):  # recomputed by Watch with torch's threads: the last bits may differ
+        assert float(zoo.watch(numbers[name]["evaluateName"])) == pytest.approx(float(numbers[name]["value"]),
+                                                                               rel=1e-5), name
     assert float(numbers["min"]["value"]) < float(numbers["mean"]["value"]) < float(numbers["max"]["value"])
 
     # grad: its own summary, expandable, watchable
@@ -408,3 +411,18 @@ def test_batch_line_leaves_containers_without_tensors_to_pydevd():
     assert render_dap.batch_line((torch.ones(2),)) == "(tensor[2],)"
     many = {str(i): torch.ones(1) for i in range(20)}
     assert render_dap.batch_line(many).endswith("… 12 more}")
+
+
+def test_launch_configs_point_at_files_that_exist():
+    import json
+
+    configs = json.loads((HERE.parent / ".vscode" / "launch.json").read_text())["configurations"]
+    assert configs and all(c["type"] == "debugpy" and c["request"] == "launch" for c in configs)
+    for c in configs:
+        if "program" in c and "${file}" not in c["program"]:
+            assert Path(c["program"].replace("${workspaceFolder}", str(HERE.parent))).is_file(), c["name"]
+        if "module" in c:
+            assert (HERE.parent / c["module"] / "__main__.py").is_file(), c["name"]
+    tour = next(c for c in configs if c.get("program", "").endswith(ZOO_SCRIPT.name) and "env" not in c)
+    assert marker_line(ZOO_SCRIPT, "BP-loop")  # the line docs/vscode.md tells users to break on
+    assert tour["python"].endswith(".venv/bin/python")

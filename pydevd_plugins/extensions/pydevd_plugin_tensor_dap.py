@@ -14,7 +14,6 @@ plain rendering back.
 """
 
 import os
-import time
 
 from _pydevd_bundle.pydevd_extension_api import StrPresentationProvider, TypeResolveProvider
 
@@ -59,14 +58,12 @@ def _can_provide(type_object, want_children):
 
 
 def _paced(fn):
-    """Run fn(budget) with the pacer's budget and charge the time it took."""
+    """Run fn(budget) within the pacer's budget (see render_dap.Pacer)."""
     pacer = _state.get("pacer")
-    start = time.perf_counter()
-    try:
-        return fn(pacer.budget() if pacer is not None else None)
-    finally:
-        if pacer is not None:
-            pacer.spend(time.perf_counter() - start)
+    if pacer is None:
+        return fn(None)
+    with pacer.paced() as budget:
+        return fn(budget)
 
 
 class TensorDapStrProvider(StrPresentationProvider):
