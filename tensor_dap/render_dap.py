@@ -197,8 +197,8 @@ def value_text(obj: Any, kind: str, context: str | None = None, budget: Budget |
         return obj.text
     if kind == "stats":
         return stats_line(obj)
-    if kind == "batch":
-        return batch_line(obj)
+    if kind == "batch":  # Copy Value and the console keep pydevd's full container repr
+        return None if context in ("clipboard", "repl") else batch_line(obj)
     if context == "clipboard":
         return repr(obj)
     line = summary_line(obj, kind, budget)
@@ -436,20 +436,22 @@ def preview(x: Any, index: tuple[int, ...]) -> Any:
     import torch
 
     with torch.no_grad():
-        data = x.detach()
-        if type(data) not in (torch.Tensor, torch.nn.Parameter):
+        data = x
+        if type(data) not in (torch.Tensor, torch.nn.Parameter):  # a subclass's overrides must not run
             with torch._C.DisableTorchFunctionSubclass():
                 data = data.as_subclass(torch.Tensor)
+        data = data.detach()
         block = data[tuple(slice(0, n) for n in index)] if index else data
         if block.is_quantized:
             block = block.dequantize()
+        block = block.cpu()  # the block only (one small transfer), converted where float64 always exists
         if block.is_complex():
             block = block.to(torch.complex128)
         elif block.dtype.is_floating_point:
             block = block.to(torch.float64)
         elif block.dtype != torch.bool:
             block = block.to(torch.int64)  # tolist() does not know every small or unsigned int type
-        values = block.cpu().tolist()
+        values = block.tolist()
     shown = "×".join(str(n) for n in index)
     whole = "×".join(str(n) for n in x.shape)
     label = f"first {shown} of {whole}: " if index and tuple(index) != tuple(x.shape) else ""

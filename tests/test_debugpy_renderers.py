@@ -426,3 +426,16 @@ def test_launch_configs_point_at_files_that_exist():
     tour = next(c for c in configs if c.get("program", "").endswith(ZOO_SCRIPT.name) and "env" not in c)
     assert marker_line(ZOO_SCRIPT, "BP-loop")  # the line docs/vscode.md tells users to break on
     assert tour["python"].endswith(".venv/bin/python")
+
+
+def test_meta_device_model_renders_without_reading_data():
+    """The device path without a GPU: nothing here may touch tensor data (meta tensors have none)."""
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4, device="meta"), torch.nn.LayerNorm(4, device="meta"))
+    assert render_dap.value_text(model, "module") == "Sequential(2) 28 params f32 meta train"
+    weight = {name: value for name, value, _ in render_dap.children(model[0], "module")}["weight"]
+    kids = {name: value for name, value, _ in render_dap.children(weight, "tensor")}
+    assert "values" not in kids and render_dap.value_text(kids["stats"], "stats") == "no values (meta)"
+    opt = torch.optim.Adam(model.parameters(), lr=0.1, capturable=True)
+    opt.state[model[0].weight] = {"step": torch.zeros((), device="meta"), "exp_avg": torch.empty(4, 4, device="meta")}
+    s = module_summary.describe_optimizer(opt)
+    assert s.step is None and s.state_tensors == 2  # a device-side step is not read back (no sync)
