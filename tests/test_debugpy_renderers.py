@@ -411,6 +411,9 @@ def test_batch_line_leaves_containers_without_tensors_to_pydevd():
     assert render_dap.batch_line((torch.ones(2),)) == "(tensor[2],)"
     many = {str(i): torch.ones(1) for i in range(20)}
     assert render_dap.batch_line(many).endswith("… 12 more}")
+    batch = {"x": torch.ones(2)}
+    assert render_dap.value_text(batch, "batch", "hover") == "{'x': tensor[2]}"
+    assert render_dap.value_text(batch, "batch", "clipboard") is None  # Copy Value: pydevd's full repr
 
 
 def test_launch_configs_point_at_files_that_exist():
