@@ -154,9 +154,12 @@ def cpu_stats(x: torch.Tensor, budget: Budget) -> Stats:
     sampled = exact_cap is not None and numel > exact_cap
     scan_all = not sampled or scan_cap is None or numel <= scan_cap
     every = max(1, math.ceil(numel / exact_cap)) if sampled else 1
+    chunk_size = budget.chunk_elements
+    if sampled:  # small enough chunks that the sample spreads over at least 16 places
+        chunk_size = max(256, min(chunk_size, exact_cap // 16))
     ws = _Workspace(work_dtype(x.dtype), budget.chunk_elements)
 
-    chunks = list(_iter_chunks(x, budget.chunk_elements))
+    chunks = list(_iter_chunks(x, chunk_size))
     taken = chunks[::every]
     # Moments first (spread over the whole tensor), then the range-only scan of the rest,
     # so running out of time costs exactness of the range, never the spread of the sample.

@@ -204,9 +204,13 @@ def _describe(x: Any, budget: Budget, want_grad: bool) -> TensorSummary:
 
     if x.is_quantized:
         notes.append(f"quantized {str(x.qscheme()).replace('torch.', '')}")
-        with torch.no_grad():
-            data = x.dequantize()
-        return _with_stats(data, base, notes, budget, stats_of="dequantized")
+        from ._stats import sample_view
+
+        cap = budget.exact_elements
+        sampled = cap is not None and numel > cap
+        with torch.no_grad():  # dequantizing copies: copy only the sample
+            data = (sample_view(x, cap) if sampled else x).dequantize()
+        return _with_stats(data, base, notes, budget, stats_of="dequantized", presampled=sampled)
 
     data = x
     if type(x) not in (torch.Tensor, torch.nn.Parameter):
@@ -226,7 +230,9 @@ def _plain_view(x: Any) -> Any:
         return x
 
 
-def _with_stats(data: Any, base: Dict[str, Any], notes: list, budget: Budget, stats_of: str) -> TensorSummary:
+def _with_stats(data: Any, base: Dict[str, Any], notes: list, budget: Budget, stats_of: str,
+                presampled: bool = False) -> TensorSummary:
+    """Attach stats of ``data``; ``presampled`` says ``data`` is already a sample of the tensor."""
     import torch
 
     from . import _stats
@@ -247,9 +253,9 @@ def _with_stats(data: Any, base: Dict[str, Any], notes: list, budget: Budget, st
         min=stats.min, max=stats.max, mean=stats.mean, std=stats.std,
         nan=stats.nan, pos_inf=stats.pos_inf, neg_inf=stats.neg_inf,
         has_nan=stats.has_nan, has_pos_inf=stats.has_pos_inf, has_neg_inf=stats.has_neg_inf,
-        all_zero=_all_zero(stats),
-        stats_of=stats_of, stats_count=stats.count, sampled=stats.sampled,
-        range_exact=stats.range_exact,
+        all_zero=None if presampled else _all_zero(stats),
+        stats_of=stats_of, stats_count=stats.count, sampled=stats.sampled or presampled,
+        range_exact=stats.range_exact and not presampled,
         values=values, notes=tuple(notes),
     )
 
@@ -316,9 +322,15 @@ def _describe_nested(x: Any, base: Dict[str, Any], notes: list, budget: Budget) 
     base["numel"] = int(numel)
     base["nbytes"] = int(numel * x.element_size())
     base["is_contiguous"] = False
+    cap = budget.exact_elements
+    sampled = cap is not None and numel > cap
+    if sampled:  # concatenating copies: copy evenly spaced components up to the budget
+        step = max(1, math.ceil(numel / cap))
+        parts = parts[::step]
     with torch.no_grad():
         flat = torch.cat([p.detach().reshape(-1) for p in parts]) if parts else torch.empty(0, dtype=x.dtype)
-    summary = _with_stats(flat, base, notes, budget, stats_of="magnitude" if x.is_complex() else "values")
+    summary = _with_stats(flat, base, notes, budget, stats_of="magnitude" if x.is_complex() else "values",
+                          presampled=sampled)
     return dataclasses.replace(summary, values=None)
 
 

@@ -123,3 +123,19 @@ def test_time_cap_turns_into_a_sample():
     s = describe(x, budget=Budget(exact_elements=None, scan_elements=None, chunk_elements=10, max_ms=0))
     assert s.sampled and not s.range_exact and 0 < s.stats_count < 10_000
     assert "μ≈" in str(s) and "x≈[" in str(s)
+
+
+def test_small_exact_budget_still_spreads_the_sample():
+    """The sample covers the whole tensor, not just its first chunk."""
+    x = torch.cat([torch.zeros(50_000), torch.ones(50_000)])
+    s = describe(x, budget=Budget(exact_elements=2000, scan_elements=None, max_ms=None))
+    assert s.sampled and s.stats_count <= 2000 * 2 and 0.3 < s.mean < 0.7
+
+
+def test_quantized_and_nested_copy_only_the_sample():
+    q = torch.quantize_per_tensor(torch.linspace(-1, 1, 100_000), 0.01, 0, torch.qint8)
+    s = describe(q, budget=Budget(exact_elements=1000, max_ms=None))
+    assert s.sampled and s.stats_count <= 1000 and "x≈[" in str(s)
+    nested = torch.nested.nested_tensor([torch.ones(100) * i for i in range(100)])
+    s = describe(nested, budget=Budget(exact_elements=1000, max_ms=None))
+    assert s.sampled and s.stats_count <= 1000 and s.numel == 10_000
