@@ -1,60 +1,84 @@
 """The per-step sentinel of ``watch``: is anything non-finite? Answered on the device, read rarely.
 
-Why it is cheap: one fused ``_foreach_norm`` over all gradients (plus an ``isfinite`` on the
-loss) gives one 0-dim flag per device. NaN and Inf survive a sum of norms, so the flag is
-exact up to overflow of the sum itself, which ``watch`` rules out by an exact re-check when
-the flag fires.
+Why it is cheap: one fused ``_foreach_norm`` launch per device and dtype covers every
+gradient; the loss is kept as it is. NaN and Inf survive a norm and a sum, so one sum of
+everything observed since the last read is non-finite exactly when something was (or when
+the sum overflowed, which ``watch`` rules out by an exact re-check when the sentinel fires).
 
-Why there is no host sync between reads: ``observe`` only launches device kernels. Flags are
-OR-ed into ``_bad`` with ``torch.logical_or`` and the first failing step is kept on the device
-with ``torch.where``; nothing calls ``.item()``/``bool()`` except ``read``, which ``watch``
-calls once every ``every`` checks. On CUDA with ``every > 1`` the host therefore runs ahead of
-the GPU exactly as it would without the sentinel. ``reads`` counts the host reads.
+Why there is no host sync between reads: ``observe`` only launches kernels and keeps the
+resulting 0-dim device tensors in a list. Nothing calls ``.item()`` or ``bool()`` on a
+device tensor except ``read``, which ``watch`` calls once every ``every`` checks: one
+``stack().sum().item()``. On CUDA with ``every > 1`` the host therefore runs ahead of the GPU
+exactly as it would without the sentinel. Only when the read finds a non-finite value are
+the kept per-step values read one by one, to name the first failing step. ``reads`` counts
+the host reads.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+COMPACT_AT = 256  # kept 0-dim values before per-step values are summed (bounds memory for large `every`)
 
-def nonfinite_flag(tensors: Sequence[torch.Tensor]) -> Optional[torch.Tensor]:
-    """A 0-dim bool tensor (on the first tensor's device): True if any element is NaN/Inf. No sync."""
+
+def group(tensors: Sequence[torch.Tensor]) -> List[List[torch.Tensor]]:
+    """Floating/complex tensors grouped by (device, dtype): one fused norm launch per group."""
     groups: Dict[Tuple[torch.device, torch.dtype], List[torch.Tensor]] = {}
     for t in tensors:
         if t.is_floating_point() or t.is_complex():
             groups.setdefault((t.device, t.dtype), []).append(t)
-    flag: Optional[torch.Tensor] = None
-    for group in groups.values():
-        with torch.no_grad():
-            total = torch.stack(torch._foreach_norm(group, 2, dtype=torch.float32)).sum()
-            bad = torch.logical_not(torch.isfinite(total))
-        flag = bad if flag is None else torch.logical_or(flag, bad.to(flag.device, non_blocking=True))
-    return flag
+    return list(groups.values())
+
+
+def norms(groups: Sequence[Sequence[torch.Tensor]]) -> List[torch.Tensor]:
+    """0-dim float32 norms of already grouped tensors (see ``group``). Kernel launches only."""
+    out: List[torch.Tensor] = []
+    with torch.no_grad():
+        for g in groups:
+            if not g:
+                continue
+            if g[0].dtype == torch.float32:
+                out.extend(torch._foreach_norm(g))
+            else:  # half/bf16 norms overflow early: accumulate in float32
+                out.extend(torch._foreach_norm(g, 2, dtype=torch.float32))
+    return out
 
 
 class Sentinel:
-    """Accumulates on-device non-finite flags; ``read`` is the only host synchronization."""
+    """Keeps on-device values since the last read; ``read`` is the only host synchronization."""
 
     def __init__(self, every: int = 1) -> None:
         self.every = every
         self.reads = 0  # host reads so far: what the tests count
         self._checks = 0
-        self._bad: Optional[torch.Tensor] = None
-        self._first: Optional[torch.Tensor] = None  # first failing step, kept on the device
+        self._pending: List[Tuple[int, List[torch.Tensor]]] = []  # (step, 0-dim device tensors)
+        self._count = 0
 
-    def observe(self, tensors: Sequence[torch.Tensor], step: int) -> None:
-        """Fold ``tensors`` of ``step`` into the flag. Device kernels only."""
-        flag = nonfinite_flag(tensors)
-        if flag is None:
+    def observe(self, groups: Sequence[Sequence[torch.Tensor]], step: int) -> None:
+        """Fold the norms of grouped tensors (gradients, see ``group``) of ``step`` in. Kernel launches only."""
+        self._keep(step, norms(groups))
+
+    def observe_value(self, value: torch.Tensor, step: int) -> None:
+        """Fold a scalar (the loss) in as it is."""
+        if value.dtype == torch.float32 and value.dim() == 0:
+            self._keep(step, [value.detach()])
+        elif value.is_floating_point() or value.is_complex():
+            self._keep(step, [value.detach().reshape(()).abs().float()])  # |x| is non-finite iff x is
+
+    def _keep(self, step: int, values: List[torch.Tensor]) -> None:
+        if not values:
             return
-        if self._bad is None:
-            self._bad, self._first = flag, torch.where(flag, step, -1)
-            return
-        flag = flag.to(self._bad.device, non_blocking=True)
-        self._first = torch.where(torch.logical_and(flag, torch.logical_not(self._bad)), step, self._first)
-        self._bad = torch.logical_or(self._bad, flag)
+        device = self._pending[0][1][0].device if self._pending else values[0].device
+        if any(v.device != device for v in values):  # model parallel: gather onto one device, no sync
+            values = [v.to(device, non_blocking=True) for v in values]
+        self._pending.append((step, values))
+        self._count += len(values)
+        if self._count > COMPACT_AT:
+            self._pending = [(s, [torch.stack(v).sum()] if len(v) > 1 else v) for s, v in self._pending]
+            self._count = len(self._pending)
 
     def due(self) -> bool:
         """Count one check; True on every ``every``-th."""
@@ -62,12 +86,16 @@ class Sentinel:
         return self._checks % self.every == 0
 
     def read(self) -> Optional[int]:
-        """The first step whose tensors were non-finite since the last read, else None; then reset."""
-        if self._bad is None:
+        """The first step with a non-finite value since the last read, else None; then reset."""
+        if not self._pending:
             return None
-        bad, first = self._bad, self._first
-        self._bad = self._first = None
+        pending, self._pending, self._count = self._pending, [], 0
+        flat = [t for _, values in pending for t in values]
         self.reads += 1
-        if not bool(bad.item()):  # the one host read per `every` checks
+        total = flat[0] if len(flat) == 1 else torch.stack(flat).sum()
+        if math.isfinite(total.item()):  # the one host read per `every` checks
             return None
-        return int(first.item())  # a second read only when something fired
+        for step, values in pending:  # fired: find the first failing step (reads only now)
+            if not all(math.isfinite(v.item()) for v in values):
+                return step
+        return pending[-1][0]  # only the sum overflowed; watch's exact re-check decides

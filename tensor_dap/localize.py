@@ -179,8 +179,10 @@ class _Hooks:
                 note = "the gradient arriving at its output is already non-finite (from code outside any module)"
             else:
                 note = "its backward turned a finite output gradient into a non-finite input gradient"
+            args, _, output = self.last.get(id(mod), (None, None, None))
             rows = _rows("grad_output", grad_output, "grad_output") + \
-                _rows("grad_input", grad_input, "grad_input") + _param_rows(mod)
+                _rows("grad_input", grad_input, "grad_input") + _rows("forward inputs", args, "args") + \
+                _rows("forward output", output, "output") + _param_rows(mod)
             raise _Found(Finding("backward", path, type(mod).__name__, note, rows,
                                  self._culprit(mod, grad_input=grad_input, grad_output=grad_output)))
         return hook

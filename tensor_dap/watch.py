@@ -27,11 +27,11 @@ from typing import Any, Callable, Collection, Dict, List, Optional, Tuple, Union
 
 import torch
 
-from ._trigger_sentinel import Sentinel
+from ._trigger_sentinel import Sentinel, group
 from ._trigger_dist import current_rank, no_collectives, unwrap
 from ._trigger_stop import check_mode, dispatch
 from .errors import NonFiniteError, TriggerError
-from .incident import capture_rng, restore_rng, write_bundle
+from .incident import capture_rng, host_rngs_used, restore_rng, write_bundle
 from .localize import (Finding, any_nonfinite, localize_rerun, nonfinite, nonfinite_gradients,
                        nonfinite_parameters)
 from .report import Report
@@ -51,6 +51,7 @@ class _StepContext:
     rng: Dict[str, Any]
     buffers: List[torch.Tensor]
     checked: bool = False
+    optimizer: Optional[torch.optim.Optimizer] = None  # the one that stepped (found by the global hook)
 
 
 class _Buffers:
@@ -115,15 +116,30 @@ class watch:  # noqa: N801 - used like a function: `with tensor_dap.watch(model)
         self.suppressed = 0  # firings not reported again while the model stayed non-finite
         self._sentinel = Sentinel(every)
         self._params = [p for p in self._inner.parameters() if p.requires_grad]
+        self._groups = group(self._params)  # by (device, dtype), once: gradients share their parameter's
         self._buffers = _Buffers(self._inner)
         self._ctx: Optional[_StepContext] = None
         self._rerunning = False
         self._latched = False
+        # Python's and numpy's RNG states are slow to copy; a step that does not draw from them
+        # leaves them as they were at its start, so reading them when a trigger fires is enough.
+        self._host_rngs = {"python": True, "numpy": True}
+        self._probe_rngs = True
+        # A step that updates parameters outside torch.optim gets no pre-update check, so the
+        # parameters are copied at each step start instead (known after the first step).
+        self._param_store: Optional[List[torch.Tensor]] = None
+        self._probe_params = True
         self._last_loss: Tuple[int, Optional[torch.Tensor]] = (-1, None)
         self._handles: List[Any] = []
         if optimizer is not None:
             self._handles.append(optimizer.register_step_pre_hook(self._before_update))
             self._handles.append(optimizer.register_step_post_hook(self._after_update))
+        else:  # no optimizer given: check before whichever optimizer steps
+            from torch.optim.optimizer import (register_optimizer_step_post_hook,
+                                               register_optimizer_step_pre_hook)
+
+            self._handles.append(register_optimizer_step_pre_hook(self._before_update))
+            self._handles.append(register_optimizer_step_post_hook(self._after_update))
 
     @property
     def reads(self) -> int:
@@ -149,16 +165,26 @@ class watch:  # noqa: N801 - used like a function: `with tensor_dap.watch(model)
 
     def step(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run ``fn(*args, **kwargs)`` as training step ``self.step_count`` under the sentinel."""
-        ctx = _StepContext(self.step_count, fn, args, kwargs, capture_rng(), self._buffers.save())
+        ctx = _StepContext(self.step_count, fn, args, kwargs, capture_rng(**self._host_rngs),
+                           self._buffers.save())
+        if self._param_store is not None:
+            with torch.no_grad():
+                torch._foreach_copy_(self._param_store, self._params)
         self._ctx = ctx
         try:
             result = fn(*args, **kwargs)
+            if self._probe_rngs:  # the first step shows which host RNGs the step itself draws from
+                self._probe_rngs = False
+                self._host_rngs = host_rngs_used(ctx.rng)
             loss = _loss_of(result)
             self._last_loss = (ctx.index, loss)
             if loss is not None:
-                self._guard(self._sentinel.observe, [loss], ctx.index)
-            if not ctx.checked:  # no optimizer step inside fn: check now
+                self._guard(self._sentinel.observe_value, loss, ctx.index)
+            if not ctx.checked:  # no torch.optim step inside fn: check now
+                if self._param_store is None and self._probe_params:
+                    self._param_store = [p.detach().clone() for p in self._params]  # from the next step on
                 self._check(ctx.index, ctx)
+            self._probe_params = False
             return result
         finally:
             self._ctx = None
@@ -173,6 +199,7 @@ class watch:  # noqa: N801 - used like a function: `with tensor_dap.watch(model)
         ctx = self._ctx
         if ctx is not None:
             ctx.checked = True
+            ctx.optimizer = optimizer
         self._check(ctx.index if ctx else self.step_count, ctx)
 
     def _after_update(self, optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -190,7 +217,7 @@ class watch:  # noqa: N801 - used like a function: `with tensor_dap.watch(model)
             log.warning("tensor_dap.watch: internal error, check skipped: %s: %s", type(exc).__name__, exc)
 
     def _check(self, index: int, ctx: Optional[_StepContext]) -> None:
-        grads = [p.grad for p in self._params if p.grad is not None and p.grad.layout == torch.strided]
+        grads = [[p.grad for p in g if p.grad is not None and not p.grad.is_sparse] for g in self._groups]
         self._guard(self._sentinel.observe, grads, index)
         if self._sentinel.due():
             self._guard(self._read_and_fire, index, ctx)
@@ -219,7 +246,8 @@ class watch:  # noqa: N801 - used like a function: `with tensor_dap.watch(model)
         loss_step, loss = self._last_loss
         loss_bad = loss is not None and loss_step >= first and nonfinite(loss)
         can_rerun = ctx is not None and ctx.index == index
-        finding = nonfinite_parameters(self._inner)
+        pre_update = ctx is None or ctx.checked  # else the step's own update already ran
+        finding = nonfinite_parameters(self._inner) if pre_update else None
         step = index
         if finding is not None:
             step = index - 1 if self.every == 1 else first
@@ -251,12 +279,19 @@ class watch:  # noqa: N801 - used like a function: `with tensor_dap.watch(model)
     def _rerun(self, ctx: _StepContext) -> Optional[Finding]:
         """Run the step again from its captured state with hooks everywhere, then put everything back."""
         saved_rng, saved_buffers = capture_rng(), self._buffers.clone()
+        start_rng = {**saved_rng, **ctx.rng}  # host RNGs the step does not use are unchanged since its start
         saved_grads = [(p, p.grad) for p in self._params]
+        # Checked after the step: an update outside torch.optim may run again in the re-run.
+        saved_params = [p.detach().clone() for p in self._params] if not ctx.checked else None
+        start_params = self._param_store if not ctx.checked else None
         input_bad = any_nonfinite((ctx.args, ctx.kwargs))
 
         def reset() -> None:
-            restore_rng(ctx.rng)
+            restore_rng(start_rng)
             self._buffers.restore(ctx.buffers)
+            if start_params is not None:
+                with torch.no_grad():
+                    torch._foreach_copy_(self._params, start_params)
             for p in self._params:
                 p.grad = None
 
@@ -271,6 +306,10 @@ class watch:  # noqa: N801 - used like a function: `with tensor_dap.watch(model)
             self._rerunning = False
             for p, g in saved_grads:
                 p.grad = g
+            if saved_params is not None:
+                with torch.no_grad():
+                    for p, value in zip(self._params, saved_params):
+                        p.copy_(value)
             self._buffers.restore(saved_buffers)
             restore_rng(saved_rng)
 
@@ -280,12 +319,12 @@ class watch:  # noqa: N801 - used like a function: `with tensor_dap.watch(model)
             for name, value in zip(self._buffers.names, ctx.buffers):
                 if name in state:
                     state[name] = value  # the buffers as they were before the step's forward
-            if ctx.checked is False and self.optimizer is None:
-                report.notes.append("no optimizer was given to watch: the saved parameters are those after "
-                                    "the step")
+            optimizer = self.optimizer or ctx.optimizer
+            if not ctx.checked:
+                report.notes.append("the step made no torch.optim step: the saved parameters are those after it")
             write_bundle(report, step=ctx.index, args=ctx.args, kwargs=ctx.kwargs, model_state=state,
-                         optimizer_state=self.optimizer.state_dict() if self.optimizer is not None else None,
-                         rng=ctx.rng, root=self.capture if isinstance(self.capture, str) else None)
+                         optimizer_state=optimizer.state_dict() if optimizer is not None else None,
+                         rng={**capture_rng(), **ctx.rng}, root=self.capture if isinstance(self.capture, str) else None)
         except Exception as exc:  # a full disk must not hide the report itself
             report.notes.append(f"could not write the incident bundle: {type(exc).__name__}: {exc}")
 
