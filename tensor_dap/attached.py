@@ -7,6 +7,8 @@ batch job and always lands in the debugger the user is actually looking at.
 from __future__ import annotations
 
 import sys
+from types import FrameType
+from typing import Optional
 
 
 def dap_client_attached() -> bool:
@@ -28,11 +30,26 @@ def interactive_terminal() -> bool:
         return False
 
 
-def break_into_dap() -> bool:
-    """Stop in the attached DAP client at the caller's frame; False if that is not possible."""
+def break_into_dap(frame: Optional[FrameType] = None) -> bool:
+    """Stop the attached DAP client in ``frame`` (default: the caller's); False if that is not possible.
+
+    debugpy.breakpoint() stops at its own caller, which would be tensor_dap's code; pydevd's
+    settrace (what debugpy.breakpoint() uses underneath) takes the frame to stop in, so the
+    user lands in their own frame. If that private entry point ever changes, fall back to
+    the public API.
+    """
     debugpy = sys.modules.get("debugpy")
     if debugpy is None:
         return False
+    target = frame if frame is not None else sys._getframe(1)
+    try:
+        from debugpy.server import api
+
+        api._settrace(suspend=True, trace_only_current_thread=True, patch_multiprocessing=False,
+                      stop_at_frame=target)
+        return True
+    except Exception:
+        pass
     try:
         debugpy.breakpoint()
         return True

@@ -365,23 +365,6 @@ def _note(text: str, header: str | None) -> None:
     console.print(Text(text, style="yellow"), soft_wrap=True)  # a log line: never wrapped
 
 
-def _stop_in_dap(frame: Any) -> bool:
-    """Stop the attached DAP client (VS Code) in ``frame`` itself, not in tensor_dap's code.
-
-    debugpy.breakpoint() stops at its caller, which here would be tensor_dap's frames; pydevd's
-    settrace accepts the frame to stop in (what debugpy.breakpoint() itself uses), so ask for
-    the user's frame directly and fall back to debugpy's public API if that ever changes.
-    """
-    try:
-        from debugpy.server import api
-
-        api._settrace(suspend=True, trace_only_current_thread=True, patch_multiprocessing=False,
-                      stop_at_frame=frame)
-        return True
-    except Exception:
-        return break_into_dap()
-
-
 def set_trace(frame: Any = None, *, header: str | None = None) -> None:
     """Open the tensor-aware debugger at ``frame`` (default: the caller), printing ``header`` first.
 
@@ -393,7 +376,7 @@ def set_trace(frame: Any = None, *, header: str | None = None) -> None:
     if dap_client_attached():
         if header:
             _note(f"tensor_dap: stopping in the attached debugger at {_where(frame)}", header)
-        if _stop_in_dap(frame):
+        if break_into_dap(frame):
             return
     if not interactive_terminal():
         _note(f"tensor_dap: breakpoint at {_where(frame)} skipped: stdin is not a terminal "
