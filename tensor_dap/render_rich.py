@@ -23,7 +23,7 @@ def summary_line(s: TensorSummary) -> Text:
 
 def summary_table(s: TensorSummary, title: str = "") -> Table:
     """Every field of one summary, in the order a user scans them."""
-    table = Table(title=title or None, show_header=False, box=None, pad_edge=False)
+    table = Table(title=title or None, title_justify="left", show_header=False, box=None, pad_edge=False)
     table.add_column("field", style="bold")
     table.add_column("value")
     approx = " (sampled)" if s.sampled else ""
@@ -65,7 +65,7 @@ def _count(n, present: bool) -> str:
 
 def summaries_table(rows: Iterable[Tuple[str, TensorSummary]], title: str = "") -> Table:
     """One row per named tensor."""
-    table = Table(title=title or None, box=None, pad_edge=False)
+    table = Table(title=title or None, title_justify="left", box=None, pad_edge=False)
     table.add_column("name", style="bold", no_wrap=True)
     table.add_column("summary")
     for name, s in rows:
