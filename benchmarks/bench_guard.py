@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from typing import Callable, Dict, List
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -50,11 +50,11 @@ def naive_hooks(model: nn.Module) -> list:
     return [m.register_forward_hook(check) for m in model.modules()]
 
 
-def variants() -> Dict[str, Callable[[int], None]]:
+def variants() -> dict[str, Callable[[int], None]]:
     """name -> run(n_steps); each variant owns its model so state never leaks between them."""
-    out: Dict[str, Callable[[int], None]] = {}
+    out: dict[str, Callable[[int], None]] = {}
 
-    model, _, data, step = make()
+    _, _, data, step = make()
 
     def plain(n: int) -> None:
         for i in range(n):
@@ -111,11 +111,11 @@ def main() -> None:
     names = list(runs)
     for run in runs.values():
         run(10)  # warm-up: allocator, thread pool, Adam state
-    rates: Dict[str, List[float]] = {n: [] for n in names}
-    ratios: Dict[str, List[float]] = {n: [] for n in names}
+    rates: dict[str, list[float]] = {n: [] for n in names}
+    ratios: dict[str, list[float]] = {n: [] for n in names}
     for r in range(rounds):
         order = names[r % len(names):] + names[:r % len(names)]  # rotate who goes first
-        this: Dict[str, float] = {}
+        this: dict[str, float] = {}
         for name in order:
             start = time.perf_counter()
             runs[name](args.steps)

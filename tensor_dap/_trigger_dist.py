@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Collection, Iterator
-from typing import Optional
 
 import torch
 
 
-def current_rank() -> Optional[int]:
+def current_rank() -> int | None:
     """This process's rank under torch.distributed, None outside it."""
     try:
         import torch.distributed as dist
@@ -27,7 +26,7 @@ def current_rank() -> Optional[int]:
     return None
 
 
-def may_stop(rank: Optional[int], ranks: Optional[Collection[int]]) -> bool:
+def may_stop(rank: int | None, ranks: Collection[int] | None) -> bool:
     """``ranks=None`` lets rank 0 stop (one debugger per job), and any non-distributed process."""
     if rank is None:
         return True

@@ -17,25 +17,25 @@ the host reads.
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
 
 import torch
 
 COMPACT_AT = 256  # kept 0-dim values before per-step values are summed (bounds memory for large `every`)
 
 
-def group(tensors: Sequence[torch.Tensor]) -> List[List[torch.Tensor]]:
+def group(tensors: Sequence[torch.Tensor]) -> list[list[torch.Tensor]]:
     """Floating/complex tensors grouped by (device, dtype): one fused norm launch per group."""
-    groups: Dict[Tuple[torch.device, torch.dtype], List[torch.Tensor]] = {}
+    groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
     for t in tensors:
         if t.is_floating_point() or t.is_complex():
             groups.setdefault((t.device, t.dtype), []).append(t)
     return list(groups.values())
 
 
-def norms(groups: Sequence[Sequence[torch.Tensor]]) -> List[torch.Tensor]:
+def norms(groups: Sequence[Sequence[torch.Tensor]]) -> list[torch.Tensor]:
     """0-dim float32 norms of already grouped tensors (see ``group``). Kernel launches only."""
-    out: List[torch.Tensor] = []
+    out: list[torch.Tensor] = []
     with torch.no_grad():
         for g in groups:
             if not g:
@@ -54,7 +54,7 @@ class Sentinel:
         self.every = every
         self.reads = 0  # host reads so far: what the tests count
         self._checks = 0
-        self._pending: List[Tuple[int, List[torch.Tensor]]] = []  # (step, 0-dim device tensors)
+        self._pending: list[tuple[int, list[torch.Tensor]]] = []  # (step, 0-dim device tensors)
         self._count = 0
 
     def observe(self, groups: Sequence[Sequence[torch.Tensor]], step: int) -> None:
@@ -68,7 +68,7 @@ class Sentinel:
         elif value.is_floating_point() or value.is_complex():
             self._keep(step, [value.detach().reshape(()).abs().float()])  # |x| is non-finite iff x is
 
-    def _keep(self, step: int, values: List[torch.Tensor]) -> None:
+    def _keep(self, step: int, values: list[torch.Tensor]) -> None:
         if not values:
             return
         device = self._pending[0][1][0].device if self._pending else values[0].device
@@ -85,7 +85,7 @@ class Sentinel:
         self._checks += 1
         return self._checks % self.every == 0
 
-    def read(self) -> Optional[int]:
+    def read(self) -> int | None:
         """The first step with a non-finite value since the last read, else None; then reset."""
         if not self._pending:
             return None

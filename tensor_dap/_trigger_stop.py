@@ -7,15 +7,16 @@ under ``torch.distributed`` only the ranks in ``ranks`` may stop, the others log
 
 from __future__ import annotations
 
+import bdb
 import importlib.util
 import sys
 from collections.abc import Collection
-from typing import Any, Optional, Type
+from typing import Any
 
 from . import attached
-from ._trigger_dist import current_rank, may_stop
+from ._trigger_dist import may_stop
 from .errors import TriggerError
-from .report import Report, emit, to_text
+from .report import Report, emit, logger, to_text
 
 MODES = ("auto", "break", "raise", "log")
 
@@ -26,8 +27,8 @@ def check_mode(on: str) -> str:
     return on
 
 
-def dispatch(report: Report, *, on: str, error: Type[TriggerError], ranks: Optional[Collection[int]] = None,
-             culprit: Optional[dict] = None) -> None:
+def dispatch(report: Report, *, on: str, error: type[TriggerError], ranks: Collection[int] | None = None,
+             culprit: dict | None = None) -> None:
     """Send the report where ``on`` says. Raises ``error`` for "raise" (and "auto" with nobody to ask)."""
     culprit = culprit or {}
     if on == "log":
@@ -57,14 +58,15 @@ def stop_in_debugger(report: Report, *, how: str, module: Any = None, inputs: An
     debugpy.breakpoint() stops at the line after the call in the caller's frame, which is this
     one; pdb is opened on this frame for the same reason. ``up`` leads back to the training loop.
     """
-    step = report.step  # noqa: F841 - shown in the debugger's locals
+    # Unused here on purpose: these locals are what the debugger shows.
+    step = report.step  # noqa: F841
     grad_input, grad_output = extra.get("grad_input"), extra.get("grad_output")  # noqa: F841
     loss = extra.get("loss")  # noqa: F841
     if how == "dap":
         sys.modules["debugpy"].breakpoint()  # attached.dap_client_attached() saw debugpy imported
     else:
         _open_pdb(sys._getframe(), report)
-    return None  # the debugger stops on this line, with the culprit in this frame's locals
+    return None  # noqa: RET501, PLR1711 - the debugger stops on this line, culprit in the locals
 
 
 def _open_pdb(frame: Any, report: Report) -> None:
@@ -75,9 +77,10 @@ def _open_pdb(frame: Any, report: Report) -> None:
 
             set_trace(frame, header=header)
             return
-        except Exception:
-            pass  # fall back to the standard debugger rather than skip the stop
-    import pdb
+        except bdb.BdbQuit:  # the user quit the debugger: that ends the program, as in pdb
+            raise
+        except Exception as exc:  # noqa: BLE001 - fall back to the standard debugger, never skip the stop
+            logger.debug("tensor_dap.debugger failed (%r); opening pdb", exc)
+    import pdb  # noqa: T100 - opening a debugger is the point
 
-    print(header, file=sys.stderr)
     pdb.Pdb().set_trace(frame)

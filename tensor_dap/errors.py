@@ -6,13 +6,13 @@ which step, phase and module went wrong and where the incident bundle was writte
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 
 class TriggerError(RuntimeError):
     """A training trigger fired; ``.report`` holds the structured report."""
 
-    def __init__(self, message: str, report: Optional[Any] = None) -> None:
+    def __init__(self, message: str, report: Any | None = None) -> None:
         super().__init__(message)
         self.report = report
 

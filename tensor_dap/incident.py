@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Tuple
+from typing import Any
 
 import torch
 
@@ -33,13 +33,13 @@ class BundleError(ValueError):
 
 # ------------------------------------------------------------------ RNG states
 
-def capture_rng(*, python: bool = True, numpy: bool = True) -> Dict[str, Any]:
+def capture_rng(*, python: bool = True, numpy: bool = True) -> dict[str, Any]:
     """Every RNG a training step may draw from; reading them never advances a stream.
 
     torch's states cost ~2 µs; Python's ``random`` ~10 µs and numpy's ~40 µs, which is why
     ``watch`` leaves those two out when the step does not draw from them (``host_rngs_used``).
     """
-    state: Dict[str, Any] = {"torch": torch.get_rng_state()}
+    state: dict[str, Any] = {"torch": torch.get_rng_state()}
     if python:
         state["python"] = random.getstate()
     np = sys.modules.get("numpy")
@@ -51,7 +51,7 @@ def capture_rng(*, python: bool = True, numpy: bool = True) -> Dict[str, Any]:
     return state
 
 
-def host_rngs_used(before: Dict[str, Any]) -> Dict[str, bool]:
+def host_rngs_used(before: dict[str, Any]) -> dict[str, bool]:
     """Which of Python's and numpy's global RNGs moved since ``before`` was captured."""
     now = capture_rng()
     used = {"python": "python" not in before or now["python"] != before["python"], "numpy": False}
@@ -64,7 +64,7 @@ def host_rngs_used(before: Dict[str, Any]) -> Dict[str, bool]:
     return used
 
 
-def restore_rng(state: Dict[str, Any]) -> None:
+def restore_rng(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if "python" in state:
         random.setstate(state["python"])
@@ -84,12 +84,12 @@ class Bundle:
 
     path: str
     report: Report
-    step: Optional[int]
-    args: Tuple[Any, ...]
-    kwargs: Dict[str, Any]
-    model_state: Optional[Dict[str, Any]]
-    optimizer_state: Optional[Dict[str, Any]]
-    rng: Optional[Dict[str, Any]]
+    step: int | None
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    model_state: dict[str, Any] | None
+    optimizer_state: dict[str, Any] | None
+    rng: dict[str, Any] | None
 
 
 def _detached(obj: Any) -> Any:
@@ -103,10 +103,10 @@ def _detached(obj: Any) -> Any:
     return obj
 
 
-def write_bundle(report: Report, *, step: Optional[int], args: Tuple[Any, ...] = (),
-                 kwargs: Optional[Dict[str, Any]] = None, model_state: Optional[Dict[str, Any]] = None,
-                 optimizer_state: Optional[Dict[str, Any]] = None, rng: Optional[Dict[str, Any]] = None,
-                 root: Optional[str] = None) -> str:
+def write_bundle(report: Report, *, step: int | None, args: tuple[Any, ...] = (),
+                 kwargs: dict[str, Any] | None = None, model_state: dict[str, Any] | None = None,
+                 optimizer_state: dict[str, Any] | None = None, rng: dict[str, Any] | None = None,
+                 root: str | None = None) -> str:
     """Write a bundle atomically and return its path; ``report.bundle`` is set to it."""
     root = root or DEFAULT_DIR
     os.makedirs(root, exist_ok=True)
@@ -160,7 +160,7 @@ def read_bundle(path: str) -> Bundle:
     report = read_report(path)
     try:
         state = torch.load(os.path.join(path, STATE_FILE), map_location="cpu", weights_only=False)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any unreadable state.pt is one clear error
         raise BundleError(f"{path}: cannot load {STATE_FILE}: {type(exc).__name__}: {exc}") from None
     return Bundle(path, report, state.get("step"), tuple(state.get("args", ())), dict(state.get("kwargs", {})),
                   state.get("model"), state.get("optimizer"), state.get("rng"))

@@ -10,8 +10,9 @@ every module for the whole run would have, and aborts the re-run.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable
 
 import torch
 
@@ -25,11 +26,11 @@ class Finding:
     """Where the first non-finite value appeared, with live references for the debugger."""
 
     phase: str  # "input", "forward", "backward", "optimizer"
-    module: Optional[str]  # full dotted path, "" for the root, None when no module is involved
-    module_type: Optional[str]
+    module: str | None  # full dotted path, "" for the root, None when no module is involved
+    module_type: str | None
     note: str
-    tensors: List[Tuple[str, str, TensorSummary]] = field(default_factory=list)
-    culprit: Dict[str, Any] = field(default_factory=dict)  # module, inputs, output, grad_input, ...
+    tensors: list[tuple[str, str, TensorSummary]] = field(default_factory=list)
+    culprit: dict[str, Any] = field(default_factory=dict)  # module, inputs, output, grad_input, ...
 
 
 class _Found(Exception):
@@ -44,7 +45,7 @@ class StopRerun(Exception):
     """Raised by the optimizer hook during a re-run: the update itself is never re-run."""
 
 
-def tensors_in(obj: Any, prefix: str = "") -> Iterator[Tuple[str, torch.Tensor]]:
+def tensors_in(obj: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]:
     """(name, tensor) for every tensor inside nested tuples/lists/dicts."""
     if isinstance(obj, torch.Tensor):
         yield prefix or "tensor", obj
@@ -70,13 +71,13 @@ def any_nonfinite(obj: Any) -> bool:
     return any(nonfinite(t) for _, t in tensors_in(obj))
 
 
-def _rows(section: str, obj: Any, prefix: str) -> List[Tuple[str, str, TensorSummary]]:
+def _rows(section: str, obj: Any, prefix: str) -> list[tuple[str, str, TensorSummary]]:
     rows = [(section, name, describe(t)) for name, t in tensors_in(obj, prefix)]
     return rows[:MAX_ROWS]
 
 
-def _param_rows(module: torch.nn.Module) -> List[Tuple[str, str, TensorSummary]]:
-    rows: List[Tuple[str, str, TensorSummary]] = []
+def _param_rows(module: torch.nn.Module) -> list[tuple[str, str, TensorSummary]]:
+    rows: list[tuple[str, str, TensorSummary]] = []
     for name, p in list(module.named_parameters())[:MAX_ROWS]:
         rows.append(("parameters", name, describe(p, grad=False)))
     for name, p in list(module.named_parameters())[:MAX_ROWS]:
@@ -85,16 +86,16 @@ def _param_rows(module: torch.nn.Module) -> List[Tuple[str, str, TensorSummary]]
     return rows
 
 
-def _owners(model: torch.nn.Module) -> Dict[int, Tuple[str, torch.nn.Module, str]]:
+def _owners(model: torch.nn.Module) -> dict[int, tuple[str, torch.nn.Module, str]]:
     """id(parameter) -> (module path, module, parameter name) for the module that holds it directly."""
-    owners: Dict[int, Tuple[str, torch.nn.Module, str]] = {}
+    owners: dict[int, tuple[str, torch.nn.Module, str]] = {}
     for path, mod in model.named_modules():
         for pname, p in mod.named_parameters(recurse=False):
             owners.setdefault(id(p), (path, mod, pname))
     return owners
 
 
-def nonfinite_parameters(model: torch.nn.Module) -> Optional[Finding]:
+def nonfinite_parameters(model: torch.nn.Module) -> Finding | None:
     """The first module (registration order) holding a non-finite parameter, if any."""
     for path, mod in model.named_modules():
         for pname, p in mod.named_parameters(recurse=False):
@@ -106,7 +107,7 @@ def nonfinite_parameters(model: torch.nn.Module) -> Optional[Finding]:
     return None
 
 
-def nonfinite_gradients(model: torch.nn.Module) -> Optional[Finding]:
+def nonfinite_gradients(model: torch.nn.Module) -> Finding | None:
     """Without a re-run: the module holding a non-finite .grad, last-registered first (backward order)."""
     for path, mod in reversed(list(model.named_modules())):
         for pname, p in mod.named_parameters(recurse=False):
@@ -126,8 +127,8 @@ class _Hooks:
         self.model = model
         self.input_bad = input_bad
         self.full_backward = full_backward
-        self.last: Dict[int, Tuple[Any, Any, Any]] = {}  # id(module) -> (args, kwargs, output)
-        self.handles: List[Any] = []
+        self.last: dict[int, tuple[Any, Any, Any]] = {}  # id(module) -> (args, kwargs, output)
+        self.handles: list[Any] = []
         self.owners = _owners(model)
         for path, mod in model.named_modules():
             self.handles.append(mod.register_forward_hook(self._forward(path), with_kwargs=True))
@@ -166,7 +167,7 @@ class _Hooks:
                                  {"module": mod, "inputs": args, "output": output}))
         return hook
 
-    def _culprit(self, mod: torch.nn.Module, **extra: Any) -> Dict[str, Any]:
+    def _culprit(self, mod: torch.nn.Module, **extra: Any) -> dict[str, Any]:
         args, _, output = self.last.get(id(mod), (None, None, None))
         return {"module": mod, "inputs": args, "output": output, **extra}
 
@@ -210,7 +211,7 @@ class _Hooks:
 
 
 def localize_rerun(model: torch.nn.Module, rerun: Callable[[], Any], *, input_bad: bool,
-                   reset: Callable[[], None]) -> Optional[Finding]:
+                   reset: Callable[[], None]) -> Finding | None:
     """Re-run the step with hooks everywhere; None when it completes without a non-finite value.
 
     ``reset`` puts the captured pre-step state back before each attempt (there are two when

@@ -11,7 +11,8 @@ from __future__ import annotations
 import sys
 import types
 import warnings
-from typing import Any, Callable, Collection, Dict, Optional, Tuple, Union
+from collections.abc import Collection
+from typing import Any, Callable
 
 import torch
 
@@ -33,7 +34,7 @@ def _to_device(obj: Any, device: torch.device) -> Any:
     return obj
 
 
-def _restore(bundle: Bundle, model: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer]) -> None:
+def _restore(bundle: Bundle, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
     if bundle.model_state is not None:
         unwrap(model).load_state_dict(bundle.model_state)
     if optimizer is not None and bundle.optimizer_state is not None:
@@ -42,9 +43,9 @@ def _restore(bundle: Bundle, model: torch.nn.Module, optimizer: Optional[torch.o
         restore_rng(bundle.rng)
 
 
-def replay(bundle: Union[str, Bundle], model: torch.nn.Module, step_fn: Callable[..., Any],
-           optimizer: Optional[torch.optim.Optimizer] = None, *, on: str = "auto",
-           ranks: Optional[Collection[int]] = None) -> Optional[Report]:
+def replay(bundle: str | Bundle, model: torch.nn.Module, step_fn: Callable[..., Any],
+           optimizer: torch.optim.Optimizer | None = None, *, on: str = "auto",
+           ranks: Collection[int] | None = None) -> Report | None:
     """Re-run the bundle's step on ``model``; returns the new report, or None if the step ran clean.
 
     ``step_fn`` is the same step function handed to ``watch.step``: it is called with the
@@ -90,7 +91,7 @@ def replay(bundle: Union[str, Bundle], model: torch.nn.Module, step_fn: Callable
     return report
 
 
-def _anomaly_trace(run: Callable[[], Any], reset: Callable[[], None]) -> Optional[str]:
+def _anomaly_trace(run: Callable[[], Any], reset: Callable[[], None]) -> str | None:
     """Run once more under ``detect_anomaly``: its error names the autograd op that produced the NaN."""
     reset()
     try:
@@ -119,11 +120,11 @@ def _forward_origin(caught: Any) -> str:
 class _UpdateGuard:
     """While replaying, the optimizer update never runs: the first call to step() stops the re-run."""
 
-    def __init__(self, optimizer: Optional[torch.optim.Optimizer]) -> None:
+    def __init__(self, optimizer: torch.optim.Optimizer | None) -> None:
         self.handle = optimizer.register_step_pre_hook(self._stop) if optimizer is not None else None
 
     @staticmethod
-    def _stop(optimizer: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> None:
+    def _stop(optimizer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         raise StopRerun()
 
     def remove(self) -> None:
@@ -137,7 +138,7 @@ class _CallableModule(types.ModuleType):
     """Importing ``tensor_dap.replay`` as a module rebinds the package attribute to this module;
     keep ``tensor_dap.replay(bundle, ...)`` working even then."""
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Optional[Report]:
+    def __call__(self, *args: Any, **kwargs: Any) -> Report | None:
         return replay(*args, **kwargs)
 
 

@@ -14,7 +14,7 @@ import math
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 from .summary import TensorSummary
 
@@ -32,15 +32,15 @@ class Report:
 
     kind: str  # "nonfinite", "above", "below", "spike"
     headline: str
-    step: Optional[int] = None
-    phase: Optional[str] = None  # one of PHASES
-    module: Optional[str] = None  # full dotted path; "" is the root module
-    module_type: Optional[str] = None
-    rank: Optional[int] = None
-    loss: Optional[float] = None
-    notes: List[str] = field(default_factory=list)
-    tensors: List[Tuple[str, str, TensorSummary]] = field(default_factory=list)  # (section, name, summary)
-    bundle: Optional[str] = None
+    step: int | None = None
+    phase: str | None = None  # one of PHASES
+    module: str | None = None  # full dotted path; "" is the root module
+    module_type: str | None = None
+    rank: int | None = None
+    loss: float | None = None
+    notes: list[str] = field(default_factory=list)
+    tensors: list[tuple[str, str, TensorSummary]] = field(default_factory=list)  # (section, name, summary)
+    bundle: str | None = None
     created: float = field(default_factory=time.time)
 
     @property
@@ -55,14 +55,14 @@ class Report:
             parts.append(f"{'of ' if self.phase else ''}{name}{typ}")
         return " ".join(parts)
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["tensors"] = [[sec, name, s.to_dict()] for sec, name, s in self.tensors]
         data["loss"] = _num_out(self.loss)
         return data
 
     @classmethod
-    def from_dict(cls, data: Dict[str, Any]) -> "Report":
+    def from_dict(cls, data: dict[str, Any]) -> Report:
         fields = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in fields}
         kwargs["tensors"] = [(sec, name, summary_from_dict(s)) for sec, name, s in data.get("tensors", [])]
@@ -71,7 +71,7 @@ class Report:
         return cls(**kwargs)
 
 
-def _num_out(v: Optional[float]) -> Any:
+def _num_out(v: float | None) -> Any:
     return str(v) if isinstance(v, float) and not math.isfinite(v) else v
 
 
@@ -81,7 +81,7 @@ def _num_in(v: Any) -> Any:
     return v
 
 
-def summary_from_dict(data: Dict[str, Any]) -> TensorSummary:
+def summary_from_dict(data: dict[str, Any]) -> TensorSummary:
     """Rebuild a summary written by ``TensorSummary.to_dict`` (for bundles read back from disk)."""
     fields = {f.name for f in dataclasses.fields(TensorSummary)}
     kw = {k: _num_in(v) for k, v in data.items() if k in fields}
@@ -137,12 +137,12 @@ def to_rich(report: Report) -> Any:
 
     from .render_rich import summaries_table
 
-    parts: List[Any] = []
+    parts: list[Any] = []
     if report.where:
         parts.append(Text.assemble(("where: ", "bold"), (report.where, "bold red")))
     for note in report.notes:
         parts.append(Text(f"note: {note}", style="yellow"))
-    sections: Dict[str, List[Tuple[str, TensorSummary]]] = {}
+    sections: dict[str, list[tuple[str, TensorSummary]]] = {}
     for sec, name, s in report.tensors:
         sections.setdefault(sec, []).append((name, s))
     for sec, rows in sections.items():
@@ -156,8 +156,8 @@ def emit(report: Report, *, show: bool = True) -> None:
     """Log the report; also print the rich panel on stderr when ``show``. Never raises."""
     try:
         logger.error("%s", to_text(report))
-    except Exception:
-        pass
+    except Exception as exc:  # noqa: BLE001 - reporting must never break training
+        logger.debug("could not log the trigger report: %r", exc)
     if not show:
         return
     state = random.getstate()  # rich draws link ids from `random`: keep the user's stream untouched
@@ -165,7 +165,7 @@ def emit(report: Report, *, show: bool = True) -> None:
         from .console import make_console
 
         make_console(stderr=True).print(to_rich(report))
-    except Exception as exc:  # a broken terminal must not break training
+    except Exception as exc:  # noqa: BLE001 - a broken terminal must not break training
         logger.debug("could not print the trigger panel: %r", exc)
     finally:
         random.setstate(state)

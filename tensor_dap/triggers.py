@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any, Collection, Dict, Optional, Tuple
+from typing import Any
 
 from ._trigger_dist import current_rank
 from ._trigger_stop import check_mode, dispatch
@@ -25,11 +26,11 @@ SPIKE_DECAY = 0.9  # exponential moving average; ~10 recent steps dominate
 @dataclass
 class _Site:
     calls: int = 0
-    average: Optional[float] = None
+    average: float | None = None
     seen: int = 0  # finite, non-spike values folded into the average
 
 
-_SITES: Dict[Tuple[str, int], _Site] = {}
+_SITES: dict[tuple[str, int], _Site] = {}
 
 
 def _site() -> _Site:
@@ -48,9 +49,9 @@ def _value(loss: Any) -> float:
     return float(loss)
 
 
-def break_if(loss: Any, *, above: Optional[float] = None, below: Optional[float] = None, nan: bool = True,
-             spike: Optional[float] = None, step: Optional[int] = None, on: str = "auto",
-             ranks: Optional[Collection[int]] = None) -> bool:
+def break_if(loss: Any, *, above: float | None = None, below: float | None = None, nan: bool = True,
+             spike: float | None = None, step: int | None = None, on: str = "auto",
+             ranks: Collection[int] | None = None) -> bool:
     """Fire when the loss is non-finite (``nan``), above/below a threshold, or a spike.
 
     ``spike=k`` fires when the loss exceeds k × its running average (after a warm-up of
@@ -77,8 +78,8 @@ def break_if(loss: Any, *, above: Optional[float] = None, below: Optional[float]
     return True
 
 
-def _verdict(site: _Site, value: float, *, above: Optional[float], below: Optional[float], nan: bool,
-             spike: Optional[float]) -> Tuple[Optional[str], str]:
+def _verdict(site: _Site, value: float, *, above: float | None, below: float | None, nan: bool,
+             spike: float | None) -> tuple[str | None, str]:
     """(kind, headline) when a condition holds, else (None, ""); folds ``value`` into the average."""
     if not math.isfinite(value):
         return ("nonfinite", f"loss is {value}") if nan else (None, "")

@@ -18,22 +18,29 @@ unchanged.
 from __future__ import annotations
 
 import bdb
+import logging
 import sys
 import types
-import logging
 import warnings
+from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any, Callable, Collection, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable
 
 import torch
 
-from ._trigger_sentinel import Sentinel, group
 from ._trigger_dist import current_rank, no_collectives, unwrap
+from ._trigger_sentinel import Sentinel, group
 from ._trigger_stop import check_mode, dispatch
 from .errors import NonFiniteError, TriggerError
 from .incident import capture_rng, host_rngs_used, restore_rng, write_bundle
-from .localize import (Finding, any_nonfinite, localize_rerun, nonfinite, nonfinite_gradients,
-                       nonfinite_parameters)
+from .localize import (
+    Finding,
+    any_nonfinite,
+    localize_rerun,
+    nonfinite,
+    nonfinite_gradients,
+    nonfinite_parameters,
+)
 from .report import Report
 from .summary import describe
 
@@ -46,12 +53,12 @@ class _StepContext:
 
     index: int
     fn: Callable[..., Any]
-    args: Tuple[Any, ...]
-    kwargs: Dict[str, Any]
-    rng: Dict[str, Any]
-    buffers: List[torch.Tensor]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    rng: dict[str, Any]
+    buffers: list[torch.Tensor]
     checked: bool = False
-    optimizer: Optional[torch.optim.Optimizer] = None  # the one that stepped (found by the global hook)
+    optimizer: torch.optim.Optimizer | None = None  # the one that stepped (found by the global hook)
 
 
 class _Buffers:
@@ -63,22 +70,22 @@ class _Buffers:
         self.live = [b for _, b in named]
         self._store = [torch.empty_like(b) for b in self.live]
 
-    def save(self) -> List[torch.Tensor]:
+    def save(self) -> list[torch.Tensor]:
         if self.live:
             with torch.no_grad():
                 torch._foreach_copy_(self._store, self.live)  # one call, no allocation
         return self._store
 
-    def clone(self) -> List[torch.Tensor]:
+    def clone(self) -> list[torch.Tensor]:
         return [b.detach().clone() for b in self.live]
 
-    def restore(self, values: List[torch.Tensor]) -> None:
+    def restore(self, values: list[torch.Tensor]) -> None:
         with torch.no_grad():
             for live, value in zip(self.live, values):
                 live.copy_(value)
 
 
-def _loss_of(result: Any) -> Optional[torch.Tensor]:
+def _loss_of(result: Any) -> torch.Tensor | None:
     """The loss inside what a step function returned: a scalar tensor, the first item, or ['loss']."""
     if isinstance(result, dict):
         result = result.get("loss")
@@ -89,7 +96,7 @@ def _loss_of(result: Any) -> Optional[torch.Tensor]:
     return None
 
 
-class watch:  # noqa: N801 - used like a function: `with tensor_dap.watch(model):`
+class watch:
     """Watch forward outputs, gradients and parameter updates of ``model`` for NaN/Inf.
 
     Hand each training step to ``w.step(fn, *args, **kwargs)``; ``fn`` must run one whole
@@ -102,9 +109,9 @@ class watch:  # noqa: N801 - used like a function: `with tensor_dap.watch(model)
     creation; ``close()`` or leaving the ``with`` block removes its hooks.
     """
 
-    def __init__(self, model: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer] = None, *,
-                 on: str = "auto", every: int = 1, capture: Union[bool, str] = True,
-                 ranks: Optional[Collection[int]] = None) -> None:
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
+                 on: str = "auto", every: int = 1, capture: bool | str = True,
+                 ranks: Collection[int] | None = None) -> None:
         check_mode(on)
         if not isinstance(every, int) or every < 1:
             raise ValueError(f"every={every!r}: expected a positive integer")
@@ -112,13 +119,13 @@ class watch:  # noqa: N801 - used like a function: `with tensor_dap.watch(model)
         self._inner = unwrap(model)  # hooks, names and saved state use the module inside DDP
         self.on, self.every, self.capture, self.ranks = on, every, capture, ranks
         self.step_count = 0  # index of the next step; set it when resuming a run
-        self.reports: List[Report] = []
+        self.reports: list[Report] = []
         self.suppressed = 0  # firings not reported again while the model stayed non-finite
         self._sentinel = Sentinel(every)
         self._params = [p for p in self._inner.parameters() if p.requires_grad]
         self._groups = group(self._params)  # by (device, dtype), once: gradients share their parameter's
         self._buffers = _Buffers(self._inner)
-        self._ctx: Optional[_StepContext] = None
+        self._ctx: _StepContext | None = None
         self._rerunning = False
         self._latched = False
         # Python's and numpy's RNG states are slow to copy; a step that does not draw from them
@@ -127,16 +134,18 @@ class watch:  # noqa: N801 - used like a function: `with tensor_dap.watch(model)
         self._probe_rngs = True
         # A step that updates parameters outside torch.optim gets no pre-update check, so the
         # parameters are copied at each step start instead (known after the first step).
-        self._param_store: Optional[List[torch.Tensor]] = None
+        self._param_store: list[torch.Tensor] | None = None
         self._probe_params = True
-        self._last_loss: Tuple[int, Optional[torch.Tensor]] = (-1, None)
-        self._handles: List[Any] = []
+        self._last_loss: tuple[int, torch.Tensor | None] = (-1, None)
+        self._handles: list[Any] = []
         if optimizer is not None:
             self._handles.append(optimizer.register_step_pre_hook(self._before_update))
             self._handles.append(optimizer.register_step_post_hook(self._after_update))
         else:  # no optimizer given: check before whichever optimizer steps
-            from torch.optim.optimizer import (register_optimizer_step_post_hook,
-                                               register_optimizer_step_pre_hook)
+            from torch.optim.optimizer import (
+                register_optimizer_step_post_hook,
+                register_optimizer_step_pre_hook,
+            )
 
             self._handles.append(register_optimizer_step_pre_hook(self._before_update))
             self._handles.append(register_optimizer_step_post_hook(self._after_update))
@@ -147,10 +156,10 @@ class watch:  # noqa: N801 - used like a function: `with tensor_dap.watch(model)
         return self._sentinel.reads
 
     # ------------------------------------------------------------ the user's side
-    def __enter__(self) -> "watch":
+    def __enter__(self) -> watch:  # noqa: PYI034 - no typing_extensions dependency
         return self
 
-    def __exit__(self, exc_type: Any, *_: Any) -> None:
+    def __exit__(self, exc_type: object, *_: object) -> None:
         self.close(flush=exc_type is None)
 
     def close(self, *, flush: bool = True) -> None:
@@ -213,16 +222,16 @@ class watch:  # noqa: N801 - used like a function: `with tensor_dap.watch(model)
             fn(*args)
         except (TriggerError, bdb.BdbQuit, KeyboardInterrupt):
             raise
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - tensor_dap's failure must not stop training
             log.warning("tensor_dap.watch: internal error, check skipped: %s: %s", type(exc).__name__, exc)
 
-    def _check(self, index: int, ctx: Optional[_StepContext]) -> None:
+    def _check(self, index: int, ctx: _StepContext | None) -> None:
         grads = [[p.grad for p in g if p.grad is not None and not p.grad.is_sparse] for g in self._groups]
         self._guard(self._sentinel.observe, grads, index)
         if self._sentinel.due():
             self._guard(self._read_and_fire, index, ctx)
 
-    def _read_and_fire(self, index: int, ctx: Optional[_StepContext]) -> None:
+    def _read_and_fire(self, index: int, ctx: _StepContext | None) -> None:
         first = self._sentinel.read()
         if first is None:
             self._latched = False  # clean again: the next failure is news
@@ -239,8 +248,8 @@ class watch:  # noqa: N801 - used like a function: `with tensor_dap.watch(model)
         self.reports.append(report)
         dispatch(report, on=self.on, error=NonFiniteError, ranks=self.ranks, culprit=culprit)
 
-    def _investigate(self, first: int, index: int, ctx: Optional[_StepContext]
-                     ) -> Tuple[Optional[Report], Dict[str, Any]]:
+    def _investigate(self, first: int, index: int, ctx: _StepContext | None
+                     ) -> tuple[Report | None, dict[str, Any]]:
         """Confirm exactly what is non-finite now, and localize it (re-running the step if needed)."""
         grads_bad = any(nonfinite(p.grad) for p in self._params if p.grad is not None)
         loss_step, loss = self._last_loss
@@ -276,7 +285,7 @@ class watch:  # noqa: N801 - used like a function: `with tensor_dap.watch(model)
                                 f"{first}, detected at step {index}; use every=1 for exact localization")
         return report, {**finding.culprit, "step": step}
 
-    def _rerun(self, ctx: _StepContext) -> Optional[Finding]:
+    def _rerun(self, ctx: _StepContext) -> Finding | None:
         """Run the step again from its captured state with hooks everywhere, then put everything back."""
         saved_rng, saved_buffers = capture_rng(), self._buffers.clone()
         start_rng = {**saved_rng, **ctx.rng}  # host RNGs the step does not use are unchanged since its start
@@ -325,7 +334,7 @@ class watch:  # noqa: N801 - used like a function: `with tensor_dap.watch(model)
             write_bundle(report, step=ctx.index, args=ctx.args, kwargs=ctx.kwargs, model_state=state,
                          optimizer_state=optimizer.state_dict() if optimizer is not None else None,
                          rng={**capture_rng(), **ctx.rng}, root=self.capture if isinstance(self.capture, str) else None)
-        except Exception as exc:  # a full disk must not hide the report itself
+        except Exception as exc:  # noqa: BLE001 - a full disk must not hide the report itself
             report.notes.append(f"could not write the incident bundle: {type(exc).__name__}: {exc}")
 
 

@@ -10,10 +10,10 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts_triggers"))
 
-import torch  # noqa: E402
-from planted import build  # noqa: E402
+import torch
+from planted import build
 
-import tensor_dap  # noqa: E402
+import tensor_dap
 
 
 def main(bug):
