@@ -389,3 +389,32 @@ def test_a_manual_update_outside_torch_optim_is_not_applied_twice_by_the_rerun()
     watched, w = run(True)
     assert [(r.step, r.phase, r.module) for r in w.reports][:1] == [(planted.BUG_STEP, "input", "inp")]
     assert_same_training(plain, watched)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (CPU: see the read-count tests)")
+def test_cuda_sentinel_makes_no_host_sync_between_reads():
+    """With every > 1, steps between reads must not synchronize: CUDA's sync debug mode errors if they do."""
+    model, optimizer, batch, step_fn = planted.build("inf_input")
+    model.cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)  # its state follows the parameters' device
+
+    def cuda_step(x, y):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    w = tensor_dap.watch(model, optimizer, every=4, on="raise", capture=False)
+    batches = [tuple(t.cuda() for t in batch(i)) for i in range(4)]
+    w.step(cuda_step, *batches[0])  # the first step also probes the host RNGs
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for x, y in batches[1:3]:  # checks 2 and 3 of 4: no read is due
+            w.step(cuda_step, x, y)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    w.step(cuda_step, *batches[3])
+    assert w.reads == 1
+    w.close(flush=False)
