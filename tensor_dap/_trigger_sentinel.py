@@ -1,9 +1,10 @@
 """The per-step sentinel of ``watch``: is anything non-finite? Answered on the device, read rarely.
 
-Why it is cheap: one fused ``_foreach_norm`` launch per device and dtype covers every
-gradient; the loss is kept as it is. NaN and Inf survive a norm and a sum, so one sum of
-everything observed since the last read is non-finite exactly when something was (or when
-the sum overflowed, which ``watch`` rules out by an exact re-check when the sentinel fires).
+Why it is cheap: one fused ``_foreach_norm`` launch per device and dtype (on the CPU, one
+``sum`` per tensor) reduces every gradient to a 0-dim value; the loss is kept as it is. NaN
+and Inf survive norms and sums, so one sum of everything observed since the last read is
+non-finite exactly when something was (or when a sum overflowed, which ``watch`` rules out
+by an exact re-check when the sentinel fires).
 
 Why there is no host sync between reads: ``observe`` only launches kernels and keeps the
 resulting 0-dim device tensors in a list. Nothing calls ``.item()`` or ``bool()`` on a
@@ -33,17 +34,30 @@ def group(tensors: Sequence[torch.Tensor]) -> list[list[torch.Tensor]]:
     return list(groups.values())
 
 
-def norms(groups: Sequence[Sequence[torch.Tensor]]) -> list[torch.Tensor]:
-    """0-dim float32 norms of already grouped tensors (see ``group``). Kernel launches only."""
+def reduce(groups: Sequence[Sequence[torch.Tensor]]) -> list[torch.Tensor]:
+    """0-dim float values, non-finite exactly when some input element is (or the value overflowed).
+
+    On CUDA (and other accelerators): one fused ``_foreach_norm`` launch per group. On the
+    CPU a plain ``sum`` per tensor is cheaper (multi-threaded, no squaring) and fusing buys
+    nothing there. Low-precision tensors accumulate in float32 so they do not overflow early.
+    """
     out: list[torch.Tensor] = []
     with torch.no_grad():
         for g in groups:
             if not g:
                 continue
-            if g[0].dtype == torch.float32:
+            dtype = g[0].dtype
+            if g[0].device.type == "cpu" and not g[0].is_complex():
+                if dtype == torch.float32:
+                    out.extend(t.sum() for t in g)
+                else:  # float64 values may exceed float32: compare as float64, keep as float32 inf
+                    out.extend(t.sum(dtype=torch.float64).float() for t in g)
+            elif dtype == torch.float32:
                 out.extend(torch._foreach_norm(g))
-            else:  # half/bf16 norms overflow early: accumulate in float32
+            elif dtype in (torch.float16, torch.bfloat16):  # accumulate in float32: no early overflow
                 out.extend(torch._foreach_norm(g, 2, dtype=torch.float32))
+            else:  # float64, complex: their own precision, then one float32 value each
+                out.extend(n.float() for n in torch._foreach_norm(g))
     return out
 
 
@@ -58,8 +72,8 @@ class Sentinel:
         self._count = 0
 
     def observe(self, groups: Sequence[Sequence[torch.Tensor]], step: int) -> None:
-        """Fold the norms of grouped tensors (gradients, see ``group``) of ``step`` in. Kernel launches only."""
-        self._keep(step, norms(groups))
+        """Fold grouped tensors (gradients, see ``group``) of ``step`` in. Kernel launches only."""
+        self._keep(step, reduce(groups))
 
     def observe_value(self, value: torch.Tensor, step: int) -> None:
         """Fold a scalar (the loss) in as it is."""

@@ -394,7 +394,7 @@ def test_a_manual_update_outside_torch_optim_is_not_applied_twice_by_the_rerun()
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (CPU: see the read-count tests)")
 def test_cuda_sentinel_makes_no_host_sync_between_reads():
     """With every > 1, steps between reads must not synchronize: CUDA's sync debug mode errors if they do."""
-    model, optimizer, batch, step_fn = planted.build("inf_input")
+    model, _, batch, _ = planted.build("inf_input")
     model.cuda()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)  # its state follows the parameters' device
 
@@ -418,3 +418,18 @@ def test_cuda_sentinel_makes_no_host_sync_between_reads():
     w.step(cuda_step, *batches[3])
     assert w.reads == 1
     w.close(flush=False)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64, torch.complex64])
+def test_sentinel_finds_the_first_bad_step_in_any_dtype_without_overflow_alarms(dtype):
+    from tensor_dap._trigger_sentinel import Sentinel, group
+
+    s = Sentinel(every=3)
+    big = torch.full((1000,), 60000.0).to(dtype)  # its float16 sum/norm would overflow
+    bad = torch.tensor([1.0, float("nan")]).to(dtype)
+    s.observe(group([big]), 0)
+    s.observe(group([big, bad]), 1)
+    s.observe(group([bad]), 2)
+    assert s.read() == 1
+    s.observe(group([big]), 3)
+    assert s.read() is None
