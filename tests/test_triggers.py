@@ -433,3 +433,111 @@ def test_sentinel_finds_the_first_bad_step_in_any_dtype_without_overflow_alarms(
     assert s.read() == 1
     s.observe(group([big]), 3)
     assert s.read() is None
+
+
+class _PoisonGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * float("nan")
+
+
+class Poison(torch.nn.Module):
+    """Turns its forward output, or the gradient it sends back, into NaN at one step."""
+
+    def __init__(self, at_step, phase):
+        super().__init__()
+        self.at_step, self.phase, self.now = at_step, phase, -1
+
+    def forward(self, x):
+        if self.now != self.at_step:
+            return x
+        if self.phase == "forward":
+            return x * float("nan")
+        return _PoisonGrad.apply(x)
+
+
+def random_case(seed):
+    """A random MLP with a Poison module at a random depth, poisoning a random phase at a random step."""
+    gen = random.Random(seed)
+    width = gen.choice([4, 8, 12])
+    layers, poison = [], None
+    depth = gen.randint(3, 6)
+    where = gen.randrange(1, depth)
+    for i in range(depth):
+        layers.append(torch.nn.Linear(width, width))
+        layers.append(gen.choice([torch.nn.Tanh(), torch.nn.ReLU(), torch.nn.Identity()]))
+        if i == where:
+            poison = Poison(gen.randint(1, 4), gen.choice(["forward", "backward"]))
+            layers.append(poison)
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(*layers, torch.nn.Linear(width, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = [(torch.randn(8, width), torch.randn(8, 1)) for _ in range(6)]
+
+    def step_fn(x, y, step):
+        poison.now = step
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    return model, optimizer, data, step_fn
+
+
+def naive_first(model, data, step_fn):
+    seen = []
+
+    def bad(obj):
+        return any(isinstance(t, torch.Tensor) and not torch.isfinite(t).all()
+                   for t in (obj if isinstance(obj, tuple) else (obj,)))
+
+    for name, mod in model.named_modules():
+        mod.register_forward_hook(lambda m, a, o, n=name: seen.append(("forward", n)) if not seen and bad(o)
+                                  else None)
+        mod.register_full_backward_hook(lambda m, gi, go, n=name: seen.append(("backward", n))
+                                        if not seen and (bad(gi) or bad(go)) else None)
+    for step, (x, y) in enumerate(data):
+        step_fn(x, y, step)
+        if seen:
+            return (step, *seen[0])
+    return None
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("seed", range(8))
+def test_localization_equals_hooks_on_every_module_on_random_models(seed):
+    model, _, data, step_fn = random_case(seed)
+    expected = naive_first(model, data, step_fn)
+    model, optimizer, data, step_fn = random_case(seed)
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False) as w:
+        for step, (x, y) in enumerate(data):
+            w.step(step_fn, x, y, step)
+    report = info.value.report
+    assert (report.step, report.phase, report.module) == expected
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_in_place_ops_fall_back_to_tensor_hooks_and_still_localize_the_backward():
+    """ReLU(inplace=True) forbids module backward hooks; the re-run falls back to tensor hooks."""
+    torch.manual_seed(0)
+    poison = Poison(2, "backward")
+    model = torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.ReLU(inplace=True), poison, torch.nn.Linear(6, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def step_fn(x, step):
+        poison.now = step
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False) as w:
+        for step in range(4):
+            w.step(step_fn, torch.randn(5, 6), step)
+    report = info.value.report
+    assert (report.step, report.phase) == (2, "backward")
+    assert report.module in ("1", "2") and "in-place" in report.notes[0]
