@@ -313,6 +313,13 @@ def test_break_if_raises_under_auto_without_a_terminal(monkeypatch):
     assert info.value.report.phase == "loss" and info.value.report.rank is None
 
 
+def test_forced_break_with_nobody_to_stop_for_raises_instead_of_hanging(monkeypatch):
+    with open(os.devnull) as devnull:
+        monkeypatch.setattr("sys.stdin", devnull)
+        with pytest.raises(NonFiniteError, match="no DAP client is attached and stdin is not a terminal"):
+            tensor_dap.break_if(torch.tensor(float("nan")), on="break")
+
+
 def test_bad_arguments_are_clear_errors():
     model = torch.nn.Linear(2, 2)
     with pytest.raises(ValueError, match="on='stop'"):

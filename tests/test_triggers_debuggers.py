@@ -15,7 +15,7 @@ from dapclient import DapClient
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEBUGGEE = os.path.join(HERE, "debuggee_triggers_auto.py")
-PROMPT = r"\(Pdb\) "  # tensor_dap's pdb keeps the standard prompt (so does the stdlib fallback)
+PROMPT = r"\([A-Za-z-]*[Pp]db\) "  # tensor_dap's pdb keeps pdb's prompt (and so does the stdlib fallback)
 
 
 @pytest.mark.timeout(90)
