@@ -132,10 +132,14 @@ class watch:
         # leaves them as they were at its start, so reading them when a trigger fires is enough.
         self._host_rngs = {"python": True, "numpy": True}
         self._probe_rngs = True
-        # A step that updates parameters outside torch.optim gets no pre-update check, so the
-        # parameters are copied at each step start instead (known after the first step).
+        # How steps update the parameters decides where the check runs. "optimizer": in the
+        # pre-step hook of a torch.optim optimizer; a step without an update is then deliberate
+        # (a GradScaler skipping an overflow, gradient accumulation) and is checked at the next
+        # update. "manual": the parameters change without torch.optim, so the check runs when
+        # w.step returns and the parameters are copied at each step start for the re-run.
+        # None: not known yet (parameters are copied and compared until it is).
+        self._mode: str | None = "optimizer" if optimizer is not None else None
         self._param_store: list[torch.Tensor] | None = None
-        self._probe_params = True
         self._last_loss: tuple[int, torch.Tensor | None] = (-1, None)
         self._handles: list[Any] = []
         if optimizer is not None:
@@ -176,9 +180,11 @@ class watch:
         """Run ``fn(*args, **kwargs)`` as training step ``self.step_count`` under the sentinel."""
         ctx = _StepContext(self.step_count, fn, args, kwargs, capture_rng(**self._host_rngs),
                            self._buffers.save())
-        if self._param_store is not None:
+        if self._mode == "manual":
             with torch.no_grad():
                 torch._foreach_copy_(self._param_store, self._params)
+        elif self._mode is None:
+            self._param_store = [p.detach().clone() for p in self._params]
         self._ctx = ctx
         try:
             result = fn(*args, **kwargs)
@@ -189,15 +195,17 @@ class watch:
             self._last_loss = (ctx.index, loss)
             if loss is not None:
                 self._guard(self._sentinel.observe_value, loss, ctx.index)
-            if not ctx.checked:  # no torch.optim step inside fn: check now
-                if self._param_store is None and self._probe_params:
-                    self._param_store = [p.detach().clone() for p in self._params]  # from the next step on
+            if not ctx.checked and self._mode is None and self._params_changed():
+                self._mode = "manual"
+            if not ctx.checked and self._mode == "manual":
                 self._check(ctx.index, ctx)
-            self._probe_params = False
             return result
         finally:
             self._ctx = None
             self.step_count = ctx.index + 1
+
+    def _params_changed(self) -> bool:
+        return any(not torch.equal(p, old) for p, old in zip(self._params, self._param_store or ()))
 
     # ------------------------------------------------------------ optimizer hooks
     def _before_update(self, optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -209,6 +217,7 @@ class watch:
         if ctx is not None:
             ctx.checked = True
             ctx.optimizer = optimizer
+            self._mode, self._param_store = "optimizer", None
         self._check(ctx.index if ctx else self.step_count, ctx)
 
     def _after_update(self, optimizer: Any, args: Any, kwargs: Any) -> None:

@@ -548,3 +548,25 @@ def test_in_place_ops_fall_back_to_tensor_hooks_and_still_localize_the_backward(
     report = info.value.report
     assert (report.step, report.phase) == (2, "backward")
     assert report.module in ("1", "2") and "in-place" in report.notes[0]
+
+
+@pytest.mark.parametrize("give_optimizer", [True, False])
+def test_grad_scaler_overflow_skips_and_gradient_accumulation_are_not_alarms(give_optimizer):
+    """A GradScaler skipping steps with Inf gradients is normal AMP behaviour, not a trigger."""
+    model, optimizer, batch, _ = planted.build("log_zero")
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**126, growth_interval=1)  # overflows often
+
+    def amp_step(x, y, accumulate):
+        loss = torch.nn.functional.mse_loss(model(x), y) * 50
+        scaler.scale(loss).backward()
+        if not accumulate:
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+        return loss
+
+    with tensor_dap.watch(model, optimizer if give_optimizer else None, on="raise", capture=False) as w:
+        for step in range(12):
+            w.step(amp_step, *batch(step % planted.BUG_STEP), step % 2 == 0)
+    assert scaler.get_scale() < 2.0**126  # the scaler did skip overflowing steps
+    assert w.reports == [] and w.reads > 0
