@@ -116,7 +116,10 @@ def write_bundle(report: Report, *, step: int | None, args: tuple[Any, ...] = ()
     try:
         state = {"format": 1, "step": step, "args": _detached(tuple(args)), "kwargs": _detached(kwargs or {}),
                  "model": _detached(model_state), "optimizer": _detached(optimizer_state), "rng": rng}
-        torch.save(state, os.path.join(tmp, STATE_FILE))
+        with open(os.path.join(tmp, STATE_FILE), "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())  # on disk before the rename makes the bundle visible
         final = base
         for n in range(2, 1000):
             report.bundle = final
