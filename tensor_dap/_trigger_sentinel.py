@@ -42,22 +42,21 @@ def reduce(groups: Sequence[Sequence[torch.Tensor]]) -> list[torch.Tensor]:
     nothing there. Low-precision tensors accumulate in float32 so they do not overflow early.
     """
     out: list[torch.Tensor] = []
-    with torch.no_grad():
-        for g in groups:
-            if not g:
-                continue
-            dtype = g[0].dtype
-            if g[0].device.type == "cpu" and not g[0].is_complex():
-                if dtype == torch.float32:
-                    out.extend(t.sum() for t in g)
-                else:  # float64 values may exceed float32: compare as float64, keep as float32 inf
-                    out.extend(t.sum(dtype=torch.float64).float() for t in g)
-            elif dtype == torch.float32:
-                out.extend(torch._foreach_norm(g))
-            elif dtype in (torch.float16, torch.bfloat16):  # accumulate in float32: no early overflow
-                out.extend(torch._foreach_norm(g, 2, dtype=torch.float32))
-            else:  # float64, complex: their own precision, then one float32 value each
-                out.extend(n.float() for n in torch._foreach_norm(g))
+    for g in groups:  # gradients do not require grad: no autograd graph is built here
+        if not g:
+            continue
+        dtype = g[0].dtype
+        if g[0].device.type == "cpu" and not g[0].is_complex():
+            if dtype == torch.float32:
+                out += [t.sum() for t in g]
+            else:  # float64 values may exceed float32: compare as float64, keep as float32 inf
+                out += [t.sum(dtype=torch.float64).float() for t in g]
+        elif dtype == torch.float32:
+            out += torch._foreach_norm(g)
+        elif dtype in (torch.float16, torch.bfloat16):  # accumulate in float32: no early overflow
+            out += torch._foreach_norm(g, 2, dtype=torch.float32)
+        else:  # float64, complex: their own precision, then one float32 value each
+            out += [n.float() for n in torch._foreach_norm(g)]
     return out
 
 
@@ -106,8 +105,11 @@ class Sentinel:
         pending, self._pending, self._count = self._pending, [], 0
         flat = [t for _, values in pending for t in values]
         self.reads += 1
-        total = flat[0] if len(flat) == 1 else torch.stack(flat).sum()
-        if math.isfinite(total.item()):  # the one host read per `every` checks
+        if flat[0].device.type == "cpu":  # reading CPU values is not a sync: skip the stack
+            total = sum(t.item() for t in flat)
+        else:  # the one device-to-host read per `every` checks
+            total = (flat[0] if len(flat) == 1 else torch.stack(flat).sum()).item()
+        if math.isfinite(total):
             return None
         for step, values in pending:  # fired: find the first failing step (reads only now)
             if not all(math.isfinite(v.item()) for v in values):

@@ -235,7 +235,7 @@ class watch:
             log.warning("tensor_dap.watch: internal error, check skipped: %s: %s", type(exc).__name__, exc)
 
     def _check(self, index: int, ctx: _StepContext | None) -> None:
-        grads = [[p.grad for p in g if p.grad is not None and not p.grad.is_sparse] for g in self._groups]
+        grads = [[gr for p in g if (gr := p.grad) is not None and not gr.is_sparse] for g in self._groups]
         self._guard(self._sentinel.observe, grads, index)
         if self._sentinel.due():
             self._guard(self._read_and_fire, index, ctx)
