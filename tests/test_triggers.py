@@ -576,3 +576,15 @@ def test_grad_scaler_overflow_skips_and_gradient_accumulation_are_not_alarms(giv
             w.step(amp_step, *batch(step % planted.BUG_STEP), step % 2 == 0)
     assert scaler.get_scale() < 2.0**126  # the scaler did skip overflowing steps
     assert w.reports == [] and w.reads > 0
+
+
+def test_public_names_work_even_after_importing_their_modules():
+    """`import tensor_dap.watch` rebinds the package attribute to the module; calls must still work."""
+    import subprocess
+    import sys
+
+    code = ("import torch, tensor_dap.watch, tensor_dap.replay, tensor_dap\n"
+            "w = tensor_dap.watch(torch.nn.Linear(2, 2), capture=False)\n"
+            "print(type(w).__name__, callable(tensor_dap.replay))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.split() == ["watch", "True"]
