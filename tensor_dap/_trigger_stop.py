@@ -63,10 +63,43 @@ def stop_in_debugger(report: Report, *, how: str, module: Any = None, inputs: An
     grad_input, grad_output = extra.get("grad_input"), extra.get("grad_output")  # noqa: F841
     loss = extra.get("loss")  # noqa: F841
     if how == "dap":
-        sys.modules["debugpy"].breakpoint()  # attached.dap_client_attached() saw debugpy imported
+        _break_into_dap(sys._getframe())
     else:
         _open_pdb(sys._getframe(), report)
     return None  # noqa: RET501, PLR1711 - the debugger stops on this line, culprit in the locals
+
+
+def _break_into_dap(frame: Any) -> None:
+    """Stop the DAP client in ``frame`` (what debugpy.breakpoint() does for its caller's frame).
+
+    With VS Code's default justMyCode, pydevd never stops in library code, which tensor_dap is
+    once installed into site-packages: then the stop goes to the nearest user frame up the
+    stack (the training step, on the line after the optimizer call) instead of being lost,
+    with the report in the debug console.
+    """
+    target = _first_shown_frame(frame)
+    try:
+        from debugpy.server import api
+
+        api._settrace(suspend=True, trace_only_current_thread=True, patch_multiprocessing=False,
+                      stop_at_frame=target)
+    except Exception as exc:  # noqa: BLE001 - debugpy internals changed: the public call still stops somewhere
+        logger.debug("debugpy settrace failed (%r); using debugpy.breakpoint()", exc)
+        sys.modules["debugpy"].breakpoint()  # attached.dap_client_attached() saw debugpy imported
+
+
+def _first_shown_frame(frame: Any) -> Any:
+    """``frame``, or the first caller pydevd does not filter out as library code."""
+    try:
+        py_db = sys.modules["pydevd"].get_global_debugger()
+        if not py_db.is_files_filter_enabled:
+            return frame
+        f = frame
+        while f is not None and py_db.apply_files_filter(f, f.f_code.co_filename, False):
+            f = f.f_back
+        return f if f is not None else frame
+    except Exception:  # noqa: BLE001 - unknown pydevd: assume our frame is shown
+        return frame
 
 
 def _open_pdb(frame: Any, report: Report) -> None:

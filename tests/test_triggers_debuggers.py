@@ -49,6 +49,22 @@ def test_vscode_stops_in_a_frame_holding_the_culprit(bug, module_type, step):
 
 
 @pytest.mark.timeout(120)
+def test_vscode_still_stops_when_tensor_dap_is_library_code_under_just_my_code():
+    """Installed into site-packages, tensor_dap is library code that justMyCode hides; a launch
+    rule marking it so stands in for that install. The stop must land in the user's step."""
+    rules = {"rules": [{"module": "tensor_dap", "include": False}]}
+    with DapClient.launch(DEBUGGEE, args=["inf_input"], timeout=60, just_my_code=True, extra=rules) as dap:
+        dap.configuration_done()
+        ev = dap.wait_for_event("stopped", timeout=90)
+        top = dap.stack_trace(ev["threadId"])[0]
+        assert top["name"] == "train_step" and top["source"]["path"].endswith("planted.py")
+        assert {"x", "y", "model", "optimizer"} <= set(dap.frame_locals())
+        assert "step 5" in dap.output_text()  # the report is in the debug console
+        dap.continue_()
+        dap.wait_for_output("TRAINING-DONE", timeout=60)
+
+
+@pytest.mark.timeout(120)
 def test_vscode_stops_on_break_if_with_the_loss_in_the_locals():
     with DapClient.launch(DEBUGGEE, args=["break_if"], timeout=60) as dap:
         dap.configuration_done()
