@@ -48,6 +48,7 @@ def dispatch(report: Report, *, on: str, error: type[TriggerError], ranks: Colle
             return
         if on == "break":
             report.notes.append("on='break' but no DAP client is attached and stdin is not a terminal")
+    emit(report, show=False)  # the log gets it; the exception's message shows it
     raise error(to_text(report), report)
 
 

@@ -45,8 +45,9 @@ def train(bug, steps=12, **watch_kwargs):
 
 
 @pytest.mark.parametrize("bug", sorted(EXPECTED))
-def test_planted_bug_names_step_phase_and_module(bug):
+def test_planted_bug_names_step_phase_and_module(bug, caplog):
     _, exc = train(bug, on="raise")
+    assert "step 5" in caplog.text and exc.report.module in caplog.text  # logged as well as raised
     assert exc is not None, "the planted bug was not caught"
     report = exc.report
     assert (report.step, report.phase, report.module) == EXPECTED[bug]
