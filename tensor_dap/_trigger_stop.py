@@ -78,15 +78,7 @@ def _break_into_dap(frame: Any) -> None:
     stack (the training step, on the line after the optimizer call) instead of being lost,
     with the report in the debug console.
     """
-    target = _first_shown_frame(frame)
-    try:
-        from debugpy.server import api
-
-        api._settrace(suspend=True, trace_only_current_thread=True, patch_multiprocessing=False,
-                      stop_at_frame=target)
-    except Exception as exc:  # noqa: BLE001 - debugpy internals changed: the public call still stops somewhere
-        logger.debug("debugpy settrace failed (%r); using debugpy.breakpoint()", exc)
-        sys.modules["debugpy"].breakpoint()  # attached.dap_client_attached() saw debugpy imported
+    attached.break_into_dap(_first_shown_frame(frame))
 
 
 def _first_shown_frame(frame: Any) -> Any:
