@@ -19,8 +19,8 @@ _EXPORTS = {
     "Budget": "tensor_dap.budget",
     # training triggers
     "break_if": "tensor_dap.triggers",
-    "watch": "tensor_dap.watch",
-    "replay": "tensor_dap.replay",
+    "watch": "tensor_dap.watcher",
+    "replay": "tensor_dap.replayer",
     "NonFiniteError": "tensor_dap.errors",
     "LossThresholdError": "tensor_dap.errors",
     # tensor-aware pdb

@@ -201,7 +201,7 @@ def test_plain_loop_without_step_still_catches_and_names_a_module():
 def test_an_internal_failure_never_breaks_the_training_loop(monkeypatch, caplog):
     import sys
 
-    monkeypatch.setattr(sys.modules["tensor_dap.watch"], "nonfinite_parameters",
+    monkeypatch.setattr(sys.modules["tensor_dap.watcher"], "nonfinite_parameters",
                         lambda model: 1 / 0)
     w, exc = train("inf_input", on="raise", steps=8)
     assert exc is None and not w.reports
@@ -580,11 +580,11 @@ def test_grad_scaler_overflow_skips_and_gradient_accumulation_are_not_alarms(giv
 
 
 def test_public_names_work_even_after_importing_their_modules():
-    """`import tensor_dap.watch` rebinds the package attribute to the module; calls must still work."""
+    """Public names stay the functions after every module of the package is imported."""
     import subprocess
     import sys
 
-    code = ("import torch, tensor_dap.watch, tensor_dap.replay, tensor_dap\n"
+    code = ("import torch, tensor_dap.watcher, tensor_dap.replayer, tensor_dap\n"
             "w = tensor_dap.watch(torch.nn.Linear(2, 2), capture=False)\n"
             "print(type(w).__name__, callable(tensor_dap.replay))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import bdb
 import logging
-import sys
-import types
 import warnings
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -361,14 +359,3 @@ def _headline(f: Finding) -> str:
     if f.phase == "loss":
         return "non-finite loss"
     return f"first non-finite value in the {f.phase} of {name}"
-
-
-class _CallableModule(types.ModuleType):
-    """Importing ``tensor_dap.watch`` as a module rebinds the package attribute to this module;
-    keep ``tensor_dap.watch(model, ...)`` working even then."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> watch:
-        return watch(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

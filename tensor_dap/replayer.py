@@ -8,8 +8,6 @@ the restored pre-step state: the failing update is not applied.
 
 from __future__ import annotations
 
-import sys
-import types
 import warnings
 from collections.abc import Collection
 from typing import Any, Callable
@@ -130,16 +128,3 @@ class _UpdateGuard:
     def remove(self) -> None:
         if self.handle is not None:
             self.handle.remove()
-
-
-
-
-class _CallableModule(types.ModuleType):
-    """Importing ``tensor_dap.replay`` as a module rebinds the package attribute to this module;
-    keep ``tensor_dap.replay(bundle, ...)`` working even then."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Report | None:
-        return replay(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
