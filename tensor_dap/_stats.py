@@ -4,7 +4,9 @@ On CPU a tensor is walked in cache-sized chunks; each chunk gets min/max, mean a
 sum of squared deviations while it is still in cache, and the chunks are merged with
 Chan's parallel formula. That is one trip through memory for stable, exact moments.
 On accelerators the reductions stay on the device and every scalar comes back in one
-packed transfer (one synchronization).
+packed transfer (one synchronization). There the NaN/Inf counts are computed every time:
+deciding whether to count would itself need a second synchronization, and the extra
+device passes cost less than that round trip.
 """
 
 from __future__ import annotations
