@@ -139,3 +139,12 @@ def test_quantized_and_nested_copy_only_the_sample():
     nested = torch.nested.nested_tensor([torch.ones(100) * i for i in range(100)])
     s = describe(nested, budget=Budget(exact_elements=1000, max_ms=None))
     assert s.sampled and s.stats_count <= 1000 and s.numel == 10_000
+
+
+def test_device_path_samples_with_a_strided_view():
+    """Above the exact budget the device path reduces a strided view (no copy) and says so."""
+    x = torch.arange(100_000, dtype=torch.float32)
+    stats, values = packed_stats(x, Budget(exact_elements=1000, max_ms=None), values_limit=10)
+    assert stats.sampled and not stats.range_exact and values is None
+    assert 250 <= stats.count <= 1000 and stats.min == 0.0 and stats.max > 90_000
+    assert abs(stats.mean - 50_000) < 2_000
