@@ -7,11 +7,19 @@ The pure parts (preview bounds, pacing, module/optimizer summaries) are tested d
 
 from __future__ import annotations
 
+import ast
 import math
+import os
 import re
+import shutil
+import subprocess
+import sys
+import tempfile
 import textwrap
+import zipfile
 from pathlib import Path
 
+import dapclient
 import pytest
 import torch
 from dapclient import DapClient, DapError
@@ -442,3 +450,142 @@ def test_meta_device_model_renders_without_reading_data():
     opt.state[model[0].weight] = {"step": torch.zeros((), device="meta"), "exp_avg": torch.empty(4, 4, device="meta")}
     s = module_summary.describe_optimizer(opt)
     assert s.step is None and s.state_tensors == 2  # a device-side step is not read back (no sync)
+
+
+# ---------------------------------------------------------------------------- installed from the wheel
+
+REPO = HERE.parent
+SITE = Path(torch.__file__).resolve().parents[1]  # this venv's site-packages
+X_LINE = "tensor[3, 4] n=12 (48 B) x∈[0, 11] μ=5.5 σ=3.606"
+INSTALLED = textwrap.dedent(
+    """\
+    import sys
+    import torch
+    from torch import nn
+    x = torch.arange(12.0).view(3, 4)
+    model = nn.Linear(4, 2)
+    batch = {"x": x}
+    print("ready", flush=True)  # BP-here
+    """
+)
+# what `pip install tensor-dap` brings, minus the packages this test installs or places itself
+_NOT_DEPS = ("debugpy", "tensor_dap", "__editable__", "_lovely_tensors_hook", "pydevd_plugins")
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """A fresh venv where tensor_dap comes only from its built wheel (pip, non-editable), never /work/main.
+
+    torch, rich etc. are this venv's, reached through a plain path line (a path line is not a site
+    dir, so this venv's editable-install .pth never runs there); debugpy is "pip installed" by a
+    link, and a separate copy plays the one bundled in VS Code's Python Debugger extension.
+    """
+    root = tmp_path_factory.mktemp("installed")
+    src = root / "src"  # build from a copy: no build/ or egg-info written into the shared tree
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(REPO / name, src / name)
+    for name in ("tensor_dap", "pydevd_plugins"):
+        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                    "-w", str(root / "dist"), str(src)], check=True, capture_output=True, timeout=120)
+    wheel = next((root / "dist").glob("tensor_dap-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "pydevd_plugins/extensions/pydevd_plugin_tensor_dap.py" in names
+    assert not [n for n in names if n.startswith("pydevd_plugins/") and n.endswith("__init__.py")], names
+
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+    python = venv / "bin" / "python"
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
+                    str(wheel)], check=True, capture_output=True, timeout=120)
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    deps = root / "deps"
+    deps.mkdir()
+    for entry in SITE.iterdir():
+        if not entry.name.startswith(_NOT_DEPS) and entry.suffix != ".pth":
+            (deps / entry.name).symlink_to(entry)
+    (site / "_deps.pth").write_text(f"{deps}\n")
+    for entry in SITE.glob("debugpy*"):  # debugpy from PyPI, as `pip install debugpy` leaves it
+        (site / entry.name).symlink_to(entry)
+    bundled = root / "ext" / "bundled" / "libs" / "debugpy"  # VS Code's copy, run by path like the extension
+    shutil.copytree(SITE / "debugpy", bundled, ignore=shutil.ignore_patterns("__pycache__"))
+    script = root / "app" / "train.py"
+    script.parent.mkdir()
+    script.write_text(INSTALLED)
+    return {"python": python, "site": site, "bundled": bundled, "script": script}
+
+
+def _launch_via(adapter_cmd: list[str], script: Path, python: Path) -> DapClient:
+    """DapClient.launch with a chosen adapter command (the extension runs its bundled adapter by path)."""
+    tmp = tempfile.TemporaryDirectory(prefix="dapclient-")
+    endpoints = os.path.join(tmp.name, "endpoints.json")
+    adapter = subprocess.Popen(adapter_cmd + ["--host", "127.0.0.1", "--port", "0"],
+                               env={**os.environ, "DEBUGPY_ADAPTER_ENDPOINTS": endpoints},
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True)
+    try:
+        sock = dapclient._connect("127.0.0.1", dapclient._read_endpoint(endpoints, adapter, 60), 60, adapter)
+    except BaseException:
+        dapclient._kill_group(adapter.pid, leader=True)
+        adapter.wait()
+        tmp.cleanup()
+        raise
+    config = {"type": "python", "name": "tests", "request": "launch", "program": str(script), "args": [],
+              "cwd": str(script.parent), "env": {}, "python": [str(python)], "console": "internalConsole",
+              "justMyCode": True}
+    return DapClient(sock, adapter, 60, tmp)._start("launch", config)
+
+
+def _assert_installed_session(dap: DapClient, script: Path, installed: dict, debugpy_dir: Path) -> None:
+    line = marker_line(script, "BP-here")
+    assert dap.set_breakpoints(str(script), [line])[0]["verified"]
+    dap.configuration_done()
+    assert dap.wait_for_event("stopped", timeout=60)["reason"] == "breakpoint"
+    s = Session(dap)
+    assert s.locals["x"]["value"] == X_LINE
+    assert s.locals["model"]["value"] == "Linear(4→2) 10 params f32 cpu train"
+    assert s.locals["batch"]["value"] == "{'x': tensor[3, 4]}"
+    assert list(s.children(s.locals["x"]))[:4] == ["shape", "dtype", "device", "stats"]
+    assert s.watch("x", "hover") == s.locals["x"]["value"]
+    where = ("(__import__('tensor_dap').__file__, "
+             "sys.modules['pydevd_plugins.extensions.pydevd_plugin_tensor_dap'].__file__, "
+             f"__import__('debugpy').__file__, [p for p in sys.path if p.startswith({str(REPO)!r})])")
+    tensor_dap_file, plugin_file, debugpy_file, repo_paths = ast.literal_eval(s.watch(where, "repl"))
+    assert tensor_dap_file.startswith(str(installed["site"])), tensor_dap_file
+    assert plugin_file.startswith(str(installed["site"])), plugin_file
+    assert debugpy_file.startswith(str(debugpy_dir)), debugpy_file
+    assert repo_paths == []
+
+
+@pytest.mark.timeout(240)
+def test_installed_wheel_with_debugpy_from_pypi(installed):
+    """`pip install tensor-dap` into a fresh venv, F5 with the venv's own debugpy (launch)."""
+    python = installed["python"]
+    with _launch_via([str(python), "-m", "debugpy.adapter"], installed["script"], python) as dap:
+        _assert_installed_session(dap, installed["script"], installed, installed["site"] / "debugpy")
+
+
+@pytest.mark.timeout(240)
+def test_installed_wheel_with_debugpy_bundled_in_vscode(installed):
+    """The Python Debugger extension runs its own debugpy copy by path; the plugin still comes from the venv."""
+    python, bundled = installed["python"], installed["bundled"]
+    with _launch_via([str(python), str(bundled / "adapter")], installed["script"], python) as dap:
+        _assert_installed_session(dap, installed["script"], installed, bundled)
+
+
+@pytest.mark.timeout(240)
+def test_installed_wheel_attach_to_debugpy_listen(installed):
+    """`python -m debugpy --listen 127.0.0.1:PORT --wait-for-client train.py`, then VS Code attaches."""
+    port = dapclient.free_port()
+    proc = subprocess.Popen([str(installed["python"]), "-m", "debugpy", "--listen", f"127.0.0.1:{port}",
+                             "--wait-for-client", str(installed["script"])], cwd=str(installed["script"].parent),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        with DapClient.attach(port, timeout=60) as dap:
+            _assert_installed_session(dap, installed["script"], installed, installed["site"] / "debugpy")
+    finally:
+        dapclient._kill_group(proc.pid, leader=True)
+        proc.wait(timeout=10)
