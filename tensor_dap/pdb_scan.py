@@ -7,6 +7,7 @@ is listed once, under the first name that reaches it.
 
 from __future__ import annotations
 
+import sys
 import types
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -85,28 +86,52 @@ def reachable_tensors(local_vars: Mapping[str, Any], *, grads: bool = False, mod
 class TensorRow:
     name: str
     summary: TensorSummary
-    flags: tuple[str, ...]  # "NaN/Inf", "other device", "requires_grad"
+    flags: tuple[str, ...]  # "NaN/Inf", "other device" or "mixed devices", "requires_grad"
 
 
 def _device_of(s: TensorSummary) -> str:
-    return s.device if s.device not in ("-", "?") else ""
+    """The device that counts for mixing: none for a 0-dim CPU tensor, which PyTorch lets mix with any."""
+    if s.device in ("-", "?") or (s.device == "cpu" and s.shape == ()):
+        return ""
+    return s.device
+
+
+def _main_device(rows: list[tuple[Any, TensorSummary]]) -> str | None:
+    """Where the frame's work happens: the model's device, else the device most tensors use.
+
+    None when every tensor is on one device; "" when two devices tie with no model to decide.
+    """
+    devices = Counter(_device_of(s) for _, s in rows if _device_of(s))
+    if len(devices) < 2:
+        return None
+    torch = sys.modules.get("torch")
+    params = {_device_of(s) for t, s in rows
+              if torch is not None and isinstance(t, torch.nn.Parameter) and _device_of(s)}
+    if len(params) == 1:  # a model on one device: that is where inputs must go
+        return params.pop()
+    (first, n1), (_, n2) = devices.most_common(2)
+    return first if n1 > n2 else ""
 
 
 def tensor_rows(found: list[tuple[str, Any]]) -> list[TensorRow]:
     """Describe each tensor and flag the ones a user should look at first.
 
-    A tensor is on the "other device" when the frame's tensors span several devices and
-    it is not on the one most of them use (the usual model-on-GPU, batch-on-CPU bug).
+    A tensor is on the "other device" when the frame's tensors span several devices and it
+    is not where the model's parameters live (or, without a model, where most tensors are):
+    the usual model-on-GPU, batch-on-CPU bug. With no way to tell which side is right (two
+    devices, as many tensors on each, no model), every tensor gets "mixed devices".
     """
-    summaries = [(name, describe(t)) for name, t in found]
-    devices = Counter(_device_of(s) for _, s in summaries if _device_of(s))
-    main_device = devices.most_common(1)[0][0] if len(devices) > 1 else None
+    described = [(t, describe(t)) for _, t in found]
+    main = _main_device(described)
     rows = []
-    for name, s in summaries:
+    for (name, _), (_, s) in zip(found, described):
         flags = []
         if s.nonfinite:
             flags.append("NaN/Inf")
-        if main_device is not None and _device_of(s) and _device_of(s) != main_device:
+        device = _device_of(s)
+        if main == "" and device:
+            flags.append("mixed devices")
+        elif main and device and device != main:
             flags.append("other device")
         if s.requires_grad:
             flags.append("requires_grad")
@@ -118,25 +143,51 @@ def tensor_rows(found: list[tuple[str, Any]]) -> list[TensorRow]:
 class NonFiniteRow:
     name: str
     summary: TensorSummary
-    bad: int | None  # NaN + Inf elements, None when only their presence is known
+    bad: int | None  # NaN + Inf elements, None when only their presence (or an estimated share) is known
     fraction: float | None
+    estimated: bool = False  # counted on a sample of the tensor: the share is an estimate
+
+
+SHARE_SAMPLE = 2**24  # elements counted to estimate the bad share of a tensor too large to count exactly
 
 
 def _badness(s: TensorSummary) -> tuple[int | None, float | None]:
     counts = (s.nan, s.pos_inf, s.neg_inf)
-    if any(c is None for c in counts) or s.sampled:
+    if any(c is None for c in counts) or not s.stats_count:
         return None, None
     bad = sum(counts)
-    return bad, (bad / s.stats_count if s.stats_count else None)
+    return bad, bad / s.stats_count
+
+
+def _sampled_share(tensor: Any) -> float | None:
+    """The share of non-finite values in an even strided sample: one pass, one read back."""
+    import torch
+
+    from ._stats import sample_view
+
+    try:
+        with torch.no_grad():
+            view = sample_view(tensor.detach(), SHARE_SAMPLE)
+            return float((~torch.isfinite(view)).sum().item()) / max(1, view.numel())
+    except Exception:
+        return None
 
 
 def nonfinite_rows(found: list[tuple[str, Any]]) -> list[NonFiniteRow]:
-    """The tensors holding NaN/Inf, worst first (largest fraction, then largest count)."""
+    """The tensors holding NaN/Inf, worst first (largest share of bad values, then largest count).
+
+    A tensor too large to count exactly is ranked by the share in its sample, so a huge
+    embedding full of NaN still comes before a single bad element elsewhere.
+    """
     rows = []
     for name, tensor in found:
         s = describe(tensor, grad=False)
         if s.nonfinite:
-            bad, fraction = _badness(s)
-            rows.append(NonFiniteRow(name, s, bad, fraction))
+            if s.sampled:  # the summary's counts cover an unknown part of the tensor
+                share = _sampled_share(tensor)
+                rows.append(NonFiniteRow(name, s, None, share, estimated=share is not None))
+            else:
+                bad, fraction = _badness(s)
+                rows.append(NonFiniteRow(name, s, bad, fraction))
     rows.sort(key=lambda r: (-(r.fraction if r.fraction is not None else -1.0), -(r.bad or 0)))
     return rows

@@ -57,7 +57,7 @@ def tensors(rows: Sequence[TensorRow], extra: int = 0) -> Any:
     for r in rows:
         flags = Text()
         for flag in r.flags:
-            style = _ALARM if flag == "NaN/Inf" else _WARN if flag == "other device" else "dim"
+            style = _ALARM if flag == "NaN/Inf" else _WARN if flag in ("other device", "mixed devices") else "dim"
             flags.append(("" if not flags else " ") + flag, style=style)
         table.add_row(r.name, summary_line(r.summary), flags)
     if extra:
@@ -79,11 +79,14 @@ def nonfinite(rows: Sequence[NonFiniteRow], checked: int) -> Any:
     for r in rows:
         s = r.summary
 
-        def count(n: int | None, present: bool) -> Text:
-            text = str(n) if n is not None else ("yes" if present else "0")
+        def count(n: int | None, present: bool, exact: bool = r.bad is not None) -> Text:
+            if not exact:  # a sampled summary's counts are not the tensor's
+                text = "yes" if present else "0"
+            else:
+                text = str(n)
             return Text(text, style=_ALARM if present else "dim")
 
-        share = f"{100 * r.fraction:.3g}%" if r.fraction is not None else "?"
+        share = "?" if r.fraction is None else f"{'~' if r.estimated else ''}{100 * r.fraction:.3g}%"
         table.add_row(r.name, count(s.nan, s.has_nan), count(s.pos_inf, s.has_pos_inf),
                       count(s.neg_inf, s.has_neg_inf), share, summary_line(s))
     return table

@@ -164,3 +164,40 @@ def test_memory_report_lists_largest_tensors_without_touching_cuda():
     assert report.rss is None or report.rss > 0
     if not torch.cuda.is_available():
         assert report.devices == () and report.cuda_note
+
+
+def test_other_device_follows_the_model_and_spares_cpu_scalars():
+    # meta stands in for a GPU: the model lives there, the batch was left on the CPU
+    model = nn.Linear(3, 2, device="meta")
+    found, _ = reachable_tensors({
+        "model": model, "x": torch.zeros(4, 3), "y": torch.zeros(4), "mask": torch.ones(4),
+        "step": torch.tensor(3), "h": torch.zeros(4, 2, device="meta")})
+    rows = {r.name: r.flags for r in tensor_rows(found)}
+    # CPU tensors outnumber the model's, but the model's device is where the work happens
+    assert "other device" in rows["x"] and "other device" in rows["y"] and "other device" in rows["mask"]
+    assert "other device" not in rows["model.weight"] and "other device" not in rows["h"]
+    assert "other device" not in rows["step"]  # a 0-dim CPU tensor mixes with any device
+    # no model: the device most tensors use; a tie names no single culprit, so both are flagged
+    rows = {r.name: r.flags for r in tensor_rows([("a", torch.zeros(2)), ("b", torch.zeros(2, device="meta"))])}
+    assert rows == {"a": ("mixed devices",), "b": ("mixed devices",)}
+
+
+def test_nonfinite_rows_rank_parameters_gradients_and_sampled_tensors(monkeypatch):
+    from tensor_dap import summary
+    from tensor_dap.budget import Budget
+
+    model = nn.Linear(4, 4)
+    model(torch.randn(2, 4)).sum().backward()
+    model.weight.grad[0, 0] = float("inf")  # 1 of 16
+    model.bias.data[:] = float("nan")  # 4 of 4
+    loss = torch.tensor(float("nan"))
+    big = torch.zeros(1000)
+    big[:900] = float("nan")  # 90%, but only a sample is counted
+    monkeypatch.setattr(summary, "DEFAULT_BUDGET", Budget(exact_elements=100, scan_elements=None, max_ms=None))
+    found, _ = reachable_tensors({"model": model, "loss": loss, "big": big}, grads=True)
+    rows = nonfinite_rows(found)
+    names = [r.name for r in rows]
+    assert names[-1] == "model.weight.grad" and set(names[:3]) == {"loss", "model.bias", "big"}
+    by_name = {r.name: r for r in rows}
+    assert by_name["big"].estimated and 0.8 < by_name["big"].fraction <= 1.0
+    assert by_name["model.weight.grad"].fraction == pytest.approx(1 / 16) and not by_name["model.weight.grad"].estimated
