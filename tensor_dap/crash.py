@@ -84,7 +84,7 @@ def print_report(exc: BaseException, tb: Any = None) -> None:
     from .render_pdb import crash
 
     try:
-        make_console(stderr=True).print(crash(build_report(exc, tb)))
+        make_console(stderr=True).print(crash(build_report(exc, tb)), crop=False)  # tracebacks are never cut
     except Exception:
         traceback.print_exception(type(exc), exc, tb if tb is not None else exc.__traceback__)
 

@@ -209,13 +209,19 @@ def dtype_device(dtype: str, device: str) -> str:
     return f"{short_dtype(dtype) or 'f32'} {device}"
 
 
+def _log_text(text: str, style: str = "") -> Text:
+    """A line that is never re-wrapped: a traceback or an error message must stay copy-pasteable and greppable
+    (print it with ``crop=False``)."""
+    return Text(text, style=style, no_wrap=True, overflow="ignore")
+
+
 def explanation(ex: Any) -> Any:
     """A ShapeExplanation: per frame, the failing line, its operands' shapes, and the mismatch."""
-    parts: list[Any] = [Text(f"Shape error ({ex.kind}): {ex.error}", style=_ALARM)]
+    parts: list[Any] = [_log_text(f"Shape error ({ex.kind}): {ex.error}", style=_ALARM)]
     for i, fe in enumerate(ex.frames):
         where = "at" if i == 0 else "called from"
-        parts.append(Text(f"{where} {fe.filename}:{fe.lineno} in {fe.function}", style="bold"))
-        parts.append(Text("    " + fe.source.replace("\n", "\n    ")))
+        parts.append(_log_text(f"{where} {fe.filename}:{fe.lineno} in {fe.function}", style="bold"))
+        parts.append(_log_text("    " + fe.source.replace("\n", "\n    ")))
         if fe.operands:
             table = _table(show_header=False)
             table.add_column("operand", style="bold", no_wrap=True)
@@ -231,13 +237,13 @@ def explanation(ex: Any) -> Any:
                     table.add_row("    " + o.expr, "?", Text("not re-evaluated", style="dim"))
             parts.append(table)
         if fe.hint:
-            parts.append(Text("    → " + fe.hint, style=_WARN))
+            parts.append(_log_text("    → " + fe.hint, style=_WARN))
     return Group(*parts)
 
 
 def crash(report: Any) -> Any:
     """The crash report: traceback, the failing frame's tensors, the shape explanation."""
-    parts: list[Any] = [Text(report.traceback.rstrip("\n"))]
+    parts: list[Any] = [_log_text(report.traceback.rstrip("\n"))]
     if report.tensors:
         parts.append(Text(""))
         parts.append(Text(f"tensors in {report.frame}", style="bold"))

@@ -32,6 +32,7 @@ _KINDS = (
                                  r"to have \d+ channels|view size is not compatible|shape mismatch|"
                                  r"must match|number of sizes provided", re.IGNORECASE)),
     ("dims", re.compile(r"Dimension out of range|Expected \d+D|expected \d+D|number of dimensions|"
+                        r"\d+D (?:or \d+D )?(?:\w+ )?tensor expected|"
                         r"too many indices|dimensions? (?:of|but)|expected .* dims?\b|got \d+D", re.IGNORECASE)),
 )
 _ELEMENTWISE = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow,
@@ -41,6 +42,9 @@ _DEVICE_MOVES = {"cuda", "cpu", "to", "pin_memory", "mps", "xpu"}
 _NEVER_CALL = re.compile(r"^(save|load|manual_seed|seed|set_|use_|compile|backward|register|item$|tolist$|"
                          r"numpy$|share_memory|record_stream|data_ptr|synchronize)")
 _CONTAINERS = (list, tuple, dict, str)
+_PURE_BUILTINS = (float, int, abs, round, min, max, bool)
+_COMPARE = {ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.Lt: lambda a, b: a < b,
+            ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b}
 
 
 def classify(exc: BaseException) -> str | None:
@@ -213,6 +217,12 @@ class _Evaluator:
                     return _arith(node.op, left, right), ""
                 raise _Unknown()
             return self._op(node, lambda: _arith(node.op, _meta(left), _meta(right)), [node.left, node.right])
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _COMPARE:
+            left, right = self.ev_all([node.left, node.comparators[0]])
+            if not (is_tensor(left) or is_tensor(right)):
+                raise _Unknown()
+            compare = _COMPARE[type(node.ops[0])]
+            return self._op(node, lambda: compare(_meta(left), _meta(right)), [node.left, node.comparators[0]])
         if isinstance(node, ast.Call):
             return self._call(node, torch)
         raise _Unknown()
@@ -250,6 +260,8 @@ class _Evaluator:
                     [func.value, *node.args])
         callee, *args = self.ev_all([func, *node.args])
         kwargs = dict(zip((k.arg for k in node.keywords), self.ev_all([k.value for k in node.keywords])))
+        if callee in _PURE_BUILTINS and all(isinstance(a, (int, float, str)) for a in [*args, *kwargs.values()]):
+            return callee(*args, **kwargs), ""  # float('-inf'), int(d / 2): plain numbers
         if is_module(callee) or not _is_torch_function(callee):
             raise _Unknown()  # never run a forward or user code again
         return self._op(node, lambda: callee(*[_meta(a) for a in args],
@@ -347,7 +359,7 @@ def _source_text(source: str, stmt: ast.stmt, lineno: int) -> str:
 
 def _find_node(stmt: ast.stmt, pos: tuple[int, int, int, int]) -> ast.AST | None:
     for node in ast.walk(stmt):
-        if isinstance(node, (ast.BinOp, ast.Call, ast.Subscript, ast.UnaryOp, ast.AugAssign)) \
+        if isinstance(node, (ast.BinOp, ast.Call, ast.Subscript, ast.UnaryOp, ast.AugAssign, ast.Compare)) \
                 and (node.lineno, node.end_lineno, node.col_offset, node.end_col_offset) == pos:
             return node
     return None
@@ -363,6 +375,8 @@ def _operand_nodes(node: ast.AST) -> tuple[list[ast.AST], list[ast.AST]]:
         return [], [node.target, node.value]
     if isinstance(node, ast.UnaryOp):
         return [], [node.operand]
+    if isinstance(node, ast.Compare):
+        return [], [node.left, *node.comparators]
     if isinstance(node, ast.Subscript):
         return [node.value], [node.slice]
     if isinstance(node, ast.Call):
@@ -398,6 +412,11 @@ def _module_text(module: Any) -> str:
         extra = module.extra_repr()
     except Exception:
         pass
+    if not extra:  # a container (Sequential, a user's model): "Net()" would look empty
+        try:
+            return f"{type(module).__name__} ({sum(p.numel() for p in module.parameters()):,} parameters)"
+        except Exception:
+            return type(module).__name__
     return f"{type(module).__name__}({extra})" if len(extra) < 100 else type(module).__name__
 
 
@@ -451,16 +470,44 @@ def _module_hint(module: Any, expr: str, arg: Operand) -> str:
         return f"{expr} expects in_features={in_features}, but {arg.expr} {_shape_text(arg.shape)} " \
                f"has last dim {arg.shape[-1]}"
     in_channels = getattr(module, "in_channels", None)
-    if in_channels is not None and arg.shape and len(arg.shape) >= 2:
-        batched = len(arg.shape) > getattr(module, "_conv_dims", len(getattr(module, "kernel_size", ()))) + 1
+    if in_channels is not None and arg.shape is not None:
+        dims = len(getattr(module, "kernel_size", ())) or 2
+        spatial = ", ".join("DHW"[3 - dims:]) if dims <= 3 else "..."
+        ndim = len(arg.shape)
+        if ndim not in (dims + 1, dims + 2):
+            return (f"{expr} expects a {dims + 1}-D [C, {spatial}] or {dims + 2}-D [N, C, {spatial}] input, "
+                    f"but {arg.expr} {_shape_text(arg.shape)} has {ndim} dims")
+        batched = ndim == dims + 2
         channels = arg.shape[1] if batched else arg.shape[0]
         if channels != in_channels:
-            return f"{expr} expects in_channels={in_channels}, but {arg.expr} {_shape_text(arg.shape)} " \
+            hint = f"{expr} expects in_channels={in_channels}, but {arg.expr} {_shape_text(arg.shape)} " \
                    f"has {channels} channels"
+            if not batched:
+                hint += (f": a {ndim}-D input is read as one unbatched sample [C, {spatial}]; a batch needs "
+                         f"{ndim + 1}-D [N, C, {spatial}]")
+                if in_channels == 1:
+                    hint += f" (add the channel dim: {arg.expr}.unsqueeze(1))"
+            return hint
     return ""
 
 
-def _hint(ev: _Evaluator, node: ast.AST, operands: list[Operand]) -> str:
+def _hint(ev: _Evaluator, node: ast.AST, operands: list[Operand], kind: str = "", message: str = "") -> str:
+    """One sentence naming the mismatch: from the operation's own rule, else from the error family."""
+    hint = _operation_hint(ev, node, operands)
+    if hint:
+        return hint
+    tensors = [o for o in operands if o.kind == "tensor"]
+    if kind == "broadcast":
+        pairs = ((a, b) for i, a in enumerate(tensors) for b in tensors[i + 1:])
+        return next((h for h in (_broadcast_hint(a, b) for a, b in pairs) if h), "")
+    if kind == "dims":
+        return _dims_hint(ev, node, tensors, message)
+    if kind == "size mismatch":
+        return _state_dict_hint(ev, node) or _view_hint(ev, node, tensors, message)
+    return ""
+
+
+def _operation_hint(ev: _Evaluator, node: ast.AST, operands: list[Operand]) -> str:
     tensors = [o for o in operands if o.kind == "tensor"]
     if isinstance(node, (ast.BinOp, ast.AugAssign)) and len(tensors) == 2:
         if isinstance(node, ast.AugAssign) and isinstance(node.op, _ELEMENTWISE):
@@ -480,10 +527,137 @@ def _hint(ev: _Evaluator, node: ast.AST, operands: list[Operand]) -> str:
     return ""
 
 
+def _call_value(ev: _Evaluator, node: ast.AST) -> tuple[str, Any, list[Any]]:
+    """(method or function name, the object it is called on, evaluated positional arguments)."""
+    if not isinstance(node, ast.Call):
+        return "", None, []
+    args = [ev.values.get(id(a), (None, ""))[0] for a in node.args]
+    if isinstance(node.func, ast.Attribute):
+        return node.func.attr, ev.values.get(id(node.func.value), (None, ""))[0], args
+    return (node.func.id if isinstance(node.func, ast.Name) else ""), None, args
+
+
+def _state_dict_hint(ev: _Evaluator, node: ast.AST) -> str:
+    """module.load_state_dict(sd): which entries differ in shape, checkpoint vs model."""
+    from collections.abc import Mapping
+
+    name, module, args = _call_value(ev, node)
+    if name != "load_state_dict" or not is_module(module) or not isinstance(node, ast.Call):
+        return ""
+    loaded = args[0] if args else next((ev.values.get(id(k.value), (None, ""))[0] for k in node.keywords
+                                        if k.arg == "state_dict"), None)
+    if not isinstance(loaded, Mapping):
+        return ""
+    own = dict(module.named_parameters())
+    own.update((k, v) for k, v in module.named_buffers() if v is not None)
+    shared = [k for k in own if k in loaded and is_tensor(loaded[k])]
+    differ = [k for k in shared if tuple(loaded[k].shape) != tuple(own[k].shape)]
+    if not differ:
+        return ""
+    shown = "; ".join(f"{k}: checkpoint {_shape_text(tuple(loaded[k].shape))} vs model "
+                      f"{_shape_text(tuple(own[k].shape))}" for k in differ[:5])
+    more = f"; … {len(differ) - 5} more" if len(differ) > 5 else ""
+    return f"{len(differ)} of {len(shared)} tensors differ in shape: {shown}{more}"
+
+
+def _sizes(args: list[Any]) -> list[int] | None:
+    """view(2, 3) / view((2, 3)) / view(torch.Size) -> [2, 3]."""
+    if len(args) == 1 and isinstance(args[0], (tuple, list)):
+        args = list(args[0])
+    return [int(a) for a in args] if args and all(isinstance(a, int) for a in args) else None
+
+
+def _view_hint(ev: _Evaluator, node: ast.AST, tensors: list[Operand], message: str) -> str:
+    """x.view(...) / x.reshape(...): the element count against the requested shape, or contiguity."""
+    name, base, args = _call_value(ev, node)
+    if name not in ("view", "reshape") or not is_tensor(base) or not tensors:
+        return ""
+    src = tensors[0]
+    if "view size is not compatible" in message:
+        return (f"{src.expr} is not contiguous (a transpose/permute/expand view); use {src.expr}.reshape(...) "
+                f"or {src.expr}.contiguous().view(...)")
+    sizes = _sizes(args)
+    if sizes is None or src.shape is None:
+        return ""
+    numel = 1
+    for d in src.shape:
+        numel *= d
+    known = 1
+    for d in sizes:
+        known *= d if d != -1 else 1
+    asked = f"{name}({', '.join(str(d) for d in sizes)})"
+    if -1 in sizes:
+        return (f"{src.expr} {_shape_text(src.shape)} has {numel} elements, which {asked} cannot split: "
+                f"{numel} is not a multiple of {known}")
+    return f"{src.expr} {_shape_text(src.shape)} has {numel} elements, but {asked} needs {known}"
+
+
+_NDIMS = re.compile(r"\b(\d+)-?D\b")
+_GOT_NDIM = re.compile(r"got (\d+)-?D", re.IGNORECASE)
+_GOT_SHAPE = re.compile(r"input of size:? \[([\d, ]*)\]", re.IGNORECASE)
+_NOUN = re.compile(r"(\w+) (?:tensor|input)\b", re.IGNORECASE)
+_RANGE = re.compile(r"range of \[(-?\d+), (-?\d+)\], but got (-?\d+)")
+_INDICES = re.compile(r"too many indices for tensor of dimension (\d+)")
+
+
+def _by_parameter(ev: _Evaluator, node: ast.AST, tensors: list[Operand]) -> dict[str, Operand]:
+    """The tensor operands of a function call under the callee's parameter names (target=..., input=...)."""
+    import inspect
+
+    if not isinstance(node, ast.Call):
+        return {}
+    callee = ev.values.get(id(node.func), (None, ""))[0]
+    try:
+        bound = inspect.signature(callee).bind_partial(*node.args, **{k.arg: k.value for k in node.keywords})
+    except (TypeError, ValueError):
+        return {}
+    by_text = {o.expr: o for o in tensors}
+    unparse = getattr(ast, "unparse", None)
+    return {p: by_text[unparse(n)] for p, n in bound.arguments.items()
+            if unparse is not None and isinstance(n, ast.AST) and unparse(n) in by_text}
+
+
+def _dims_hint(ev: _Evaluator, node: ast.AST, tensors: list[Operand], message: str) -> str:
+    """A tensor with the wrong number of dims: which operand, how many it has, how many were expected."""
+    found = _RANGE.search(message)
+    if found:
+        lo, hi, got = (int(g) for g in found.groups())
+        o = next((t for t in tensors if t.shape is not None and len(t.shape) == hi + 1), None)
+        return "" if o is None else \
+            f"{o.expr} {_shape_text(o.shape)} has {hi + 1} dims (valid dims are {lo}..{hi}), but dim {got} was asked for"
+    found = _INDICES.search(message)
+    if found:
+        o = next((t for t in tensors if t.shape is not None and len(t.shape) == int(found.group(1))), None)
+        return "" if o is None else f"{o.expr} {_shape_text(o.shape)} has {found.group(1)} dims, but is indexed with more"
+    got = _GOT_NDIM.search(message)
+    got_ndim = int(got.group(1)) if got else None
+    expected = sorted({int(d) for d in _NDIMS.findall(message)} - ({got_ndim} if got_ndim is not None else set()))
+    if not expected:
+        return ""
+    shape = _GOT_SHAPE.search(message)
+    got_shape = tuple(int(d) for d in shape.group(1).replace(" ", "").split(",") if d) if shape else None
+    named = {**{o.expr: o for o in tensors}, **_by_parameter(ev, node, tensors)}
+    nouns = [n.lower() for n in _NOUN.findall(message)]
+    candidates = [
+        next((t for t in tensors if got_shape is not None and t.shape == got_shape), None),
+        next((named[n] for n in nouns if n in named), None),
+        next((t for t in tensors if got_ndim is not None and t.shape is not None and len(t.shape) == got_ndim), None),
+        next((t for t in tensors if t.shape is not None and len(t.shape) not in expected), None),
+    ]
+    o = next((c for c in candidates if c is not None and c.shape is not None), None)
+    if o is None:
+        return ""
+    wanted = " or ".join(f"{d}-D" for d in expected)
+    return f"{o.expr} {_shape_text(o.shape)} has {len(o.shape)} dims, but {wanted} is expected"
+
+
 # ----------------------------------------------------------------------------- the explanation
 
-def explain_frame(tb: Any) -> FrameExplanation | None:
-    """The failing operation of one traceback entry and its operands; None without source."""
+def explain_frame(tb: Any, kind: str = "", message: str = "") -> FrameExplanation | None:
+    """The failing operation of one traceback entry and its operands; None without source.
+
+    ``kind`` (from ``classify``) and the error ``message`` pick the hint when the operation alone cannot.
+    """
     frame = tb.tb_frame
     filename, lineno = frame.f_code.co_filename, tb.tb_lineno
     lines = linecache.getlines(filename, frame.f_globals)
@@ -516,7 +690,7 @@ def explain_frame(tb: Any) -> FrameExplanation | None:
     return FrameExplanation(
         filename=filename, lineno=lineno, function=frame.f_code.co_name,
         source=_source_text(source, stmt, lineno), expr=expr if node is not None else "",
-        operands=tuple(operands), hint=_hint(ev, node, operands) if node is not None else "",
+        operands=tuple(operands), hint=_hint(ev, node, operands, kind, message) if node is not None else "",
     )
 
 
@@ -538,7 +712,7 @@ def explain(exc: BaseException, tb: Any = None) -> ShapeExplanation | None:
     chosen: list[FrameExplanation] = []
     for entry in reversed(entries):
         try:
-            fe = explain_frame(entry)
+            fe = explain_frame(entry, kind, str(exc))
         except Exception:
             continue
         if fe is not None and any(o.kind == "tensor" for o in fe.operands):
@@ -548,7 +722,7 @@ def explain(exc: BaseException, tb: Any = None) -> ShapeExplanation | None:
     if user is not None and not any(fe.filename == user.tb_frame.f_code.co_filename and
                                     fe.lineno == user.tb_lineno for fe in chosen):
         try:
-            fe = explain_frame(user)
+            fe = explain_frame(user, kind, str(exc))
         except Exception:
             fe = None
         if fe is not None:

@@ -95,3 +95,16 @@ def test_run_routes_breakpoint_and_quitting_is_not_a_crash():
         assert child.exitstatus == 1
     finally:
         child.close(force=True)
+
+
+@pytest.mark.timeout(60)
+def test_piped_crash_report_keeps_long_lines_whole():
+    r = _run("-m", "tensor_dap", "run", os.path.join(HERE, "debuggee_pdb_ckpt.py"))
+    assert r.returncode == 1
+    # a log must stay greppable: the error's lines are not re-wrapped at the pipe's 120 columns
+    line = ("size mismatch for 0.weight: copying a param with shape torch.Size([8, 4]) from checkpoint, "
+            "the shape in current model is torch.Size([16, 4]).")
+    assert line in r.stderr, r.stderr
+    assert "Shape error (size mismatch)" in r.stderr
+    assert ("→ 3 of 4 tensors differ in shape: 0.weight: checkpoint [8, 4] vs model [16, 4]; "
+            "0.bias: checkpoint [8] vs model [16]; 2.weight: checkpoint [3, 8] vs model [3, 16]") in r.stderr
