@@ -108,3 +108,22 @@ def test_piped_crash_report_keeps_long_lines_whole():
     assert "Shape error (size mismatch)" in r.stderr
     assert ("→ 3 of 4 tensors differ in shape: 0.weight: checkpoint [8, 4] vs model [16, 4]; "
             "0.bias: checkpoint [8] vs model [16]; 2.weight: checkpoint [3, 8] vs model [3, 16]") in r.stderr
+
+
+@pytest.mark.timeout(60)
+def test_crash_report_colours_follow_the_terminal():
+    env = {**_env(), "TERM": "xterm-256color"}
+    env.pop("NO_COLOR")
+    r = subprocess.run([sys.executable, "-m", "tensor_dap", "run", CRASH], check=False, capture_output=True,
+                       text=True, env=env, stdin=subprocess.DEVNULL, timeout=60)
+    assert r.returncode == 1 and "the inner dimensions differ" in r.stderr
+    assert "\x1b[" not in r.stderr  # a pipe gets plain text, even with a colour TERM
+    child = pexpect.spawn(sys.executable, ["-m", "tensor_dap", "run", CRASH], env=env, encoding="utf-8",
+                          timeout=30, dimensions=(60, 200))
+    try:
+        child.expect_exact("(Pdb) ")
+        assert "\x1b[" in child.before  # on a terminal the report is coloured
+        child.sendline("q")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)

@@ -117,6 +117,18 @@ def test_colours_on_a_terminal(tmp_path):
 
 
 @pytest.mark.timeout(60)
+def test_no_color_on_a_colour_terminal_is_plain(tmp_path):
+    child = _spawn(_env(NO_COLOR="1", TERM="xterm-256color"))
+    try:
+        out = _run(child, "nan") + _run(child, "tensors") + _run(child, "grads")
+        assert "NaN/Inf in 1 of" in out and "gradients of model" in out
+        assert "\x1b[" not in out
+        _finish(child)
+    finally:
+        child.close(force=True)
+
+
+@pytest.mark.timeout(60)
 def test_pdbrc_aliases_and_interact_still_work(tmp_path):
     (tmp_path / ".pdbrc").write_text("alias xs p x.shape\n")
     child = _spawn(_env(HOME=str(tmp_path)), cwd=str(tmp_path))
