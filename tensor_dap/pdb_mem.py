@@ -55,6 +55,11 @@ def _proc_status() -> tuple[int | None, int | None]:
 
 
 def _cuda_devices() -> tuple[tuple[DeviceMemory, ...], str]:
+    """Allocator counters of the devices this process uses (the current one, and any holding memory).
+
+    Only allocator statistics and device properties are read: neither creates a CUDA context on a
+    device the process never touched (``mem_get_info`` would, so free memory is not shown).
+    """
     torch = sys.modules.get("torch")
     if torch is None:
         return (), "torch not imported"
@@ -63,16 +68,28 @@ def _cuda_devices() -> tuple[tuple[DeviceMemory, ...], str]:
         return (), "CUDA not available"
     if not cuda.is_initialized():
         return (), "CUDA not initialized in this process"
-    devices = []
+    try:
+        current = cuda.current_device()
+    except Exception:
+        current = None
+    devices, unused = [], 0
     for i in range(cuda.device_count()):
+        try:
+            allocated, reserved = cuda.memory_allocated(i), cuda.memory_reserved(i)
+            peak = cuda.max_memory_allocated(i)
+        except Exception:
+            continue
+        if i != current and not (allocated or reserved or peak):
+            unused += 1
+            continue
         try:
             total = cuda.get_device_properties(i).total_memory
         except Exception:
             total = None
-        devices.append(DeviceMemory(
-            device=f"cuda:{i}", allocated=cuda.memory_allocated(i), reserved=cuda.memory_reserved(i),
-            peak_allocated=cuda.max_memory_allocated(i), total=total))
-    return tuple(devices), ""
+        devices.append(DeviceMemory(device=f"cuda:{i}", allocated=allocated, reserved=reserved,
+                                    peak_allocated=peak, total=total))
+    note = f"{unused} other CUDA device{'s' if unused != 1 else ''} unused by this process" if unused else ""
+    return tuple(devices), note
 
 
 def _nbytes(t: Any) -> int:

@@ -201,3 +201,25 @@ def test_nonfinite_rows_rank_parameters_gradients_and_sampled_tensors(monkeypatc
     by_name = {r.name: r for r in rows}
     assert by_name["big"].estimated and 0.8 < by_name["big"].fraction <= 1.0
     assert by_name["model.weight.grad"].fraction == pytest.approx(1 / 16) and not by_name["model.weight.grad"].estimated
+
+
+def test_memory_report_cuda_branch_reads_each_device(monkeypatch):
+    # No GPU on this machine: torch.cuda's counters are stubbed (the CUDA path itself runs on a GPU box)
+    counters = {0: (3 << 30, 4 << 30, 5 << 30), 1: (0, 0, 0), 2: (1 << 20, 2 << 20, 1 << 20)}
+    cuda = torch.cuda
+    monkeypatch.setattr(cuda, "is_available", lambda: True)
+    monkeypatch.setattr(cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(cuda, "device_count", lambda: 3)
+    monkeypatch.setattr(cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(cuda, "memory_allocated", lambda i: counters[i][0])
+    monkeypatch.setattr(cuda, "memory_reserved", lambda i: counters[i][1])
+    monkeypatch.setattr(cuda, "max_memory_allocated", lambda i: counters[i][2])
+
+    class Props:
+        total_memory = 80 << 30
+
+    monkeypatch.setattr(cuda, "get_device_properties", lambda i: Props())
+    report = memory_report([])
+    assert [(d.device, d.allocated, d.reserved, d.peak_allocated, d.total) for d in report.devices] == [
+        ("cuda:0", 3 << 30, 4 << 30, 5 << 30, 80 << 30), ("cuda:2", 1 << 20, 2 << 20, 1 << 20, 80 << 30)]
+    assert report.cuda_note == "1 other CUDA device unused by this process"
