@@ -7,6 +7,7 @@ so a 50-module model summarizes in well under a millisecond per module.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +51,7 @@ class ModuleSummary:
     descendants: int
     hooks: tuple[tuple[str, int], ...]  # this module's own hooks: (kind, count), non-zero only
     hooks_in_tree: int  # hooks on this module and every descendant
+    uninitialized: int = 0  # lazy parameters and buffers (LazyLinear before its first forward): not counted above
 
     @property
     def mode(self) -> str:
@@ -62,10 +64,14 @@ class ModuleSummary:
     def __str__(self) -> str:
         """``Linear(784→256) 200,960 params f32 cpu train``."""
         parts = [self.signature]
-        if self.param_tensors:
+        if self.uninitialized and not self.param_tensors:
+            parts.append("params uninitialized (lazy)")
+        elif self.param_tensors:
             parts.append(f"{self.params:,} params")
             if self.frozen:
                 parts.append(f"({self.frozen:,} frozen)" if self.trainable else "(all frozen)")
+            if self.uninitialized:
+                parts.append(f"(+{self.uninitialized} uninitialized)")
         else:
             parts.append("no params")
         if self.dtypes:
@@ -85,6 +91,13 @@ def _unique_tensors(tensors: Iterable[Any]) -> list[Any]:
             seen.add(id(t))
             out.append(t)
     return out
+
+
+def is_uninitialized(t: Any) -> bool:
+    """A lazy module's parameter or buffer before its first forward: it has no shape or data yet."""
+    parameter = sys.modules.get("torch.nn.parameter")
+    mixin = getattr(parameter, "UninitializedTensorMixin", None)
+    return isinstance(mixin, type) and isinstance(t, mixin)
 
 
 def _nbytes(t: Any) -> int:
@@ -154,6 +167,9 @@ def describe_module(module: Any) -> ModuleSummary:
     """Parameter counts, dtypes, devices, mode and hooks of a module and its whole subtree."""
     params = _unique_tensors(module.parameters())
     buffers = _unique_tensors(module.buffers())
+    lazy = [t for t in params + buffers if is_uninitialized(t)]
+    params = [p for p in params if not is_uninitialized(p)]
+    buffers = [b for b in buffers if not is_uninitialized(b)]
     trainable = sum(int(p.numel()) for p in params if p.requires_grad)
     total = sum(int(p.numel()) for p in params)
     descendants = [m for name, m in module.named_modules() if m is not module]
@@ -167,14 +183,15 @@ def describe_module(module: Any) -> ModuleSummary:
         param_bytes=sum(_nbytes(p) for p in params),
         buffers=sum(int(b.numel()) for b in buffers),
         buffer_bytes=sum(_nbytes(b) for b in buffers),
-        dtypes=_ordered(str(t.dtype) for t in params + buffers),
-        devices=_ordered(str(t.device) for t in params + buffers),
+        dtypes=_ordered(str(t.dtype) for t in params + buffers + lazy),
+        devices=_ordered(str(t.device) for t in params + buffers + lazy),
         training=bool(module.training),
         mode_differs=sum(1 for m in descendants if bool(m.training) != bool(module.training)),
         children=sum(1 for _ in module.children()),
         descendants=len(descendants),
         hooks=hook_counts(module),
         hooks_in_tree=sum(n for m in [module] + descendants for _, n in hook_counts(m)),
+        uninitialized=len(lazy),
     )
 
 

@@ -36,6 +36,7 @@ _TEXT_MAX = 240  # longest preview / batch line shown in the panel
 _BATCH_ITEMS = 8  # elements of a dict/list batch named in its one-line value
 
 # tensor_dap's own helpers as expressions that evaluate in the user's frame (for "Add to Watch")
+_LAZY = "lazy: materialized by the first forward"
 _DESCRIBE = "__import__('tensor_dap').describe({})"
 _MODULE_FN = "__import__('tensor_dap.module_summary', fromlist=['_']).{}({})"
 
@@ -206,6 +207,8 @@ def value_text(obj: Any, kind: str, context: str | None = None, budget: Budget |
 
 
 def summary_line(obj: Any, kind: str, budget: Budget | None = None) -> str:
+    if kind == "tensor" and _ms.is_uninitialized(obj):
+        return f"{tensor_head(obj).replace('[?]', '')} ({_LAZY})"
     if kind == "tensor":
         return one_line(_summary.describe(obj, budget=budget))
     return str(_object_summary(obj, kind))
@@ -337,6 +340,8 @@ def fallback_children(obj: Any, exc: BaseException) -> list[Child]:
 
 def children(obj: Any, kind: str, budget: Budget | None = None) -> list[Child]:
     """The ordered children of ``obj`` for its kind."""
+    if kind == "tensor" and _ms.is_uninitialized(obj):
+        return uninitialized_children(obj)
     if kind == "tensor":
         return tensor_children(obj, _summary.describe(obj, budget=budget))
     if kind == "stats":
@@ -393,6 +398,13 @@ def tensor_children(x: Any, s: TensorSummary) -> list[Child]:
         index = preview_index(s.shape)
         out.append(("values", preview(x, index), _index_suffix(index, s.shape)))
     return out
+
+
+def uninitialized_children(x: Any) -> list[Child]:
+    """A lazy parameter has no shape or data yet: only what it will be created as."""
+    return [("dtype", Info(str(x.dtype)), ".dtype"), ("device", Info(str(x.device)), ".device"),
+            ("requires_grad", bool(x.requires_grad), ".requires_grad"),
+            ("notes", Info(f"uninitialized ({_LAZY})"), None)]
 
 
 def _unbind_shapes(parent: str) -> str:  # a strided nested tensor has no .shape
@@ -535,6 +547,9 @@ def module_children(m: Any, ms: _ms.ModuleSummary) -> list[Child]:
     if ms.param_tensors:
         params += f" in {ms.param_tensors} tensors ({fmt_bytes(ms.param_bytes)}): {ms.trainable:,} trainable"
         params += f", {ms.frozen:,} frozen"
+    if ms.uninitialized:
+        lazy = f"{ms.uninitialized} tensor{'s' if ms.uninitialized != 1 else ''} uninitialized"
+        params = (params + f"; {lazy}") if ms.param_tensors else f"{lazy} ({_LAZY[6:]})"
     out.append(("params", Info(params), _after(summary, ".params")))
     if ms.buffers:
         out.append(("buffers", Info(f"{ms.buffers:,} ({fmt_bytes(ms.buffer_bytes)})"), _after(summary, ".buffers")))

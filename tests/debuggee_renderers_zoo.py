@@ -27,6 +27,7 @@ def main() -> None:
                              "norm": nn.BatchNorm1d(64), "rnn": nn.LSTM(64, 32, num_layers=2)})
     encoder["embed"].weight.requires_grad_(False)
     encoder.eval()
+    lazy = nn.Sequential(nn.LazyLinear(8), nn.ReLU())  # stopped before its first forward: shapes unknown
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10)
     sgd = torch.optim.SGD([{"params": encoder["conv"].parameters(), "lr": 0.1},
@@ -47,7 +48,7 @@ def main() -> None:
         print("step", step, float(loss), flush=True)  # BP-loop
         if step == 3:
             break
-    del zoo, encoder, plateau, batch, pair, weight
+    del zoo, encoder, lazy, plateau, batch, pair, weight
     print("done", flush=True)
 
 

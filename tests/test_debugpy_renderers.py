@@ -111,6 +111,7 @@ def test_conditional_breakpoint_frame_shows_one_line_values(zoo):
     assert v["loader"] == ("DataLoader batch_size=32 num_workers=0 pin_memory=False "
                            "dataset=TensorDataset(1,000) 32 batches shuffle")
     assert v["batch"] == "{'input': tensor[32, 784], 'label': tensor[32] i64}"
+    assert v["lazy"] == "Sequential(2) params uninitialized (lazy) f32 cpu train 2 hooks"
     assert v["pair"] == "[tensor[2, 784], tensor[2] i64]"
     for var in zoo.locals.values():
         assert_rendered(var)
@@ -242,6 +243,11 @@ def test_module_children(zoo):
     assert enc["params"]["value"] == "85,568 in 13 tensors (334 KiB): 21,568 trainable, 64,000 frozen"
     assert enc["dtypes"]["value"] == "f32, i64" and enc["mode"]["value"] == "eval"
     assert zoo.watch(enc["embed"]["evaluateName"]) == enc["embed"]["value"]
+    lazy = zoo.children(zoo.children(zoo.locals["lazy"])["0"])
+    assert zoo.children(zoo.locals["lazy"])["0"]["value"] == "LazyLinear(?→8) params uninitialized (lazy) f32 cpu train 2 hooks"
+    assert lazy["params"]["value"] == "2 tensors uninitialized (materialized by the first forward)"
+    assert lazy["weight"]["value"] == "UninitializedParameter (lazy: materialized by the first forward)"
+    assert list(zoo.children(lazy["weight"])) == ["dtype", "device", "requires_grad", "notes"]
     norm = zoo.children(enc["norm"])
     assert list(norm)[:5] == ["weight", "bias", "running_mean", "running_var", "num_batches_tracked"]
 
@@ -589,3 +595,14 @@ def test_installed_wheel_attach_to_debugpy_listen(installed):
     finally:
         dapclient._kill_group(proc.pid, leader=True)
         proc.wait(timeout=10)
+
+
+def test_partly_lazy_module_counts_only_materialized_params():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LazyLinear(2), torch.nn.LazyBatchNorm1d())
+    ms = module_summary.describe_module(model)
+    assert (ms.params, ms.param_tensors, ms.uninitialized, ms.buffers) == (20, 2, 2 + 4, 1)
+    assert str(ms) == "Sequential(3) 20 params (+6 uninitialized) f32+i64 cpu train 4 hooks"
+    kids = {name: value for name, value, _ in render_dap.children(model, "module")}
+    assert kids["params"] == "20 in 2 tensors (80 B): 20 trainable, 0 frozen; 6 tensors uninitialized"
+    model(torch.randn(3, 4))  # the first forward materializes them
+    assert module_summary.describe_module(model).uninitialized == 0
