@@ -294,7 +294,11 @@ class TensorPdb(pdb.Pdb):
             if value is _FAILED:
                 return
             args, kwargs = call_args(value)
-            flow = shape_flow(module, args, kwargs)
+            try:
+                flow = shape_flow(module, args, kwargs)
+            except ShapesUsageError as exc:
+                self.error(str(exc))
+                return
             self._print(render_flow(flow, title=f"{module_expr}({input_expr})"))
         self._run("shapes", body)
 

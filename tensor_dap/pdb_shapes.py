@@ -94,6 +94,13 @@ def describe_shapes(value: Any, depth: int = 0) -> str:
     return type(value).__name__
 
 
+def _describe_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """'[4, 3]' for one argument, '[4, 3], mask=[4]' for several or with keywords."""
+    if len(args) == 1 and not kwargs:
+        return describe_shapes(args[0])
+    return ", ".join([describe_shapes(a, 1) for a in args] + [f"{k}={describe_shapes(v, 1)}" for k, v in kwargs.items()])
+
+
 def _first_tensor(value: Any, depth: int = 0) -> Any:
     if is_tensor(value):
         return value
@@ -148,14 +155,19 @@ def shape_flow(module: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] |
     import torch
 
     kwargs = kwargs or {}
+    lazy = [n or type(module).__name__ for n, m in module.named_modules()
+            if getattr(m, "has_uninitialized_params", None) and m.has_uninitialized_params()]
+    if lazy:  # a probing pass would materialize them: the model would not be the same afterwards
+        raise ShapesUsageError(f"shapes: {', '.join(lazy[:3])} still has uninitialized lazy parameters; "
+                               "run one real forward pass first")
     names = {id(m): n for n, m in module.named_modules()}
     order: list[Any] = []  # modules in the order they were entered
     seen: dict[int, dict[str, Any]] = {}
 
-    def pre_hook(mod: Any, inputs: Any) -> None:
+    def pre_hook(mod: Any, inputs: Any, kw: dict[str, Any]) -> None:
         if id(mod) not in seen:
             order.append(mod)
-            seen[id(mod)] = {"inputs": describe_shapes(inputs if len(inputs) != 1 else inputs[0])}
+            seen[id(mod)] = {"inputs": _describe_call(inputs, kw)}
 
     def post_hook(mod: Any, inputs: Any, output: Any) -> None:
         entry = seen.setdefault(id(mod), {"inputs": describe_shapes(inputs)})
@@ -173,7 +185,7 @@ def shape_flow(module: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] |
     error = None
     try:
         for m in module.modules():
-            handles.append(m.register_forward_pre_hook(pre_hook))
+            handles.append(m.register_forward_pre_hook(pre_hook, with_kwargs=True))
             handles.append(m.register_forward_hook(post_hook))
         module.eval()
         with torch.no_grad():

@@ -223,3 +223,23 @@ def test_memory_report_cuda_branch_reads_each_device(monkeypatch):
     assert [(d.device, d.allocated, d.reserved, d.peak_allocated, d.total) for d in report.devices] == [
         ("cuda:0", 3 << 30, 4 << 30, 5 << 30, 80 << 30), ("cuda:2", 1 << 20, 2 << 20, 1 << 20, 80 << 30)]
     assert report.cuda_note == "1 other CUDA device unused by this process"
+
+
+def test_shape_flow_keyword_inputs_and_lazy_modules():
+    class Encoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(10, 6)
+            self.proj = nn.Linear(6, 2)
+
+        def forward(self, input_ids, mask=None):
+            return self.proj(self.embed(input_ids) * mask[..., None])
+
+    ids = torch.randint(0, 10, (2, 5))
+    flow = shape_flow(Encoder(), *call_args({"input_ids": ids, "mask": torch.ones(2, 5)}))
+    assert flow.error is None
+    assert flow.rows[0].inputs == "input_ids=[2, 5], mask=[2, 5]" and flow.rows[0].output == "[2, 5, 2]"
+    lazy = nn.Sequential(nn.LazyLinear(3))
+    with pytest.raises(ShapesUsageError, match="uninitialized lazy parameters"):
+        shape_flow(lazy, (torch.zeros(2, 4),))
+    assert lazy[0].has_uninitialized_params()  # untouched
