@@ -153,8 +153,11 @@ def read_report(path: str) -> Report:
         raise BundleError(f"{path}: not an incident bundle folder (expected .tensor_dap/incidents/<time>-step<N>)")
     try:
         with open(json_path, encoding="utf-8") as f:
-            return Report.from_dict(json.load(f))
-    except (OSError, ValueError, TypeError, KeyError) as exc:
+            data = json.load(f)
+        if not isinstance(data, dict):
+            raise TypeError(f"expected a JSON object, got {type(data).__name__}")
+        return Report.from_dict(data)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
         raise BundleError(f"{path}: cannot read {JSON_FILE}: {exc}") from None
 
 

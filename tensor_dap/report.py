@@ -120,9 +120,14 @@ def to_text(report: Report) -> str:
             section = sec
         lines.append(f"    {name}: {one_line(s)}")
     if report.bundle:
-        lines.append(f"  incident bundle: {report.bundle}")
-        lines.append(f"  replay it: tensor-dap replay {report.bundle}")
+        lines.extend(f"  {line}" for line in _bundle_lines(report.bundle))
     return "\n".join(lines)
+
+
+def _bundle_lines(bundle: str) -> list[str]:
+    return [f"incident bundle: {bundle}",
+            f"reproduce it: tensor_dap.replay({bundle!r}, model, step_fn, optimizer)",
+            f"show this report again: tensor-dap replay {bundle}"]
 
 
 def to_json(report: Report) -> str:
@@ -148,7 +153,7 @@ def to_rich(report: Report) -> Any:
     for sec, rows in sections.items():
         parts.append(summaries_table(rows, title=sec))
     if report.bundle:
-        parts.append(Text(f"incident bundle: {report.bundle}\nreplay it: tensor-dap replay {report.bundle}"))
+        parts.append(Text("\n".join(_bundle_lines(report.bundle))))
     return Panel(Group(*parts), title=title(report), title_align="left", border_style="red")
 
 
