@@ -38,11 +38,17 @@ from .localize import (
     nonfinite,
     nonfinite_gradients,
     nonfinite_parameters,
+    tensors_in,
 )
 from .report import Report
 from .summary import describe
 
 log = logging.getLogger("tensor_dap.triggers")
+
+# every > 1 keeps a replay window (a copy of the parameters and optimizer state, plus each step's
+# arguments) only while it holds at most this many bytes: a large model is localized on the
+# detection step instead of doubling its memory.
+WINDOW_BYTES = 512 * 2**20
 
 
 @dataclass
@@ -57,6 +63,81 @@ class _StepContext:
     buffers: list[torch.Tensor]
     checked: bool = False
     optimizer: torch.optim.Optimizer | None = None  # the one that stepped (found by the global hook)
+    hyper: list[dict[str, Any]] | None = None  # every > 1: the optimizer's param_groups settings (lr...)
+
+
+@dataclass
+class _Window:
+    """every > 1: the state at the start of the first step since the last clean read, and each step's context.
+
+    A read finds the first failing step, but the model has moved on since; from this state the
+    steps before it are replayed (with their updates) to reach its exact pre-step state, and it
+    is localized there. Costs one copy of the parameters and optimizer state per ``every`` steps.
+    """
+
+    start: int
+    params: list[torch.Tensor]
+    optimizer: torch.optim.Optimizer
+    optimizer_state: dict[Any, dict[str, Any]]  # see _optimizer_state
+    steps: list[_StepContext]
+    nbytes: int = 0
+
+
+@dataclass
+class _Source:
+    """What an incident bundle holds when it is not the step being checked now (see ``_Window``)."""
+
+    ctx: _StepContext
+    model_state: dict[str, Any] | None  # None: the live state (the step being checked now)
+    optimizer_state: dict[str, Any] | None
+
+
+def _hyper(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
+    return [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
+
+
+def _set_hyper(optimizer: torch.optim.Optimizer, hyper: list[dict[str, Any]]) -> None:
+    for g, saved in zip(optimizer.param_groups, hyper):
+        g.update(saved)
+
+
+def _optimizer_state(optimizer: torch.optim.Optimizer) -> dict[Any, dict[str, Any]]:
+    """A copy of ``optimizer.state`` (per parameter: momentum, Adam moments, step...)."""
+    return {p: _cloned(dict(st)) for p, st in optimizer.state.items()}
+
+
+def _load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict[Any, dict[str, Any]]) -> None:
+    """Put a ``_optimizer_state`` copy back *in place*: the optimizer's own dicts and tensors stay the same
+    objects (``load_state_dict`` would replace them, under code holding references to them)."""
+    for p in [p for p in optimizer.state if p not in saved]:
+        del optimizer.state[p]
+    for p, st in saved.items():
+        live = optimizer.state[p]
+        for k in [k for k in live if k not in st]:
+            del live[k]
+        for k, v in st.items():
+            old = live.get(k)
+            if isinstance(v, torch.Tensor) and isinstance(old, torch.Tensor) and old.shape == v.shape \
+                    and old.dtype == v.dtype and old.device == v.device:
+                with torch.no_grad():
+                    old.copy_(v)
+            else:
+                live[k] = _cloned(v)
+
+
+def _nbytes(obj: Any) -> int:
+    return sum(t.numel() * t.element_size() for _, t in tensors_in(obj))
+
+
+def _cloned(obj: Any) -> Any:
+    """A copy of a state_dict-like structure, tensors cloned where they are (no host sync)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().clone()
+    if isinstance(obj, dict):
+        return {k: _cloned(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_cloned(v) for v in obj]
+    return obj
 
 
 class _Buffers:
@@ -125,6 +206,9 @@ class watch:
         self._buffers = _Buffers(self._inner)
         self._ctx: _StepContext | None = None
         self._rerunning = False
+        self._replaying = False  # replaying a window's steps, updates included (every > 1)
+        self._window: _Window | None | bool = None  # False: no window until the next read (too large)
+        self._stepper = optimizer  # the optimizer that steps (found by the hook when not given)
         self._latched = False
         # Python's and numpy's RNG states are slow to copy; a step that does not draw from them
         # leaves them as they were at its start, so reading them when a trigger fires is enough.
@@ -176,8 +260,11 @@ class watch:
 
     def step(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run ``fn(*args, **kwargs)`` as training step ``self.step_count`` under the sentinel."""
+        windowed = self._windowed()
         ctx = _StepContext(self.step_count, fn, args, kwargs, capture_rng(**self._host_rngs),
-                           self._buffers.save())
+                           self._buffers.clone() if windowed else self._buffers.save())
+        if windowed:
+            self._guard(self._track, ctx)
         if self._mode == "manual":
             with torch.no_grad():
                 torch._foreach_copy_(self._param_store, self._params)
@@ -202,11 +289,37 @@ class watch:
             self._ctx = None
             self.step_count = ctx.index + 1
 
+    def _windowed(self) -> bool:
+        """Keep a window of steps to replay (every > 1, torch.optim updates, one process)."""
+        return (self.every > 1 and self._mode == "optimizer" and self._stepper is not None
+                and self._window is not False and current_rank() is None)  # DDP: a local replay would skip the all-reduce
+
+    def _track(self, ctx: _StepContext) -> None:
+        optimizer = self._stepper
+        if optimizer is None or self._window is False:
+            return
+        if self._window is None:  # the first step since a clean read: save where it starts
+            nbytes = _nbytes(self._params) + _nbytes(list(optimizer.state.values()))
+            if nbytes > WINDOW_BYTES:
+                self._window = False  # too large to copy: no window until the next read
+                return
+            self._window = _Window(ctx.index, [p.detach().clone() for p in self._params], optimizer,
+                                   _optimizer_state(optimizer), [], nbytes)
+        window = self._window
+        window.nbytes += _nbytes((ctx.args, ctx.kwargs, ctx.buffers))
+        if window.nbytes > WINDOW_BYTES:
+            self._window = False  # the batches held for the replay outgrew the budget
+            return
+        window.steps.append(ctx)
+        ctx.hyper = _hyper(optimizer)  # a scheduler outside the step changes lr between steps
+
     def _params_changed(self) -> bool:
         return any(not torch.equal(p, old) for p, old in zip(self._params, self._param_store or ()))
 
     # ------------------------------------------------------------ optimizer hooks
     def _before_update(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self._replaying:
+            return  # a window's earlier steps run again as they ran, updates included
         if self._rerunning:
             from .localize import StopRerun
 
@@ -214,7 +327,7 @@ class watch:
         ctx = self._ctx
         if ctx is not None:
             ctx.checked = True
-            ctx.optimizer = optimizer
+            ctx.optimizer = self._stepper = optimizer
             self._mode, self._param_store = "optimizer", None
         self._check(ctx.index if ctx else self.step_count, ctx)
 
@@ -240,24 +353,37 @@ class watch:
 
     def _read_and_fire(self, index: int, ctx: _StepContext | None) -> None:
         first = self._sentinel.read()
+        window, self._window = self._window or None, None  # the next step starts a new window
         if first is None:
             self._latched = False  # clean again: the next failure is news
             return
         if self._latched:
             self.suppressed += 1
             return
-        report, culprit = self._investigate(first, index, ctx)
+        report, culprit, source = self._investigate(first, index, ctx, window)
         if report is None:
             return
         self._latched = True
-        if self.capture and ctx is not None:
-            self._write_bundle(report, ctx)
+        if self.capture and source is not None:
+            self._write_bundle(report, source)
+        elif self.capture and ctx is not None:
+            self._write_bundle(report, _Source(ctx, None, None))
         self.reports.append(report)
         dispatch(report, on=self.on, error=NonFiniteError, ranks=self.ranks, culprit=culprit)
 
-    def _investigate(self, first: int, index: int, ctx: _StepContext | None
-                     ) -> tuple[Report | None, dict[str, Any]]:
+    def _investigate(self, first: int, index: int, ctx: _StepContext | None, window: _Window | None
+                     ) -> tuple[Report | None, dict[str, Any], _Source | None]:
         """Confirm exactly what is non-finite now, and localize it (re-running the step if needed)."""
+        if first != index and window is not None and first >= window.start:
+            try:
+                found = self._localize_in_window(first, window)
+            except Exception as exc:  # noqa: BLE001 - e.g. the step raised when replayed: localize as before
+                log.warning("tensor_dap.watch: replaying steps %d-%d failed (%s: %s); localizing on step %d",
+                            window.start, first, type(exc).__name__, exc, index)
+                found = None
+            if found is not None:
+                finding, source = found
+                return self._report(finding, first, index, window), {**finding.culprit, "step": first}, source
         grads_bad = any(nonfinite(p.grad) for p in self._params if p.grad is not None)
         loss_step, loss = self._last_loss
         loss_bad = loss is not None and loss_step >= first and nonfinite(loss)
@@ -276,21 +402,79 @@ class watch:
                 if finding is not None and can_rerun:
                     finding.note = (_NOT_LOCAL if current_rank() is not None else _NOT_REPRODUCED) + finding.note
         elif not loss_bad:
-            return None, {}  # the sum of norms overflowed, but every value is finite: no alarm
+            return None, {}, None  # the sum of norms overflowed, but every value is finite: no alarm
         if finding is None:
             step = loss_step
             finding = Finding("loss", None, None, "the loss is non-finite while every gradient and parameter "
                               "is finite: the loss computation overflowed, or a term no parameter depends on "
                               "is non-finite", [("loss", "loss", describe(loss))])
+        report = self._report(finding, step, index, None, first=first)
+        return report, {**finding.culprit, "step": step}, None
+
+    def _report(self, finding: Finding, step: int, index: int, window: _Window | None, *,
+                first: int | None = None) -> Report:
         loss_value = next((float(s.values[0]) for sec, _, s in finding.tensors if sec == "loss" and s.values),
                           None)
         report = Report(kind="nonfinite", headline=_headline(finding), step=step, phase=finding.phase,
                         module=finding.module, module_type=finding.module_type, rank=current_rank(),
                         notes=[finding.note], tensors=list(finding.tensors), loss=loss_value)
-        if self.every > 1 and first != index:
+        if window is not None:
+            report.notes.append(f"the sentinel is read every {self.every} steps: detected at step {index}; "
+                                f"step {step} was re-run from the state saved at the start of step {window.start}")
+        elif self.every > 1 and first is not None and first != index:
             report.notes.append(f"the sentinel is read every {self.every} steps: first non-finite at step "
-                                f"{first}, detected at step {index}; use every=1 for exact localization")
-        return report, {**finding.culprit, "step": step}
+                                f"{first}, detected at step {index}, localized on the state of step {index} "
+                                f"(no replay window: see WINDOW_BYTES in docs/triggers.md); use every=1 "
+                                "for exact localization")
+        elif step != index and first is not None:
+            report.notes.append(f"detected at step {index}: the loss of a step is checked with the next "
+                                "step's gradients")
+        return report
+
+    def _localize_in_window(self, first: int, window: _Window) -> tuple[Finding, _Source] | None:
+        """Replay the window's steps before ``first`` (updates included), localize ``first``, put everything back."""
+        target = next((c for c in window.steps if c.index == first), None)
+        if target is None or target.hyper is None:
+            return None
+        optimizer = window.optimizer
+        saved_params = [p.detach().clone() for p in self._params]
+        saved_optimizer, saved_hyper = _optimizer_state(optimizer), _hyper(optimizer)
+        saved_grads = [(p, p.grad) for p in self._params]
+        saved_rng, saved_buffers = capture_rng(), self._buffers.clone()
+        try:
+            with torch.no_grad():
+                torch._foreach_copy_(self._params, window.params)
+            _load_optimizer_state(optimizer, window.optimizer_state)
+            for p in self._params:
+                p.grad = None
+            self._replaying = True
+            try:
+                for c in window.steps:
+                    if c.index == first:
+                        break
+                    restore_rng({**saved_rng, **c.rng})
+                    self._buffers.restore(c.buffers)
+                    _set_hyper(optimizer, c.hyper or [])
+                    c.fn(*c.args, **c.kwargs)
+            finally:
+                self._replaying = False
+            _set_hyper(optimizer, target.hyper)
+            state = {k: v.detach().clone() for k, v in self._inner.state_dict().items()}
+            for name, value in zip(self._buffers.names, target.buffers):
+                if name in state:
+                    state[name] = value
+            source = _Source(target, state, _cloned(optimizer.state_dict()))
+            finding = self._rerun(target)
+            return (finding, source) if finding is not None else None
+        finally:
+            with torch.no_grad():
+                torch._foreach_copy_(self._params, saved_params)
+            _load_optimizer_state(optimizer, saved_optimizer)
+            _set_hyper(optimizer, saved_hyper)
+            for p, g in saved_grads:
+                p.grad = g
+            self._buffers.restore(saved_buffers)
+            restore_rng(saved_rng)
 
     def _rerun(self, ctx: _StepContext) -> Finding | None:
         """Run the step again from its captured state with hooks everywhere, then put everything back."""
@@ -329,17 +513,26 @@ class watch:
             self._buffers.restore(saved_buffers)
             restore_rng(saved_rng)
 
-    def _write_bundle(self, report: Report, ctx: _StepContext) -> None:
+    def _write_bundle(self, report: Report, source: _Source) -> None:
+        ctx = source.ctx
         try:
-            state = self._inner.state_dict()
-            for name, value in zip(self._buffers.names, ctx.buffers):
-                if name in state:
-                    state[name] = value  # the buffers as they were before the step's forward
+            state = source.model_state
+            if state is None:
+                state = self._inner.state_dict()
+                for name, value in zip(self._buffers.names, ctx.buffers):
+                    if name in state:
+                        state[name] = value  # the buffers as they were before the step's forward
             optimizer = self.optimizer or ctx.optimizer
+            optimizer_state = source.optimizer_state
+            if optimizer_state is None and optimizer is not None:
+                optimizer_state = optimizer.state_dict()
             if not ctx.checked:
                 report.notes.append("the step made no torch.optim step: the saved parameters are those after it")
+            if report.step != ctx.index:
+                report.notes.append(f"the bundle holds step {ctx.index}, the step running when this was "
+                                    f"detected (the state before step {report.step} is gone)")
             write_bundle(report, step=ctx.index, args=ctx.args, kwargs=ctx.kwargs, model_state=state,
-                         optimizer_state=optimizer.state_dict() if optimizer is not None else None,
+                         optimizer_state=optimizer_state,
                          rng={**capture_rng(), **ctx.rng}, root=self.capture if isinstance(self.capture, str) else None)
         except Exception as exc:  # noqa: BLE001 - a full disk must not hide the report itself
             report.notes.append(f"could not write the incident bundle: {type(exc).__name__}: {exc}")

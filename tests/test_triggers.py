@@ -181,11 +181,75 @@ def test_sentinel_observe_never_reads_device_values():
     assert s.reads == 0
 
 
-def test_every_n_reports_the_first_bad_step_even_when_detected_later():
+def test_every_n_reports_the_first_bad_step_even_when_detected_later(monkeypatch):
+    """A model too large for a replay window (here: any model) still gets the first bad step."""
+    monkeypatch.setattr("tensor_dap.watcher.WINDOW_BYTES", 0)
     _, exc = train("inf_input", on="raise", every=4)
     assert exc is not None
     assert exc.report.step == planted.BUG_STEP
-    assert any("every 4 steps" in n and "detected at step 7" in n for n in exc.report.notes)
+    assert any("every 4 steps" in n and "detected at step 7" in n and "no replay window" in n
+               for n in exc.report.notes)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("every", [4, 8])
+@pytest.mark.parametrize("bug", sorted(EXPECTED))
+def test_every_n_localizes_the_first_bad_step_itself_and_bundles_it(bug, every, tmp_path):
+    """Read late, localized exactly: the window's earlier steps are replayed to reach the first bad
+    step's own pre-step state, so the report (and the bundle) equal those of every=1."""
+    _, exc = train(bug, on="raise", every=every, capture=str(tmp_path))
+    assert exc is not None
+    report = exc.report
+    assert (report.step, report.phase, report.module) == EXPECTED[bug]
+    assert any("detected at step 7" in n for n in report.notes)  # the first read after the bug
+    state = torch.load(os.path.join(report.bundle, "state.pt"), weights_only=False)
+    assert state["step"] == planted.BUG_STEP and report.bundle.endswith(f"-step{planted.BUG_STEP}")
+    _, one = train(bug, on="raise", every=1, capture=str(tmp_path / "one"))  # the same pre-step state
+    one_state = torch.load(os.path.join(one.report.bundle, "state.pt"), weights_only=False)
+    assert_same_training_dict(state["model"], one_state["model"])
+    assert_same_training_dict(state["optimizer"]["state"][0], one_state["optimizer"]["state"][0])
+    assert torch.equal(state["rng"]["torch"], one_state["rng"]["torch"])
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_every_n_replays_learning_rate_changes_made_between_steps():
+    """exploding_lr multiplies lr outside the step function: the replay applies each step's own lr,
+    so the first bad step and its module are those that hooks on every module see."""
+    _, exc = train("exploding_lr", on="raise", every=8, steps=16)
+    step, phase, module = oracle("exploding_lr", until=exc.report.step)
+    assert (exc.report.step, exc.report.phase, exc.report.module) == (step, phase, module)
+    assert any("re-run from the state saved at the start of step 8" in n for n in exc.report.notes)
+
+
+@pytest.mark.parametrize("bug", ["log_zero", "backward_nan"])
+def test_every_n_window_replay_keeps_numerics_rng_and_optimizer_objects_identical(bug):
+    steps = 12
+    plain = run_plain(bug, steps)
+    plain_draw = (torch.rand(3), random.random())
+
+    random.seed(0)
+    model, optimizer, batch, step_fn = planted.build(bug)
+    group, momentum = optimizer.param_groups[0], None
+    with tensor_dap.watch(model, optimizer, on="log", every=4, capture=False) as w:
+        for step in range(steps):
+            w.step(step_fn, *batch(step))
+            if step == 3:
+                momentum = optimizer.state[model.head.weight]["momentum_buffer"]
+    assert [(r.step, r.module) for r in w.reports] == [(planted.BUG_STEP, EXPECTED[bug][2])]
+    assert_same_training(plain, model)
+    assert optimizer.param_groups[0] is group and optimizer.state[model.head.weight]["momentum_buffer"] is momentum
+    watched_draw = (torch.rand(3), random.random())
+    assert torch.equal(plain_draw[0], watched_draw[0]) and plain_draw[1] == watched_draw[1]
+
+
+def test_a_loss_caught_at_the_next_step_says_which_step_the_bundle_holds(tmp_path):
+    _, exc = train("exploding_lr", on="raise", capture=str(tmp_path))
+    report = exc.report
+    assert report.phase == "loss"
+    bundle_step = torch.load(os.path.join(report.bundle, "state.pt"), weights_only=False)["step"]
+    assert bundle_step == report.step + 1 and report.bundle.endswith(f"-step{bundle_step}")
+    assert any(f"detected at step {bundle_step}" in n for n in report.notes)
+    assert any(f"the bundle holds step {bundle_step}" in n for n in report.notes)
 
 
 def test_plain_loop_without_step_still_catches_and_names_a_module():
@@ -282,6 +346,16 @@ def test_cli_replay_bad_bundle_is_one_line_and_exit_2(path, capsys):
     assert main(["replay", path]) == 2
     err = capsys.readouterr().err
     assert err.startswith("tensor-dap: error:") and err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("content", ["[]", "{not json", '{"kind": "nonfinite"}', '{"headline": "x", "kind": "x", "tensors": 5}'])
+def test_cli_replay_damaged_report_is_one_line_and_exit_2(tmp_path, content, capsys):
+    from tensor_dap.cli import main
+
+    (tmp_path / "report.json").write_text(content)
+    assert main(["replay", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tensor-dap: error:") and "report.json" in err and err.count("\n") == 1
 
 
 # ------------------------------------------------------------------ break_if
