@@ -100,6 +100,16 @@ def test_breakpoint_session_shows_tensors_and_runs_every_command():
         assert "NameError" in _run(child, "stats nope")
         assert "Print the value of the expression" in _run(child, "help p")
         assert "Table of every tensor" in _run(child, "help t")
+        for command, usage, says in [("tensors", "tensors [expression]", "requires_grad"),
+                                     ("nan", "nan [expression]", "worst first"),
+                                     ("grads", "grads [module]", "total norm"),
+                                     ("shapes", "shapes module input", "restored"),
+                                     ("mem", "mem", "CUDA allocated / reserved / peak"),
+                                     ("stats", "stats expression", "histogram"),
+                                     ("pp", "pp expression", "pp! expression"),
+                                     ("display", "display [expression]", "changed in place")]:
+            out = _run(child, f"help {command}")
+            assert out.splitlines()[1].strip().startswith(usage) and says in " ".join(out.split()), out
         _finish(child)
     finally:
         child.close(force=True)
