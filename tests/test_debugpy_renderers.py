@@ -466,12 +466,34 @@ X_LINE = "tensor[3, 4] n=12 (48 B) x∈[0, 11] μ=5.5 σ=3.606"
 INSTALLED = textwrap.dedent(
     """\
     import sys
+    import numpy as np
     import torch
     from torch import nn
+
+
+    class Token:
+        pass
+
+
+    token = Token()
+    arr = np.arange(6.0)
     x = torch.arange(12.0).view(3, 4)
     model = nn.Linear(4, 2)
     batch = {"x": x}
     print("ready", flush=True)  # BP-here
+    """
+)
+OTHER_PLUGIN = textwrap.dedent(
+    """\
+    from _pydevd_bundle.pydevd_extension_api import StrPresentationProvider
+
+
+    class TokenStr(StrPresentationProvider):
+        def can_provide(self, type_object, type_name):
+            return type_name == "Token"
+
+        def get_str(self, val):
+            return "rendered by another plugin"
     """
 )
 # what `pip install tensor-dap` brings, minus the packages this test installs or places itself
@@ -513,6 +535,7 @@ def installed(tmp_path_factory):
         if not entry.name.startswith(_NOT_DEPS) and entry.suffix != ".pth":
             (deps / entry.name).symlink_to(entry)
     (site / "_deps.pth").write_text(f"{deps}\n")
+    (site / "pydevd_plugins" / "extensions" / "pydevd_plugin_zz_other.py").write_text(OTHER_PLUGIN)  # a neighbour
     for entry in SITE.glob("debugpy*"):  # debugpy from PyPI, as `pip install debugpy` leaves it
         (site / entry.name).symlink_to(entry)
     bundled = root / "ext" / "bundled" / "libs" / "debugpy"  # VS Code's copy, run by path like the extension
@@ -555,6 +578,10 @@ def _assert_installed_session(dap: DapClient, script: Path, installed: dict, deb
     assert s.locals["batch"]["value"] == "{'x': tensor[3, 4]}"
     assert list(s.children(s.locals["x"]))[:4] == ["shape", "dtype", "device", "stats"]
     assert s.watch("x", "hover") == s.locals["x"]["value"]
+    # neither another installed plugin nor debugpy's own (numpy) plugins are shadowed
+    assert s.locals["token"]["value"] == "rendered by another plugin"
+    arr = s.children(s.locals["arr"])
+    assert (arr["min"]["value"], arr["max"]["value"]) == ("np.float64(0.0)", "np.float64(5.0)")  # computed by debugpy's numpy plugin
     where = ("(__import__('tensor_dap').__file__, "
              "sys.modules['pydevd_plugins.extensions.pydevd_plugin_tensor_dap'].__file__, "
              f"__import__('debugpy').__file__, [p for p in sys.path if p.startswith({str(REPO)!r})])")
