@@ -298,20 +298,28 @@ class watch:
         optimizer = self._stepper
         if optimizer is None or self._window is False:
             return
-        if self._window is None:  # the first step since a clean read: save where it starts
-            nbytes = _nbytes(self._params) + _nbytes(list(optimizer.state.values()))
-            if nbytes > WINDOW_BYTES:
-                self._window = False  # too large to copy: no window until the next read
-                return
-            self._window = _Window(ctx.index, [p.detach().clone() for p in self._params], optimizer,
-                                   _optimizer_state(optimizer), [], nbytes)
-        window = self._window
+        ctx.hyper = _hyper(optimizer)  # a scheduler outside the step changes lr between steps
+        if self._window is None:  # the first step of a run: save where it starts
+            self._window = self._new_window(ctx.index)
+        if isinstance(self._window, _Window):
+            self._add_to_window(self._window, ctx)
+
+    def _new_window(self, start: int) -> _Window | bool:
+        """Copy the parameters and optimizer state as they are now, the start of step ``start``."""
+        optimizer = self._stepper
+        assert optimizer is not None
+        nbytes = _nbytes(self._params) + _nbytes(list(optimizer.state.values()))
+        if nbytes > WINDOW_BYTES:
+            return False  # too large to copy: no window until the next read
+        return _Window(start, [p.detach().clone() for p in self._params], optimizer,
+                       _optimizer_state(optimizer), [], nbytes)
+
+    def _add_to_window(self, window: _Window, ctx: _StepContext) -> None:
         window.nbytes += _nbytes((ctx.args, ctx.kwargs, ctx.buffers))
         if window.nbytes > WINDOW_BYTES:
             self._window = False  # the batches held for the replay outgrew the budget
-            return
-        window.steps.append(ctx)
-        ctx.hyper = _hyper(optimizer)  # a scheduler outside the step changes lr between steps
+        else:
+            window.steps.append(ctx)
 
     def _params_changed(self) -> bool:
         return any(not torch.equal(p, old) for p, old in zip(self._params, self._param_store or ()))
@@ -332,7 +340,7 @@ class watch:
         self._check(ctx.index if ctx else self.step_count, ctx)
 
     def _after_update(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if self._ctx is None:
+        if self._ctx is None and not self._replaying:
             self.step_count += 1  # a plain loop: count optimizer steps
 
     # ------------------------------------------------------------ sentinel → report
@@ -353,9 +361,15 @@ class watch:
 
     def _read_and_fire(self, index: int, ctx: _StepContext | None) -> None:
         first = self._sentinel.read()
-        window, self._window = self._window or None, None  # the next step starts a new window
+        window, self._window = self._window or None, None
         if first is None:
             self._latched = False  # clean again: the next failure is news
+            if ctx is not None and ctx.hyper is not None and ctx.checked and self._windowed():
+                # Checked before the update: the state now is this step's pre-step state, and its
+                # loss is not read yet. The next window starts here, so it covers that loss too.
+                self._window = self._new_window(ctx.index)
+                if isinstance(self._window, _Window):
+                    self._add_to_window(self._window, ctx)
             return
         if self._latched:
             self.suppressed += 1

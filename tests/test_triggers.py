@@ -211,14 +211,22 @@ def test_every_n_localizes_the_first_bad_step_itself_and_bundles_it(bug, every, 
     assert torch.equal(state["rng"]["torch"], one_state["rng"]["torch"])
 
 
+def test_every_n_failure_found_by_the_last_read_at_close_is_localized_too():
+    w, exc = train("zero_variance", on="log", every=4, steps=planted.BUG_STEP + 2)  # no read due after the bug
+    assert exc is None and w.step_count == planted.BUG_STEP + 2
+    assert [(r.step, r.phase, r.module) for r in w.reports] == [EXPECTED["zero_variance"]]
+
+
 @pytest.mark.filterwarnings("ignore::UserWarning")
-def test_every_n_replays_learning_rate_changes_made_between_steps():
+@pytest.mark.parametrize("every,start", [(8, 7), (5, 9)])
+def test_every_n_replays_learning_rate_changes_made_between_steps(every, start):
     """exploding_lr multiplies lr outside the step function: the replay applies each step's own lr,
-    so the first bad step and its module are those that hooks on every module see."""
-    _, exc = train("exploding_lr", on="raise", every=8, steps=16)
+    so the first bad step and its module are those that hooks on every module see. The loss
+    overflows at step 9: with every=5 that is a read step, whose loss is only read at the next read."""
+    _, exc = train("exploding_lr", on="raise", every=every, steps=16)
     step, phase, module = oracle("exploding_lr", until=exc.report.step)
-    assert (exc.report.step, exc.report.phase, exc.report.module) == (step, phase, module)
-    assert any("re-run from the state saved at the start of step 8" in n for n in exc.report.notes)
+    assert (exc.report.step, exc.report.phase, exc.report.module) == (step, phase, module) and step == 9
+    assert any(f"re-run from the state saved at the start of step {start}" in n for n in exc.report.notes)
 
 
 @pytest.mark.parametrize("bug", ["log_zero", "backward_nan"])
