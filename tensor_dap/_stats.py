@@ -138,7 +138,7 @@ def _merge(parts: List[torch.Tensor]) -> tuple:
     The chunk mean is rounded to the chunk's dtype; the deviation sum corrects it
     (the corrected two-pass formula), so a large offset does not leak into the variance.
     """
-    rows = torch.stack(parts).to(torch.float64)
+    rows = torch.stack([p.to(torch.float64) for p in parts])
     n, _, _, rough, dsum, dsq = rows.unbind(1)
     mean = rough + dsum / n
     m2 = dsq - dsum * dsum / n
@@ -146,6 +146,33 @@ def _merge(parts: List[torch.Tensor]) -> tuple:
     grand = (n * mean).sum() / total
     m2_total = m2.sum() + (n * (mean - grand) ** 2).sum()
     return total.item(), grand.item(), m2_total.item()
+
+
+def _moment_row(v: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, ws: "_Workspace") -> torch.Tensor:
+    """[n, min, max, mean, sum(d), sum(d^2)] of one chunk, while it is in cache."""
+    mean = v.mean()
+    dsum, dsq = ws.deviations(v, mean)
+    return torch.stack([torch.tensor(float(v.numel()), dtype=ws.dtype), lo.to(ws.dtype), hi.to(ws.dtype),
+                        mean, dsum, dsq])
+
+
+def _widen_overflowed(moments: List[torch.Tensor], chunks: List[torch.Tensor], ws: "_Workspace") -> None:
+    """Redo in float64 the chunks whose values are finite but whose sums overflowed float32.
+
+    Values near float32's limit (|x| > ~1e19) square past it; this is rare, so the fast
+    path stays float32 and only those chunks pay for the wider type.
+    """
+    if not moments or ws.dtype == torch.float64:
+        return
+    rows = torch.stack(moments)
+    overflowed = torch.isfinite(rows[:, 1:3]).all(1) & ~torch.isfinite(rows[:, 3:]).all(1)
+    if not bool(overflowed.any()):
+        return
+    wide = _Workspace(torch.float64, ws.size)
+    for i in overflowed.nonzero().flatten().tolist():
+        v = wide.values(chunks[i])
+        lo, hi = torch.aminmax(v)
+        moments[i] = _moment_row(v, lo, hi, wide)
 
 
 def cpu_stats(x: torch.Tensor, budget: Budget) -> Stats:
@@ -183,10 +210,9 @@ def cpu_stats(x: torch.Tensor, budget: Budget) -> Stats:
         lows.append(lo.to(ws.dtype))
         highs.append(hi.to(ws.dtype))
         if moment:
-            mean = v.mean()
-            dsum, dsq = ws.deviations(v, mean)
-            moments.append(torch.stack([torch.tensor(float(v.numel()), dtype=ws.dtype), lo, hi, mean, dsum, dsq]))
+            moments.append(_moment_row(v, lo, hi, ws))
 
+    _widen_overflowed(moments, seen, ws)
     count, mean, m2 = _merge(moments)
     std = math.sqrt(m2 / (count - 1)) if count > 1 and math.isfinite(m2) else (0.0 if count == 1 else float("nan"))
     chunk_lo = torch.stack(lows).tolist()
@@ -238,13 +264,19 @@ def packed_stats(x: torch.Tensor, budget: Budget, values_limit: int = 0) -> tupl
     v = v.to(wd)
     n = v.numel()
     finite_mask = torch.isfinite(v)
-    var, mean = torch.var_mean(v, unbiased=False) if n else (v.new_zeros(()), v.new_zeros(()))
+    fmin = torch.where(finite_mask, v, _INF).min() if n else v.new_tensor(_INF)
+    fmax = torch.where(finite_mask, v, -_INF).max() if n else v.new_tensor(-_INF)
+    # Scale by the largest finite magnitude (on the device, no sync) so squares cannot overflow.
+    absmax = torch.maximum(fmin.abs(), fmax.abs())
+    scale = torch.where(torch.isfinite(absmax) & (absmax > 0), absmax, torch.ones_like(absmax))
+    var, mean = torch.var_mean(v / scale, unbiased=False) if n else (v.new_zeros(()), v.new_zeros(()))
     parts = [
         v.new_tensor(float(n)),
-        torch.where(finite_mask, v, _INF).min() if n else v.new_tensor(_INF),
-        torch.where(finite_mask, v, -_INF).max() if n else v.new_tensor(-_INF),
-        mean,
+        fmin,
+        fmax,
+        mean * scale,
         var * n,
+        scale,
         torch.isnan(v).sum().to(wd),
         (v == _INF).sum().to(wd),
         (v == -_INF).sum().to(wd),
@@ -255,8 +287,9 @@ def packed_stats(x: torch.Tensor, budget: Budget, values_limit: int = 0) -> tupl
         small = torch.view_as_real(flat).reshape(-1) if flat.is_complex() else flat
         parts.append(small.to(torch.float64 if wd == torch.float64 or small.dtype.is_floating_point else wd))
     packed = torch.cat([p.reshape(-1).to(torch.float64) for p in parts]).cpu().tolist()
-    count, fmin, fmax, mean_v, m2, nan, pinf, ninf = packed[:8]
-    values = packed[8:] if small is not None else None
+    count, fmin, fmax, mean_v, m2_scaled, scale, nan, pinf, ninf = packed[:9]
+    m2 = m2_scaled * scale * scale
+    values = packed[9:] if small is not None else None
     std = math.sqrt(m2 / (count - 1)) if count > 1 and math.isfinite(m2) else (0.0 if count == 1 else float("nan"))
     if count > 1 and math.isnan(mean_v):
         std = float("nan")

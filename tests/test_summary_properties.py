@@ -148,3 +148,10 @@ def test_device_path_samples_with_a_strided_view():
     assert stats.sampled and not stats.range_exact and values is None
     assert 250 <= stats.count <= 1000 and stats.min == 0.0 and stats.max > 90_000
     assert abs(stats.mean - 50_000) < 2_000
+
+
+def test_huge_float32_values_do_not_overflow_the_std():
+    x = torch.tensor([-5e28, -1e27, -3e28] * 5)
+    ref = x.double().std().item()
+    for s in (describe(x), describe(x, budget=SMALL_CHUNKS), packed_stats(x, Budget.exact())[0]):
+        assert abs(s.std - ref) / ref < 1e-4 and abs(s.mean - x.double().mean().item()) < 1e24
