@@ -133,7 +133,9 @@ class _Workspace:
 
 
 def _merge(parts: List[torch.Tensor]) -> tuple:
-    """Merge per-chunk [n, min, max, mean, sum(d), sum(d^2)] rows into (count, mean, m2) (Chan et al.) in float64.
+    """Merge per-chunk [n, min, max, mean, sum(d), sum(d^2)] rows into (count, mean, m2), in float64.
+
+    Chan et al.'s parallel formula.
 
     The chunk mean is rounded to the chunk's dtype; the deviation sum corrects it
     (the corrected two-pass formula), so a large offset does not leak into the variance.
@@ -146,6 +148,13 @@ def _merge(parts: List[torch.Tensor]) -> tuple:
     grand = (n * mean).sum() / total
     m2_total = m2.sum() + (n * (mean - grand) ** 2).sum()
     return total.item(), grand.item(), m2_total.item()
+
+
+def _std(count: float, m2: float) -> float:
+    """Unbiased std from the sum of squared deviations (0 for one element, NaN when undefined)."""
+    if count == 1:
+        return 0.0
+    return math.sqrt(m2 / (count - 1)) if count > 1 and math.isfinite(m2) else float("nan")
 
 
 def _moment_row(v: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, ws: "_Workspace") -> torch.Tensor:
@@ -214,7 +223,7 @@ def cpu_stats(x: torch.Tensor, budget: Budget) -> Stats:
 
     _widen_overflowed(moments, seen, ws)
     count, mean, m2 = _merge(moments)
-    std = math.sqrt(m2 / (count - 1)) if count > 1 and math.isfinite(m2) else (0.0 if count == 1 else float("nan"))
+    std = _std(count, m2)
     chunk_lo = torch.stack(lows).tolist()
     chunk_hi = torch.stack(highs).tolist()
     bad = {i for i, (a, b) in enumerate(zip(chunk_lo, chunk_hi)) if not (math.isfinite(a) and math.isfinite(b))}
@@ -290,7 +299,7 @@ def packed_stats(x: torch.Tensor, budget: Budget, values_limit: int = 0) -> tupl
     count, fmin, fmax, mean_v, m2_scaled, scale, nan, pinf, ninf = packed[:9]
     m2 = m2_scaled * scale * scale
     values = packed[9:] if small is not None else None
-    std = math.sqrt(m2 / (count - 1)) if count > 1 and math.isfinite(m2) else (0.0 if count == 1 else float("nan"))
+    std = _std(count, m2)
     if count > 1 and math.isnan(mean_v):
         std = float("nan")
     stats = Stats(
