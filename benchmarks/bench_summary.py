@@ -70,12 +70,14 @@ def debugger_budget(repeat: int, big: int) -> float:
     worst = 0.0
     print("\ndefault (debugger) budget, per tensor:")
     for name, make in cases.items():
-        x = make()
-        ms = median_ms(lambda: describe(x), repeat)
+        ms, line = _time_one(make(), repeat)
         worst = max(worst, ms)
-        print(f"  {name:<28}{ms:>9.2f} ms   {describe(x)}"[:150])
-        del x
+        print(f"  {name:<28}{ms:>9.2f} ms   {line}"[:150])
     return worst
+
+
+def _time_one(x: torch.Tensor, repeat: int) -> tuple:
+    return median_ms(lambda: describe(x), repeat), str(describe(x))
 
 
 def main() -> None:
