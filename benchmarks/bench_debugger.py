@@ -32,7 +32,7 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from dapclient import DapClient  # the tests' DAP client, imported by path
+from dapclient import DapClient  # noqa: E402 - the tests' DAP client, imported by path
 
 TARGET_FRAME_S = 0.5
 TARGET_VALUE_MS = 50.0

@@ -121,7 +121,10 @@ def hook_counts(module: Any) -> tuple[tuple[str, int], ...]:
 def signature(module: Any) -> str:
     """A short constructor-like name: what a reader needs to recognise the layer."""
     kind = type(module).__name__
-    get = lambda name: getattr(module, name, None)
+
+    def get(name: str) -> Any:
+        return getattr(module, name, None)
+
     if get("in_features") is not None and get("out_features") is not None:
         return f"{kind}({get('in_features') or '?'}→{get('out_features')})"
     if get("in_channels") is not None and get("out_channels") is not None:

@@ -12,6 +12,7 @@ torch is loaded, and finds torch's classes in ``sys.modules``.
 
 from __future__ import annotations
 
+import ast
 import collections
 import contextlib
 import dataclasses
@@ -329,7 +330,7 @@ def fallback_children(obj: Any, exc: BaseException) -> list[Child]:
     children: list[Child] = [("error", Info(short_error(exc)), None)]
     for name in ("shape", "dtype", "device"):
         try:
-            children.append((name, Info(str(getattr(obj, name))), "." + name))
+            children.append((name, Info(str(getattr(obj, name))), _bound("." + name)))
         except Exception:  # noqa: BLE001, S110 - metadata of a broken value may raise anything
             pass
     return children
@@ -339,7 +340,32 @@ def fallback_children(obj: Any, exc: BaseException) -> list[Child]:
 
 
 def children(obj: Any, kind: str, budget: Budget | None = None) -> list[Child]:
-    """The ordered children of ``obj`` for its kind."""
+    """The ordered children of ``obj`` for its kind, their Watch expressions bound to the parent's as a whole."""
+    return [(name, value, _bound(evaluate_name)) for name, value, evaluate_name in _children(obj, kind, budget)]
+
+
+def _bound(evaluate_name: EvalName) -> EvalName:
+    """pydevd appends a child's suffix to the parent's expression as text: `weight - weight.grad` +
+    `.shape` would watch `weight.grad.shape`'s difference. Parenthesize a parent that is not one operand."""
+    if evaluate_name is None or evaluate_name == "":
+        return evaluate_name
+    if callable(evaluate_name):
+        return lambda parent: evaluate_name(_operand(parent))
+    return lambda parent: _operand(parent) + evaluate_name
+
+
+def _operand(expression: str) -> str:
+    """``expression`` as one operand: names, attributes, subscripts and calls as they are, the rest in parentheses."""
+    try:
+        node = ast.parse(expression.strip(), mode="eval").body
+    except SyntaxError:
+        return f"({expression})"
+    if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript, ast.Call, ast.List, ast.Dict)):
+        return expression
+    return f"({expression})"
+
+
+def _children(obj: Any, kind: str, budget: Budget | None = None) -> list[Child]:
     if kind == "tensor" and _ms.is_uninitialized(obj):
         return uninitialized_children(obj)
     if kind == "tensor":

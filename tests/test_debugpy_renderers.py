@@ -178,6 +178,25 @@ def test_tensor_children_are_ordered_and_watchable(zoo):
 
 
 @pytest.mark.timeout(120)
+def test_add_to_watch_from_a_watch_expression_child(zoo):
+    """Children of a Watch expression like `weight - weight.grad`: their Watch expression is the child's."""
+    for expression in ("weight - weight.grad", "logits * 2", "model if step else None"):
+        result = zoo.dap.evaluate(expression, zoo.frame_id, context="watch")
+        kids = {c["name"]: c for c in zoo.dap.variables(result["variablesReference"])}
+        same = ("dtype", "requires_grad", "is_leaf", "stride", "is_contiguous", "numel", "0")
+        for name, kid in kids.items():
+            if kid.get("evaluateName"):
+                watched = zoo.watch(kid["evaluateName"])  # evaluates (a DapError fails the test)
+                if name in same:
+                    assert watched == kid["value"], (expression, name, kid["evaluateName"])
+    kids = {c["name"]: c for c in zoo.dap.variables(
+        zoo.dap.evaluate("weight - weight.grad", zoo.frame_id, context="watch")["variablesReference"])}
+    assert kids["shape"]["evaluateName"] == "(weight - weight.grad).shape"
+    assert kids["values"]["evaluateName"] == "(weight - weight.grad)[:16, :16]"
+    assert zoo.watch(kids["values"]["evaluateName"]).startswith("tensor[16, 16] n=256")
+
+
+@pytest.mark.timeout(120)
 def test_non_leaf_children_read_no_grad(zoo):
     kids = zoo.children(zoo.locals["logits"])
     assert kids["grad"]["value"].startswith("None (non-leaf")
@@ -244,7 +263,8 @@ def test_module_children(zoo):
     assert enc["dtypes"]["value"] == "f32, i64" and enc["mode"]["value"] == "eval"
     assert zoo.watch(enc["embed"]["evaluateName"]) == enc["embed"]["value"]
     lazy = zoo.children(zoo.children(zoo.locals["lazy"])["0"])
-    assert zoo.children(zoo.locals["lazy"])["0"]["value"] == "LazyLinear(?→8) params uninitialized (lazy) f32 cpu train 2 hooks"
+    assert zoo.children(zoo.locals["lazy"])["0"]["value"] == (
+        "LazyLinear(?→8) params uninitialized (lazy) f32 cpu train 2 hooks")
     assert lazy["params"]["value"] == "2 tensors uninitialized (materialized by the first forward)"
     assert lazy["weight"]["value"] == "UninitializedParameter (lazy: materialized by the first forward)"
     assert list(zoo.children(lazy["weight"])) == ["dtype", "device", "requires_grad", "notes"]
@@ -303,7 +323,8 @@ def test_injected_failure_degrades_for_that_value_only():
     with dap:
         v = {name: var["value"] for name, var in s.locals.items()}
         # the first tensor pydevd renders fails; it still names itself and says why
-        assert v["a_poisoned"] == "tensor[3, 4] (tensor_dap could not render this value: RuntimeError: injected failure)"
+        assert v["a_poisoned"] == ("tensor[3, 4] (tensor_dap could not render this value: "
+                                   "RuntimeError: injected failure)")
         assert v["b_good"] == "tensor[5] x∈[0, 4] μ=2 σ=1.581 [0, 1, 2, 3, 4]"
         assert v["c_poisoned"].startswith("tensor[2, 2] f64 (tensor_dap could not render")
         assert v["d_good"] == "tensor[7] i32 x∈[1, 1] μ=1 σ=0 [1, 1, 1, 1, 1, 1, 1]"
@@ -581,7 +602,8 @@ def _assert_installed_session(dap: DapClient, script: Path, installed: dict, deb
     # neither another installed plugin nor debugpy's own (numpy) plugins are shadowed
     assert s.locals["token"]["value"] == "rendered by another plugin"
     arr = s.children(s.locals["arr"])
-    assert (arr["min"]["value"], arr["max"]["value"]) == ("np.float64(0.0)", "np.float64(5.0)")  # computed by debugpy's numpy plugin
+    # min and max are computed by debugpy's numpy plugin
+    assert (arr["min"]["value"], arr["max"]["value"]) == ("np.float64(0.0)", "np.float64(5.0)")
     where = ("(__import__('tensor_dap').__file__, "
              "sys.modules['pydevd_plugins.extensions.pydevd_plugin_tensor_dap'].__file__, "
              f"__import__('debugpy').__file__, [p for p in sys.path if p.startswith({str(REPO)!r})])")
@@ -633,3 +655,13 @@ def test_partly_lazy_module_counts_only_materialized_params():
     assert kids["params"] == "20 in 2 tensors (80 B): 20 trainable, 0 frozen; 6 tensors uninitialized"
     model(torch.randn(3, 4))  # the first forward materializes them
     assert module_summary.describe_module(model).uninitialized == 0
+
+
+@pytest.mark.parametrize(("parent", "watched"), [
+    ("x", "x.shape"), ("batch['input'][0]", "batch['input'][0].shape"), ("model.fc(x)", "model.fc(x).shape"),
+    ("a - b", "(a - b).shape"), ("-x", "(-x).shape"), ("a, b", "(a, b).shape"), ("1", "(1).shape"),
+    ("x if c else y", "(x if c else y).shape"), ("lambda: x", "(lambda: x).shape"),
+])
+def test_child_watch_expressions_bind_to_the_whole_parent(parent, watched):
+    shape = next(ev for name, _, ev in render_dap.children(torch.ones(2), "tensor") if name == "shape")
+    assert shape(parent) == watched
