@@ -98,7 +98,7 @@ def kind_of(type_object: type) -> str | None:
         classes = _torch_classes(kind)
         if classes and issubclass(type_object, classes):
             return kind
-    if type_object in (list, tuple) or issubclass(type_object, dict) or _is_namedtuple(type_object):
+    if type_object in (list, tuple) or issubclass(type_object, dict) or _field_names(type_object) is not None:
         return "batch"
     return None
 
@@ -108,8 +108,14 @@ def expandable(kind: str | None) -> bool:
     return kind is not None and kind not in ("info", "batch")
 
 
-def _is_namedtuple(type_object: type) -> bool:
-    return issubclass(type_object, tuple) and hasattr(type_object, "_fields")
+def _field_names(type_object: type) -> tuple[str, ...] | None:
+    """A namedtuple's fields, or a structseq's (``torch.return_types.max``: values, indices); else None."""
+    if not issubclass(type_object, tuple):
+        return None
+    fields = getattr(type_object, "_fields", None)
+    if fields is None and hasattr(type_object, "n_sequence_fields"):
+        fields = getattr(type_object, "__match_args__", None)  # structseq field names (Python 3.10+)
+    return tuple(fields) if isinstance(fields, tuple) else None
 
 
 # ---------------------------------------------------------------------------- time budget
@@ -271,10 +277,11 @@ def batch_line(batch: Any) -> str | None:
     tensor_types = _torch_classes("tensor")
     if not tensor_types:
         return None
+    fields = _field_names(type(batch))
     if isinstance(batch, dict):
         items = [(repr(k), v) for k, v in _first(batch.items())]
-    elif _is_namedtuple(type(batch)):
-        items = [(f, v) for f, v in _first(zip(batch._fields, batch))]
+    elif fields is not None:
+        items = [(f, v) for f, v in _first(zip(fields, batch))]
     else:
         items = [(None, v) for v in _first(batch)]
     if not any(isinstance(v, tensor_types) for _, v in items):
@@ -286,14 +293,20 @@ def batch_line(batch: Any) -> str | None:
         text = repr(v) if isinstance(v, (int, float, bool, str, type(None))) else type(v).__name__
         return text if len(text) <= 40 else text[:37] + "..."
 
-    parts = [show(v) if k is None else f"{k}{'=' if _is_namedtuple(type(batch)) else ': '}{show(v)}"
+    parts = [show(v) if k is None else f"{k}{'=' if fields is not None else ': '}{show(v)}"
              for k, v in items]
     if len(batch) > len(items):
         parts.append(f"… {len(batch) - len(items)} more")
     open_, close = ("{", "}") if isinstance(batch, dict) else ("[", "]") if isinstance(batch, list) else ("(", ")")
-    prefix = type(batch).__name__ if _is_namedtuple(type(batch)) else ""
+    prefix = "" if fields is None else _type_name(type(batch))
     return _clip(prefix + open_ + ", ".join(parts) + ("," if type(batch) is tuple and len(batch) == 1 else "")
                  + close)
+
+
+def _type_name(type_object: type) -> str:
+    """``torch.return_types.max`` as torch's own repr names it; a user's namedtuple by its name."""
+    module = getattr(type_object, "__module__", "")
+    return f"{module}.{type_object.__name__}" if module == "torch.return_types" else type_object.__name__
 
 
 def _first(iterable: Any) -> list:

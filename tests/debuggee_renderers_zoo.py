@@ -39,6 +39,7 @@ def main() -> None:
         batch = {"input": inputs, "label": labels}
         pair = [inputs[:2], labels[:2]]
         logits = model(inputs)
+        top = logits.max(dim=1)  # a torch.return_types structseq: (values, indices)
         loss = nn.functional.cross_entropy(logits, labels)
         opt.zero_grad()
         loss.backward()
@@ -48,7 +49,7 @@ def main() -> None:
         print("step", step, float(loss), flush=True)  # BP-loop
         if step == 3:
             break
-    del zoo, encoder, lazy, plateau, batch, pair, weight
+    del zoo, encoder, lazy, top, plateau, batch, pair, weight
     print("done", flush=True)
 
 

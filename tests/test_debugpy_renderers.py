@@ -113,6 +113,7 @@ def test_conditional_breakpoint_frame_shows_one_line_values(zoo):
     assert v["batch"] == "{'input': tensor[32, 784], 'label': tensor[32] i64}"
     assert v["lazy"] == "Sequential(2) params uninitialized (lazy) f32 cpu train 2 hooks"
     assert v["pair"] == "[tensor[2, 784], tensor[2] i64]"
+    assert v["top"] == "torch.return_types.max(values=tensor[32], indices=tensor[32] i64)"
     for var in zoo.locals.values():
         assert_rendered(var)
 
@@ -309,6 +310,9 @@ def test_batches_keep_pydevd_children_with_tensor_values(zoo):
     assert batch["'input'"]["value"] == zoo.locals["inputs"]["value"]
     assert batch["'input'"]["evaluateName"] == "batch['input']"
     assert list(zoo.children(batch["'label'"]))[:3] == ["shape", "dtype", "device"]
+    top = zoo.children(zoo.locals["top"])
+    assert top["1"]["value"].startswith("tensor[32] i64 n=32") and top["1"]["evaluateName"] == "top[1]"
+    assert zoo.watch("top", "clipboard").startswith("torch.return_types.max(\nvalues=tensor([")
     pair = zoo.children(zoo.locals["pair"])
     assert pair["0"]["value"].startswith("tensor[2, 784] n=1568")
     assert zoo.children(pair["0"])["values"]["evaluateName"] == "pair[0][:, :128]"
