@@ -226,22 +226,32 @@ def cpu_stats(x: torch.Tensor, budget: Budget) -> Stats:
     std = _std(count, m2)
     chunk_lo = torch.stack(lows).tolist()
     chunk_hi = torch.stack(highs).tolist()
-    bad = {i for i, (a, b) in enumerate(zip(chunk_lo, chunk_hi)) if not (math.isfinite(a) and math.isfinite(b))}
-    lo = min((a for i, a in enumerate(chunk_lo) if i not in bad), default=_INF)
-    hi = max((b for i, b in enumerate(chunk_hi) if i not in bad), default=-_INF)
-    nan = pinf = ninf = 0
-    for i in sorted(bad):  # only chunks that hold a NaN or Inf are read again
+    bad = [i for i, (a, b) in enumerate(zip(chunk_lo, chunk_hi)) if not (math.isfinite(a) and math.isfinite(b))]
+    lo = min((a for a, b in zip(chunk_lo, chunk_hi) if math.isfinite(a) and math.isfinite(b)), default=_INF)
+    hi = max((b for a, b in zip(chunk_lo, chunk_hi) if math.isfinite(a) and math.isfinite(b)), default=-_INF)
+    # Presence is known from the chunk extremes; counts and the finite range of those chunks
+    # need a second look, which the time cap can cut short.
+    has_nan = any(math.isnan(chunk_lo[i]) or math.isnan(chunk_hi[i]) for i in bad)
+    has_pinf = any(chunk_hi[i] == _INF for i in bad)
+    has_ninf = any(chunk_lo[i] == -_INF for i in bad)
+    counts: Optional[List[int]] = [0, 0, 0]
+    for i in bad:
+        if deadline is not None and time.perf_counter() > deadline:
+            counts, scan_all = None, False
+            break
         v = ws.values(seen[i])
-        nan += int(torch.isnan(v).sum())
-        pinf += int((v == _INF).sum())
-        ninf += int((v == -_INF).sum())
+        counts[0] += int(torch.isnan(v).sum())
+        counts[1] += int((v == _INF).sum())
+        counts[2] += int((v == -_INF).sum())
         a, b = ws.finite_range(v)
         lo, hi = min(lo, a), max(hi, b)
+    nan, pinf, ninf = counts if counts is not None else (None, None, None)
     return Stats(
         int(count),
         lo if lo != _INF else None,
         hi if hi != -_INF else None,
-        mean, std, nan, pinf, ninf, nan > 0, pinf > 0, ninf > 0,
+        mean, std, nan, pinf, ninf,
+        has_nan or bool(nan), has_pinf or bool(pinf), has_ninf or bool(ninf),
         sampled, scan_all,
     )
 

@@ -155,3 +155,12 @@ def test_huge_float32_values_do_not_overflow_the_std():
     ref = x.double().std().item()
     for s in (describe(x), describe(x, budget=SMALL_CHUNKS), packed_stats(x, Budget.exact())[0]):
         assert abs(s.std - ref) / ref < 1e-4 and abs(s.mean - x.double().mean().item()) < 1e24
+
+
+def test_time_cap_also_bounds_the_nonfinite_pass():
+    """Counting NaN/Inf is cut short by the cap too: presence stays known, counts become unknown."""
+    x = torch.full((10_000,), float("nan"))
+    x[::7] = float("inf")
+    s = describe(x, budget=Budget(exact_elements=None, scan_elements=None, chunk_elements=10, max_ms=0))
+    assert s.has_nan and s.nan is None and not s.range_exact
+    assert "NaN!" in str(s)
