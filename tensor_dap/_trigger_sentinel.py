@@ -9,8 +9,9 @@ by an exact re-check when the sentinel fires).
 Why there is no host sync between reads: ``observe`` only launches kernels and keeps the
 resulting 0-dim device tensors in a list. Nothing calls ``.item()`` or ``bool()`` on a
 device tensor except ``read``, which ``watch`` calls once every ``every`` checks: one
-``stack().sum().item()`` (values on the CPU are read directly: that is no sync). On CUDA with ``every > 1`` the host therefore runs ahead of the GPU
-exactly as it would without the sentinel. Only when the read finds a non-finite value are
+``stack().sum().item()`` (values on the CPU are read directly: that is no sync). On CUDA
+with ``every > 1`` the host therefore runs ahead of the GPU exactly as it would without the
+sentinel. Only when the read finds a non-finite value are
 the kept per-step values read one by one, to name the first failing step. ``reads`` counts
 the host reads.
 """

@@ -290,9 +290,10 @@ class watch:
             self.step_count = ctx.index + 1
 
     def _windowed(self) -> bool:
-        """Keep a window of steps to replay (every > 1, torch.optim updates, one process)."""
+        """Keep a window of steps to replay (every > 1, torch.optim updates, one process: under DDP
+        a local replay would skip the gradient all-reduce)."""
         return (self.every > 1 and self._mode == "optimizer" and self._stepper is not None
-                and self._window is not False and current_rank() is None)  # DDP: a local replay would skip the all-reduce
+                and self._window is not False and current_rank() is None)
 
     def _track(self, ctx: _StepContext) -> None:
         optimizer = self._stepper
@@ -421,7 +422,7 @@ class watch:
             step = loss_step
             finding = Finding("loss", None, None, "the loss is non-finite while every gradient and parameter "
                               "is finite: the loss computation overflowed, or a term no parameter depends on "
-                              "is non-finite", [("loss", "loss", describe(loss))])
+                              "is non-finite", [("loss", "loss", describe(loss))], {"loss": loss})
         report = self._report(finding, step, index, None, first=first)
         return report, {**finding.culprit, "step": step}, None
 

@@ -68,6 +68,19 @@ def test_exploding_learning_rate_is_caught_in_the_loss_before_any_module_overflo
     assert oracle("exploding_lr", until=report.step)[:2] == (report.step, "backward")
 
 
+def test_a_loss_finding_stops_with_the_loss_in_the_locals(monkeypatch):
+    """Stub of the stop itself (the real stops are in test_triggers_debuggers.py): what it is handed."""
+    from tensor_dap import _trigger_stop, attached
+
+    stops = []
+    monkeypatch.setattr(attached, "interactive_terminal", lambda: True)
+    monkeypatch.setattr(_trigger_stop, "stop_in_debugger", lambda report, **culprit: stops.append(culprit))
+    w, _ = train("exploding_lr", on="break")
+    [report] = w.reports
+    assert report.phase == "loss" and len(stops) == 1
+    assert stops[0]["step"] == report.step and not torch.isfinite(stops[0]["loss"])
+
+
 def oracle(bug, until=100):
     """The reference: a forward and a full backward hook on every module for the whole run,
     recording the first module (in hook firing order) that sees a non-finite tensor."""
@@ -225,7 +238,9 @@ def test_every_n_replays_learning_rate_changes_made_between_steps(every, start):
     overflows at step 9: with every=5 that is a read step, whose loss is only read at the next read."""
     _, exc = train("exploding_lr", on="raise", every=every, steps=16)
     step, phase, module = oracle("exploding_lr", until=exc.report.step)
-    assert (exc.report.step, exc.report.phase, exc.report.module) == (step, phase, module) and step == 9
+    assert (exc.report.step, exc.report.phase, exc.report.module) == (step, phase, module)
+    if every == 5:
+        assert step == start  # a read step's own loss: read only by the next read, still localized
     assert any(f"re-run from the state saved at the start of step {start}" in n for n in exc.report.notes)
 
 
@@ -356,7 +371,8 @@ def test_cli_replay_bad_bundle_is_one_line_and_exit_2(path, capsys):
     assert err.startswith("tensor-dap: error:") and err.count("\n") == 1 and "Traceback" not in err
 
 
-@pytest.mark.parametrize("content", ["[]", "{not json", '{"kind": "nonfinite"}', '{"headline": "x", "kind": "x", "tensors": 5}'])
+@pytest.mark.parametrize("content", ["[]", "{not json", '{"kind": "nonfinite"}',
+                                     '{"headline": "x", "kind": "x", "tensors": 5}'])
 def test_cli_replay_damaged_report_is_one_line_and_exit_2(tmp_path, content, capsys):
     from tensor_dap.cli import main
 

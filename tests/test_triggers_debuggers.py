@@ -11,7 +11,7 @@ import pytest
 
 pexpect = pytest.importorskip("pexpect")
 pytest.importorskip("debugpy")
-from dapclient import DapClient
+from dapclient import DapClient  # noqa: E402 - only once debugpy is known to be there
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEBUGGEE = os.path.join(HERE, "debuggee_triggers_auto.py")
