@@ -21,7 +21,7 @@ import sys
 import time
 import warnings
 from collections.abc import Iterator
-from typing import Any, Callable, Union
+from typing import Any, Callable, Optional, Union
 
 from . import module_summary as _ms
 from . import summary as _summary
@@ -227,6 +227,13 @@ def _object_summary(obj: Any, kind: str) -> Any:
     return describe(obj)
 
 
+def _count(n: Optional[int], present: bool) -> str:
+    """An exact count, or (when the count was cut short) whether any is present."""
+    if n is not None:
+        return str(n)
+    return "yes" if present else "?"
+
+
 def stats_line(s: TensorSummary) -> str:
     """The value of a tensor's ``stats`` child: the numbers, and whether they are exact."""
     if s.error:
@@ -235,10 +242,10 @@ def stats_line(s: TensorSummary) -> str:
         why = next((n for n in s.notes if n in ("meta", "fake")), "empty" if s.numel == 0 else "")
         return f"no values ({why})" if why else "no values"
     tokens = stats_text(s)
-    if s.dtype != "torch.bool" and (s.nan is not None or s.has_nan):
-        tokens.append(f"NaN={s.nan if s.nan is not None else 'yes'}")
-        tokens.append(f"+Inf={s.pos_inf if s.pos_inf is not None else 'yes'}")
-        tokens.append(f"-Inf={s.neg_inf if s.neg_inf is not None else 'yes'}")
+    if s.dtype != "torch.bool" and (s.nan is not None or s.nonfinite):
+        tokens.append(f"NaN={_count(s.nan, s.has_nan)}")
+        tokens.append(f"+Inf={_count(s.pos_inf, s.has_pos_inf)}")
+        tokens.append(f"-Inf={_count(s.neg_inf, s.has_neg_inf)}")
     if s.stats_of != "values":
         tokens.append(f"(of {s.stats_of})")
     if s.sampled:

@@ -48,3 +48,15 @@ def test_sampled_line_says_so():
     s = describe(x, budget=Budget(exact_elements=100, scan_elements=500, chunk_elements=10, max_ms=None))
     assert s.sampled and not s.range_exact
     assert "x≈[" in str(s) and "μ≈" in str(s)
+
+
+def test_debugger_stats_line_says_unknown_counts_honestly():
+    """When the time cap cuts the NaN count short, the stats child says 'yes'/'?' rather than a number."""
+    from tensor_dap import Budget
+    from tensor_dap.render_dap import stats_line
+
+    x = torch.full((10_000,), float("nan"))
+    line = stats_line(describe(x, budget=Budget(exact_elements=None, scan_elements=None, chunk_elements=10,
+                                                max_ms=0)))
+    assert "NaN=yes" in line and "+Inf=?" in line and "-Inf=?" in line
+    assert "NaN=0 +Inf=1 -Inf=0" in stats_line(describe(torch.tensor([1.0, float("inf")])))
