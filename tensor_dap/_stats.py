@@ -142,7 +142,8 @@ def _merge(parts: List[torch.Tensor]) -> tuple:
     """
     rows = torch.stack([p.to(torch.float64) for p in parts])
     n, _, _, rough, dsum, dsq = rows.unbind(1)
-    mean = rough + dsum / n
+    # an infinite chunk mean is already the answer; correcting it would turn inf into NaN
+    mean = torch.where(torch.isfinite(rough), rough + dsum / n, rough)
     m2 = dsq - dsum * dsum / n
     total = n.sum()
     grand = (n * mean).sum() / total

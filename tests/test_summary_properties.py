@@ -164,3 +164,8 @@ def test_time_cap_also_bounds_the_nonfinite_pass():
     s = describe(x, budget=Budget(exact_elements=None, scan_elements=None, chunk_elements=10, max_ms=0))
     assert s.has_nan and s.nan is None and not s.range_exact
     assert "NaN!" in str(s)
+
+
+def test_infinite_values_give_an_infinite_mean():
+    assert describe(torch.tensor([1.0, float("inf")])).mean == float("inf")
+    assert describe(torch.tensor([1.0, float("-inf")] * 8), budget=SMALL_CHUNKS).mean == float("-inf")
