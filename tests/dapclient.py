@@ -99,8 +99,12 @@ class DapClient:
     @classmethod
     def launch(cls, program: str, args: Sequence[str] = (), env: dict | None = None,
                cwd: str | None = None, python: str = sys.executable, just_my_code: bool = True,
-               timeout: float = 30.0, extra: dict | None = None) -> DapClient:
+               timeout: float = 30.0, extra: dict | None = None,
+               adapter_cmd: Sequence[str] | None = None) -> DapClient:
         """Start a private debugpy adapter and send `launch` (debugpy answers it at configurationDone).
+
+        ``adapter_cmd`` replaces ``[sys.executable, "-m", "debugpy.adapter"]``, e.g. to run the
+        adapter by path the way VS Code's Python Debugger runs its bundled copy.
 
         The adapter binds port 0 and reports it via DEBUGPY_ADAPTER_ENDPOINTS; that file is written only
         once the adapter is fully set up (connecting earlier races its startup: "no attribute 'listener'").
@@ -109,7 +113,7 @@ class DapClient:
         endpoints, errpath = os.path.join(tmp.name, "endpoints.json"), os.path.join(tmp.name, "adapter.err")
         with open(errpath, "wb") as errlog:
             adapter = subprocess.Popen(
-                [sys.executable, "-m", "debugpy.adapter", "--host", HOST, "--port", "0"],
+                [*(adapter_cmd or [sys.executable, "-m", "debugpy.adapter"]), "--host", HOST, "--port", "0"],
                 env={**os.environ, "DEBUGPY_ADAPTER_ENDPOINTS": endpoints},
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errlog,
                 start_new_session=True)  # own group (killable), no controlling tty for the debuggee

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import ast
 import math
-import os
 import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import textwrap
 import zipfile
 from pathlib import Path
@@ -573,23 +571,7 @@ def installed(tmp_path_factory):
 
 def _launch_via(adapter_cmd: list[str], script: Path, python: Path) -> DapClient:
     """DapClient.launch with a chosen adapter command (the extension runs its bundled adapter by path)."""
-    tmp = tempfile.TemporaryDirectory(prefix="dapclient-")
-    endpoints = os.path.join(tmp.name, "endpoints.json")
-    adapter = subprocess.Popen(adapter_cmd + ["--host", "127.0.0.1", "--port", "0"],
-                               env={**os.environ, "DEBUGPY_ADAPTER_ENDPOINTS": endpoints},
-                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               start_new_session=True)
-    try:
-        sock = dapclient._connect("127.0.0.1", dapclient._read_endpoint(endpoints, adapter, 60), 60, adapter)
-    except BaseException:
-        dapclient._kill_group(adapter.pid, leader=True)
-        adapter.wait()
-        tmp.cleanup()
-        raise
-    config = {"type": "python", "name": "tests", "request": "launch", "program": str(script), "args": [],
-              "cwd": str(script.parent), "env": {}, "python": [str(python)], "console": "internalConsole",
-              "justMyCode": True}
-    return DapClient(sock, adapter, 60, tmp)._start("launch", config)
+    return DapClient.launch(str(script), python=str(python), timeout=60, adapter_cmd=adapter_cmd)
 
 
 def _assert_installed_session(dap: DapClient, script: Path, installed: dict, debugpy_dir: Path) -> None:
