@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .pdb_display import is_module, is_tensor
+from .render_text import fmt_shape
 
 _KINDS = (
     ("matmul", re.compile(r"cannot be multiplied|mat1 and mat2|self and mat2|same reduction dim|"
@@ -420,16 +421,12 @@ def _module_text(module: Any) -> str:
     return f"{type(module).__name__}({extra})" if len(extra) < 100 else type(module).__name__
 
 
-def _shape_text(shape: tuple[int, ...] | None) -> str:
-    return "[" + ", ".join(str(d) for d in shape) + "]" if shape is not None else "?"
-
-
 def _broadcast_hint(a: Operand, b: Operand) -> str:
     sa, sb = a.shape or (), b.shape or ()
     for i in range(1, min(len(sa), len(sb)) + 1):
         da, db = sa[-i], sb[-i]
         if da != db and da != 1 and db != 1:
-            return (f"{a.expr} {_shape_text(sa)} and {b.expr} {_shape_text(sb)} do not broadcast: "
+            return (f"{a.expr} {fmt_shape(sa)} and {b.expr} {fmt_shape(sb)} do not broadcast: "
                     f"dim -{i} is {da} vs {db} (sizes must match or one must be 1)")
     return ""
 
@@ -440,8 +437,8 @@ def _inplace_hint(target: Operand, value: Operand) -> str:
     padded = [(1,) * (width - len(s)) + tuple(s) for s in (st, sv)]
     result = tuple(max(a, b) for a, b in zip(*padded))
     if result != tuple(st):
-        return (f"the result would have shape {_shape_text(result)}, but an in-place operation cannot "
-                f"change {target.expr}'s shape {_shape_text(st)}")
+        return (f"the result would have shape {fmt_shape(result)}, but an in-place operation cannot "
+                f"change {target.expr}'s shape {fmt_shape(st)}")
     return ""
 
 
@@ -453,13 +450,13 @@ def _matmul_hint(a: Operand, b: Operand, linear: bool) -> str:
     if linear:  # F.linear(x, W): x[..., in] against W[out, in]
         inner = sb[-1]
         if k != inner:
-            return (f"{a.expr}'s last dim is {k} but {b.expr} {_shape_text(sb)} expects {inner} "
+            return (f"{a.expr}'s last dim is {k} but {b.expr} {fmt_shape(sb)} expects {inner} "
                     f"input features")
         return ""
     inner = sb[-2] if len(sb) >= 2 else sb[0]
     if k != inner:
         where = "dim -2" if len(sb) >= 2 else "dim 0"
-        return (f"{a.expr} {_shape_text(sa)} @ {b.expr} {_shape_text(sb)}: the inner dimensions differ, "
+        return (f"{a.expr} {fmt_shape(sa)} @ {b.expr} {fmt_shape(sb)}: the inner dimensions differ, "
                 f"{a.expr} has {k} columns (last dim) but {b.expr} has {inner} rows ({where})")
     return ""
 
@@ -467,7 +464,7 @@ def _matmul_hint(a: Operand, b: Operand, linear: bool) -> str:
 def _module_hint(module: Any, expr: str, arg: Operand) -> str:
     in_features = getattr(module, "in_features", None)
     if in_features is not None and arg.shape and arg.shape[-1] != in_features:
-        return f"{expr} expects in_features={in_features}, but {arg.expr} {_shape_text(arg.shape)} " \
+        return f"{expr} expects in_features={in_features}, but {arg.expr} {fmt_shape(arg.shape)} " \
                f"has last dim {arg.shape[-1]}"
     in_channels = getattr(module, "in_channels", None)
     if in_channels is not None and arg.shape is not None:
@@ -476,11 +473,11 @@ def _module_hint(module: Any, expr: str, arg: Operand) -> str:
         ndim = len(arg.shape)
         if ndim not in (dims + 1, dims + 2):
             return (f"{expr} expects a {dims + 1}-D [C, {spatial}] or {dims + 2}-D [N, C, {spatial}] input, "
-                    f"but {arg.expr} {_shape_text(arg.shape)} has {ndim} dims")
+                    f"but {arg.expr} {fmt_shape(arg.shape)} has {ndim} dims")
         batched = ndim == dims + 2
         channels = arg.shape[1] if batched else arg.shape[0]
         if channels != in_channels:
-            hint = f"{expr} expects in_channels={in_channels}, but {arg.expr} {_shape_text(arg.shape)} " \
+            hint = f"{expr} expects in_channels={in_channels}, but {arg.expr} {fmt_shape(arg.shape)} " \
                    f"has {channels} channels"
             if not batched:
                 hint += (f": a {ndim}-D input is read as one unbatched sample [C, {spatial}]; a batch needs "
@@ -554,8 +551,8 @@ def _state_dict_hint(ev: _Evaluator, node: ast.AST) -> str:
     differ = [k for k in shared if tuple(loaded[k].shape) != tuple(own[k].shape)]
     if not differ:
         return ""
-    shown = "; ".join(f"{k}: checkpoint {_shape_text(tuple(loaded[k].shape))} vs model "
-                      f"{_shape_text(tuple(own[k].shape))}" for k in differ[:5])
+    shown = "; ".join(f"{k}: checkpoint {fmt_shape(tuple(loaded[k].shape))} vs model "
+                      f"{fmt_shape(tuple(own[k].shape))}" for k in differ[:5])
     more = f"; … {len(differ) - 5} more" if len(differ) > 5 else ""
     return f"{len(differ)} of {len(shared)} tensors differ in shape: {shown}{more}"
 
@@ -587,9 +584,9 @@ def _view_hint(ev: _Evaluator, node: ast.AST, tensors: list[Operand], message: s
         known *= d if d != -1 else 1
     asked = f"{name}({', '.join(str(d) for d in sizes)})"
     if -1 in sizes:
-        return (f"{src.expr} {_shape_text(src.shape)} has {numel} elements, which {asked} cannot split: "
+        return (f"{src.expr} {fmt_shape(src.shape)} has {numel} elements, which {asked} cannot split: "
                 f"{numel} is not a multiple of {known}")
-    return f"{src.expr} {_shape_text(src.shape)} has {numel} elements, but {asked} needs {known}"
+    return f"{src.expr} {fmt_shape(src.shape)} has {numel} elements, but {asked} needs {known}"
 
 
 _NDIMS = re.compile(r"\b(\d+)-?D\b")
@@ -624,11 +621,11 @@ def _dims_hint(ev: _Evaluator, node: ast.AST, tensors: list[Operand], message: s
         lo, hi, got = (int(g) for g in found.groups())
         o = next((t for t in tensors if t.shape is not None and len(t.shape) == hi + 1), None)
         return "" if o is None else \
-            f"{o.expr} {_shape_text(o.shape)} has {hi + 1} dims (valid dims are {lo}..{hi}), but dim {got} was asked for"
+            f"{o.expr} {fmt_shape(o.shape)} has {hi + 1} dims (valid dims are {lo}..{hi}), but dim {got} was asked for"
     found = _INDICES.search(message)
     if found:
         o = next((t for t in tensors if t.shape is not None and len(t.shape) == int(found.group(1))), None)
-        return "" if o is None else f"{o.expr} {_shape_text(o.shape)} has {found.group(1)} dims, but is indexed with more"
+        return "" if o is None else f"{o.expr} {fmt_shape(o.shape)} has {found.group(1)} dims, but is indexed with more"
     got = _GOT_NDIM.search(message)
     got_ndim = int(got.group(1)) if got else None
     expected = sorted({int(d) for d in _NDIMS.findall(message)} - ({got_ndim} if got_ndim is not None else set()))
@@ -648,7 +645,7 @@ def _dims_hint(ev: _Evaluator, node: ast.AST, tensors: list[Operand], message: s
     if o is None:
         return ""
     wanted = " or ".join(f"{d}-D" for d in expected)
-    return f"{o.expr} {_shape_text(o.shape)} has {len(o.shape)} dims, but {wanted} is expected"
+    return f"{o.expr} {fmt_shape(o.shape)} has {len(o.shape)} dims, but {wanted} is expected"
 
 
 # ----------------------------------------------------------------------------- the explanation
