@@ -27,7 +27,7 @@ from . import module_summary as _ms
 from . import summary as _summary
 from .budget import Budget
 from .render_text import fmt_bytes, fmt_num, fmt_shape, one_line, short_dtype, stats_text
-from .summary import TensorSummary
+from .summary import TensorSummary, short_error
 
 EvalName = Union[str, Callable[[str], str], None]
 Child = tuple[str, Any, EvalName]
@@ -327,12 +327,6 @@ def _first(iterable: Any) -> list:
 
 def _clip(text: str) -> str:
     return text if len(text) <= _TEXT_MAX else text[:_TEXT_MAX - 1] + "…"
-
-
-def short_error(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    text = text if len(text) <= 80 else text[:77] + "..."
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def fallback_text(obj: Any, exc: BaseException) -> str:

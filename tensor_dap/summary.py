@@ -101,7 +101,8 @@ def summarize(x: Any, *, budget: Optional[Budget] = None) -> str:
     return str(describe(x, budget=budget))
 
 
-def _short_error(exc: BaseException) -> str:
+def short_error(exc: BaseException) -> str:
+    """``Type: first line of the message`` (at most 80 characters of it): an error in one short line."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     text = text if len(text) <= 80 else text[:77] + "..."
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -124,7 +125,7 @@ def _fallback(x: Any, exc: BaseException) -> TensorSummary:
         device=attempt(lambda: str(x.device), "?"),
         numel=attempt(lambda: int(x.numel()), 0),
         nbytes=0,
-        error=_short_error(exc),
+        error=short_error(exc),
     )
 
 
