@@ -91,6 +91,14 @@ class TensorPdb(pdb.Pdb):
         except Exception:
             return _FAILED
 
+    def _value_of(self, command: str, expr: str, check: Any, kind: str) -> Any:
+        """``expr``'s value when ``check`` accepts it; else one error line (or pdb's own) and the sentinel."""
+        value = self._value_or_none(expr)
+        if value is not _FAILED and not check(value):
+            self.error(f"{command}: {expr.strip()} is a {type(value).__name__}, not {kind}")
+            return _FAILED
+        return value
+
     # ------------------------------------------------------------------ p, pp, bare expressions
     def _print_command(self, arg: str, pretty: bool) -> None:
         raw = arg.startswith(RAW_MARK)
@@ -248,11 +256,8 @@ class TensorPdb(pdb.Pdb):
             from .render_pdb import grads
 
             if arg.strip():
-                module = self._value_or_none(arg)
+                module = self._value_of("grads", arg, is_module, "an nn.Module")
                 if module is _FAILED:
-                    return
-                if not is_module(module):
-                    self.error(f"grads: {arg.strip()} is a {type(module).__name__}, not an nn.Module")
                     return
                 name = arg.strip()
             else:
@@ -284,11 +289,8 @@ class TensorPdb(pdb.Pdb):
             except ShapesUsageError as exc:
                 self.error(str(exc))
                 return
-            module = self._value_or_none(module_expr)
+            module = self._value_of("shapes", module_expr, is_module, "an nn.Module")
             if module is _FAILED:
-                return
-            if not is_module(module):
-                self.error(f"shapes: {module_expr} is a {type(module).__name__}, not an nn.Module")
                 return
             value = self._value_or_none(input_expr)
             if value is _FAILED:
@@ -332,11 +334,8 @@ class TensorPdb(pdb.Pdb):
             if not arg.strip():
                 self.error("usage: stats EXPRESSION")
                 return
-            value = self._value_or_none(arg)
+            value = self._value_of("stats", arg, is_tensor, "a tensor")
             if value is _FAILED:
-                return
-            if not is_tensor(value):
-                self.error(f"stats: {arg.strip()} is a {type(value).__name__}, not a tensor")
                 return
             try:
                 hist = histogram(value)
