@@ -29,13 +29,13 @@ def run(args: argparse.Namespace) -> int:
     import os
     import sys
 
+    from .cli import UsageError
     from .console import make_console
     from .render_rich import summaries_table
     from .summary import describe
 
     if not os.path.isfile(args.file):
-        print(f"tensor-dap: error: no such file: {args.file}", file=sys.stderr)
-        return 2
+        raise UsageError(f"no such file: {args.file}")
     import torch
 
     try:
