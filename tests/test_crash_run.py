@@ -19,9 +19,15 @@ def _env():
     return env
 
 
-def _run(*args):
-    return subprocess.run([sys.executable, *args], check=False, capture_output=True, text=True, env=_env(),
-                          stdin=subprocess.DEVNULL, timeout=60)
+def _run(*args, env=None):
+    return subprocess.run([sys.executable, *args], check=False, capture_output=True, text=True,
+                          env=env or _env(), stdin=subprocess.DEVNULL, timeout=60)
+
+
+def _spawn(script, env=None):
+    """`tensor-dap run script` on a real pseudo-terminal."""
+    return pexpect.spawn(sys.executable, ["-m", "tensor_dap", "run", script], env=env or _env(), encoding="utf-8",
+                         timeout=30, dimensions=(60, 200))
 
 
 @pytest.mark.timeout(60)
@@ -36,15 +42,15 @@ def test_run_explains_a_shape_mismatch_and_exits_nonzero():
     assert "tensors in debuggee_pdb_crash.py:9 in step" in err
     assert re.search(r"^\s*h\s+tensor\[4, 3\]", err, re.MULTILINE)
     assert f"at {CRASH}:9 in step" in err and "return h @ w" in err
-    assert re.search(r"^\s*h\s+\[4, 3\]\s+f32 cpu$", err, re.MULTILINE) and re.search(r"^\s*w\s+\[4, 5\]\s+f32 cpu$", err, re.MULTILINE)
+    assert re.search(r"^\s*h\s+\[4, 3\]\s+f32 cpu$", err, re.MULTILINE)
+    assert re.search(r"^\s*w\s+\[4, 5\]\s+f32 cpu$", err, re.MULTILINE)
     assert "h has 3 columns (last dim) but w has 4 rows" in err
     assert "no post-mortem debugger" in err
 
 
 @pytest.mark.timeout(60)
 def test_run_opens_post_mortem_on_a_terminal():
-    child = pexpect.spawn(sys.executable, ["-m", "tensor_dap", "run", CRASH], env=_env(), encoding="utf-8",
-                          timeout=30, dimensions=(60, 200))
+    child = _spawn(CRASH)
     try:
         child.expect_exact("the inner dimensions differ")
         child.expect_exact("(Pdb) ")
@@ -62,7 +68,8 @@ def test_run_opens_post_mortem_on_a_terminal():
 def test_install_post_mortem_reports_broadcast_errors():
     r = _run(INSTALL)
     assert r.returncode == 1
-    assert re.search(r"^\s*scores\s+\[8, 3\]", r.stderr, re.MULTILINE) and re.search(r"^\s*bias\s+\[4\]", r.stderr, re.MULTILINE)
+    assert re.search(r"^\s*scores\s+\[8, 3\]", r.stderr, re.MULTILINE)
+    assert re.search(r"^\s*bias\s+\[4\]", r.stderr, re.MULTILINE)
     assert "dim -1 is 3 vs 4" in r.stderr
 
 
@@ -81,8 +88,7 @@ def test_run_usage_errors_and_exit_codes(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_run_routes_breakpoint_and_quitting_is_not_a_crash():
-    child = pexpect.spawn(sys.executable, ["-m", "tensor_dap", "run", os.path.join(HERE, "debuggee_pdb_train.py")],
-                          env=_env(), encoding="utf-8", timeout=30, dimensions=(60, 200))
+    child = _spawn(os.path.join(HERE, "debuggee_pdb_train.py"))
     try:
         child.expect_exact("(Pdb) ")
         child.sendline("p x")
@@ -114,12 +120,10 @@ def test_piped_crash_report_keeps_long_lines_whole():
 def test_crash_report_colours_follow_the_terminal():
     env = {**_env(), "TERM": "xterm-256color"}
     env.pop("NO_COLOR")
-    r = subprocess.run([sys.executable, "-m", "tensor_dap", "run", CRASH], check=False, capture_output=True,
-                       text=True, env=env, stdin=subprocess.DEVNULL, timeout=60)
+    r = _run("-m", "tensor_dap", "run", CRASH, env=env)
     assert r.returncode == 1 and "the inner dimensions differ" in r.stderr
     assert "\x1b[" not in r.stderr  # a pipe gets plain text, even with a colour TERM
-    child = pexpect.spawn(sys.executable, ["-m", "tensor_dap", "run", CRASH], env=env, encoding="utf-8",
-                          timeout=30, dimensions=(60, 200))
+    child = _spawn(CRASH, env)
     try:
         child.expect_exact("(Pdb) ")
         assert "\x1b[" in child.before  # on a terminal the report is coloured
