@@ -98,7 +98,8 @@ def _describe_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
     """'[4, 3]' for one argument, '[4, 3], mask=[4]' for several or with keywords."""
     if len(args) == 1 and not kwargs:
         return describe_shapes(args[0])
-    return ", ".join([describe_shapes(a, 1) for a in args] + [f"{k}={describe_shapes(v, 1)}" for k, v in kwargs.items()])
+    return ", ".join([describe_shapes(a, 1) for a in args]
+                     + [f"{k}={describe_shapes(v, 1)}" for k, v in kwargs.items()])
 
 
 def _first_tensor(value: Any, depth: int = 0) -> Any:
