@@ -31,13 +31,18 @@ def histogram(x: Any, *, bins: int = BINS, sample: int = SAMPLE) -> Histogram | 
 
     if not isinstance(x, torch.Tensor) or x.layout != torch.strided or x.is_quantized or x.is_meta:
         return None
+    from ._stats import sample_view
+
     with torch.no_grad():
-        flat = x.detach().reshape(-1)
-        if flat.is_complex():
-            flat = flat.abs()
+        flat = x.detach()
         sampled = flat.numel() > sample
+        if sampled and not flat.is_contiguous():
+            flat = sample_view(flat, sample)  # flattening first would copy the whole tensor
+        flat = flat.reshape(-1)
         if sampled:
             flat = flat[:: math.ceil(flat.numel() / sample)]
+        if flat.is_complex():
+            flat = flat.abs()  # on the sample only
         integer = not (flat.dtype.is_floating_point or flat.dtype.is_complex)
         values = flat.to(torch.float64 if flat.dtype in (torch.float64, torch.int64) else torch.float32)
         finite = values[torch.isfinite(values)]
