@@ -71,19 +71,19 @@ def _torch_attr(path: str) -> Any:
     return getattr(module, attr, None) if module is not None else None
 
 
+# kind -> the torch classes it renders, checked in this order
+_KIND_CLASSES = {
+    "tensor": ("torch.Tensor",),
+    "module": ("torch.nn.Module",),
+    "optimizer": ("torch.optim.Optimizer",),
+    "scheduler": ("torch.optim.lr_scheduler.LRScheduler", "torch.optim.lr_scheduler._LRScheduler",
+                  "torch.optim.lr_scheduler.ReduceLROnPlateau"),
+    "loader": ("torch.utils.data.DataLoader",),
+}
+
+
 def _torch_classes(kind: str) -> tuple[type, ...]:
-    paths = {
-        "tensor": ("torch.Tensor",),
-        "module": ("torch.nn.Module",),
-        "optimizer": ("torch.optim.Optimizer",),
-        "scheduler": ("torch.optim.lr_scheduler.LRScheduler", "torch.optim.lr_scheduler._LRScheduler",
-                      "torch.optim.lr_scheduler.ReduceLROnPlateau"),
-        "loader": ("torch.utils.data.DataLoader",),
-    }[kind]
-    return tuple(c for c in (_torch_attr(p) for p in paths) if isinstance(c, type))
-
-
-_KINDS = ("tensor", "module", "optimizer", "scheduler", "loader")
+    return tuple(c for c in (_torch_attr(p) for p in _KIND_CLASSES[kind]) if isinstance(c, type))
 
 
 def kind_of(type_object: type) -> str | None:
@@ -94,7 +94,7 @@ def kind_of(type_object: type) -> str | None:
         return "info"
     if issubclass(type_object, (Node, TensorSummary)):
         return "node" if issubclass(type_object, Node) else "stats"
-    for kind in _KINDS:
+    for kind in _KIND_CLASSES:
         classes = _torch_classes(kind)
         if classes and issubclass(type_object, classes):
             return kind
