@@ -39,11 +39,6 @@ def _render():
     return _state["render"]
 
 
-def _kind(obj):
-    render = _render()
-    return render.kind_of(type(obj)) if render is not None else None
-
-
 def _can_provide(type_object, want_children):
     try:
         if not _enabled():
