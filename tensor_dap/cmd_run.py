@@ -12,9 +12,11 @@ import argparse
 import os
 import sys
 
+from .cli import UsageError
 
-class ScriptNotFound(Exception):
-    """The script to run is missing or does not exist; reported as one line, exit code 2."""
+
+class ScriptNotFound(UsageError):
+    """The script to run is missing or does not exist; cli reports it as one line, exit code 2."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,10 +71,6 @@ def execute(script: str, argv: list[str]) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        script = check_script(args.script)
-    except ScriptNotFound as exc:
-        print(f"tensor-dap: error: {exc}", file=sys.stderr)
-        return 2
+    script = check_script(args.script)
     route_breakpoints()
     return execute(script, list(args.args))
