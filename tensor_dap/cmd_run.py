@@ -44,7 +44,7 @@ def execute(script: str, argv: list[str]) -> int:
     import bdb
     import runpy
 
-    saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
+    saved_argv = sys.argv[:]
     sys.argv = [script, *argv]
     sys.path.insert(0, os.path.dirname(script))
     try:
@@ -66,7 +66,7 @@ def execute(script: str, argv: list[str]) -> int:
         return handle(exc, exc.__traceback__)
     finally:
         sys.argv = saved_argv
-        if saved_path0 is not None and sys.path and sys.path[0] == os.path.dirname(script):
+        if sys.path and sys.path[0] == os.path.dirname(script):
             sys.path.pop(0)
 
 
