@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any, Callable
 
 import torch
@@ -72,18 +73,13 @@ def any_nonfinite(obj: Any) -> bool:
 
 
 def _rows(section: str, obj: Any, prefix: str) -> list[tuple[str, str, TensorSummary]]:
-    rows = [(section, name, describe(t)) for name, t in tensors_in(obj, prefix)]
-    return rows[:MAX_ROWS]
+    return [(section, name, describe(t)) for name, t in islice(tensors_in(obj, prefix), MAX_ROWS)]
 
 
 def _param_rows(module: torch.nn.Module) -> list[tuple[str, str, TensorSummary]]:
-    rows: list[tuple[str, str, TensorSummary]] = []
-    for name, p in list(module.named_parameters())[:MAX_ROWS]:
-        rows.append(("parameters", name, describe(p, grad=False)))
-    for name, p in list(module.named_parameters())[:MAX_ROWS]:
-        if p.grad is not None:
-            rows.append(("gradients", name, describe(p.grad)))
-    return rows
+    named = list(islice(module.named_parameters(), MAX_ROWS))
+    return [("parameters", name, describe(p, grad=False)) for name, p in named] + \
+        [("gradients", name, describe(p.grad)) for name, p in named if p.grad is not None]
 
 
 def _owners(model: torch.nn.Module) -> dict[int, tuple[str, torch.nn.Module, str]]:
