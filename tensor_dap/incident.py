@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -92,15 +92,20 @@ class Bundle:
     rng: dict[str, Any] | None
 
 
+def map_tensors(obj: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
+    """The same nested lists/tuples/dicts with ``fn`` applied to every tensor (namedtuples are kept as they are)."""
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
+        return type(obj)(map_tensors(v, fn) for v in obj)
+    if isinstance(obj, dict):
+        return {k: map_tensors(v, fn) for k, v in obj.items()}
+    return obj
+
+
 def _detached(obj: Any) -> Any:
     """The same structure with tensors detached and on the CPU (saving must not keep the graph)."""
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().cpu().clone()
-    if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
-        return type(obj)(_detached(v) for v in obj)
-    if isinstance(obj, dict):
-        return {k: _detached(v) for k, v in obj.items()}
-    return obj
+    return map_tensors(obj, lambda t: t.detach().cpu().clone())
 
 
 def write_bundle(report: Report, *, step: int | None, args: tuple[Any, ...] = (),

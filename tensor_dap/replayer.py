@@ -17,19 +17,9 @@ import torch
 from ._trigger_dist import current_rank, unwrap
 from ._trigger_stop import check_mode, dispatch
 from .errors import NonFiniteError
-from .incident import Bundle, read_bundle, restore_rng
+from .incident import Bundle, map_tensors, read_bundle, restore_rng
 from .localize import StopRerun, any_nonfinite, localize_rerun, nonfinite_parameters
 from .report import Report
-
-
-def _to_device(obj: Any, device: torch.device) -> Any:
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device)
-    if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
-        return type(obj)(_to_device(v, device) for v in obj)
-    if isinstance(obj, dict):
-        return {k: _to_device(v, device) for k, v in obj.items()}
-    return obj
 
 
 def _restore(bundle: Bundle, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
@@ -54,7 +44,7 @@ def replay(bundle: str | Bundle, model: torch.nn.Module, step_fn: Callable[..., 
     if isinstance(bundle, str):
         bundle = read_bundle(bundle)
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
-    args, kwargs = _to_device(bundle.args, device), _to_device(bundle.kwargs, device)
+    args, kwargs = map_tensors((bundle.args, bundle.kwargs), lambda t: t.to(device))
     guard = _UpdateGuard(optimizer)
 
     def reset() -> None:
