@@ -8,7 +8,6 @@ under ``torch.distributed`` only the ranks in ``ranks`` may stop, the others log
 from __future__ import annotations
 
 import bdb
-import importlib.util
 import sys
 from collections.abc import Collection
 from typing import Any
@@ -97,16 +96,15 @@ def _first_shown_frame(frame: Any) -> Any:
 
 def _open_pdb(frame: Any, report: Report) -> None:
     header = f"{report.headline} (step {report.step}); `up` returns to your training loop"
-    if importlib.util.find_spec("tensor_dap.debugger") is not None:
-        try:
-            from .debugger import set_trace
+    try:
+        from .debugger import set_trace
 
-            set_trace(frame, header=header)
-            return
-        except bdb.BdbQuit:  # the user quit the debugger: that ends the program, as in pdb
-            raise
-        except Exception as exc:  # noqa: BLE001 - fall back to the standard debugger, never skip the stop
-            logger.debug("tensor_dap.debugger failed (%r); opening pdb", exc)
+        set_trace(frame, header=header)
+        return
+    except bdb.BdbQuit:  # the user quit the debugger: that ends the program, as in pdb
+        raise
+    except Exception as exc:  # noqa: BLE001 - fall back to the standard debugger, never skip the stop
+        logger.debug("tensor_dap.debugger failed (%r); opening pdb", exc)
     import pdb  # noqa: T100 - opening a debugger is the point
 
     pdb.Pdb().set_trace(frame)
