@@ -19,7 +19,7 @@ the host reads.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import torch
 
@@ -73,20 +73,21 @@ class Sentinel:
 
     def observe(self, groups: Sequence[Sequence[torch.Tensor]], step: int) -> None:
         """Fold grouped tensors (gradients, see ``group``) of ``step`` in. Kernel launches only."""
-        self._keep(step, reduce(groups))
+        self._keep(step, reduce(groups), {g[0].device for g in groups if g})  # a group reduces on its device
 
     def observe_value(self, value: torch.Tensor, step: int) -> None:
         """Fold a scalar (the loss) in as it is."""
         if value.dtype == torch.float32 and value.dim() == 0:
-            self._keep(step, [value.detach()])
+            self._keep(step, [value.detach()], (value.device,))
         elif value.is_floating_point() or value.is_complex():
-            self._keep(step, [value.detach().reshape(()).abs().float()])  # |x| is non-finite iff x is
+            self._keep(step, [value.detach().reshape(()).abs().float()], (value.device,))  # |x| non-finite iff x is
 
-    def _keep(self, step: int, values: list[torch.Tensor]) -> None:
+    def _keep(self, step: int, values: list[torch.Tensor], devices: Collection[torch.device]) -> None:
+        """``devices``: where ``values`` are, known per group, so no per-value check on every step."""
         if not values:
             return
         device = self._pending[0][1][0].device if self._pending else values[0].device
-        if any(v.device != device for v in values):  # model parallel: gather onto one device, no sync
+        if any(d != device for d in devices):  # model parallel: gather onto one device, no sync
             values = [v.to(device, non_blocking=True) for v in values]
         self._pending.append((step, values))
         self._count += len(values)
