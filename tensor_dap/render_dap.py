@@ -488,11 +488,7 @@ def preview(x: Any, index: tuple[int, ...]) -> Any:
     import torch
 
     with torch.no_grad():
-        data = x
-        if type(data) not in (torch.Tensor, torch.nn.Parameter):  # a subclass's overrides must not run
-            with torch._C.DisableTorchFunctionSubclass():
-                data = data.as_subclass(torch.Tensor)
-        data = data.detach()
+        data = _summary.plain_view(x).detach()  # a subclass's overrides must not run
         block = data[tuple(slice(0, n) for n in index)] if index else data
         if block.is_quantized:
             block = block.dequantize()

@@ -213,17 +213,16 @@ def _describe(x: Any, budget: Budget, want_grad: bool) -> TensorSummary:
             data = (sample_view(x, cap) if sampled else x).dequantize()
         return _with_stats(data, base, notes, budget, stats_of="dequantized", presampled=sampled)
 
-    data = x
-    if type(x) not in (torch.Tensor, torch.nn.Parameter):
-        data = _plain_view(x)
-    return _with_stats(data, base, notes, budget,
+    return _with_stats(plain_view(x), base, notes, budget,
                        stats_of="magnitude" if x.is_complex() else "values")
 
 
-def _plain_view(x: Any) -> Any:
-    """Compute a subclass's stats on its data, not through its __torch_function__ overrides."""
+def plain_view(x: Any) -> Any:
+    """``x`` as a plain tensor, so a subclass's data is read without running its __torch_function__ overrides."""
     import torch
 
+    if type(x) in (torch.Tensor, torch.nn.Parameter):
+        return x
     try:
         with torch._C.DisableTorchFunctionSubclass():
             return x.as_subclass(torch.Tensor)
