@@ -77,19 +77,16 @@ def nonfinite(rows: Sequence[NonFiniteRow], checked: int) -> Any:
     table.add_column("bad", justify="right")
     table.add_column("summary")
     for r in rows:
-        s = r.summary
-
-        def count(n: int | None, present: bool, exact: bool = r.bad is not None) -> Text:
-            if not exact:  # a sampled summary's counts are not the tensor's
-                text = "yes" if present else "0"
-            else:
-                text = str(n)
-            return Text(text, style=_ALARM if present else "dim")
-
+        s, exact = r.summary, r.bad is not None
         share = "?" if r.fraction is None else f"{'~' if r.estimated else ''}{100 * r.fraction:.3g}%"
-        table.add_row(r.name, count(s.nan, s.has_nan), count(s.pos_inf, s.has_pos_inf),
-                      count(s.neg_inf, s.has_neg_inf), share, summary_line(s))
+        table.add_row(r.name, _bad_count(s.nan, s.has_nan, exact), _bad_count(s.pos_inf, s.has_pos_inf, exact),
+                      _bad_count(s.neg_inf, s.has_neg_inf, exact), share, summary_line(s))
     return table
+
+
+def _bad_count(n: int | None, present: bool, exact: bool) -> Text:
+    text = str(n) if exact else "yes" if present else "0"  # a sampled summary's counts are not the tensor's
+    return Text(text, style=_ALARM if present else "dim")
 
 
 def grads(report: GradReport) -> Any:
