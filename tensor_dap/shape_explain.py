@@ -169,6 +169,10 @@ class _Evaluator:
             raise first
         return values
 
+    def value_of(self, node: ast.AST) -> Any:
+        """The value ``node`` evaluated to, None when it was not evaluated."""
+        return self.values.get(id(node), (None, ""))[0]
+
     def device_of(self, node: ast.AST) -> str:
         return self.values.get(id(node), (None, ""))[1]
 
@@ -516,7 +520,7 @@ def _operation_hint(ev: _Evaluator, node: ast.AST, operands: list[Operand]) -> s
     if isinstance(node, ast.Call):
         name = node.func.attr if isinstance(node.func, ast.Attribute) else \
             node.func.id if isinstance(node.func, ast.Name) else ""
-        callee = ev.values.get(id(node.func), (None, ""))[0]
+        callee = ev.value_of(node.func)
         if is_module(callee) and tensors:
             return _module_hint(callee, ast.unparse(node.func), tensors[0])
         if name in _MATMUL_CALLS and len(tensors) >= 2:
@@ -528,9 +532,9 @@ def _call_value(ev: _Evaluator, node: ast.AST) -> tuple[str, Any, list[Any]]:
     """(method or function name, the object it is called on, evaluated positional arguments)."""
     if not isinstance(node, ast.Call):
         return "", None, []
-    args = [ev.values.get(id(a), (None, ""))[0] for a in node.args]
+    args = [ev.value_of(a) for a in node.args]
     if isinstance(node.func, ast.Attribute):
-        return node.func.attr, ev.values.get(id(node.func.value), (None, ""))[0], args
+        return node.func.attr, ev.value_of(node.func.value), args
     return (node.func.id if isinstance(node.func, ast.Name) else ""), None, args
 
 
@@ -541,8 +545,7 @@ def _state_dict_hint(ev: _Evaluator, node: ast.AST) -> str:
     name, module, args = _call_value(ev, node)
     if name != "load_state_dict" or not is_module(module) or not isinstance(node, ast.Call):
         return ""
-    loaded = args[0] if args else next((ev.values.get(id(k.value), (None, ""))[0] for k in node.keywords
-                                        if k.arg == "state_dict"), None)
+    loaded = args[0] if args else next((ev.value_of(k.value) for k in node.keywords if k.arg == "state_dict"), None)
     if not isinstance(loaded, Mapping):
         return ""
     own = dict(module.named_parameters())
@@ -603,7 +606,7 @@ def _by_parameter(ev: _Evaluator, node: ast.AST, tensors: list[Operand]) -> dict
 
     if not isinstance(node, ast.Call):
         return {}
-    callee = ev.values.get(id(node.func), (None, ""))[0]
+    callee = ev.value_of(node.func)
     try:
         bound = inspect.signature(callee).bind_partial(*node.args, **{k.arg: k.value for k in node.keywords})
     except (TypeError, ValueError):
