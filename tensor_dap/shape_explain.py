@@ -20,7 +20,7 @@ import sysconfig
 from dataclasses import dataclass
 from typing import Any
 
-from .pdb_display import is_module, is_tensor
+from .pdb_display import is_module, is_tensor, short_repr
 from .render_text import fmt_shape
 
 _KINDS = (
@@ -406,8 +406,6 @@ def _operand(ev: _Evaluator, node: ast.AST) -> Operand:
                        device or real_device)
     if is_module(value):
         return Operand(text, "module", detail=_module_text(value))
-    from .pdb_display import short_repr
-
     return Operand(text, "value", detail=short_repr(value))
 
 
