@@ -21,12 +21,12 @@ import sys
 import time
 import warnings
 from collections.abc import Iterator
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Union
 
 from . import module_summary as _ms
 from . import summary as _summary
 from .budget import Budget
-from .render_text import fmt_bytes, fmt_num, fmt_shape, one_line, short_dtype, stats_text
+from .render_text import fmt_bytes, fmt_count, fmt_num, fmt_shape, one_line, short_dtype, stats_text
 from .summary import TensorSummary, short_error
 
 EvalName = Union[str, Callable[[str], str], None]
@@ -227,13 +227,6 @@ def _object_summary(obj: Any, kind: str) -> Any:
     return describe(obj)
 
 
-def _count(n: Optional[int], present: bool) -> str:
-    """An exact count, or (when the count was cut short) whether any is present."""
-    if n is not None:
-        return str(n)
-    return "yes" if present else "?"
-
-
 def stats_line(s: TensorSummary) -> str:
     """The value of a tensor's ``stats`` child: the numbers, and whether they are exact."""
     if s.error:
@@ -243,9 +236,9 @@ def stats_line(s: TensorSummary) -> str:
         return f"no values ({why})" if why else "no values"
     tokens = stats_text(s)
     if s.dtype != "torch.bool" and (s.nan is not None or s.nonfinite):
-        tokens.append(f"NaN={_count(s.nan, s.has_nan)}")
-        tokens.append(f"+Inf={_count(s.pos_inf, s.has_pos_inf)}")
-        tokens.append(f"-Inf={_count(s.neg_inf, s.has_neg_inf)}")
+        tokens.append(f"NaN={fmt_count(s.nan, s.has_nan)}")
+        tokens.append(f"+Inf={fmt_count(s.pos_inf, s.has_pos_inf)}")
+        tokens.append(f"-Inf={fmt_count(s.neg_inf, s.has_neg_inf)}")
     if s.stats_of != "values":
         tokens.append(f"(of {s.stats_of})")
     if s.sampled:

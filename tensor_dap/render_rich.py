@@ -7,7 +7,7 @@ from typing import Iterable, Tuple
 from rich.table import Table
 from rich.text import Text
 
-from .render_text import alarms, fmt_bytes, fmt_num, fmt_shape, one_line, short_dtype
+from .render_text import alarms, fmt_bytes, fmt_count, fmt_num, fmt_shape, one_line, short_dtype
 from .summary import TensorSummary
 
 
@@ -42,9 +42,9 @@ def summary_table(s: TensorSummary, title: str = "") -> Table:
             ("max" + what, fmt_num(s.max)),
             ("mean" + approx, fmt_num(s.mean)),
             ("std" + approx, fmt_num(s.std)),
-            ("NaN", _count(s.nan, s.has_nan)),
-            ("+Inf", _count(s.pos_inf, s.has_pos_inf)),
-            ("-Inf", _count(s.neg_inf, s.has_neg_inf)),
+            ("NaN", fmt_count(s.nan, s.has_nan)),
+            ("+Inf", fmt_count(s.pos_inf, s.has_pos_inf)),
+            ("-Inf", fmt_count(s.neg_inf, s.has_neg_inf)),
         ]
     rows += [("requires_grad", str(s.requires_grad)), ("grad", one_line(s.grad) if s.grad else "None")]
     if s.notes:
@@ -52,15 +52,9 @@ def summary_table(s: TensorSummary, title: str = "") -> Table:
     if s.error:
         rows.append(("error", s.error))
     for name, value in rows:
-        style = "bold red" if name in ("NaN", "+Inf", "-Inf") and value not in ("0", "no") else None
+        style = "bold red" if name in ("NaN", "+Inf", "-Inf") and value not in ("0", "?") else None
         table.add_row(name, Text(value, style=style))
     return table
-
-
-def _count(n, present: bool) -> str:
-    if n is None:
-        return "yes" if present else "no"
-    return str(n)
 
 
 def summaries_table(rows: Iterable[Tuple[str, TensorSummary]], title: str = "") -> Table:

@@ -60,6 +60,13 @@ def fmt_bytes(n: int) -> str:
     return f"{n} B"
 
 
+def fmt_count(n: Optional[int], present: bool) -> str:
+    """A NaN/Inf count, or (when the time cap cut the count short) 'yes' if one was seen, else '?'."""
+    if n is not None:
+        return str(n)
+    return "yes" if present else "?"
+
+
 def fmt_shape(shape: Any) -> str:
     if shape is None:
         return "[?]"

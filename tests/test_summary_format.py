@@ -60,3 +60,20 @@ def test_debugger_stats_line_says_unknown_counts_honestly():
                                                 max_ms=0)))
     assert "NaN=yes" in line and "+Inf=?" in line and "-Inf=?" in line
     assert "NaN=0 +Inf=1 -Inf=0" in stats_line(describe(torch.tensor([1.0, float("inf")])))
+
+
+def test_rich_table_says_unknown_counts_honestly():
+    """The pdb table agrees with the debugger's stats line: a count cut short is 'yes' or '?', never 'no'."""
+    import io
+    import re
+
+    from tensor_dap import Budget
+    from tensor_dap.console import make_console
+    from tensor_dap.render_rich import summary_table
+
+    x = torch.full((10_000,), float("nan"))
+    s = describe(x, budget=Budget(exact_elements=None, scan_elements=None, chunk_elements=10, max_ms=0))
+    out = io.StringIO()
+    make_console(out).print(summary_table(s))
+    rows = dict(re.findall(r"^(NaN|\+Inf|-Inf)\s+(\S+)", out.getvalue(), flags=re.M))
+    assert rows == {"NaN": "yes", "+Inf": "?", "-Inf": "?"}
