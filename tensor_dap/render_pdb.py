@@ -20,7 +20,7 @@ from .pdb_mem import MemoryReport
 from .pdb_scan import NonFiniteRow, TensorRow
 from .pdb_shapes import ShapeFlow
 from .render_rich import summaries_table, summary_line, summary_table
-from .render_text import fmt_bytes, fmt_num, fmt_shape, short_dtype
+from .render_text import fmt_bytes, fmt_count, fmt_num, fmt_shape, short_dtype
 from .summary import TensorSummary
 
 _ALARM = "bold red"
@@ -85,8 +85,8 @@ def nonfinite(rows: Sequence[NonFiniteRow], checked: int) -> Any:
 
 
 def _bad_count(n: int | None, present: bool, exact: bool) -> Text:
-    text = str(n) if exact else "yes" if present else "0"  # a sampled summary's counts are not the tensor's
-    return Text(text, style=_ALARM if present else "dim")
+    # a sampled summary's counts are not the tensor's, and its absence of a kind is not known
+    return Text(fmt_count(n if exact else None, present), style=_ALARM if present else "dim")
 
 
 def grads(report: GradReport) -> Any:

@@ -1,17 +1,21 @@
 """The pure logic behind the debugger's commands, tested directly (the shell is tested in test_pdb_session.py)."""
 
+import io
 import math
+import re
 
 import pytest
 import torch
 from torch import nn
 
+from tensor_dap.console import make_console
 from tensor_dap.histogram import histogram
 from tensor_dap.pdb_display import tensor_view
 from tensor_dap.pdb_grads import find_module, grad_report
 from tensor_dap.pdb_mem import memory_report
 from tensor_dap.pdb_scan import nonfinite_rows, reachable_tensors, tensor_rows
 from tensor_dap.pdb_shapes import ShapesUsageError, call_args, shape_flow, split_args
+from tensor_dap.render_pdb import nonfinite as render_nonfinite
 from tensor_dap.render_text import one_line
 from tensor_dap.summary import TensorSummary
 
@@ -201,6 +205,12 @@ def test_nonfinite_rows_rank_parameters_gradients_and_sampled_tensors(monkeypatc
     by_name = {r.name: r for r in rows}
     assert by_name["big"].estimated and 0.8 < by_name["big"].fraction <= 1.0
     assert by_name["model.weight.grad"].fraction == pytest.approx(1 / 16) and not by_name["model.weight.grad"].estimated
+    out = io.StringIO()
+    make_console(file=out).print(render_nonfinite(rows, len(found)))
+    lines = out.getvalue().splitlines()
+    # exact rows show counts; the sampled one shows what it saw, and no made-up 0 for what it did not
+    assert re.match(r"model\.bias\s+4\s+0\s+0\s+100%", next(t for t in lines if t.startswith("model.bias")))
+    assert re.match(r"big\s+yes\s+\?\s+\?\s+~", next(t for t in lines if t.startswith("big")))
 
 
 def test_memory_report_cuda_branch_reads_each_device(monkeypatch):
