@@ -16,6 +16,7 @@ import ast
 import collections
 import contextlib
 import dataclasses
+import itertools
 import os
 import sys
 import time
@@ -310,12 +311,7 @@ def _type_name(type_object: type) -> str:
 
 
 def _first(iterable: Any) -> list:
-    out = []
-    for item in iterable:
-        if len(out) == _BATCH_ITEMS:
-            break
-        out.append(item)
-    return out
+    return list(itertools.islice(iterable, _BATCH_ITEMS))
 
 
 def _clip(text: str) -> str:
