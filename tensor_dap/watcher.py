@@ -30,7 +30,7 @@ from ._trigger_dist import current_rank, no_collectives, unwrap
 from ._trigger_sentinel import Sentinel, group
 from ._trigger_stop import check_mode, dispatch
 from .errors import NonFiniteError, TriggerError
-from .incident import capture_rng, host_rngs_used, restore_rng, write_bundle
+from .incident import capture_rng, host_rngs_used, map_tensors, restore_rng, write_bundle
 from .localize import (
     Finding,
     any_nonfinite,
@@ -131,13 +131,7 @@ def _nbytes(obj: Any) -> int:
 
 def _cloned(obj: Any) -> Any:
     """A copy of a state_dict-like structure, tensors cloned where they are (no host sync)."""
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().clone()
-    if isinstance(obj, dict):
-        return {k: _cloned(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_cloned(v) for v in obj]
-    return obj
+    return map_tensors(obj, lambda t: t.detach().clone())
 
 
 class _Buffers:
