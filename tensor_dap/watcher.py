@@ -157,6 +157,13 @@ class _Buffers:
             for live, value in zip(self.live, values):
                 live.copy_(value)
 
+    def into(self, state: dict[str, Any], values: list[torch.Tensor]) -> dict[str, Any]:
+        """``state`` (the model's state_dict) with its buffers replaced by ``values`` (a step's start)."""
+        for name, value in zip(self.names, values):
+            if name in state:
+                state[name] = value
+        return state
+
 
 def _loss_of(result: Any) -> torch.Tensor | None:
     """The loss inside what a step function returned: a scalar tensor, the first item, or ['loss']."""
@@ -468,10 +475,8 @@ class watch:
             finally:
                 self._replaying = False
             _set_hyper(optimizer, target.hyper)
-            state = {k: v.detach().clone() for k, v in self._inner.state_dict().items()}
-            for name, value in zip(self._buffers.names, target.buffers):
-                if name in state:
-                    state[name] = value
+            state = self._buffers.into({k: v.detach().clone() for k, v in self._inner.state_dict().items()},
+                                       target.buffers)
             source = _Source(target, state, _cloned(optimizer.state_dict()))
             finding = self._rerun(target)
             return (finding, source) if finding is not None else None
@@ -526,11 +531,8 @@ class watch:
         ctx = source.ctx
         try:
             state = source.model_state
-            if state is None:
-                state = self._inner.state_dict()
-                for name, value in zip(self._buffers.names, ctx.buffers):
-                    if name in state:
-                        state[name] = value  # the buffers as they were before the step's forward
+            if state is None:  # the buffers as they were before the step's forward
+                state = self._buffers.into(self._inner.state_dict(), ctx.buffers)
             optimizer = self.optimizer or ctx.optimizer
             optimizer_state = source.optimizer_state
             if optimizer_state is None and optimizer is not None:
