@@ -18,9 +18,10 @@ unchanged.
 from __future__ import annotations
 
 import bdb
+import contextlib
 import logging
 import warnings
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -123,6 +124,17 @@ def _load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict[Any, dic
                     old.copy_(v)
             else:
                 live[k] = _cloned(v)
+
+
+@contextlib.contextmanager
+def _optimizer_kept(optimizer: torch.optim.Optimizer) -> Iterator[None]:
+    """Within, a replay may change the optimizer's state and settings: both are put back, in place, on the way out."""
+    saved_state, saved_hyper = _optimizer_state(optimizer), _hyper(optimizer)
+    try:
+        yield
+    finally:
+        _load_optimizer_state(optimizer, saved_state)
+        _set_hyper(optimizer, saved_hyper)
 
 
 def _nbytes(obj: Any) -> int:
@@ -453,11 +465,7 @@ class watch:
         if target is None or target.hyper is None:
             return None
         optimizer = window.optimizer
-        saved_params = [p.detach().clone() for p in self._params]
-        saved_optimizer, saved_hyper = _optimizer_state(optimizer), _hyper(optimizer)
-        saved_grads = [(p, p.grad) for p in self._params]
-        saved_rng, saved_buffers = capture_rng(), self._buffers.clone()
-        try:
+        with self._kept(params=True) as saved_rng, _optimizer_kept(optimizer):
             with torch.no_grad():
                 torch._foreach_copy_(self._params, window.params)
             _load_optimizer_state(optimizer, window.optimizer_state)
@@ -480,23 +488,9 @@ class watch:
             source = _Source(target, state, _cloned(optimizer.state_dict()))
             finding = self._rerun(target)
             return (finding, source) if finding is not None else None
-        finally:
-            with torch.no_grad():
-                torch._foreach_copy_(self._params, saved_params)
-            _load_optimizer_state(optimizer, saved_optimizer)
-            _set_hyper(optimizer, saved_hyper)
-            for p, g in saved_grads:
-                p.grad = g
-            self._buffers.restore(saved_buffers)
-            restore_rng(saved_rng)
 
     def _rerun(self, ctx: _StepContext) -> Finding | None:
         """Run the step again from its captured state with hooks everywhere, then put everything back."""
-        saved_rng, saved_buffers = capture_rng(), self._buffers.clone()
-        start_rng = {**saved_rng, **ctx.rng}  # host RNGs the step does not use are unchanged since its start
-        saved_grads = [(p, p.grad) for p in self._params]
-        # Checked after the step: an update outside torch.optim may run again in the re-run.
-        saved_params = [p.detach().clone() for p in self._params] if not ctx.checked else None
         start_params = self._param_store if not ctx.checked else None
         input_bad = any_nonfinite((ctx.args, ctx.kwargs))
 
@@ -509,21 +503,34 @@ class watch:
             for p in self._params:
                 p.grad = None
 
-        self._rerunning = True
+        # Checked after the step: an update outside torch.optim may run again in the re-run.
+        with self._kept(params=not ctx.checked) as saved_rng:
+            start_rng = {**saved_rng, **ctx.rng}  # host RNGs the step does not use are unchanged since its start
+            self._rerunning = True
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # e.g. "full backward hook is firing..." on the first layer
+                    with no_collectives(self.model):  # each rank re-runs alone
+                        return localize_rerun(self._inner, lambda: ctx.fn(*ctx.args, **ctx.kwargs),
+                                              input_bad=input_bad, reset=reset)
+            finally:
+                self._rerunning = False
+
+    @contextlib.contextmanager
+    def _kept(self, *, params: bool) -> Iterator[dict[str, Any]]:
+        """Within, a replay or re-run may change gradients, buffers, RNG states (and parameters): all are put
+        back on the way out. Yields the RNG states saved on the way in."""
+        saved_rng, saved_buffers = capture_rng(), self._buffers.clone()
+        saved_grads = [(p, p.grad) for p in self._params]
+        saved_params = [p.detach().clone() for p in self._params] if params else None
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # e.g. "full backward hook is firing..." on the first layer
-                with no_collectives(self.model):  # each rank re-runs alone
-                    return localize_rerun(self._inner, lambda: ctx.fn(*ctx.args, **ctx.kwargs),
-                                          input_bad=input_bad, reset=reset)
+            yield saved_rng
         finally:
-            self._rerunning = False
             for p, g in saved_grads:
                 p.grad = g
             if saved_params is not None:
                 with torch.no_grad():
-                    for p, value in zip(self._params, saved_params):
-                        p.copy_(value)
+                    torch._foreach_copy_(self._params, saved_params)
             self._buffers.restore(saved_buffers)
             restore_rng(saved_rng)
 
