@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .render_text import fmt_bytes, fmt_num, short_dtype
+from .render_text import dtype_name, fmt_bytes, fmt_num
 
 _HOOK_KINDS = (
     ("forward_pre", "_forward_pre_hooks"),
@@ -25,11 +25,6 @@ _HOOK_KINDS = (
     ("load_state_dict_post", "_load_state_dict_post_hooks"),
 )
 _EXTRA_REPR_MAX = 40  # a longer extra_repr() is noise in a one-line value
-
-
-def dtype_name(dtype: str) -> str:
-    """'torch.float32' -> 'f32': the default dtype is named too, since a module line has no other hint."""
-    return short_dtype(dtype) or "f32"
 
 
 @dataclass(frozen=True)

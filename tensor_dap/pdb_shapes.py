@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .pdb_display import is_tensor
-from .render_text import fmt_shape, short_dtype
+from .render_text import dtype_name, fmt_shape
 
 
 class ShapesUsageError(ValueError):
@@ -179,7 +179,7 @@ def shape_flow(module: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] |
         t = _first_tensor(output)
         if t is None:
             return describe_shapes(output), "", ""
-        return describe_shapes(output), short_dtype(str(t.dtype)) or "f32", str(t.device)
+        return describe_shapes(output), dtype_name(str(t.dtype)), str(t.device)
 
     state = _State(module)
     handles = []

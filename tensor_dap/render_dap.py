@@ -27,7 +27,7 @@ from typing import Any, Callable, Union
 from . import module_summary as _ms
 from . import summary as _summary
 from .budget import Budget
-from .render_text import fmt_bytes, fmt_count, fmt_num, fmt_shape, one_line, short_dtype, stats_text
+from .render_text import dtype_name, fmt_bytes, fmt_count, fmt_num, fmt_shape, one_line, short_dtype, stats_text
 from .summary import TensorSummary, short_error
 
 EvalName = Union[str, Callable[[str], str], None]
@@ -578,7 +578,7 @@ def module_children(m: Any, ms: _ms.ModuleSummary) -> list[Child]:
     out.append(("params", Info(params), _after(summary, ".params")))
     if ms.buffers:
         out.append(("buffers", Info(f"{ms.buffers:,} ({fmt_bytes(ms.buffer_bytes)})"), _after(summary, ".buffers")))
-    out.append(("dtypes", Info(", ".join(_ms.dtype_name(d) for d in ms.dtypes) or "none"),
+    out.append(("dtypes", Info(", ".join(dtype_name(d) for d in ms.dtypes) or "none"),
                 _after(summary, ".dtypes")))
     out.append(("devices", Info(", ".join(ms.devices) or "none"), _after(summary, ".devices")))
     out.append(("mode", Info(ms.mode), ".training"))

@@ -20,7 +20,7 @@ from .pdb_mem import MemoryReport
 from .pdb_scan import NonFiniteRow, TensorRow
 from .pdb_shapes import ShapeFlow
 from .render_rich import summaries_table, summary_line, summary_table
-from .render_text import fmt_bytes, fmt_count, fmt_num, fmt_shape, short_dtype
+from .render_text import dtype_name, fmt_bytes, fmt_count, fmt_num, fmt_shape
 from .summary import TensorSummary
 
 _ALARM = "bold red"
@@ -203,7 +203,7 @@ def stats(expr: str, s: TensorSummary, h: Histogram | None) -> Any:
 
 def dtype_device(dtype: str, device: str) -> str:
     """'bf16 cuda:0' / 'f32 cpu': both always shown where operands are compared."""
-    return f"{short_dtype(dtype) or 'f32'} {device}"
+    return f"{dtype_name(dtype)} {device}"
 
 
 def _log_text(text: str, style: str = "") -> Text:
@@ -227,7 +227,7 @@ def explanation(ex: Any) -> Any:
             for o in fe.operands:
                 if o.kind == "tensor":
                     table.add_row("    " + o.expr, fmt_shape(o.shape),
-                                  dtype_device(o.dtype, o.device) if o.device else short_dtype(o.dtype) or "f32")
+                                  dtype_device(o.dtype, o.device) if o.device else dtype_name(o.dtype))
                 elif o.kind == "module":
                     table.add_row("    " + o.expr, "", o.detail)
                 else:

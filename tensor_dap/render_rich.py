@@ -7,7 +7,7 @@ from typing import Iterable, Tuple
 from rich.table import Table
 from rich.text import Text
 
-from .render_text import alarms, fmt_bytes, fmt_count, fmt_num, fmt_shape, one_line, short_dtype
+from .render_text import alarms, dtype_name, fmt_bytes, fmt_count, fmt_num, fmt_shape, one_line
 from .summary import TensorSummary
 
 
@@ -29,7 +29,7 @@ def summary_table(s: TensorSummary, title: str = "") -> Table:
     approx = " (sampled)" if s.sampled else ""
     rows = [
         ("shape", fmt_shape(s.shape)),
-        ("dtype", short_dtype(s.dtype) or "f32"),
+        ("dtype", dtype_name(s.dtype)),
         ("device", s.device),
         ("numel", f"{s.numel:,}"),
         ("size", fmt_bytes(s.nbytes)),

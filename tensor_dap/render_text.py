@@ -23,6 +23,11 @@ def short_dtype(dtype: str) -> str:
     return _DTYPES.get(name, name)
 
 
+def dtype_name(dtype: str) -> str:
+    """'torch.float32' -> 'f32': for tables and module lines, where the default dtype is named too."""
+    return short_dtype(dtype) or "f32"
+
+
 def fmt_num(v: Optional[float]) -> str:
     """3-4 significant digits; scientific for very large or very small magnitudes."""
     if v is None:
