@@ -10,13 +10,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 import random
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .summary import TensorSummary
+from .summary import TensorSummary, from_json_number, jsonable
 
 logger = logging.getLogger("tensor_dap.triggers")
 # A library must not print through logging's last-resort handler: the console shows the
@@ -56,44 +55,16 @@ class Report:
         return " ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["tensors"] = [[sec, name, s.to_dict()] for sec, name, s in self.tensors]
-        data["loss"] = _num_out(self.loss)
-        return data
+        return jsonable(dataclasses.asdict(self))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Report:
         fields = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in fields}
-        kwargs["tensors"] = [(sec, name, summary_from_dict(s)) for sec, name, s in data.get("tensors", [])]
-        kwargs["loss"] = _num_in(data.get("loss"))
+        kwargs["tensors"] = [(sec, name, TensorSummary.from_dict(s)) for sec, name, s in data.get("tensors", [])]
+        kwargs["loss"] = from_json_number(data.get("loss"))
         kwargs["notes"] = list(data.get("notes", []))
         return cls(**kwargs)
-
-
-def _num_out(v: float | None) -> Any:
-    return str(v) if isinstance(v, float) and not math.isfinite(v) else v
-
-
-def _num_in(v: Any) -> Any:
-    if isinstance(v, str) and v in ("nan", "inf", "-inf"):
-        return float(v)
-    return v
-
-
-def summary_from_dict(data: dict[str, Any]) -> TensorSummary:
-    """Rebuild a summary written by ``TensorSummary.to_dict`` (for bundles read back from disk)."""
-    fields = {f.name for f in dataclasses.fields(TensorSummary)}
-    kw = {k: _num_in(v) for k, v in data.items() if k in fields}
-    for key in ("shape", "stride", "notes"):
-        if kw.get(key) is not None:
-            kw[key] = tuple(kw[key])
-    if kw.get("values") is not None:
-        kw["values"] = tuple(_num_in(v) if not isinstance(v, list) else complex(*map(_num_in, v))
-                             for v in kw["values"])
-    if isinstance(kw.get("grad"), dict):
-        kw["grad"] = summary_from_dict(kw["grad"])
-    return TensorSummary(**kw)
 
 
 # ------------------------------------------------------------------ renderers

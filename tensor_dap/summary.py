@@ -65,7 +65,22 @@ class TensorSummary:
 
     def to_dict(self) -> Dict[str, Any]:
         """Plain JSON-ready data (NaN/Inf become strings, tuples become lists)."""
-        return _jsonable(dataclasses.asdict(self))
+        return jsonable(dataclasses.asdict(self))
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "TensorSummary":
+        """Rebuild a summary written by ``to_dict`` (e.g. an incident bundle read back from disk)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: from_json_number(v) for k, v in data.items() if k in names}
+        for key in ("shape", "stride", "notes"):
+            if kw.get(key) is not None:
+                kw[key] = tuple(kw[key])
+        if kw.get("values") is not None:
+            kw["values"] = tuple(complex(*map(from_json_number, v)) if isinstance(v, list) else from_json_number(v)
+                                 for v in kw["values"])
+        if isinstance(kw.get("grad"), dict):
+            kw["grad"] = cls.from_dict(kw["grad"])
+        return cls(**kw)
 
     def __str__(self) -> str:
         from .render_text import one_line
@@ -73,15 +88,23 @@ class TensorSummary:
         return one_line(self)
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
+    """Plain JSON data from dataclass dicts: NaN/Inf become strings, tuples lists, complex pairs."""
     if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
+        return {k: jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, complex):
-        return [_jsonable(value.real), _jsonable(value.imag)]
+        return [jsonable(value.real), jsonable(value.imag)]
+    return value
+
+
+def from_json_number(value: Any) -> Any:
+    """The inverse of ``jsonable`` for one number: 'nan'/'inf'/'-inf' become floats again."""
+    if isinstance(value, str) and value in ("nan", "inf", "-inf"):
+        return float(value)
     return value
 
 

@@ -153,3 +153,19 @@ def test_json_is_plain_data():
     s = describe(torch.tensor([1.0, float("nan")]))
     data = json.loads(json.dumps(s.to_dict()))
     assert data["shape"] == [2] and data["has_nan"] is True and data["mean"] == "nan"
+
+
+@pytest.mark.parametrize("name,factory,expected_head,tokens", ZOO, ids=[z[0] for z in ZOO])
+def test_json_round_trip(name, factory, expected_head, tokens):
+    """What the extension and incident bundles read back is the same summary."""
+    import json
+    import math
+
+    from tensor_dap import TensorSummary
+
+    s = describe(factory())
+    back = TensorSummary.from_dict(json.loads(json.dumps(s.to_dict())))
+    assert str(back) == str(s)
+    for field in ("min", "max", "mean", "std"):
+        a, b = getattr(s, field), getattr(back, field)
+        assert a == b or (math.isnan(a) and math.isnan(b)), field
