@@ -104,8 +104,8 @@ def stats_text(s: TensorSummary) -> List[str]:
         tokens.append(f"{var}{'∈' if s.range_exact else '≈'}[{fmt_num(s.min)}, {fmt_num(s.max)}]")
     if s.mean is not None:
         tokens.append(f"μ{approx}{fmt_num(s.mean)}")
-    mean_is_nan = s.mean is not None and math.isnan(s.mean)
-    if s.std is not None and s.stats_count > 1 and not mean_is_nan:
+    mean_is_finite = s.mean is None or math.isfinite(s.mean)  # else σ is NaN and says nothing more
+    if s.std is not None and s.stats_count > 1 and mean_is_finite:
         tokens.append(f"σ{approx}{fmt_num(s.std)}")
     return tokens
 

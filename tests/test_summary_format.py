@@ -20,6 +20,10 @@ def test_nonfinite_alarms_and_finite_range():
     assert summarize(x) == "tensor[4] x∈[-2, 1] μ=nan NaN! +Inf! [1, nan, inf, -2]"
 
 
+def test_infinite_mean_drops_the_meaningless_std():
+    assert summarize(torch.tensor([[1.0, 2.0], [float("inf"), 3.0]] * 4)) == "tensor[8, 2] n=16 (64 B) x∈[1, 3] μ=inf +Inf!"
+
+
 def test_empty_and_meta():
     assert summarize(torch.empty(0, 3)) == "tensor[0, 3] empty"
     assert summarize(torch.empty(3, 4, device="meta")) == "tensor[3, 4] meta"
