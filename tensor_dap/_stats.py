@@ -310,9 +310,7 @@ def packed_stats(x: torch.Tensor, budget: Budget, values_limit: int = 0) -> tupl
     count, fmin, fmax, mean_v, m2_scaled, scale, nan, pinf, ninf = packed[:9]
     m2 = m2_scaled * scale * scale
     values = packed[9:] if small is not None else None
-    std = _std(count, m2)
-    if count > 1 and math.isnan(mean_v):
-        std = float("nan")
+    std = _std(count, m2)  # a NaN mean comes with a NaN m2, so _std already says NaN
     stats = Stats(
         int(count),
         fmin if fmin != _INF else None,
