@@ -26,7 +26,7 @@ from typing import Any, Callable, Union
 
 from . import module_summary as _ms
 from . import summary as _summary
-from .budget import Budget
+from .budget import DEFAULT_BUDGET, Budget
 from .render_text import dtype_name, fmt_bytes, fmt_count, fmt_num, fmt_shape, one_line, short_dtype, stats_text
 from .summary import TensorSummary, short_error
 
@@ -184,7 +184,7 @@ def single_threaded() -> Iterator[None]:
 
 def debugger_pacer() -> Pacer:
     """The debugger's pacing: 20 ms per value (unless TENSOR_DAP_MAX_MS says otherwise), 250 ms a burst."""
-    base = Budget.from_env()
+    base = DEFAULT_BUDGET
     if not os.environ.get("TENSOR_DAP_MAX_MS"):
         base = dataclasses.replace(base, max_ms=20.0)
     thrifty = Budget(exact_elements=2**16, scan_elements=2**16, chunk_elements=2**16, max_ms=2.0)
