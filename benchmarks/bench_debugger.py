@@ -1,7 +1,7 @@
 """How long VS Code waits for the Variables panel: tensor_dap's plugin vs plain repr vs lovely-tensors.
 
 A debuggee stops in a frame holding 100 tensors (four of ~1e8 elements) and a 50-module model.
-The real debugpy adapter is driven over a socket by tests/dapclient.py, exactly as an IDE would,
+The real debugpy adapter is driven over a socket by tests/harness/dapclient.py, exactly as an IDE would,
 and what is timed is the round trip of DAP requests as the client sees them:
 
 - the ``variables`` request for the frame's Locals (cold: the first one after the stop; warm: median
@@ -30,13 +30,13 @@ from pathlib import Path
 from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "harness"))
 
 from dapclient import DapClient  # noqa: E402 - the tests' DAP client, imported by path
 
 TARGET_FRAME_S = 0.5
 TARGET_VALUE_MS = 50.0
-PACER_WINDOW_S = 1.1  # longer than render_dap.Pacer's window, so no request inherits a spent burst
+PACER_WINDOW_S = 1.1  # longer than tensor_dap.dap.pacing.Pacer's window, so no request inherits a spent burst
 
 DEBUGGEE = textwrap.dedent(
     """\

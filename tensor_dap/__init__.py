@@ -9,24 +9,30 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
+from .version import __version__
 
 # name -> module that defines it; modules load on first attribute access
 _EXPORTS = {
     "describe": "tensor_dap.summary",
     "summarize": "tensor_dap.summary",
     "TensorSummary": "tensor_dap.summary",
-    "Budget": "tensor_dap.budget",
+    "Budget": "tensor_dap.summary",
+    "histogram": "tensor_dap.summary.histogram",
+    # the objects around tensors (also what the Variables panel's Watch expressions call)
+    "describe_module": "tensor_dap.summary.objects",
+    "describe_optimizer": "tensor_dap.summary.objects",
+    "describe_scheduler": "tensor_dap.summary.objects",
+    "describe_loader": "tensor_dap.summary.objects",
     # training triggers
-    "break_if": "tensor_dap.triggers",
-    "watch": "tensor_dap.watcher",
-    "replay": "tensor_dap.replayer",
+    "break_if": "tensor_dap.triggers.break_if",
+    "watch": "tensor_dap.triggers.watch",
+    "replay": "tensor_dap.triggers.replay",
     "NonFiniteError": "tensor_dap.errors",
     "LossThresholdError": "tensor_dap.errors",
     # tensor-aware pdb
-    "set_trace": "tensor_dap.debugger",
-    "install": "tensor_dap.debugger",
-    "post_mortem": "tensor_dap.debugger",
+    "set_trace": "tensor_dap.debug.session",
+    "post_mortem": "tensor_dap.debug.session",
+    "install": "tensor_dap.debug.install",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

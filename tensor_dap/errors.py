@@ -1,7 +1,8 @@
-"""Named exceptions a training trigger raises when nobody can stop in a debugger.
+"""Public exceptions: what a trigger raises when nobody can stop in a debugger, and a usage mistake.
 
-Each carries the full report (``.report``), so a batch job's traceback already says
-which step, phase and module went wrong and where the incident bundle was written.
+A trigger's exception carries the full report (``.report``), so a batch job's traceback
+already says which step, phase and module went wrong and where the incident bundle was
+written. ``UsageError`` is a mistake in how a command was called: one line, exit code 2.
 """
 
 from __future__ import annotations
@@ -27,3 +28,7 @@ class NonFiniteError(TriggerError):
 
 class LossThresholdError(TriggerError):
     """The loss crossed a threshold given to ``break_if`` (above, below, or a spike)."""
+
+
+class UsageError(Exception):
+    """A mistake in how a command was called: reported in one line, exit code 2."""

@@ -2,12 +2,12 @@
 
 pydevd imports every ``pydevd_plugins.extensions.pydevd_plugin*`` module on ``sys.path`` when the
 debugger starts, in every debugged program, so this module stays a thin adapter: it never imports
-torch (``tensor_dap.render_dap`` finds torch's classes in ``sys.modules``), and all logic lives in
-``tensor_dap.render_dap``.
+torch (``tensor_dap.dap`` finds torch's classes in ``sys.modules``), and all logic lives in
+``tensor_dap.dap``.
 
 pydevd disables a provider for a whole type after its first exception and freezes the session
 while a provider runs, so every call below catches everything, falls back to a readable message
-for that one value, and renders within a time budget (``render_dap.Pacer``).
+for that one value, and renders within a time budget (``tensor_dap.dap.pacing``).
 
 Set ``TENSOR_DAP_DISABLE_PLUGIN=1`` in the debugged program's environment to get pydevd's
 plain rendering back.
@@ -27,13 +27,13 @@ def _enabled():
 
 
 def _render():
-    """tensor_dap.render_dap, or None if it cannot be imported (then pydevd renders as usual)."""
+    """tensor_dap.dap, or None if it cannot be imported (then pydevd renders as usual)."""
     if "render" not in _state:
         try:
-            from tensor_dap import render_dap
+            from tensor_dap import dap
 
-            _state["render"] = render_dap
-            _state["pacer"] = render_dap.debugger_pacer()
+            _state["render"] = dap
+            _state["pacer"] = dap.debugger_pacer()
         except Exception:  # noqa: BLE001 - a broken install leaves pydevd as it was
             _state["render"] = None
     return _state["render"]
@@ -53,7 +53,7 @@ def _can_provide(type_object, want_children):
 
 
 def _paced(fn):
-    """Run fn(budget) within the pacer's budget (see render_dap.Pacer)."""
+    """Run fn(budget) within the pacer's budget (see tensor_dap.dap.pacing)."""
     pacer = _state.get("pacer")
     if pacer is None:
         return fn(None)

@@ -1,0 +1,54 @@
+"""``tensor-dap``: the one command-line entry point.
+
+Each subcommand lives in its own module exposing ``add_arguments(parser)`` and
+``run(args) -> int``; this file only wires them up and turns user mistakes into a
+one-line error with exit code 2 instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import List, Optional
+
+from ..errors import UsageError
+
+# subcommand -> (module, one-line help). Modules must import lightly (no torch at import).
+COMMANDS = {
+    "demo": ("tensor_dap.cli.demo", "print summaries of a zoo of tensors"),
+    "inspect": ("tensor_dap.cli.inspect", "summarize every tensor in a saved .pt/.pth file"),
+    "run": ("tensor_dap.cli.run", "run a script with tensor-aware breakpoints and crash reports"),
+    "replay": ("tensor_dap.cli.replay", "print the report of an incident bundle"),
+}
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse would print usage; one clear line is enough
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ..version import __version__
+
+    parser = _Parser(prog="tensor-dap", description="Tensor-aware debugging for PyTorch.")
+    parser.add_argument("--version", action="version", version=f"tensor-dap {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        importlib.import_module(module).add_arguments(p)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "command", None):
+            raise UsageError("missing COMMAND (see 'tensor-dap --help')")
+        return int(importlib.import_module(args._module).run(args) or 0)
+    except UsageError as exc:
+        print(f"tensor-dap: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

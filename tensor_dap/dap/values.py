@@ -1,0 +1,158 @@
+"""The value line VS Code shows for a tensor, module, optimizer, scheduler, loader or tensor batch.
+
+A renderer over summaries (``describe`` for tensors, ``summary.objects`` for the rest): it
+arranges what they computed and never computes statistics itself.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from ..format import fmt_count, fmt_shape, short_dtype, short_error
+from ..summary import Budget, TensorSummary, describe
+from ..summary import objects as _ms
+from ..summary.line import one_line, stats_text
+from .nodes import LAZY, Child, Info, bound, clip, field_names, torch_classes
+
+BATCH_ITEMS = 8  # elements of a dict/list batch named in its one-line value
+
+def value_text(obj: Any, kind: str, context: str | None = None, budget: Budget | None = None) -> str | None:
+    """The value VS Code shows for ``obj``; None hands it back to pydevd (a batch without tensors).
+
+    ``context`` is DAP's: "clipboard" (Copy Value) gets the full ``repr``, the Debug Console
+    ("repl") the summary line followed by the ``repr``; the panel, hover and Watch get the summary.
+    """
+    if kind == "info":
+        return str.__str__(obj)
+    if kind == "node":
+        return obj.text
+    if kind == "stats":
+        return stats_line(obj)
+    if kind == "batch":  # Copy Value and the console keep pydevd's full container repr
+        return None if context in ("clipboard", "repl") else batch_line(obj)
+    if context == "clipboard":
+        return repr(obj)
+    line = summary_line(obj, kind, budget)
+    return f"{line}\n{obj!r}" if context == "repl" else line
+
+
+def summary_line(obj: Any, kind: str, budget: Budget | None = None) -> str:
+    if kind == "tensor" and _ms.is_uninitialized(obj):
+        return f"{tensor_head(obj).replace('[?]', '')} ({LAZY})"
+    if kind == "tensor":
+        return one_line(describe(obj, budget=budget))
+    return str(_object_summary(obj, kind))
+
+
+def _object_summary(obj: Any, kind: str) -> Any:
+    describe = {"module": _ms.describe_module, "optimizer": _ms.describe_optimizer,
+                "scheduler": _ms.describe_scheduler, "loader": _ms.describe_loader}[kind]
+    return describe(obj)
+
+
+def stats_line(s: TensorSummary) -> str:
+    """The value of a tensor's ``stats`` child: the numbers, and whether they are exact."""
+    if s.error:
+        return f"<{s.error}>"
+    if not s.has_stats:
+        why = next((n for n in s.notes if n in ("meta", "fake")), "empty" if s.numel == 0 else "")
+        return f"no values ({why})" if why else "no values"
+    tokens = stats_text(s)
+    if s.dtype != "torch.bool" and (s.nan is not None or s.nonfinite):
+        tokens.append(f"NaN={fmt_count(s.nan, s.has_nan)}")
+        tokens.append(f"+Inf={fmt_count(s.pos_inf, s.has_pos_inf)}")
+        tokens.append(f"-Inf={fmt_count(s.neg_inf, s.has_neg_inf)}")
+    if s.stats_of != "values":
+        tokens.append(f"(of {s.stats_of})")
+    if s.sampled:
+        tokens.append(f"sampled {s.stats_count:,} of {s.numel:,}")
+        tokens.append("range exact" if s.range_exact else "range sampled")
+    else:
+        tokens.append("exact")
+    return " ".join(t for t in tokens if t)
+
+
+def tensor_head(x: Any) -> str:
+    """``kind[shape] dtype device`` read from metadata alone (no data): for batch lines and fallbacks."""
+    name = {"Tensor": "tensor"}.get(type(x).__name__, type(x).__name__)
+    try:
+        shape = fmt_shape(tuple(int(d) for d in x.shape))
+    except Exception:  # noqa: BLE001 - metadata of a broken value may raise anything
+        shape = "[?]"
+    parts = [name + shape]
+    try:
+        dtype = short_dtype(str(x.dtype))
+        device = str(x.device)
+    except Exception:  # noqa: BLE001 - metadata of a broken value may raise anything
+        dtype, device = "?", "?"
+    if dtype:
+        parts.append(dtype)
+    if device not in ("cpu", "meta"):
+        parts.append(device)
+    return " ".join(parts)
+
+
+def batch_line(batch: Any) -> str | None:
+    """``{'input': tensor[32, 784], 'label': tensor[32] i64}``: a batch's tensors by their heads.
+
+    None when none of the first items is a tensor, so every other container keeps pydevd's repr.
+    """
+    tensor_types = torch_classes("tensor")
+    if not tensor_types:
+        return None
+    fields = field_names(type(batch))
+    if isinstance(batch, dict):
+        items = [(repr(k), v) for k, v in _first(batch.items())]
+    elif fields is not None:
+        items = [(f, v) for f, v in _first(zip(fields, batch))]
+    else:
+        items = [(None, v) for v in _first(batch)]
+    if not any(isinstance(v, tensor_types) for _, v in items):
+        return None
+
+    def show(v: Any) -> str:
+        if isinstance(v, tensor_types):
+            return tensor_head(v)
+        text = repr(v) if isinstance(v, (int, float, bool, str, type(None))) else type(v).__name__
+        return text if len(text) <= 40 else text[:37] + "..."
+
+    parts = [show(v) if k is None else f"{k}{'=' if fields is not None else ': '}{show(v)}"
+             for k, v in items]
+    if len(batch) > len(items):
+        parts.append(f"… {len(batch) - len(items)} more")
+    open_, close = ("{", "}") if isinstance(batch, dict) else ("[", "]") if isinstance(batch, list) else ("(", ")")
+    prefix = "" if fields is None else _type_name(type(batch))
+    return clip(prefix + open_ + ", ".join(parts) + ("," if type(batch) is tuple and len(batch) == 1 else "")
+                 + close)
+
+
+def _type_name(type_object: type) -> str:
+    """``torch.return_types.max`` as torch's own repr names it; a user's namedtuple by its name."""
+    module = getattr(type_object, "__module__", "")
+    return f"{module}.{type_object.__name__}" if module == "torch.return_types" else type_object.__name__
+
+
+def _first(iterable: Any) -> list:
+    return list(itertools.islice(iterable, BATCH_ITEMS))
+
+
+def fallback_text(obj: Any, exc: BaseException) -> str:
+    """What a value shows when its view failed: still names the value, and says why."""
+    try:
+        tensor_types = torch_classes("tensor")
+        head = tensor_head(obj) if tensor_types and isinstance(obj, tensor_types) else type(obj).__name__
+    except Exception:  # noqa: BLE001 - metadata of a broken value may raise anything
+        head = "?"
+    return f"{head} (tensor_dap could not render this value: {short_error(exc)})"
+
+
+def fallback_children(obj: Any, exc: BaseException) -> list[Child]:
+    """Children of a value whose view failed: the error, then whatever metadata still reads."""
+    children: list[Child] = [("error", Info(short_error(exc)), None)]
+    for name in ("shape", "dtype", "device"):
+        try:
+            children.append((name, Info(str(getattr(obj, name))), bound("." + name)))
+        except Exception:  # noqa: BLE001, S110 - metadata of a broken value may raise anything
+            pass
+    return children

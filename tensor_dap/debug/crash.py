@@ -1,0 +1,121 @@
+"""What an uncaught exception turns into: a report a person can act on, then the debugger.
+
+The report is the traceback, the tensors of the failing frame (your code's innermost
+frame), and for shape errors the operands of the failing line with their shapes. Then
+the post-mortem debugger opens when someone is at a terminal; otherwise the process
+exits non-zero as it would have anyway.
+"""
+
+from __future__ import annotations
+
+import bdb
+import os
+import runpy
+import sys
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from ..probe.shape_errors import ShapeExplanation, explain, is_user_file
+from ..summary import TensorSummary
+
+MAX_TENSORS = 40
+_RUNNER_FILES = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep, os.path.abspath(runpy.__file__))
+
+
+@dataclass(frozen=True)
+class CrashReport:
+    traceback: str
+    frame: str  # "train.py:42 in step": where the tensors below live
+    tensors: tuple[tuple[str, TensorSummary], ...]
+    explanation: ShapeExplanation | None
+
+
+def _trim(tb: Any) -> Any:
+    """Drop the leading frames of the runner (runpy, tensor_dap) so the traceback starts in the script."""
+    while tb is not None and tb.tb_next is not None and _is_runner(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    return tb
+
+
+def _is_runner(filename: str) -> bool:
+    return filename.startswith("<frozen runpy") or os.path.abspath(filename).startswith(_RUNNER_FILES)
+
+
+def failing_frame(tb: Any) -> Any:
+    """The innermost frame of the user's code, else the innermost frame."""
+    last = user = None
+    while tb is not None:
+        last = tb
+        if is_user_file(tb.tb_frame.f_code.co_filename):
+            user = tb
+        tb = tb.tb_next
+    chosen = user or last
+    return (chosen.tb_frame, chosen.tb_lineno) if chosen is not None else (None, 0)
+
+
+def build_report(exc: BaseException, tb: Any = None) -> CrashReport:
+    """Everything the report shows, as data; never raises for a broken tensor or an odd frame."""
+    from ..probe.scan import reachable_tensors
+    from ..summary import describe
+
+    tb = _trim(tb if tb is not None else exc.__traceback__)
+    text = "".join(traceback.format_exception(type(exc), exc, tb))
+    frame, lineno = failing_frame(tb)
+    rows: tuple[tuple[str, TensorSummary], ...] = ()
+    where = ""
+    if frame is not None:
+        where = f"{os.path.basename(frame.f_code.co_filename)}:{lineno} in {frame.f_code.co_name}"
+        try:
+            found, _ = reachable_tensors(frame.f_locals, modules=False, limit=MAX_TENSORS)
+            rows = tuple((name, describe(t)) for name, t in found)
+        except Exception:
+            rows = ()
+    try:
+        explanation = explain(exc, tb)
+    except Exception:
+        explanation = None
+    return CrashReport(traceback=text, frame=where, tensors=rows, explanation=explanation)
+
+
+def print_report(exc: BaseException, tb: Any = None) -> None:
+    """Print the report to stderr; on any failure of ours, Python's own traceback instead."""
+    from ..console import make_console
+    from .views import crash
+
+    try:
+        make_console(stderr=True).print(crash(build_report(exc, tb)), crop=False)  # tracebacks are never cut
+    except Exception:
+        traceback.print_exception(type(exc), exc, tb if tb is not None else exc.__traceback__)
+
+
+def handle(exc: BaseException, tb: Any = None) -> int:
+    """Report ``exc``, then open the post-mortem debugger if a person is there. Returns the exit code, 1."""
+    from ..console import make_console
+    from ..dap.attached import watching
+    from .session import post_mortem
+
+    print_report(exc, tb)
+    tb = tb if tb is not None else exc.__traceback__
+    who = watching()
+    if who == "dap":
+        return 1  # the IDE shows the exception itself
+    if who == "terminal":
+        post_mortem(_trim(tb))
+    else:
+        make_console(stderr=True).print("tensor_dap: stdin is not a terminal, so no post-mortem debugger; "
+                                        "exiting with code 1", style="dim", soft_wrap=True)
+    return 1
+
+
+def excepthook(etype: type, value: BaseException, tb: Any) -> None:
+    """sys.excepthook: the crash report and post-mortem for uncaught exceptions (not Ctrl-C)."""
+    if issubclass(etype, bdb.BdbQuit):
+        return  # `q` at a breakpoint ends the program; that is not a crash to report
+    if issubclass(etype, (KeyboardInterrupt, SystemExit)) or not isinstance(value, BaseException):
+        sys.__excepthook__(etype, value, tb)
+        return
+    try:
+        handle(value, tb)
+    except Exception:
+        sys.__excepthook__(etype, value, tb)

@@ -1,0 +1,101 @@
+"""Numbers, sizes, counts, shapes, dtype names and errors as short text: the one formatter every view uses.
+
+Pure functions over plain values (no torch import), so the summary, the DAP views, the pdb
+tables and the CLI all print a number, a shape or an exception the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+_DTYPES = {
+    "float32": "", "float16": "f16", "bfloat16": "bf16", "float64": "f64",
+    "float8_e4m3fn": "f8e4m3", "float8_e5m2": "f8e5m2", "float8_e4m3fnuz": "f8e4m3uz",
+    "float8_e5m2fnuz": "f8e5m2uz", "float8_e8m0fnu": "f8e8m0",
+    "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
+    "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64",
+    "bool": "bool", "complex32": "c32", "complex64": "c64", "complex128": "c128",
+}
+
+
+def short_dtype(dtype: str) -> str:
+    """'torch.bfloat16' -> 'bf16'; float32 (the default) -> ''."""
+    name = dtype.replace("torch.", "")
+    return _DTYPES.get(name, name)
+
+
+def dtype_name(dtype: str) -> str:
+    """'torch.float32' -> 'f32': for tables and module lines, where the default dtype is named too."""
+    return short_dtype(dtype) or "f32"
+
+
+def fmt_num(v: Optional[float]) -> str:
+    """3-4 significant digits; scientific for very large or very small magnitudes."""
+    if v is None:
+        return "?"
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, complex):
+        sign = "+" if v.imag >= 0 or math.isnan(v.imag) else "-"
+        return f"{fmt_num(v.real)}{sign}{fmt_num(abs(v.imag))}j"
+    if math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    if v == 0:
+        return "0"
+    a = abs(v)
+    text = f"{v:.4g}"
+    if a >= 1e5 or a < 1e-3 or "e" in text:
+        mant, exp = f"{v:.2e}".split("e")
+        mant = mant.rstrip("0").rstrip(".")
+        return f"{mant}e{int(exp)}"
+    return text
+
+
+def fmt_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            if unit == "B":
+                return f"{int(size)} B"
+            return f"{size:.1f} {unit}" if size < 10 else f"{size:.0f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def fmt_count(n: Optional[int], present: bool) -> str:
+    """A NaN/Inf count, or (when the time cap cut the count short) 'yes' if one was seen, else '?'."""
+    if n is not None:
+        return str(n)
+    return "yes" if present else "?"
+
+
+def fmt_shape(shape: Any) -> str:
+    if shape is None:
+        return "[?]"
+    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+def _message_line(exc: BaseException) -> str:
+    try:
+        text = str(exc).strip()
+    except Exception:  # noqa: BLE001 - a broken __str__ must not break the report of the error
+        return ""
+    return text.splitlines()[0] if text else ""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message, or its type name when the message is empty."""
+    return _message_line(exc) or type(exc).__name__
+
+
+def short_error(exc: BaseException, limit: Optional[int] = 80) -> str:
+    """``Type: first line of the message`` (cut to ``limit`` characters of it): an error in one short line."""
+    text = _message_line(exc)
+    if limit is not None and len(text) > limit:
+        text = text[:limit - 3] + "..."
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

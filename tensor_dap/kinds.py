@@ -1,0 +1,29 @@
+"""What kind of object is this (a tensor, a module), answered without importing torch.
+
+The debugpy plugin and the pdb load in programs that may never import torch; asking
+``sys.modules`` instead of importing keeps them free for such programs.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+
+def torch_attr(path: str) -> Any:
+    """A torch object by dotted path ('torch.nn.Module'), or None unless that module is already imported."""
+    module_name, _, attr = path.rpartition(".")
+    module = sys.modules.get(module_name)
+    return getattr(module, attr, None) if module is not None else None
+
+
+def is_tensor(value: Any) -> bool:
+    """True for a torch.Tensor (any subclass)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def is_module(value: Any) -> bool:
+    """True for a torch.nn.Module."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.nn.Module)

@@ -1,0 +1,77 @@
+"""What ``p``, ``pp``, ``display`` and bare expressions show for a value.
+
+A tensor becomes its one-line summary; a container holding tensors (dict, list, tuple,
+namedtuple, dataclass, a batch mapping) becomes one line per element. Anything else
+returns None so the debugger keeps pdb's own repr: non-tensor output never changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..kinds import is_module, is_tensor
+from ..nested import children, holds_tensor, walk
+from ..summary import TensorSummary, describe
+
+MAX_ROWS = 64  # a huge list of tensors is summarized, not dumped
+MAX_DEPTH = 3
+_WALK_LIMIT = 100_000  # containers visited for one view: a huge list is cut, not walked whole
+_REPR_CHARS = 80
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorView:
+    """The summarized form of one value: a single tensor, or a container's elements."""
+
+    title: str  # "" for a single tensor, else e.g. "dict, 3 items"
+    rows: tuple[tuple[str, TensorSummary | str], ...]  # (key, summary or short repr)
+    more: int = 0  # elements left out past MAX_ROWS
+
+    @property
+    def single(self) -> TensorSummary | None:
+        if not self.title and len(self.rows) == 1 and isinstance(self.rows[0][1], TensorSummary):
+            return self.rows[0][1]
+        return None
+
+
+def short_repr(value: Any) -> str:
+    """repr, cut to one short line; never raises."""
+    try:
+        text = repr(value)
+    except Exception as exc:
+        text = f"<repr failed: {type(exc).__name__}>"
+    text = " ".join(text.split())
+    return text if len(text) <= _REPR_CHARS else text[:_REPR_CHARS - 3] + "..."
+
+
+def _flatten(value: Any) -> Any:
+    """(key, leaf) down to the tensors: containers that hold no tensor are leaves, shown by their repr."""
+    return walk(value, is_leaf=lambda v: is_tensor(v) or not holds_tensor(v, MAX_DEPTH), max_depth=MAX_DEPTH,
+                keep_unexpanded=True, limit=_WALK_LIMIT)
+
+
+def _title(value: Any, count: int) -> str:
+    return f"{type(value).__name__}, {count} item{'s' if count != 1 else ''}"
+
+
+def tensor_view(value: Any) -> TensorView | None:
+    """The summarized form of ``value``, or None when pdb's repr should be used unchanged."""
+    if is_tensor(value):
+        return TensorView(title="", rows=(("", describe(value)),))
+    if is_module(value) or not holds_tensor(value, MAX_DEPTH):
+        return None
+    rows: list[tuple[str, TensorSummary | str]] = []
+    total = 0
+    for key, leaf in _flatten(value):
+        total += 1
+        if len(rows) < MAX_ROWS:
+            rows.append((key, describe(leaf) if is_tensor(leaf) else short_repr(leaf)))
+    return TensorView(title=_title(value, _length(value)), rows=tuple(rows), more=total - len(rows))
+
+
+def _length(value: Any) -> int:
+    try:
+        return len(value)
+    except Exception:  # noqa: BLE001 - a dataclass, or an odd container
+        return sum(1 for _ in children(value) or ())

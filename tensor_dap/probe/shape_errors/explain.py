@@ -1,0 +1,148 @@
+"""Explain a shape error: which operands of the failing line have which shapes.
+
+Like tensor-sensor, the failing line's AST is re-evaluated piece by piece, but safely
+(``evaluator``); the operation that fails on meta tensors, or the one the interpreter was
+executing (Python 3.11+ instruction positions, ``source``), is the culprit; its operands and
+their shapes, with one hint (``hints``), are the explanation.
+"""
+
+from __future__ import annotations
+
+import ast
+import linecache
+from typing import Any
+
+from ...kinds import is_module, is_tensor
+from ..display import short_repr
+from .evaluator import Evaluator
+from .hints import mismatch_hint
+from .model import FrameExplanation, Operand, ShapeExplanation, classify
+from .source import find_node, header_exprs, is_user_file, position_of, source_text, statement_at, tree_of
+
+def _operand_nodes(node: ast.AST) -> tuple[list[ast.AST], list[ast.AST]]:
+    """(callee-side nodes, argument nodes) of an operation."""
+    if isinstance(node, ast.BinOp):
+        return [], [node.left, node.right]
+    if isinstance(node, ast.AugAssign):
+        return [], [node.target, node.value]
+    if isinstance(node, ast.UnaryOp):
+        return [], [node.operand]
+    if isinstance(node, ast.Compare):
+        return [], [node.left, *node.comparators]
+    if isinstance(node, ast.Subscript):
+        return [node.value], [node.slice]
+    if isinstance(node, ast.Call):
+        # x in x.view(...) is a tensor operand; self.fc in self.fc(h) is the module called
+        callee = [node.func.value, node.func] if isinstance(node.func, ast.Attribute) else [node.func]
+        args: list[ast.AST] = []
+        for a in list(node.args) + [k.value for k in node.keywords]:
+            args += a.elts if isinstance(a, (ast.List, ast.Tuple)) else [a]  # torch.cat([a, b])
+        return callee, args
+    return [], []
+
+
+def _operand(ev: Evaluator, node: ast.AST) -> Operand:
+    text = ast.unparse(node) if hasattr(ast, "unparse") else type(node).__name__
+    key = id(node)
+    if key not in ev.values:
+        return Operand(text, "unknown")
+    value, device = ev.values[key]
+    if is_tensor(value):
+        real_device = str(value.device) if value.device.type != "meta" else ""
+        return Operand(text, "tensor", tuple(int(d) for d in value.shape), str(value.dtype),
+                       device or real_device)
+    if is_module(value):
+        return Operand(text, "module", detail=_module_text(value))
+    return Operand(text, "value", detail=short_repr(value))
+
+
+def _module_text(module: Any) -> str:
+    extra = ""
+    try:
+        extra = module.extra_repr()
+    except Exception:
+        pass
+    if not extra:  # a container (Sequential, a user's model): "Net()" would look empty
+        try:
+            return f"{type(module).__name__} ({sum(p.numel() for p in module.parameters()):,} parameters)"
+        except Exception:
+            return type(module).__name__
+    return f"{type(module).__name__}({extra})" if len(extra) < 100 else type(module).__name__
+
+
+def explain_frame(tb: Any, kind: str = "", message: str = "") -> FrameExplanation | None:
+    """The failing operation of one traceback entry and its operands; None without source.
+
+    ``kind`` (from ``classify``) and the error ``message`` pick the hint when the operation alone cannot.
+    """
+    frame = tb.tb_frame
+    filename, lineno = frame.f_code.co_filename, tb.tb_lineno
+    lines = linecache.getlines(filename, frame.f_globals)
+    if not lines:
+        return None
+    source = "".join(lines)
+    tree = tree_of(filename, source)
+    stmt = statement_at(tree, lineno) if tree is not None else None
+    if stmt is None:
+        return None
+    ev = Evaluator(frame)
+    for expr in header_exprs(stmt):
+        ev.run(expr)
+    pos = position_of(tb)
+    node = find_node(stmt, pos) if pos else None
+    if node is None and isinstance(stmt, ast.AugAssign) and pos and pos[0] == stmt.lineno:
+        node = stmt
+    if node is None and ev.failed is not None:
+        node = ev.failed.node
+    if node is None:  # fall back to the outermost call of the statement (e.g. a module's forward)
+        node = next((n for e in header_exprs(stmt) for n in ast.walk(e) if isinstance(n, ast.Call)), None)
+    if node is not None:
+        ev.run(node)  # AugAssign and targets are not evaluated on their own
+        callee, args = _operand_nodes(node)
+        operands = [o for o in (_operand(ev, n) for n in callee) if o.kind in ("tensor", "module")]
+        operands += [o for o in (_operand(ev, n) for n in args) if o.kind in ("tensor", "module", "unknown")]
+        expr = ast.unparse(node) if not isinstance(node, ast.AugAssign) else source_text(source, stmt, lineno)
+    else:
+        operands, expr = [], ""
+    return FrameExplanation(
+        filename=filename, lineno=lineno, function=frame.f_code.co_name,
+        source=source_text(source, stmt, lineno), expr=expr if node is not None else "",
+        operands=tuple(operands), hint=mismatch_hint(ev, node, operands, kind, message) if node is not None else "",
+    )
+
+
+def _entries(tb: Any) -> list[Any]:
+    out = []
+    while tb is not None:
+        out.append(tb)
+        tb = tb.tb_next
+    return out
+
+
+def explain(exc: BaseException, tb: Any = None) -> ShapeExplanation | None:
+    """Explain ``exc`` if it is a shape error: the innermost frame with tensor operands, and the
+    innermost frame of the user's own code when that is a different one."""
+    kind = classify(exc)
+    if kind is None:
+        return None
+    entries = _entries(tb if tb is not None else exc.__traceback__)
+    chosen: list[FrameExplanation] = []
+    for entry in reversed(entries):
+        try:
+            fe = explain_frame(entry, kind, str(exc))
+        except Exception:
+            continue
+        if fe is not None and any(o.kind == "tensor" for o in fe.operands):
+            chosen.append(fe)
+            break
+    user = next((e for e in reversed(entries) if is_user_file(e.tb_frame.f_code.co_filename)), None)
+    if user is not None and not any(fe.filename == user.tb_frame.f_code.co_filename and
+                                    fe.lineno == user.tb_lineno for fe in chosen):
+        try:
+            fe = explain_frame(user, kind, str(exc))
+        except Exception:
+            fe = None
+        if fe is not None:
+            chosen.append(fe)
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return ShapeExplanation(kind=kind, error=f"{type(exc).__name__}: {first}", frames=tuple(chosen))

@@ -1,0 +1,241 @@
+"""One sentence naming the mismatch of a failing operation: matmul, broadcast, view, dims, state_dict."""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Any
+
+from ...format import fmt_shape
+from ...kinds import is_module, is_tensor
+from .evaluator import Evaluator
+from .model import Operand
+
+_ELEMENTWISE = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow,
+                ast.BitAnd, ast.BitOr, ast.BitXor, ast.LShift, ast.RShift)
+_MATMUL_CALLS = {"matmul", "mm", "bmm", "mv", "linear", "baddbmm", "addmm", "einsum", "dot", "inner"}
+
+def _broadcast_hint(a: Operand, b: Operand) -> str:
+    sa, sb = a.shape or (), b.shape or ()
+    for i in range(1, min(len(sa), len(sb)) + 1):
+        da, db = sa[-i], sb[-i]
+        if da != db and da != 1 and db != 1:
+            return (f"{a.expr} {fmt_shape(sa)} and {b.expr} {fmt_shape(sb)} do not broadcast: "
+                    f"dim -{i} is {da} vs {db} (sizes must match or one must be 1)")
+    return ""
+
+
+def _inplace_hint(target: Operand, value: Operand) -> str:
+    st, sv = target.shape or (), value.shape or ()
+    width = max(len(st), len(sv))
+    padded = [(1,) * (width - len(s)) + tuple(s) for s in (st, sv)]
+    result = tuple(max(a, b) for a, b in zip(*padded))
+    if result != tuple(st):
+        return (f"the result would have shape {fmt_shape(result)}, but an in-place operation cannot "
+                f"change {target.expr}'s shape {fmt_shape(st)}")
+    return ""
+
+
+def _matmul_hint(a: Operand, b: Operand, linear: bool) -> str:
+    sa, sb = a.shape or (), b.shape or ()
+    if not sa or not sb:
+        return ""
+    k = sa[-1]
+    if linear:  # F.linear(x, W): x[..., in] against W[out, in]
+        inner = sb[-1]
+        if k != inner:
+            return (f"{a.expr}'s last dim is {k} but {b.expr} {fmt_shape(sb)} expects {inner} "
+                    f"input features")
+        return ""
+    inner = sb[-2] if len(sb) >= 2 else sb[0]
+    if k != inner:
+        where = "dim -2" if len(sb) >= 2 else "dim 0"
+        return (f"{a.expr} {fmt_shape(sa)} @ {b.expr} {fmt_shape(sb)}: the inner dimensions differ, "
+                f"{a.expr} has {k} columns (last dim) but {b.expr} has {inner} rows ({where})")
+    return ""
+
+
+def _module_hint(module: Any, expr: str, arg: Operand) -> str:
+    in_features = getattr(module, "in_features", None)
+    if in_features is not None and arg.shape and arg.shape[-1] != in_features:
+        return f"{expr} expects in_features={in_features}, but {arg.expr} {fmt_shape(arg.shape)} " \
+               f"has last dim {arg.shape[-1]}"
+    in_channels = getattr(module, "in_channels", None)
+    if in_channels is not None and arg.shape is not None:
+        dims = len(getattr(module, "kernel_size", ())) or 2
+        spatial = ", ".join("DHW"[3 - dims:]) if dims <= 3 else "..."
+        ndim = len(arg.shape)
+        if ndim not in (dims + 1, dims + 2):
+            return (f"{expr} expects a {dims + 1}-D [C, {spatial}] or {dims + 2}-D [N, C, {spatial}] input, "
+                    f"but {arg.expr} {fmt_shape(arg.shape)} has {ndim} dims")
+        batched = ndim == dims + 2
+        channels = arg.shape[1] if batched else arg.shape[0]
+        if channels != in_channels:
+            hint = f"{expr} expects in_channels={in_channels}, but {arg.expr} {fmt_shape(arg.shape)} " \
+                   f"has {channels} channels"
+            if not batched:
+                hint += (f": a {ndim}-D input is read as one unbatched sample [C, {spatial}]; a batch needs "
+                         f"{ndim + 1}-D [N, C, {spatial}]")
+                if in_channels == 1:
+                    hint += f" (add the channel dim: {arg.expr}.unsqueeze(1))"
+            return hint
+    return ""
+
+
+def mismatch_hint(ev: Evaluator, node: ast.AST, operands: list[Operand], kind: str = "", message: str = "") -> str:
+    """One sentence naming the mismatch: from the operation's own rule, else from the error family."""
+    hint = _operation_hint(ev, node, operands)
+    if hint:
+        return hint
+    tensors = [o for o in operands if o.kind == "tensor"]
+    if kind == "broadcast":
+        pairs = ((a, b) for i, a in enumerate(tensors) for b in tensors[i + 1:])
+        return next((h for h in (_broadcast_hint(a, b) for a, b in pairs) if h), "")
+    if kind == "dims":
+        return _dims_hint(ev, node, tensors, message)
+    if kind == "size mismatch":
+        return _state_dict_hint(ev, node) or _view_hint(ev, node, tensors, message)
+    return ""
+
+
+def _operation_hint(ev: Evaluator, node: ast.AST, operands: list[Operand]) -> str:
+    tensors = [o for o in operands if o.kind == "tensor"]
+    if isinstance(node, (ast.BinOp, ast.AugAssign)) and len(tensors) == 2:
+        if isinstance(node, ast.AugAssign) and isinstance(node.op, _ELEMENTWISE):
+            return _broadcast_hint(tensors[0], tensors[1]) or _inplace_hint(tensors[0], tensors[1])
+        if isinstance(node.op, ast.MatMult):
+            return _matmul_hint(tensors[0], tensors[1], linear=False)
+        if isinstance(node.op, _ELEMENTWISE):
+            return _broadcast_hint(tensors[0], tensors[1])
+    if isinstance(node, ast.Call):
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else \
+            node.func.id if isinstance(node.func, ast.Name) else ""
+        callee = ev.value_of(node.func)
+        if is_module(callee) and tensors:
+            return _module_hint(callee, ast.unparse(node.func), tensors[0])
+        if name in _MATMUL_CALLS and len(tensors) >= 2:
+            return _matmul_hint(tensors[0], tensors[1], linear=name == "linear")
+    return ""
+
+
+def _call_value(ev: Evaluator, node: ast.AST) -> tuple[str, Any, list[Any]]:
+    """(method or function name, the object it is called on, evaluated positional arguments)."""
+    if not isinstance(node, ast.Call):
+        return "", None, []
+    args = [ev.value_of(a) for a in node.args]
+    if isinstance(node.func, ast.Attribute):
+        return node.func.attr, ev.value_of(node.func.value), args
+    return (node.func.id if isinstance(node.func, ast.Name) else ""), None, args
+
+
+def _state_dict_hint(ev: Evaluator, node: ast.AST) -> str:
+    """module.load_state_dict(sd): which entries differ in shape, checkpoint vs model."""
+    from collections.abc import Mapping
+
+    name, module, args = _call_value(ev, node)
+    if name != "load_state_dict" or not is_module(module) or not isinstance(node, ast.Call):
+        return ""
+    loaded = args[0] if args else next((ev.value_of(k.value) for k in node.keywords if k.arg == "state_dict"), None)
+    if not isinstance(loaded, Mapping):
+        return ""
+    own = dict(module.named_parameters())
+    own.update((k, v) for k, v in module.named_buffers() if v is not None)
+    shared = [k for k in own if k in loaded and is_tensor(loaded[k])]
+    differ = [k for k in shared if tuple(loaded[k].shape) != tuple(own[k].shape)]
+    if not differ:
+        return ""
+    shown = "; ".join(f"{k}: checkpoint {fmt_shape(tuple(loaded[k].shape))} vs model "
+                      f"{fmt_shape(tuple(own[k].shape))}" for k in differ[:5])
+    more = f"; … {len(differ) - 5} more" if len(differ) > 5 else ""
+    return f"{len(differ)} of {len(shared)} tensors differ in shape: {shown}{more}"
+
+
+def _sizes(args: list[Any]) -> list[int] | None:
+    """view(2, 3) / view((2, 3)) / view(torch.Size) -> [2, 3]."""
+    if len(args) == 1 and isinstance(args[0], (tuple, list)):
+        args = list(args[0])
+    return [int(a) for a in args] if args and all(isinstance(a, int) for a in args) else None
+
+
+def _view_hint(ev: Evaluator, node: ast.AST, tensors: list[Operand], message: str) -> str:
+    """x.view(...) / x.reshape(...): the element count against the requested shape, or contiguity."""
+    name, base, args = _call_value(ev, node)
+    if name not in ("view", "reshape") or not is_tensor(base) or not tensors:
+        return ""
+    src = tensors[0]
+    if "view size is not compatible" in message:
+        return (f"{src.expr} is not contiguous (a transpose/permute/expand view); use {src.expr}.reshape(...) "
+                f"or {src.expr}.contiguous().view(...)")
+    sizes = _sizes(args)
+    if sizes is None or src.shape is None:
+        return ""
+    numel = 1
+    for d in src.shape:
+        numel *= d
+    known = 1
+    for d in sizes:
+        known *= d if d != -1 else 1
+    asked = f"{name}({', '.join(str(d) for d in sizes)})"
+    if -1 in sizes:
+        return (f"{src.expr} {fmt_shape(src.shape)} has {numel} elements, which {asked} cannot split: "
+                f"{numel} is not a multiple of {known}")
+    return f"{src.expr} {fmt_shape(src.shape)} has {numel} elements, but {asked} needs {known}"
+
+
+_NDIMS = re.compile(r"\b(\d+)-?D\b")
+_GOT_NDIM = re.compile(r"got (\d+)-?D", re.IGNORECASE)
+_GOT_SHAPE = re.compile(r"input of size:? \[([\d, ]*)\]", re.IGNORECASE)
+_NOUN = re.compile(r"(\w+) (?:tensor|input)\b", re.IGNORECASE)
+_RANGE = re.compile(r"range of \[(-?\d+), (-?\d+)\], but got (-?\d+)")
+_INDICES = re.compile(r"too many indices for tensor of dimension (\d+)")
+
+
+def _by_parameter(ev: Evaluator, node: ast.AST, tensors: list[Operand]) -> dict[str, Operand]:
+    """The tensor operands of a function call under the callee's parameter names (target=..., input=...)."""
+    import inspect
+
+    if not isinstance(node, ast.Call):
+        return {}
+    callee = ev.value_of(node.func)
+    try:
+        bound = inspect.signature(callee).bind_partial(*node.args, **{k.arg: k.value for k in node.keywords})
+    except (TypeError, ValueError):
+        return {}
+    by_text = {o.expr: o for o in tensors}
+    unparse = getattr(ast, "unparse", None)
+    return {p: by_text[unparse(n)] for p, n in bound.arguments.items()
+            if unparse is not None and isinstance(n, ast.AST) and unparse(n) in by_text}
+
+
+def _dims_hint(ev: Evaluator, node: ast.AST, tensors: list[Operand], message: str) -> str:
+    """A tensor with the wrong number of dims: which operand, how many it has, how many were expected."""
+    found = _RANGE.search(message)
+    if found:
+        lo, hi, got = (int(g) for g in found.groups())
+        o = next((t for t in tensors if t.shape is not None and len(t.shape) == hi + 1), None)
+        return "" if o is None else \
+            f"{o.expr} {fmt_shape(o.shape)} has {hi + 1} dims (valid dims are {lo}..{hi}), but dim {got} was asked for"
+    found = _INDICES.search(message)
+    if found:
+        o = next((t for t in tensors if t.shape is not None and len(t.shape) == int(found.group(1))), None)
+        return "" if o is None else f"{o.expr} {fmt_shape(o.shape)} has {found.group(1)} dims, but is indexed with more"
+    got = _GOT_NDIM.search(message)
+    got_ndim = int(got.group(1)) if got else None
+    expected = sorted({int(d) for d in _NDIMS.findall(message)} - ({got_ndim} if got_ndim is not None else set()))
+    if not expected:
+        return ""
+    shape = _GOT_SHAPE.search(message)
+    got_shape = tuple(int(d) for d in shape.group(1).replace(" ", "").split(",") if d) if shape else None
+    named = {**{o.expr: o for o in tensors}, **_by_parameter(ev, node, tensors)}
+    nouns = [n.lower() for n in _NOUN.findall(message)]
+    candidates = [
+        next((t for t in tensors if got_shape is not None and t.shape == got_shape), None),
+        next((named[n] for n in nouns if n in named), None),
+        next((t for t in tensors if got_ndim is not None and t.shape is not None and len(t.shape) == got_ndim), None),
+        next((t for t in tensors if t.shape is not None and len(t.shape) not in expected), None),
+    ]
+    o = next((c for c in candidates if c is not None and c.shape is not None), None)
+    if o is None:
+        return ""
+    wanted = " or ".join(f"{d}-D" for d in expected)
+    return f"{o.expr} {fmt_shape(o.shape)} has {len(o.shape)} dims, but {wanted} is expected"

@@ -1,0 +1,57 @@
+"""What a shape-error explanation says: the failing operation's operands and one hint, per frame. Pure data."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_KINDS = (
+    ("matmul", re.compile(r"cannot be multiplied|mat1 and mat2|self and mat2|same reduction dim|"
+                          r"Expected size for first two dimensions of batch2|inconsistent tensor size|"
+                          r"size mismatch, m1|input and weight", re.IGNORECASE)),
+    ("broadcast", re.compile(r"must match the size of tensor b|broadcast|must match the existing size|"
+                             r"expanded size of the tensor", re.IGNORECASE)),
+    ("size mismatch", re.compile(r"size mismatch|Sizes of tensors must match|is invalid for input of size|"
+                                 r"to have \d+ channels|view size is not compatible|shape mismatch|"
+                                 r"must match|number of sizes provided", re.IGNORECASE)),
+    ("dims", re.compile(r"Dimension out of range|Expected \d+D|expected \d+D|number of dimensions|"
+                        r"\d+D (?:or \d+D )?(?:\w+ )?tensor expected|"
+                        r"too many indices|dimensions? (?:of|but)|expected .* dims?\b|got \d+D", re.IGNORECASE)),
+)
+def classify(exc: BaseException) -> str | None:
+    """'matmul', 'broadcast', 'size mismatch', 'dims', or None when ``exc`` is not a shape error."""
+    if not isinstance(exc, (RuntimeError, ValueError, IndexError, TypeError)):
+        return None
+    text = str(exc)
+    for kind, pattern in _KINDS:
+        if pattern.search(text):
+            return kind
+    return None
+
+
+@dataclass(frozen=True)
+class Operand:
+    expr: str  # the source text of the sub-expression
+    kind: str  # "tensor", "module", "value", "unknown"
+    shape: tuple[int, ...] | None = None
+    dtype: str = ""
+    device: str = ""
+    detail: str = ""  # a module's repr or a value's short repr
+
+
+@dataclass(frozen=True)
+class FrameExplanation:
+    filename: str
+    lineno: int
+    function: str
+    source: str  # the failing statement (its first lines)
+    expr: str  # the failing operation, "" when it could not be pinned down
+    operands: tuple[Operand, ...]
+    hint: str  # one sentence naming the mismatch, "" when none can be computed
+
+
+@dataclass(frozen=True)
+class ShapeExplanation:
+    kind: str
+    error: str  # the exception's first line
+    frames: tuple[FrameExplanation, ...]  # innermost first

@@ -1,0 +1,176 @@
+"""One probing forward pass that records the shape flow through every submodule: ``shapes``.
+
+Looking must not change what is looked at: the pass runs under ``no_grad`` in eval mode,
+and afterwards every submodule's train/eval flag, every buffer (BatchNorm running stats,
+``num_batches_tracked``) and the RNG states are put back exactly as they were.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Any
+
+from ..format import dtype_name, fmt_shape, short_error
+from ..kinds import is_tensor
+from ..nested import first_tensor
+from ..state import preserved
+
+
+class ShapesUsageError(ValueError):
+    """The ``shapes`` arguments could not be understood; the message says the expected form."""
+
+
+def split_args(arg: str) -> tuple[str, str]:
+    """'model x' / 'model, x' / 'model torch.randn(2, 3)' -> (module expression, input expression)."""
+    text = arg.strip()
+    usage = "usage: shapes MODULE INPUT   (e.g. 'shapes model x' or 'shapes model (x, mask)')"
+    if not text:
+        raise ShapesUsageError(usage)
+    try:
+        tree = ast.parse(text, mode="eval").body
+        if isinstance(tree, ast.Tuple) and len(tree.elts) >= 2:
+            first = tree.elts[0]
+            rest = text[_offset(text, tree.elts[1]):].strip()
+            if len(tree.elts) > 2:
+                rest = "(" + rest + ")"
+            return ast.get_source_segment(text, first) or "", rest
+    except SyntaxError:
+        pass
+    for i, ch in enumerate(text):
+        if ch.isspace():
+            left, right = text[:i].strip(), text[i:].strip()
+            if left and right and _parses(left) and _parses(right):
+                return left, right
+    raise ShapesUsageError(usage)
+
+
+def _offset(text: str, node: ast.AST) -> int:
+    lines = text.splitlines(keepends=True)
+    return sum(len(line) for line in lines[: node.lineno - 1]) + node.col_offset
+
+
+def _parses(expr: str) -> bool:
+    try:
+        ast.parse(expr, mode="eval")
+        return True
+    except SyntaxError:
+        return False
+
+
+@dataclass(frozen=True)
+class LayerRow:
+    name: str  # dotted submodule name; "" for the module itself
+    kind: str  # class name
+    depth: int
+    inputs: str  # shapes, e.g. "[4, 3]" or "([4, 3], [4])"
+    output: str
+    dtype: str  # of the first output tensor
+    device: str
+    params: int  # own parameters (not counting children)
+    error: str | None = None  # the exception this module raised, if any
+
+
+@dataclass(frozen=True)
+class ShapeFlow:
+    rows: tuple[LayerRow, ...]
+    error: str | None  # the forward pass failed with this (rows show how far it got)
+    total_params: int
+
+
+def describe_shapes(value: Any, depth: int = 0) -> str:
+    """Shapes of the tensors inside ``value``, in its structure: '[4, 3]', '([4, 3], None)'."""
+    if is_tensor(value):
+        return fmt_shape(tuple(value.shape))
+    if depth > 2:
+        return "…"
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(describe_shapes(v, depth + 1) for v in value[:8])
+        more = ", …" if len(value) > 8 else ""
+        return f"({inner}{more})" if isinstance(value, tuple) else f"[{inner}{more}]"
+    if isinstance(value, dict):
+        items = list(value.items())[:8]
+        return "{" + ", ".join(f"{k}: {describe_shapes(v, depth + 1)}" for k, v in items) + "}"
+    if value is None:
+        return "None"
+    return type(value).__name__
+
+
+def _describe_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """'[4, 3]' for one argument, '[4, 3], mask=[4]' for several or with keywords."""
+    if len(args) == 1 and not kwargs:
+        return describe_shapes(args[0])
+    return ", ".join([describe_shapes(a, 1) for a in args]
+                     + [f"{k}={describe_shapes(v, 1)}" for k, v in kwargs.items()])
+
+
+def shape_flow(module: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> ShapeFlow:
+    """Run ``module(*args, **kwargs)`` once and record every submodule's input and output shapes."""
+    import torch
+
+    kwargs = kwargs or {}
+    lazy = [n or type(module).__name__ for n, m in module.named_modules()
+            if getattr(m, "has_uninitialized_params", None) and m.has_uninitialized_params()]
+    if lazy:  # a probing pass would materialize them: the model would not be the same afterwards
+        raise ShapesUsageError(f"shapes: {', '.join(lazy[:3])} still has uninitialized lazy parameters; "
+                               "run one real forward pass first")
+    names = {id(m): n for n, m in module.named_modules()}
+    order: list[Any] = []  # modules in the order they were entered
+    seen: dict[int, dict[str, Any]] = {}
+
+    def pre_hook(mod: Any, inputs: Any, kw: dict[str, Any]) -> None:
+        if id(mod) not in seen:
+            order.append(mod)
+            seen[id(mod)] = {"inputs": _describe_call(inputs, kw)}
+
+    def post_hook(mod: Any, inputs: Any, output: Any) -> None:
+        entry = seen.setdefault(id(mod), {"inputs": describe_shapes(inputs)})
+        if "output" not in entry:
+            entry["output"] = output_desc(output)
+
+    def output_desc(output: Any) -> tuple[str, str, str]:
+        t = first_tensor(output, max_depth=3)
+        if t is None:
+            return describe_shapes(output), "", ""
+        return describe_shapes(output), dtype_name(str(t.dtype)), str(t.device)
+
+    handles = []
+    error = None
+    with preserved(module):
+        try:
+            for m in module.modules():
+                handles.append(m.register_forward_pre_hook(pre_hook, with_kwargs=True))
+                handles.append(m.register_forward_hook(post_hook))
+            module.eval()
+            with torch.no_grad():
+                module(*args, **kwargs)
+        except Exception as exc:
+            error = short_error(exc, limit=None)
+        finally:
+            for h in handles:
+                h.remove()
+    unfinished = [m for m in order if "output" not in seen[id(m)]]
+    culprit = unfinished[-1] if unfinished and error else None  # the innermost module that raised
+    rows = []
+    for mod in order:
+        name = names.get(id(mod), "?")
+        entry = seen[id(mod)]
+        out, dtype, device = entry.get("output", ("", "", ""))
+        rows.append(LayerRow(
+            name=name, kind=type(mod).__name__, depth=0 if not name else name.count(".") + 1,
+            inputs=entry["inputs"], output=out, dtype=dtype, device=device,
+            params=sum(p.numel() for p in mod.parameters(recurse=False)),
+            error=error if mod is culprit else None,
+        ))
+    total = sum(p.numel() for p in module.parameters())
+    return ShapeFlow(rows=tuple(rows), error=error, total_params=total)
+
+
+def call_args(value: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """How the ``shapes`` input is passed: a tuple/list is spread, a dict becomes keywords."""
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return (), dict(value)
+    if isinstance(value, (tuple, list)) and not is_tensor(value):
+        return tuple(value), {}
+    return (value,), {}
+

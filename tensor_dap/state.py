@@ -1,0 +1,220 @@
+"""Save and restore what a training step changes: RNG streams, buffers, module modes, optimizer state.
+
+Re-running a step (localizing a NaN, replaying a window, probing shapes) must leave the
+program exactly as it found it, so every such caller saves and restores through here.
+Reading a state never advances a stream and never synchronizes a device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import sys
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+from .nested import map_tensors
+
+
+# ------------------------------------------------------------------ RNG streams
+
+def capture_rng(*, python: bool = True, numpy: bool = True) -> dict[str, Any]:
+    """Every RNG a training step may draw from; reading them never advances a stream.
+
+    torch's states cost ~2 µs; Python's ``random`` ~10 µs and numpy's ~40 µs, which is why
+    ``watch`` leaves those two out when the step does not draw from them (``host_rngs_used``).
+    """
+    import torch
+
+    state: dict[str, Any] = {"torch": torch.get_rng_state()}
+    if python:
+        state["python"] = random.getstate()
+    np = sys.modules.get("numpy")
+    if numpy and np is not None:
+        state["numpy"] = np.random.get_state()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        # The CUDA generators keep seed and offset on the host: reading them does not sync.
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def host_rngs_used(before: dict[str, Any]) -> dict[str, bool]:
+    """Which of Python's and numpy's global RNGs moved since ``before`` was captured."""
+    now = capture_rng()
+    used = {"python": "python" not in before or now["python"] != before["python"], "numpy": False}
+    if "numpy" in now:
+        import numpy as np
+
+        old = before.get("numpy")
+        used["numpy"] = old is None or not (old[0] == now["numpy"][0] and np.array_equal(old[1], now["numpy"][1])
+                                            and tuple(old[2:]) == tuple(now["numpy"][2:]))
+    return used
+
+
+def restore_rng(state: dict[str, Any]) -> None:
+    import torch
+
+    torch.set_rng_state(state["torch"])
+    if "python" in state:
+        random.setstate(state["python"])
+    if "numpy" in state:
+        import numpy as np
+
+        np.random.set_state(state["numpy"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# ------------------------------------------------------------------ buffers and modes
+
+class BufferSnapshot(NamedTuple):
+    """The buffer tensors of a module tree at one moment (``live``) and copies of their values."""
+
+    live: list[Any]
+    values: list[Any]
+
+
+class Buffers:
+    """A module tree's buffers (BatchNorm statistics...): the only state a forward pass writes.
+
+    ``save`` copies them into storage kept from call to call (one fused copy, no allocation),
+    for a per-step snapshot; ``clone`` makes an independent copy; ``restore`` puts a snapshot
+    back, rebinding a buffer that was replaced by a new tensor since (``self.x = self.x + 1``).
+    """
+
+    def __init__(self, model: Any) -> None:
+        pairs = [(prefix, m, key) for prefix, m in model.named_modules(remove_duplicate=False)
+                 for key, buf in m._buffers.items() if buf is not None]
+        self._slots = [(m, key) for _, m, key in pairs]
+        self.names = [f"{prefix}.{key}" if prefix else key for prefix, _, key in pairs]
+        self._store: list[Any] = []
+        self._stored_for: list[Any] = []
+
+    def _live(self) -> list[Any]:
+        return [m._buffers.get(key) for m, key in self._slots]
+
+    def save(self) -> BufferSnapshot:
+        import torch
+
+        live = self._live()
+        if any(a is not b for a, b in zip(live, self._stored_for)) or len(live) != len(self._stored_for):
+            self._store = [torch.empty_like(b) if b is not None else None for b in live]
+            self._stored_for = live
+        pairs = [(s, b) for s, b in zip(self._store, live) if b is not None]
+        if pairs:
+            with torch.no_grad():
+                torch._foreach_copy_([s for s, _ in pairs], [b for _, b in pairs])
+        return BufferSnapshot(live, self._store)
+
+    def clone(self) -> BufferSnapshot:
+        live = self._live()
+        return BufferSnapshot(live, [b.detach().clone() if b is not None else None for b in live])
+
+    def restore(self, snapshot: BufferSnapshot) -> None:
+        import torch
+
+        with torch.no_grad():
+            for (module, key), live, value in zip(self._slots, snapshot.live, snapshot.values):
+                if live is None or value is None:
+                    continue
+                if module._buffers.get(key) is not live:
+                    module._buffers[key] = live
+                if live.shape == value.shape:
+                    live.copy_(value)
+
+    def into(self, state: dict[str, Any], snapshot: BufferSnapshot) -> dict[str, Any]:
+        """``state`` (the model's state_dict) with its buffers replaced by a snapshot's values (a step's start)."""
+        for name, value in zip(self.names, snapshot.values):
+            if name in state and value is not None:
+                state[name] = value
+        return state
+
+
+@contextlib.contextmanager
+def preserved(module: Any) -> Iterator[None]:
+    """Within, a forward pass may change modes, buffers and RNG streams: all are put back on the way out."""
+    modes = [(m, m.training) for m in module.modules()]
+    buffers = Buffers(module)
+    saved_buffers, saved_rng = buffers.clone(), capture_rng()
+    try:
+        yield
+    finally:
+        buffers.restore(saved_buffers)
+        for m, training in modes:
+            m.training = training
+        restore_rng(saved_rng)
+
+
+@contextlib.contextmanager
+def kept(params: list[Any], buffers: Buffers, *, params_too: bool = True) -> Iterator[dict[str, Any]]:
+    """Within, a replay or re-run may change gradients, buffers, RNG states (and parameters): all are put
+    back on the way out. Yields the RNG states saved on the way in."""
+    import torch
+
+    saved_rng, saved_buffers = capture_rng(), buffers.clone()
+    saved_grads = [(p, p.grad) for p in params]
+    saved_params = [p.detach().clone() for p in params] if params_too else None
+    try:
+        yield saved_rng
+    finally:
+        for p, g in saved_grads:
+            p.grad = g
+        if saved_params is not None:
+            with torch.no_grad():
+                torch._foreach_copy_(params, saved_params)
+        buffers.restore(saved_buffers)
+        restore_rng(saved_rng)
+
+
+# ------------------------------------------------------------------ optimizer state
+
+def cloned(obj: Any) -> Any:
+    """A copy of a state_dict-like structure, tensors cloned where they are (no host sync)."""
+    return map_tensors(obj, lambda t: t.detach().clone())
+
+
+def hyper(optimizer: Any) -> list[dict[str, Any]]:
+    """Every param group's settings (lr, momentum...), without the parameters."""
+    return [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
+
+
+def set_hyper(optimizer: Any, saved: list[dict[str, Any]]) -> None:
+    for g, values in zip(optimizer.param_groups, saved):
+        g.update(values)
+
+
+def optimizer_state(optimizer: Any) -> dict[Any, dict[str, Any]]:
+    """A copy of ``optimizer.state`` (per parameter: momentum, Adam moments, step...)."""
+    return {p: cloned(dict(st)) for p, st in optimizer.state.items()}
+
+
+def load_optimizer_state(optimizer: Any, saved: dict[Any, dict[str, Any]]) -> None:
+    """Put an ``optimizer_state`` copy back *in place*: the optimizer's own dicts and tensors stay the same
+    objects (``load_state_dict`` would replace them, under code holding references to them)."""
+    import torch
+
+    for p in [p for p in optimizer.state if p not in saved]:
+        del optimizer.state[p]
+    for p, st in saved.items():
+        live = optimizer.state[p]
+        for k in [k for k in live if k not in st]:
+            del live[k]
+        for k, v in st.items():
+            old = live.get(k)
+            if isinstance(v, torch.Tensor) and isinstance(old, torch.Tensor) and old.shape == v.shape \
+                    and old.dtype == v.dtype and old.device == v.device:
+                with torch.no_grad():
+                    old.copy_(v)
+            else:
+                live[k] = cloned(v)
+
+
+@contextlib.contextmanager
+def optimizer_kept(optimizer: Any) -> Iterator[None]:
+    """Within, a replay may change the optimizer's state and settings: both are put back, in place, on the way out."""
+    saved_state, saved_hyper = optimizer_state(optimizer), hyper(optimizer)
+    try:
+        yield
+    finally:
+        load_optimizer_state(optimizer, saved_state)
+        set_hyper(optimizer, saved_hyper)

@@ -1,0 +1,95 @@
+"""``break_if``: one call per step that stops training when the loss goes wrong.
+
+It reads the loss once (one host read per call: the same ``loss.item()`` most loops
+already do for logging) and compares it on the host, so it costs microseconds. State
+for ``spike`` (a running average) and the automatic step count is kept per call site,
+so two ``break_if`` lines in one program never mix their histories.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+from ..dist import current_rank
+from ..errors import LossThresholdError, NonFiniteError
+from .report import Report
+from .stop import check_mode, dispatch
+
+SPIKE_WARMUP = 10  # calls before `spike` may fire: the average needs a history first
+SPIKE_DECAY = 0.9  # exponential moving average; ~10 recent steps dominate
+
+
+@dataclass
+class _Site:
+    calls: int = 0
+    average: float | None = None
+    seen: int = 0  # finite, non-spike values folded into the average
+
+
+_SITES: dict[tuple[str, int], _Site] = {}
+
+
+def _site() -> _Site:
+    frame = sys._getframe(2)  # the caller of break_if
+    key = (frame.f_code.co_filename, frame.f_lineno)
+    return _SITES.setdefault(key, _Site())
+
+
+def _value(loss: Any) -> float:
+    """The loss as a Python float (the one host read)."""
+    if hasattr(loss, "detach"):
+        loss = loss.detach()
+        if loss.numel() != 1:
+            raise ValueError(f"break_if expects a scalar loss, got a tensor of shape {tuple(loss.shape)}")
+        return float(loss.item())
+    return float(loss)
+
+
+def break_if(loss: Any, *, above: float | None = None, below: float | None = None, nan: bool = True,
+             spike: float | None = None, step: int | None = None, on: str = "auto",
+             ranks: Collection[int] | None = None) -> bool:
+    """Fire when the loss is non-finite (``nan``), above/below a threshold, or a spike.
+
+    ``spike=k`` fires when the loss exceeds k × its running average (after a warm-up of
+    ``SPIKE_WARMUP`` calls; meant for positive losses). ``step`` defaults to the number of
+    earlier calls from this line. Returns True when it fired (and did not raise); ``on``
+    chooses where a firing goes (see ``tensor_dap.watch``).
+    """
+    check_mode(on)
+    site = _site()
+    index = site.calls if step is None else step
+    site.calls += 1
+    value = _value(loss)
+
+    kind, headline = _verdict(site, value, above=above, below=below, nan=nan, spike=spike)
+    if kind is None:
+        return False
+    from ..summary import describe
+
+    report = Report(kind=kind, headline=headline, step=index, phase="loss", rank=current_rank(), loss=value)
+    if hasattr(loss, "detach"):
+        report.tensors.append(("loss", "loss", describe(loss)))
+    error = NonFiniteError if kind == "nonfinite" else LossThresholdError
+    dispatch(report, on=on, error=error, ranks=ranks, culprit={"loss": loss, "inputs": None, "output": loss})
+    return True
+
+
+def _verdict(site: _Site, value: float, *, above: float | None, below: float | None, nan: bool,
+             spike: float | None) -> tuple[str | None, str]:
+    """(kind, headline) when a condition holds, else (None, ""); folds ``value`` into the average."""
+    if not math.isfinite(value):
+        return ("nonfinite", f"loss is {value}") if nan else (None, "")
+    if above is not None and value > above:
+        return "above", f"loss {value:.6g} is above {above:.6g}"
+    if below is not None and value < below:
+        return "below", f"loss {value:.6g} is below {below:.6g}"
+    average = site.average
+    if spike is not None and average is not None and site.seen >= SPIKE_WARMUP and value > spike * average:
+        return "spike", f"loss {value:.6g} spiked above {spike:g} × its running average {average:.6g}"
+    site.average = value if average is None else SPIKE_DECAY * average + (1 - SPIKE_DECAY) * value
+    site.seen += 1
+    return None, ""

@@ -1,0 +1,244 @@
+"""Find the first module where a NaN/Inf appeared, by re-running one step with hooks on every module.
+
+The sentinel in ``watch`` only says *that* something went non-finite; this module says
+*where*. It runs only after the sentinel fired, so it may be slow and thorough: forward
+hooks on every module, full backward hooks on every module (falling back to tensor hooks
+when a model's in-place ops forbid them), and a hook on every parameter's gradient. The
+first hook that sees a non-finite tensor names the module, exactly as a hook left on
+every module for the whole run would have, and aborts the re-run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import Any, Callable
+
+import torch
+
+from ..nested import walk
+from ..summary import TensorSummary, describe
+
+MAX_ROWS = 8  # tensors listed per report section
+
+NOT_LOCAL = ("this rank's own step is finite when re-run alone: the non-finite gradient arrived through "
+             "the all-reduce from another rank (see its report); ")
+NOT_REPRODUCED = "the re-run did not reproduce it (a nondeterministic step?); "
+
+
+
+@dataclass
+class Finding:
+    """Where the first non-finite value appeared, with live references for the debugger."""
+
+    phase: str  # "input", "forward", "backward", "optimizer"
+    module: str | None  # full dotted path, "" for the root, None when no module is involved
+    module_type: str | None
+    note: str
+    tensors: list[tuple[str, str, TensorSummary]] = field(default_factory=list)
+    culprit: dict[str, Any] = field(default_factory=dict)  # module, inputs, output, grad_input, ...
+
+    @property
+    def headline(self) -> str:
+        name = "<root>" if self.module == "" else self.module
+        if self.phase == "input":
+            return f"non-finite input batch, first seen by {name}"
+        if self.phase == "optimizer":
+            return f"the optimizer update made a parameter of {name} non-finite"
+        if self.phase == "loss":
+            return "non-finite loss"
+        return f"first non-finite value in the {self.phase} of {name}"
+
+
+class _Found(Exception):
+    """Raised from a hook to stop the re-run at the first non-finite tensor."""
+
+    def __init__(self, finding: Finding) -> None:
+        super().__init__(finding.note)
+        self.finding = finding
+
+
+class StopRerun(Exception):
+    """Raised by the optimizer hook during a re-run: the update itself is never re-run."""
+
+
+def tensors_in(obj: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, tensor) for every tensor inside nested containers (a lone tensor is named ``prefix`` or "tensor")."""
+    if isinstance(obj, torch.Tensor):
+        return iter([(prefix or "tensor", obj)])
+    return walk(obj, prefix)
+
+
+def nonfinite(t: Any) -> bool:
+    """True when a floating/complex tensor holds a NaN or Inf (one host read)."""
+    if not isinstance(t, torch.Tensor) or not (t.is_floating_point() or t.is_complex()):
+        return False
+    if t.is_sparse or t.device.type == "meta" or t.numel() == 0:
+        return False
+    with torch.no_grad():
+        return not bool(torch.isfinite(t).all())
+
+
+def any_nonfinite(obj: Any) -> bool:
+    return any(nonfinite(t) for _, t in tensors_in(obj))
+
+
+def _rows(section: str, obj: Any, prefix: str) -> list[tuple[str, str, TensorSummary]]:
+    return [(section, name, describe(t)) for name, t in islice(tensors_in(obj, prefix), MAX_ROWS)]
+
+
+def _param_rows(module: torch.nn.Module) -> list[tuple[str, str, TensorSummary]]:
+    named = list(islice(module.named_parameters(), MAX_ROWS))
+    return [("parameters", name, describe(p, grad=False)) for name, p in named] + \
+        [("gradients", name, describe(p.grad)) for name, p in named if p.grad is not None]
+
+
+def _owners(model: torch.nn.Module) -> dict[int, tuple[str, torch.nn.Module, str]]:
+    """id(parameter) -> (module path, module, parameter name) for the module that holds it directly."""
+    owners: dict[int, tuple[str, torch.nn.Module, str]] = {}
+    for path, mod in model.named_modules():
+        for pname, p in mod.named_parameters(recurse=False):
+            owners.setdefault(id(p), (path, mod, pname))
+    return owners
+
+
+def nonfinite_parameters(model: torch.nn.Module) -> Finding | None:
+    """The first module (registration order) holding a non-finite parameter, if any."""
+    for path, mod in model.named_modules():
+        for pname, p in mod.named_parameters(recurse=False):
+            if nonfinite(p):
+                return Finding(
+                    "optimizer", path, type(mod).__name__,
+                    f"parameter {pname!r} is non-finite before the step: the previous update wrote it",
+                    _param_rows(mod), {"module": mod, "parameter": p})
+    return None
+
+
+def nonfinite_gradients(model: torch.nn.Module) -> Finding | None:
+    """Without a re-run: the module holding a non-finite .grad, last-registered first (backward order)."""
+    for path, mod in reversed(list(model.named_modules())):
+        for pname, p in mod.named_parameters(recurse=False):
+            if p.grad is not None and nonfinite(p.grad):
+                return Finding(
+                    "backward", path, type(mod).__name__,
+                    f"gradient of {pname!r} is non-finite (found without a re-run: hand the step "
+                    "function to watch.step() to find the first module exactly)",
+                    _param_rows(mod), {"module": mod, "parameter": p})
+    return None
+
+
+class _Hooks:
+    """Hooks on every module and parameter; the first non-finite tensor raises ``_Found``."""
+
+    def __init__(self, model: torch.nn.Module, input_bad: bool, full_backward: bool) -> None:
+        self.model = model
+        self.input_bad = input_bad
+        self.full_backward = full_backward
+        self.last: dict[int, tuple[Any, Any, Any]] = {}  # id(module) -> (args, kwargs, output)
+        self.handles: list[Any] = []
+        self.owners = _owners(model)
+        for path, mod in model.named_modules():
+            self.handles.append(mod.register_forward_hook(self._forward(path), with_kwargs=True))
+            if full_backward:
+                self.handles.append(mod.register_full_backward_hook(self._backward(path)))
+        for p in model.parameters():
+            if p.requires_grad:
+                self.handles.append(p.register_hook(self._param_grad(p)))
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles.clear()
+        self.last.clear()
+
+    def _forward(self, path: str) -> Callable:
+        def hook(mod: torch.nn.Module, args: Any, kwargs: Any, output: Any) -> None:
+            self.last[id(mod)] = (args, kwargs, output)
+            if not self.full_backward:
+                for _, t in tensors_in(output):
+                    if t.requires_grad:
+                        t.register_hook(self._output_grad(path, mod))
+            if not any_nonfinite(output):
+                return
+            fed = any_nonfinite((args, kwargs))
+            phase = "input" if fed and self.input_bad else "forward"
+            if phase == "input":
+                note = "the batch handed to the step is non-finite; this is the first module that received it"
+            elif fed:
+                note = "its inputs were already non-finite (produced by code outside any module)"
+            else:
+                note = "its output is non-finite while its inputs are finite"
+            rows = _rows("inputs", (args, kwargs) if kwargs else args, "args") + \
+                _rows("output", output, "output") + _param_rows(mod)
+            raise _Found(Finding(phase, path, type(mod).__name__, note, rows,
+                                 {"module": mod, "inputs": args, "output": output}))
+        return hook
+
+    def _culprit(self, mod: torch.nn.Module, **extra: Any) -> dict[str, Any]:
+        args, _, output = self.last.get(id(mod), (None, None, None))
+        return {"module": mod, "inputs": args, "output": output, **extra}
+
+    def _backward(self, path: str) -> Callable:
+        def hook(mod: torch.nn.Module, grad_input: Any, grad_output: Any) -> None:
+            out_bad, in_bad = any_nonfinite(grad_output), any_nonfinite(grad_input)
+            if not (out_bad or in_bad):
+                return
+            if out_bad:
+                note = "the gradient arriving at its output is already non-finite (from code outside any module)"
+            else:
+                note = "its backward turned a finite output gradient into a non-finite input gradient"
+            args, _, output = self.last.get(id(mod), (None, None, None))
+            rows = _rows("grad_output", grad_output, "grad_output") + \
+                _rows("grad_input", grad_input, "grad_input") + _rows("forward inputs", args, "args") + \
+                _rows("forward output", output, "output") + _param_rows(mod)
+            raise _Found(Finding("backward", path, type(mod).__name__, note, rows,
+                                 self._culprit(mod, grad_input=grad_input, grad_output=grad_output)))
+        return hook
+
+    def _output_grad(self, path: str, mod: torch.nn.Module) -> Callable:
+        def hook(grad: torch.Tensor) -> None:
+            if nonfinite(grad):
+                note = ("the gradient arriving at its output is non-finite; the module that consumed "
+                        "this output produced it (tensor hooks: the model's in-place ops rule out module "
+                        "backward hooks)")
+                raise _Found(Finding("backward", path, type(mod).__name__, note,
+                                     _rows("grad_output", grad, "grad_output") + _param_rows(mod),
+                                     self._culprit(mod, grad_output=grad)))
+        return hook
+
+    def _param_grad(self, p: torch.nn.Parameter) -> Callable:
+        def hook(grad: torch.Tensor) -> None:
+            if nonfinite(grad):
+                path, mod, pname = self.owners.get(id(p), ("", self.model, "?"))
+                note = f"the gradient of its parameter {pname!r} is non-finite"
+                raise _Found(Finding("backward", path, type(mod).__name__, note,
+                                     _rows("gradient", grad, pname) + _param_rows(mod),
+                                     self._culprit(mod, parameter=p, grad=grad)))
+        return hook
+
+
+def localize_rerun(model: torch.nn.Module, rerun: Callable[[], Any], *, input_bad: bool,
+                   reset: Callable[[], None]) -> Finding | None:
+    """Re-run the step with hooks everywhere; None when it completes without a non-finite value.
+
+    ``reset`` puts the captured pre-step state back before each attempt (there are two when
+    the model's in-place ops forbid module backward hooks).
+    """
+    for full_backward in (True, False):
+        reset()
+        hooks = _Hooks(model, input_bad, full_backward)
+        try:
+            rerun()
+        except _Found as found:
+            return found.finding
+        except StopRerun:
+            return None
+        except RuntimeError as exc:
+            if full_backward and "BackwardHook" in str(exc):
+                continue  # in-place ops on module outputs: retry with tensor hooks
+            raise
+        finally:
+            hooks.remove()
+        return None
+    return None

@@ -1,0 +1,133 @@
+"""`tensor-dap run` and install(post_mortem=True): crash reports, post-mortem, exit codes."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pexpect
+import pytest
+
+DEBUGGEES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "debuggees")
+CRASH = os.path.join(DEBUGGEES, "debuggee_pdb_crash.py")
+INSTALL = os.path.join(DEBUGGEES, "debuggee_pdb_install.py")
+
+
+def _env():
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONBREAKPOINT"}
+    env.update(NO_COLOR="1", TERM="dumb")
+    return env
+
+
+def _run(*args, env=None):
+    return subprocess.run([sys.executable, *args], check=False, capture_output=True, text=True,
+                          env=env or _env(), stdin=subprocess.DEVNULL, timeout=60)
+
+
+def _spawn(script, env=None):
+    """`tensor-dap run script` on a real pseudo-terminal."""
+    return pexpect.spawn(sys.executable, ["-m", "tensor_dap", "run", script], env=env or _env(), encoding="utf-8",
+                         timeout=30, dimensions=(60, 200))
+
+
+@pytest.mark.timeout(60)
+def test_run_explains_a_shape_mismatch_and_exits_nonzero():
+    r = _run("-m", "tensor_dap", "run", CRASH, "--lr", "3")
+    assert r.returncode == 1
+    assert "args ['--lr', '3']" in r.stdout  # the script sees its own argv
+    err = r.stderr
+    assert err.startswith("Traceback (most recent call last):")
+    assert "runpy" not in err and "tensor_dap" not in err.split("RuntimeError")[0]  # starts in the script
+    assert "RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x3 and 4x5)" in err
+    assert "tensors in debuggee_pdb_crash.py:9 in step" in err
+    assert re.search(r"^\s*h\s+tensor\[4, 3\]", err, re.MULTILINE)
+    assert f"at {CRASH}:9 in step" in err and "return h @ w" in err
+    assert re.search(r"^\s*h\s+\[4, 3\]\s+f32 cpu$", err, re.MULTILINE)
+    assert re.search(r"^\s*w\s+\[4, 5\]\s+f32 cpu$", err, re.MULTILINE)
+    assert "h has 3 columns (last dim) but w has 4 rows" in err
+    assert "no post-mortem debugger" in err
+
+
+@pytest.mark.timeout(60)
+def test_run_opens_post_mortem_on_a_terminal():
+    child = _spawn(CRASH)
+    try:
+        child.expect_exact("the inner dimensions differ")
+        child.expect_exact("(Pdb) ")
+        child.sendline("p h")
+        child.expect(r"tensor\[4, 3\] n=12")
+        child.sendline("q")
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 1
+    finally:
+        child.close(force=True)
+
+
+@pytest.mark.timeout(60)
+def test_install_post_mortem_reports_broadcast_errors():
+    r = _run(INSTALL)
+    assert r.returncode == 1
+    assert re.search(r"^\s*scores\s+\[8, 3\]", r.stderr, re.MULTILINE)
+    assert re.search(r"^\s*bias\s+\[4\]", r.stderr, re.MULTILINE)
+    assert "dim -1 is 3 vs 4" in r.stderr
+
+
+@pytest.mark.timeout(60)
+def test_run_usage_errors_and_exit_codes(tmp_path):
+    r = _run("-m", "tensor_dap", "run", str(tmp_path / "missing.py"))
+    assert r.returncode == 2 and r.stderr.strip() == f"tensor-dap: error: no such script: {tmp_path / 'missing.py'}"
+    r = _run("-m", "tensor_dap", "run")
+    assert r.returncode == 2 and r.stderr.startswith("tensor-dap: error: missing script")
+    assert len(r.stderr.strip().splitlines()) == 1
+    script = tmp_path / "exits.py"
+    script.write_text("import sys\nprint(__name__)\nsys.exit(3)\n")
+    r = _run("-m", "tensor_dap", "run", str(script))
+    assert r.returncode == 3 and r.stdout.strip() == "__main__" and r.stderr == ""
+
+
+@pytest.mark.timeout(60)
+def test_run_routes_breakpoint_and_quitting_is_not_a_crash():
+    child = _spawn(os.path.join(DEBUGGEES, "debuggee_pdb_train.py"))
+    try:
+        child.expect_exact("(Pdb) ")
+        child.sendline("p x")
+        child.expect(r"tensor\[32, 8\] n=256")  # breakpoint() opened tensor_dap's debugger
+        child.expect_exact("(Pdb) ")
+        child.sendline("q")
+        child.expect(pexpect.EOF)
+        assert "Traceback" not in child.before and "BdbQuit" not in child.before
+        child.close()
+        assert child.exitstatus == 1
+    finally:
+        child.close(force=True)
+
+
+@pytest.mark.timeout(60)
+def test_piped_crash_report_keeps_long_lines_whole():
+    r = _run("-m", "tensor_dap", "run", os.path.join(DEBUGGEES, "debuggee_pdb_ckpt.py"))
+    assert r.returncode == 1
+    # a log must stay greppable: the error's lines are not re-wrapped at the pipe's 120 columns
+    line = ("size mismatch for 0.weight: copying a param with shape torch.Size([8, 4]) from checkpoint, "
+            "the shape in current model is torch.Size([16, 4]).")
+    assert line in r.stderr, r.stderr
+    assert "Shape error (size mismatch)" in r.stderr
+    assert ("→ 3 of 4 tensors differ in shape: 0.weight: checkpoint [8, 4] vs model [16, 4]; "
+            "0.bias: checkpoint [8] vs model [16]; 2.weight: checkpoint [3, 8] vs model [3, 16]") in r.stderr
+
+
+@pytest.mark.timeout(60)
+def test_crash_report_colours_follow_the_terminal():
+    env = {**_env(), "TERM": "xterm-256color"}
+    env.pop("NO_COLOR")
+    r = _run("-m", "tensor_dap", "run", CRASH, env=env)
+    assert r.returncode == 1 and "the inner dimensions differ" in r.stderr
+    assert "\x1b[" not in r.stderr  # a pipe gets plain text, even with a colour TERM
+    child = _spawn(CRASH, env)
+    try:
+        child.expect_exact("(Pdb) ")
+        assert "\x1b[" in child.before  # on a terminal the report is coloured
+        child.sendline("q")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)

@@ -1,0 +1,172 @@
+"""Shape-error explanations: the operands of the failing line and their shapes, evaluated safely."""
+
+import pytest
+import torch
+from torch import nn
+
+from tensor_dap.probe.shape_errors import classify, explain
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _explain(fn):
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - the point is to catch what the user's code raises
+        return explain(exc)
+    raise AssertionError("no exception")
+
+
+def _ops(frame):
+    return {o.expr: o.shape for o in frame.operands if o.kind == "tensor"}
+
+
+def test_matmul_names_operands_and_inner_dims():
+    x, w = torch.randn(4, 3), torch.randn(4, 5)
+
+    def step():
+        h = x * 2
+        return h @ w
+
+    ex = _explain(step)
+    assert ex.kind == "matmul"
+    frame = ex.frames[0]
+    assert frame.source == "return h @ w" and frame.function == "step"
+    assert _ops(frame) == {"h": (4, 3), "w": (4, 5)}
+    assert "h has 3 columns" in frame.hint and "w has 4 rows" in frame.hint
+
+
+def test_broadcast_with_computed_operand():
+    x = torch.randn(4, 3)
+    ex = _explain(lambda: x + torch.ones(4, 4) * 2)
+    assert ex.kind == "broadcast"
+    assert _ops(ex.frames[0]) == {"x": (4, 3), "torch.ones(4, 4) * 2": (4, 4)}
+    assert "dim -1 is 3 vs 4" in ex.frames[0].hint
+
+
+def test_module_call_explained_in_library_frame_and_user_frame():
+    model = nn.Sequential(nn.Linear(4, 5), nn.ReLU())
+    x = torch.randn(2, 3)
+    ex = _explain(lambda: model(x))
+    inner, outer = ex.frames
+    assert inner.filename.endswith("linear.py")
+    assert _ops(inner) == {"input": (2, 3), "self.weight": (5, 4), "self.bias": (5,)}
+    assert "input's last dim is 3" in inner.hint
+    assert outer.filename == __file__ and _ops(outer) == {"x": (2, 3)}
+    assert any(o.kind == "module" and o.expr == "model" for o in outer.operands)
+
+
+def test_linear_module_hint_and_cat_operands():
+    fc = nn.Linear(4, 5)
+    x, w = torch.randn(2, 3), torch.randn(2, 5)
+    ex = _explain(lambda: fc(x.view(2, 3)))
+    assert "fc expects in_features=4" in ex.frames[-1].hint
+    ex = _explain(lambda: torch.cat([x, w.t()], dim=0))
+    assert ex.kind == "size mismatch" and _ops(ex.frames[0]) == {"x": (2, 3), "w.t()": (5, 2)}
+
+
+def test_inplace_broadcast_hint():
+    def step():
+        a = torch.zeros(3)
+        a += torch.ones(4, 3)
+
+    ex = _explain(step)
+    assert "cannot change a's shape [3]" in ex.frames[0].hint
+
+
+def test_reevaluation_runs_no_forward_and_allocates_nothing():
+    calls = []
+
+    class Counting(nn.Module):
+        def forward(self, x):
+            calls.append(1)
+            return x
+
+    model = Counting()
+    w = torch.randn(7, 5)
+
+    def step():
+        # torch.randn(10**6, 10**6) would need 4 TB: it is only ever evaluated on the meta device
+        return model(torch.ones(2, 3)) @ w + torch.randn(10**6, 10**6).sum()
+
+    ex = _explain(step)
+    assert calls == [1]  # the original call only
+    frame = ex.frames[0]
+    assert frame.expr == "model(torch.ones(2, 3)) @ w"
+    assert _ops(frame) == {"w": (7, 5)}  # the module's output is not recomputed
+    assert [o.kind for o in frame.operands] == ["unknown", "tensor"]
+
+
+def test_not_a_shape_error():
+    assert classify(KeyError("x")) is None
+    assert classify(RuntimeError("CUDA out of memory")) is None
+    try:
+        raise ValueError("bad learning rate")
+    except ValueError as exc:
+        assert explain(exc) is None
+
+
+def test_load_state_dict_size_mismatch_lists_the_differing_tensors():
+    old = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 3))
+    checkpoint = old.state_dict()
+    ex = _explain(lambda: model.load_state_dict(checkpoint))
+    assert ex.kind == "size mismatch"
+    hint = ex.frames[-1].hint
+    assert "3 of 4 tensors differ" in hint
+    assert "0.weight: checkpoint [8, 4] vs model [16, 4]" in hint
+    assert "2.weight: checkpoint [3, 8] vs model [3, 16]" in hint
+    assert "2.bias" not in hint
+    module = next(o for o in ex.frames[-1].operands if o.kind == "module")
+    assert module.detail == "Sequential (131 parameters)"  # not an empty-looking "Sequential()"
+
+
+def test_view_hints_count_elements_and_contiguity():
+    q = torch.randn(2, 5, 12)
+    ex = _explain(lambda: q.view(2, 5, 4, 12 // 4 + 1))
+    assert ex.kind == "size mismatch"
+    assert ex.frames[0].hint == "q [2, 5, 12] has 120 elements, but view(2, 5, 4, 4) needs 160"
+    ex = _explain(lambda: q.reshape(-1, 7))
+    assert "120 elements" in ex.frames[0].hint and "not a multiple of 7" in ex.frames[0].hint
+    ex = _explain(lambda: q.transpose(1, 2).view(2, -1))
+    assert "not contiguous" in ex.frames[0].hint and ".reshape(" in ex.frames[0].hint
+
+
+def test_wrong_number_of_dims_names_the_operand_and_the_expected_dims():
+    conv = nn.Conv2d(3, 8, 3)
+    image = torch.randn(28, 28)
+    ex = _explain(lambda: conv(image))
+    assert ex.kind == "dims"
+    assert "input [28, 28] has 2 dims, but 3-D or 4-D is expected" in ex.frames[0].hint
+    assert "channels" not in ex.frames[-1].hint  # a 2-D input is not a channel problem
+    assert "conv expects a 3-D [C, H, W] or 4-D [N, C, H, W] input, but image [28, 28] has 2 dims" \
+        in ex.frames[-1].hint
+
+    # a batch of grey images without its channel dim is read as one image with 16 channels
+    grey = nn.Conv2d(1, 8, 3)
+    batch = torch.randn(16, 28, 28)
+    ex = _explain(lambda: grey(batch))
+    hint = ex.frames[-1].hint
+    assert "grey expects in_channels=1, but batch [16, 28, 28] has 16 channels" in hint
+    assert "one unbatched sample" in hint and "batch.unsqueeze(1)" in hint
+
+    bn = nn.BatchNorm2d(8)
+    ex = _explain(lambda: bn(batch))
+    assert ex.kind == "dims" and "batch [16, 28, 28] has 3 dims, but 4-D is expected" in ex.frames[-1].hint
+
+    logits, target = torch.randn(32, 10), torch.randint(0, 10, (32, 1))
+    ex = _explain(lambda: nn.functional.cross_entropy(logits, target))
+    assert ex.kind == "dims" and "target [32, 1] has 2 dims, but 0-D or 1-D is expected" in ex.frames[-1].hint
+
+    ex = _explain(lambda: batch.transpose(1, 3))
+    assert "batch [16, 28, 28] has 3 dims (valid dims are -3..2), but dim 3 was asked for" in ex.frames[0].hint
+
+
+def test_broadcast_inside_a_method_call_compares_the_operands():
+    scores = torch.randn(2, 4, 10, 10)
+    mask = torch.ones(2, 12)
+    ex = _explain(lambda: scores.masked_fill(mask[:, None, None, :] == 0, float("-inf")))
+    frame = ex.frames[0]
+    assert _ops(frame) == {"scores": (2, 4, 10, 10), "mask[:, None, None, :] == 0": (2, 1, 1, 12)}
+    assert not [o for o in frame.operands if o.kind == "unknown"]  # float('-inf') is just a number
+    assert "dim -1 is 10 vs 12" in frame.hint

@@ -1,0 +1,84 @@
+"""The one-line format, pinned by exact strings."""
+
+import torch
+
+from tensor_dap import describe, summarize
+from tensor_dap.format import fmt_bytes, fmt_num
+
+
+def test_plain_float_line():
+    x = torch.tensor([[0.5, -4.0, 3.0, 1.5]] * 4)  # 16 elements: no values, n= and size shown
+    assert summarize(x) == "tensor[4, 4] n=16 (64 B) x∈[-4, 3] μ=0.25 σ=2.696"
+
+
+def test_scalar_int_shows_value():
+    assert summarize(torch.tensor(7)) == "tensor[] i64 7"
+
+
+def test_nonfinite_alarms_and_finite_range():
+    x = torch.tensor([1.0, float("nan"), float("inf"), -2.0])
+    assert summarize(x) == "tensor[4] x∈[-2, 1] μ=nan NaN! +Inf! [1, nan, inf, -2]"
+
+
+def test_infinite_mean_drops_the_meaningless_std():
+    line = summarize(torch.tensor([[1.0, 2.0], [float("inf"), 3.0]] * 4))
+    assert line == "tensor[8, 2] n=16 (64 B) x∈[1, 3] μ=inf +Inf!"
+
+
+def test_empty_and_meta():
+    assert summarize(torch.empty(0, 3)) == "tensor[0, 3] empty"
+    assert summarize(torch.empty(3, 4, device="meta")) == "tensor[3, 4] meta"
+
+
+def test_parameter_dtype_and_grad_flag():
+    p = torch.nn.Parameter(torch.full((256, 784), 2.0, dtype=torch.bfloat16))
+    assert summarize(p) == "Parameter[256, 784] bf16 n=200704 (392 KiB) x∈[2, 2] μ=2 σ=0 grad"
+
+
+def test_all_zeros_and_bool():
+    assert summarize(torch.zeros(100)) == "tensor[100] n=100 (400 B) all zeros"
+    assert summarize(torch.tensor([True, False, False, True])) == "tensor[4] bool 50% true [True, False, False, True]"
+
+
+def test_number_formatting():
+    assert [fmt_num(v) for v in (4.2137, 0.003, -2.0, 1.23456e7, 1.5e-5, float("-inf"))] == [
+        "4.214", "0.003", "-2", "1.23e7", "1.5e-5", "-inf"]
+    assert [fmt_bytes(n) for n in (12, 100352, 5 * 2**20)] == ["12 B", "98 KiB", "5.0 MiB"]
+
+
+def test_sampled_line_says_so():
+    from tensor_dap import Budget
+
+    x = torch.arange(1000, dtype=torch.float32)
+    s = describe(x, budget=Budget(exact_elements=100, scan_elements=500, chunk_elements=10, max_ms=None))
+    assert s.sampled and not s.range_exact
+    assert "x≈[" in str(s) and "μ≈" in str(s)
+
+
+def test_debugger_stats_line_says_unknown_counts_honestly():
+    """When the time cap cuts the NaN count short, the stats child says 'yes'/'?' rather than a number."""
+    from tensor_dap import Budget
+    from tensor_dap.dap.values import stats_line
+
+    x = torch.full((10_000,), float("nan"))
+    line = stats_line(describe(x, budget=Budget(exact_elements=None, scan_elements=None, chunk_elements=10,
+                                                max_ms=0)))
+    assert "NaN=yes" in line and "+Inf=?" in line and "-Inf=?" in line
+    assert "NaN=0 +Inf=1 -Inf=0" in stats_line(describe(torch.tensor([1.0, float("inf")])))
+
+
+def test_rich_table_says_unknown_counts_honestly():
+    """The pdb table agrees with the debugger's stats line: a count cut short is 'yes' or '?', never 'no'."""
+    import io
+    import re
+
+    from tensor_dap import Budget
+    from tensor_dap.console import make_console
+    from tensor_dap.summary.tables import summary_table
+
+    x = torch.full((10_000,), float("nan"))
+    s = describe(x, budget=Budget(exact_elements=None, scan_elements=None, chunk_elements=10, max_ms=0))
+    out = io.StringIO()
+    make_console(out).print(summary_table(s))
+    rows = dict(re.findall(r"^(NaN|\+Inf|-Inf)\s+(\S+)", out.getvalue(), flags=re.M))
+    assert rows == {"NaN": "yes", "+Inf": "?", "-Inf": "?"}

@@ -1,0 +1,93 @@
+"""The one walker over nested containers: order, names, bounds, cycles and hostile containers."""
+
+import collections
+import dataclasses
+import time
+
+import pytest
+import torch
+
+from tensor_dap.nested import first_tensor, holds_tensor, map_tensors, walk
+
+
+def test_walk_names_read_like_python_in_container_order():
+    Pair = collections.namedtuple("Pair", "x y")
+
+    @dataclasses.dataclass
+    class Batch:
+        ids: torch.Tensor
+        meta: dict
+
+    a, b, c, d = (torch.ones(i + 1) for i in range(4))
+    value = {"batch": Batch(a, {"mask": b}), "pairs": [Pair(c, 3)], "t": (d,)}
+    assert [(path, t is x) for (path, t), x in zip(walk(value, "v"), (a, b, c, d))] == [
+        ("v['batch'].ids", True), ("v['batch'].meta['mask']", True), ("v['pairs'][0].x", True), ("v['t'][0]", True)]
+
+
+def test_dotted_names_read_like_state_dict_keys():
+    ckpt = {"model": {"fc.weight": torch.ones(2)}, "hist": [torch.zeros(1)]}
+    assert [p for p, _ in walk(ckpt, dotted=True)] == ["model.fc.weight", "hist[0]"]
+
+
+def test_a_self_referencing_list_is_walked_once():
+    loop: list = [torch.ones(1)]
+    loop.append(loop)
+    assert [p for p, _ in walk(loop, "x")] == ["x[0]"]
+
+
+def test_deep_nesting_needs_no_recursion_and_is_cut():
+    deep: list = [torch.ones(1)]
+    for _ in range(60):
+        deep = [deep]
+    assert len(list(walk(deep))) == 1
+    for _ in range(100_000):
+        deep = [deep]
+    start = time.perf_counter()
+    assert list(walk(deep)) == []  # past MAX_DEPTH: cut (a recursive walker dies with RecursionError here)
+    assert time.perf_counter() - start < 0.5
+
+
+def test_limit_and_depth_bound_the_work():
+    huge = [1] * 10_000_000 + [torch.ones(1)]
+    start = time.perf_counter()
+    assert list(walk(huge, limit=1000)) == []
+    assert time.perf_counter() - start < 0.5  # the list is never materialized into pairs
+    assert not holds_tensor(huge)
+    assert first_tensor([[[[torch.ones(1)]]]], max_depth=3) is None
+    assert first_tensor([[[torch.ones(1)]]], max_depth=3) is not None
+
+
+def test_keep_unexpanded_yields_leaves_that_are_not_tensors():
+    found = list(walk({"a": 1, "b": [torch.ones(1)], "c": "text"}, is_leaf=lambda v: not isinstance(v, (dict, list)),
+                      keep_unexpanded=True))
+    assert [p for p, _ in found] == ["['a']", "['b'][0]", "['c']"]
+
+
+def test_a_container_that_raises_is_skipped_not_raised():
+    class Hostile(dict):
+        def items(self):
+            raise RuntimeError("no")
+
+    class HalfBad(list):
+        def __iter__(self):
+            yield torch.ones(1)
+            raise RuntimeError("broken iterator")
+
+    assert list(walk(Hostile(a=torch.ones(1)))) == []
+    assert [p for p, _ in walk({"h": HalfBad(), "ok": torch.zeros(1)})] == ["['h'][0]", "['ok']"]
+
+
+def test_map_tensors_rebuilds_structure_and_keeps_namedtuples():
+    Pair = collections.namedtuple("Pair", "x y")
+    pair = Pair(torch.ones(1), 2)
+    out = map_tensors({"a": [torch.ones(2)], "b": (torch.zeros(1), "s"), "p": pair}, lambda t: t + 1)
+    assert out["a"][0].tolist() == [2.0, 2.0] and out["b"][0].tolist() == [1.0] and out["b"][1] == "s"
+    assert out["p"] is pair
+
+
+def test_map_tensors_refuses_absurd_depth():
+    deep: list = [torch.ones(1)]
+    for _ in range(200):
+        deep = [deep]
+    with pytest.raises(ValueError, match="nested more than"):
+        map_tensors(deep, lambda t: t)

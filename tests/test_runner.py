@@ -1,0 +1,60 @@
+"""The one script runner: a program runs as __main__ with its own argv, path, exit code and crash handling."""
+
+import sys
+
+import pytest
+
+from tensor_dap import runner
+from tensor_dap.errors import UsageError
+
+
+def _script(tmp_path, body, name="prog.py"):
+    path = tmp_path / name
+    path.write_text(body)
+    return path
+
+
+def test_script_runs_as_main_with_its_argv_and_folder_on_path(tmp_path, capsys):
+    (tmp_path / "helper.py").write_text("VALUE = 41\n")
+    path = _script(tmp_path, "import sys, helper\nassert __name__ == '__main__'\n"
+                             "print(sys.argv, helper.VALUE + 1)\n")
+    saved = sys.argv[:]
+    assert runner.run(runner.script_target(str(path)), ["--lr", "3"]) == 0
+    assert capsys.readouterr().out.strip() == f"{[str(path), '--lr', '3']} 42"
+    assert sys.argv == saved and str(tmp_path) not in sys.path
+
+
+def test_exit_codes(tmp_path, capsys):
+    assert runner.run(runner.script_target(str(_script(tmp_path, "raise SystemExit(3)"))), []) == 3
+    assert runner.run(runner.script_target(str(_script(tmp_path, "raise SystemExit('bye')"))), []) == 1
+    assert "bye" in capsys.readouterr().err
+    assert runner.run(runner.script_target(str(_script(tmp_path, "raise KeyboardInterrupt"))), []) == 130
+
+
+def test_a_crash_goes_to_the_handler(tmp_path):
+    seen = []
+    target = runner.script_target(str(_script(tmp_path, "raise ValueError('boom')")))
+    assert runner.run(target, [], on_crash=lambda exc: seen.append(exc) or 7) == 7
+    assert isinstance(seen[0], ValueError)
+
+
+def test_module_target(tmp_path, monkeypatch, capsys):
+    pkg = tmp_path / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "__main__.py").write_text("import sys\nprint('main of mypkg', sys.argv[1:])\n")
+    monkeypatch.chdir(tmp_path)
+    target = runner.module_target("mypkg")
+    assert target.label == "mypkg"
+    assert runner.run(target, ["a"]) == 0
+    assert capsys.readouterr().out.strip() == "main of mypkg ['a']"
+
+
+def test_missing_targets_are_usage_errors(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match="no such script"):
+        runner.script_target(str(tmp_path / "missing.py"))
+    with pytest.raises(UsageError, match="missing script"):
+        runner.script_target(None)
+    with pytest.raises(UsageError, match="no module named 'nope_not_here'"):
+        runner.module_target("nope_not_here")

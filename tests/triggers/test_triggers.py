@@ -1,0 +1,690 @@
+"""Training triggers in-process: planted bugs, equivalence with per-module hooks, numerics, bundles.
+
+The model, data and bugs live in harness/planted.py (also run as a script by the
+debugger tests). Everything here is real: real training loops, real NaNs, real files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import random
+from pathlib import Path
+
+import pytest
+import torch
+import planted
+
+import tensor_dap
+from tensor_dap import LossThresholdError, NonFiniteError
+
+pytestmark = pytest.mark.timeout(60)
+
+# bug -> (step, phase, module) that the report must name
+EXPECTED = {
+    "log_zero": (planted.BUG_STEP, "forward", "encoder.layers.1.act"),
+    "zero_variance": (planted.BUG_STEP, "forward", "norm"),
+    "inf_input": (planted.BUG_STEP, "input", "inp"),
+    "backward_nan": (planted.BUG_STEP, "backward", "pre"),
+}
+
+
+def train(bug, steps=12, **watch_kwargs):
+    """Train with watch; returns (watch handle, the NonFiniteError raised or None)."""
+    model, optimizer, batch, step_fn = planted.build(bug)
+    watch_kwargs.setdefault("capture", False)
+    w = tensor_dap.watch(model, optimizer, **watch_kwargs)
+    try:
+        with w:
+            for step in range(steps):
+                w.step(step_fn, *batch(step))
+    except NonFiniteError as exc:
+        return w, exc
+    return w, None
+
+
+@pytest.mark.parametrize("bug", sorted(EXPECTED))
+def test_planted_bug_names_step_phase_and_module(bug, caplog):
+    _, exc = train(bug, on="raise")
+    assert "step 5" in caplog.text and exc.report.module in caplog.text  # logged as well as raised
+    assert exc is not None, "the planted bug was not caught"
+    report = exc.report
+    assert (report.step, report.phase, report.module) == EXPECTED[bug]
+    text = str(exc)  # what a batch job's traceback shows
+    assert f"step {report.step}" in text and report.module in text and report.phase in text
+    assert any(s.nonfinite for _, _, s in report.tensors), "the report should show the non-finite tensor"
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_exploding_learning_rate_is_caught_in_the_loss_before_any_module_overflows():
+    _, exc = train("exploding_lr", on="raise")
+    assert exc is not None
+    report = exc.report
+    assert report.phase == "loss" and report.module is None
+    assert planted.BUG_STEP < report.step < planted.BUG_STEP + 6
+    assert report.loss == float("inf")
+    # hooks on every module notice the same step, but only in its backward: the loss came first
+    assert oracle("exploding_lr", until=report.step)[:2] == (report.step, "backward")
+
+
+def test_a_loss_finding_stops_with_the_loss_in_the_locals(monkeypatch):
+    """Stub of the stop itself (the real stops are in test_triggers_debuggers.py): what it is handed."""
+    from tensor_dap.dap import attached
+    from tensor_dap.triggers import stop as _trigger_stop
+
+    stops = []
+    monkeypatch.setattr(attached, "interactive_terminal", lambda: True)
+    monkeypatch.setattr(_trigger_stop, "stop_in_debugger", lambda report, **culprit: stops.append(culprit))
+    w, _ = train("exploding_lr", on="break")
+    [report] = w.reports
+    assert report.phase == "loss" and len(stops) == 1
+    assert stops[0]["step"] == report.step and not torch.isfinite(stops[0]["loss"])
+
+
+def oracle(bug, until=100):
+    """The reference: a forward and a full backward hook on every module for the whole run,
+    recording the first module (in hook firing order) that sees a non-finite tensor."""
+    model, _, batch, step_fn = planted.build(bug)
+    seen = []
+
+    def bad(obj):
+        return any(isinstance(t, torch.Tensor) and t.is_floating_point() and not torch.isfinite(t).all()
+                   for t in (obj if isinstance(obj, tuple) else (obj,)))
+
+    def fwd(name):
+        return lambda mod, args, out: seen.append(("forward", name)) if not seen and bad(out) else None
+
+    def bwd(name):
+        return lambda mod, gin, gout: seen.append(("backward", name)) if not seen and (bad(gin) or bad(gout)) \
+            else None
+
+    for name, mod in model.named_modules():
+        mod.register_forward_hook(fwd(name))
+        mod.register_full_backward_hook(bwd(name))
+    for step in range(until + 1):
+        step_fn(*batch(step))
+        if seen:
+            return (step, *seen[0])
+    return None
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("bug", sorted(EXPECTED))
+def test_localization_names_the_module_a_hook_on_every_module_names(bug):
+    _, exc = train(bug, on="raise")
+    expected = oracle(bug)
+    assert expected is not None
+    step, phase, module = expected
+    got_phase = "forward" if exc.report.phase == "input" else exc.report.phase
+    assert (exc.report.step, got_phase, exc.report.module) == (step, phase, module)
+
+
+def run_plain(bug, steps):
+    random.seed(0)
+    model, _, batch, step_fn = planted.build(bug)
+    for step in range(steps):
+        step_fn(*batch(step))
+    return model
+
+
+def assert_same_training(a, b):
+    for (name, p), q in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(p.nan_to_num(), q.nan_to_num()) and torch.equal(p.isnan(), q.isnan()), name
+
+
+@pytest.mark.parametrize("bug,on", [("inf_input", "log"), ("backward_nan", "log"), ("log_zero", None)])
+def test_numerics_and_rng_stream_are_bit_identical_with_watch_on(bug, on):
+    """Same parameters after N steps and the same RNG stream, even when a trigger fired and
+    re-ran the step (the model has dropout, so the re-run consumes the RNG)."""
+    steps = 9 if on else planted.BUG_STEP  # None: stop before the bug, a clean run
+    plain = run_plain(bug, steps)
+    plain_draw = (torch.rand(3), random.random())
+
+    random.seed(0)
+    model, optimizer, batch, step_fn = planted.build(bug)
+    with tensor_dap.watch(model, optimizer, on=on or "raise", capture=False) as w:
+        for step in range(steps):
+            w.step(step_fn, *batch(step))
+    assert len(w.reports) == (1 if on else 0)
+    assert_same_training(plain, model)
+    watched_draw = (torch.rand(3), random.random())
+    assert torch.equal(plain_draw[0], watched_draw[0]) and plain_draw[1] == watched_draw[1]
+
+
+def test_log_mode_reports_once_while_the_model_stays_non_finite(caplog):
+    w, exc = train("inf_input", on="log", steps=10)
+    assert exc is None
+    assert len(w.reports) == 1 and w.suppressed > 0
+    assert "inp" in caplog.text and "step 5" in caplog.text  # the logging record carries the report
+
+
+def test_sentinel_reads_only_once_every_every_steps(monkeypatch):
+    """Values are read back from tensors only on the steps where a read is due, never in between:
+    count every Tensor.item/__bool__ call the watch makes, step by step."""
+    calls = []
+    real_item, real_bool = torch.Tensor.item, torch.Tensor.__bool__
+    model, optimizer, batch, step_fn = planted.build("inf_input")
+    for every, steps in ((1, 4), (4, 12)):
+        w = tensor_dap.watch(model, optimizer, every=every, on="raise", capture=False)
+        reading_steps = []
+        for step in range(steps):
+            calls.clear()
+            with monkeypatch.context() as m:
+                m.setattr(torch.Tensor, "item", lambda t: calls.append("item") or real_item(t))
+                m.setattr(torch.Tensor, "__bool__", lambda t: calls.append("bool") or real_bool(t))
+                w.step(step_fn, *batch(step % planted.BUG_STEP))  # clean batches only
+            if calls:
+                reading_steps.append(step)
+            assert "bool" not in calls
+        assert reading_steps == list(range(every - 1, steps, every))
+        assert w.reads == steps // every
+        w.close(flush=False)
+
+
+def test_sentinel_observe_never_reads_device_values():
+    """On the meta device there is nothing to read: observe() working there shows it only launches ops."""
+    from tensor_dap.triggers.sentinel import Sentinel
+
+    s = Sentinel(every=4)
+    grads = [torch.empty(256, 784, device="meta"), torch.empty(10, device="meta")]
+    for step in range(3):
+        s.observe([grads], step)
+        s.observe_value(torch.empty((), device="meta"), step)
+        assert not s.due()
+    assert s.reads == 0
+
+
+def test_every_n_reports_the_first_bad_step_even_when_detected_later(monkeypatch):
+    """A model too large for a replay window (here: any model) still gets the first bad step."""
+    monkeypatch.setattr("tensor_dap.triggers.capture.WINDOW_BYTES", 0)
+    _, exc = train("inf_input", on="raise", every=4)
+    assert exc is not None
+    assert exc.report.step == planted.BUG_STEP
+    assert any("every 4 steps" in n and "detected at step 7" in n and "no replay window" in n
+               for n in exc.report.notes)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("every", [4, 8])
+@pytest.mark.parametrize("bug", sorted(EXPECTED))
+def test_every_n_localizes_the_first_bad_step_itself_and_bundles_it(bug, every, tmp_path):
+    """Read late, localized exactly: the window's earlier steps are replayed to reach the first bad
+    step's own pre-step state, so the report (and the bundle) equal those of every=1."""
+    _, exc = train(bug, on="raise", every=every, capture=str(tmp_path))
+    assert exc is not None
+    report = exc.report
+    assert (report.step, report.phase, report.module) == EXPECTED[bug]
+    assert any("detected at step 7" in n for n in report.notes)  # the first read after the bug
+    state = torch.load(os.path.join(report.bundle, "state.pt"), weights_only=False)
+    assert state["step"] == planted.BUG_STEP and report.bundle.endswith(f"-step{planted.BUG_STEP}")
+    _, one = train(bug, on="raise", every=1, capture=str(tmp_path / "one"))  # the same pre-step state
+    one_state = torch.load(os.path.join(one.report.bundle, "state.pt"), weights_only=False)
+    assert_same_training_dict(state["model"], one_state["model"])
+    assert_same_training_dict(state["optimizer"]["state"][0], one_state["optimizer"]["state"][0])
+    assert torch.equal(state["rng"]["torch"], one_state["rng"]["torch"])
+
+
+def test_every_n_failure_found_by_the_last_read_at_close_is_localized_too():
+    w, exc = train("zero_variance", on="log", every=4, steps=planted.BUG_STEP + 2)  # no read due after the bug
+    assert exc is None and w.step_count == planted.BUG_STEP + 2
+    assert [(r.step, r.phase, r.module) for r in w.reports] == [EXPECTED["zero_variance"]]
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("every,start", [(8, 7), (5, 9)])
+def test_every_n_replays_learning_rate_changes_made_between_steps(every, start):
+    """exploding_lr multiplies lr outside the step function: the replay applies each step's own lr,
+    so the first bad step and its module are those that hooks on every module see. The loss
+    overflows at step 9: with every=5 that is a read step, whose loss is only read at the next read."""
+    _, exc = train("exploding_lr", on="raise", every=every, steps=16)
+    step, phase, module = oracle("exploding_lr", until=exc.report.step)
+    assert (exc.report.step, exc.report.phase, exc.report.module) == (step, phase, module)
+    if every == 5:
+        assert step == start  # a read step's own loss: read only by the next read, still localized
+    assert any(f"re-run from the state saved at the start of step {start}" in n for n in exc.report.notes)
+
+
+@pytest.mark.parametrize("bug", ["log_zero", "backward_nan"])
+def test_every_n_window_replay_keeps_numerics_rng_and_optimizer_objects_identical(bug):
+    steps = 12
+    plain = run_plain(bug, steps)
+    plain_draw = (torch.rand(3), random.random())
+
+    random.seed(0)
+    model, optimizer, batch, step_fn = planted.build(bug)
+    group, momentum = optimizer.param_groups[0], None
+    with tensor_dap.watch(model, optimizer, on="log", every=4, capture=False) as w:
+        for step in range(steps):
+            w.step(step_fn, *batch(step))
+            if step == 3:
+                momentum = optimizer.state[model.head.weight]["momentum_buffer"]
+    assert [(r.step, r.module) for r in w.reports] == [(planted.BUG_STEP, EXPECTED[bug][2])]
+    assert_same_training(plain, model)
+    assert optimizer.param_groups[0] is group and optimizer.state[model.head.weight]["momentum_buffer"] is momentum
+    watched_draw = (torch.rand(3), random.random())
+    assert torch.equal(plain_draw[0], watched_draw[0]) and plain_draw[1] == watched_draw[1]
+
+
+def test_a_loss_caught_at_the_next_step_says_which_step_the_bundle_holds(tmp_path):
+    _, exc = train("exploding_lr", on="raise", capture=str(tmp_path))
+    report = exc.report
+    assert report.phase == "loss"
+    bundle_step = torch.load(os.path.join(report.bundle, "state.pt"), weights_only=False)["step"]
+    assert bundle_step == report.step + 1 and report.bundle.endswith(f"-step{bundle_step}")
+    assert any(f"detected at step {bundle_step}" in n for n in report.notes)
+    assert any(f"the bundle holds step {bundle_step}" in n for n in report.notes)
+
+
+def test_plain_loop_without_step_still_catches_and_names_a_module():
+    model, optimizer, batch, step_fn = planted.build("backward_nan")
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False):
+        for step in range(10):
+            step_fn(*batch(step))
+    assert info.value.report.step == planted.BUG_STEP
+    assert info.value.report.phase == "backward" and info.value.report.module
+    assert any("watch.step" in n for n in info.value.report.notes)
+
+
+def test_an_internal_failure_never_breaks_the_training_loop(monkeypatch, caplog):
+    import sys
+
+    monkeypatch.setattr(sys.modules["tensor_dap.triggers.watch"], "nonfinite_parameters",
+                        lambda model: 1 / 0)
+    w, exc = train("inf_input", on="raise", steps=8)
+    assert exc is None and not w.reports
+    assert "internal error" in caplog.text and "ZeroDivisionError" in caplog.text
+
+
+# ------------------------------------------------------------------ bundles and replay
+
+def test_bundle_is_written_atomically_and_never_overwritten(tmp_path):
+    root = str(tmp_path / "incidents")
+    paths = []
+    for _ in range(2):
+        _, exc = train("inf_input", on="raise", capture=root)
+        paths.append(exc.report.bundle)
+    assert len(set(paths)) == 2 and all(os.path.dirname(p) == root for p in paths)
+    assert sorted(os.listdir(root)) == sorted(os.path.basename(p) for p in paths)  # no leftover temp dirs
+    assert os.path.basename(paths[0]).endswith(f"-step{planted.BUG_STEP}")
+    for path in paths:
+        assert sorted(os.listdir(path)) == ["report.json", "report.txt", "state.pt"]
+        data = json.loads(Path(path, "report.json").read_text())
+        assert (data["step"], data["phase"], data["module"]) == (planted.BUG_STEP, "input", "inp")
+        assert data["bundle"] == path
+        assert "tensor-dap replay " + path in Path(path, "report.txt").read_text()
+        state = torch.load(os.path.join(path, "state.pt"), weights_only=False)
+        assert state["step"] == planted.BUG_STEP and set(state["rng"]) >= {"python", "torch", "numpy"}
+        x = state["args"][0]
+        assert torch.isinf(x).any()  # the step's own batch
+        assert state["optimizer"]["state"]  # momentum buffers from before the step
+
+
+def test_a_failed_bundle_write_leaves_nothing_behind(tmp_path):
+    from tensor_dap.triggers.incident import write_bundle
+    from tensor_dap.triggers.report import Report
+
+    report = Report("nonfinite", "x", step=3)
+    with pytest.raises((pickle.PicklingError, AttributeError, TypeError)):
+        write_bundle(report, step=3, args=(lambda: None,), root=str(tmp_path))  # a lambda cannot be pickled
+    assert os.listdir(tmp_path) == [] and report.bundle is None
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("bug", ["backward_nan", "log_zero"])
+def test_replay_reproduces_the_failure_from_the_bundle(tmp_path, bug):
+    _, exc = train(bug, on="raise", capture=str(tmp_path))
+    bundle = exc.report.bundle
+    model, optimizer, _, step_fn = planted.build(bug, seed=123)  # different weights: replay restores them
+    with pytest.raises(NonFiniteError) as info:
+        tensor_dap.replay(bundle, model, step_fn, optimizer, on="raise")
+    report = info.value.report
+    assert (report.step, report.phase, report.module) == (exc.report.step, exc.report.phase, exc.report.module)
+    if bug == "backward_nan":  # detect_anomaly names the autograd op behind the backward NaN
+        assert any("SqrtBackward0" in n for n in report.notes)
+    saved = torch.load(os.path.join(bundle, "state.pt"), weights_only=False)["model"]
+    assert_same_training_dict(model.state_dict(), saved)  # left in the pre-step state
+
+
+def assert_same_training_dict(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+def test_cli_replay_prints_the_report(tmp_path, capsys):
+    from tensor_dap.cli import main
+
+    _, exc = train("zero_variance", on="raise", capture=str(tmp_path))
+    assert main(["replay", exc.report.bundle]) == 0
+    out = capsys.readouterr().out
+    assert "norm" in out and "Standardize" in out and f"step {planted.BUG_STEP}" in out and "NaN!" in out
+    assert main(["replay", "--json", exc.report.bundle]) == 0
+    assert json.loads(capsys.readouterr().out)["module"] == "norm"
+
+
+@pytest.mark.parametrize("path", ["does/not/exist", "."])
+def test_cli_replay_bad_bundle_is_one_line_and_exit_2(path, capsys):
+    from tensor_dap.cli import main
+
+    assert main(["replay", path]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tensor-dap: error:") and err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("content", ["[]", "{not json", '{"kind": "nonfinite"}',
+                                     '{"headline": "x", "kind": "x", "tensors": 5}'])
+def test_cli_replay_damaged_report_is_one_line_and_exit_2(tmp_path, content, capsys):
+    from tensor_dap.cli import main
+
+    (tmp_path / "report.json").write_text(content)
+    assert main(["replay", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tensor-dap: error:") and "report.json" in err and err.count("\n") == 1
+
+
+# ------------------------------------------------------------------ break_if
+
+def test_break_if_thresholds_and_return_value():
+    assert tensor_dap.break_if(torch.tensor(0.5), above=1.0, on="raise") is False
+    with pytest.raises(LossThresholdError, match="above 1"):
+        tensor_dap.break_if(torch.tensor(2.0), above=1.0, on="raise", step=7)
+    with pytest.raises(LossThresholdError, match="below"):
+        tensor_dap.break_if(0.001, below=0.01, on="raise")
+    with pytest.raises(NonFiniteError, match="nan"):
+        tensor_dap.break_if(torch.tensor(float("nan")), on="raise")
+    assert tensor_dap.break_if(torch.tensor(float("nan")), nan=False, on="raise") is False
+    assert tensor_dap.break_if(torch.tensor(float("inf")), on="log") is True
+
+
+def test_break_if_spike_after_warmup_and_automatic_step():
+    fired = []
+    for i in range(30):
+        loss = torch.tensor(1.0 + 0.01 * (i % 3))
+        if i in (3, 25):
+            loss = torch.tensor(10.0)  # a spike during warm-up is ignored; after it, it fires
+        try:
+            tensor_dap.break_if(loss, spike=3.0, on="raise")
+        except LossThresholdError as exc:
+            fired.append(exc.report.step)
+            assert exc.report.kind == "spike" and "running average" in str(exc)
+    assert fired == [25]
+
+
+def test_break_if_raises_under_auto_without_a_terminal(monkeypatch):
+    with open(os.devnull) as devnull:
+        monkeypatch.setattr("sys.stdin", devnull)
+        with pytest.raises(LossThresholdError) as info:
+            tensor_dap.break_if(torch.tensor(5.0), above=1.0)
+    assert info.value.report.phase == "loss" and info.value.report.rank is None
+
+
+def test_forced_break_with_nobody_to_stop_for_raises_instead_of_hanging(monkeypatch):
+    with open(os.devnull) as devnull:
+        monkeypatch.setattr("sys.stdin", devnull)
+        with pytest.raises(NonFiniteError, match="no DAP client is attached and stdin is not a terminal"):
+            tensor_dap.break_if(torch.tensor(float("nan")), on="break")
+
+
+def test_bad_arguments_are_clear_errors():
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(ValueError, match="on='stop'"):
+        tensor_dap.watch(model, on="stop")
+    with pytest.raises(ValueError, match="every=0"):
+        tensor_dap.watch(model, every=0)
+    with pytest.raises(ValueError, match="scalar loss"):
+        tensor_dap.break_if(torch.ones(3))
+
+
+def test_steps_drawing_from_python_and_numpy_rngs_stay_identical_and_reproduce():
+    """A step that draws from `random` and numpy: the re-run replays the same draws (the report's
+    input summary equals the one seen by the original step) and the streams continue unchanged."""
+    import numpy as np
+
+    def run(watched):
+        random.seed(1)
+        np.random.seed(1)
+        model, optimizer, batch, step_fn = planted.build("log_zero")
+        seen = []
+        if not watched:  # record what the culprit module received in the original step
+            model.encoder.layers[1].act.register_forward_hook(lambda m, a, o: seen.append(tensor_dap.describe(a[0])))
+
+        def noisy_step(x, y):  # random scaling drawn from both host RNGs, inside the step
+            return step_fn(x * (1 + random.random()) * (1 + float(np.random.rand())), y)
+
+        w = tensor_dap.watch(model, optimizer, on="log", capture=False) if watched else None
+        for step in range(8):
+            w.step(noisy_step, *batch(step)) if w else noisy_step(*batch(step))
+        return model, w, (random.random(), float(np.random.rand())), seen
+
+    plain, _, plain_draws, seen = run(False)
+    watched, w, watched_draws, _ = run(True)
+    [report] = w.reports
+    assert (report.step, report.phase, report.module) == (planted.BUG_STEP, "forward", "encoder.layers.1.act")
+    rerun_input = next(s for sec, _, s in report.tensors if sec == "inputs")
+    original_input = seen[planted.BUG_STEP]
+    assert (rerun_input.min, rerun_input.max, rerun_input.mean) == (
+        original_input.min, original_input.max, original_input.mean)
+    assert_same_training(plain, watched)
+    assert plain_draws == watched_draws
+
+
+def test_without_an_optimizer_argument_the_stepping_optimizer_is_found(tmp_path):
+    model, _, batch, step_fn = planted.build("zero_variance")
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, on="raise", capture=str(tmp_path)) as w:
+        for step in range(10):
+            w.step(step_fn, *batch(step))
+    report = info.value.report
+    assert (report.step, report.phase, report.module) == (planted.BUG_STEP, "forward", "norm")
+    state = torch.load(os.path.join(report.bundle, "state.pt"), weights_only=False)
+    assert state["optimizer"]["state"]  # the optimizer that stepped, from before the step
+
+
+def test_a_manual_update_outside_torch_optim_is_not_applied_twice_by_the_rerun():
+    def run(watched):
+        model, _, batch, _ = planted.build("inf_input")
+
+        def sgd_step(x, y):  # no torch.optim: the check runs after the step
+            model.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            with torch.no_grad():
+                for p in model.parameters():
+                    p -= 0.05 * p.grad
+            return loss
+
+        w = tensor_dap.watch(model, on="log", capture=False) if watched else None
+        for step in range(8):
+            w.step(sgd_step, *batch(step)) if w else sgd_step(*batch(step))
+        return model, w
+
+    plain, _ = run(False)
+    watched, w = run(True)
+    assert [(r.step, r.phase, r.module) for r in w.reports][:1] == [(planted.BUG_STEP, "input", "inp")]
+    assert_same_training(plain, watched)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (CPU: see the read-count tests)")
+def test_cuda_sentinel_makes_no_host_sync_between_reads():
+    """With every > 1, steps between reads must not synchronize: CUDA's sync debug mode errors if they do."""
+    model, _, batch, _ = planted.build("inf_input")
+    model.cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)  # its state follows the parameters' device
+
+    def cuda_step(x, y):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    w = tensor_dap.watch(model, optimizer, every=4, on="raise", capture=False)
+    batches = [tuple(t.cuda() for t in batch(i)) for i in range(4)]
+    w.step(cuda_step, *batches[0])  # the first step also probes the host RNGs
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for x, y in batches[1:3]:  # checks 2 and 3 of 4: no read is due
+            w.step(cuda_step, x, y)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    w.step(cuda_step, *batches[3])
+    assert w.reads == 1
+    w.close(flush=False)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64, torch.complex64])
+def test_sentinel_finds_the_first_bad_step_in_any_dtype_without_overflow_alarms(dtype):
+    from tensor_dap.triggers.sentinel import Sentinel, group
+
+    s = Sentinel(every=3)
+    big = torch.full((1000,), 60000.0).to(dtype)  # its float16 sum/norm would overflow
+    bad = torch.tensor([1.0, float("nan")]).to(dtype)
+    s.observe(group([big]), 0)
+    s.observe(group([big, bad]), 1)
+    s.observe(group([bad]), 2)
+    assert s.read() == 1
+    s.observe(group([big]), 3)
+    assert s.read() is None
+
+
+class _PoisonGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * float("nan")
+
+
+class Poison(torch.nn.Module):
+    """Turns its forward output, or the gradient it sends back, into NaN at one step."""
+
+    def __init__(self, at_step, phase):
+        super().__init__()
+        self.at_step, self.phase, self.now = at_step, phase, -1
+
+    def forward(self, x):
+        if self.now != self.at_step:
+            return x
+        if self.phase == "forward":
+            return x * float("nan")
+        return _PoisonGrad.apply(x)
+
+
+def random_case(seed):
+    """A random MLP with a Poison module at a random depth, poisoning a random phase at a random step."""
+    gen = random.Random(seed)
+    width = gen.choice([4, 8, 12])
+    layers, poison = [], None
+    depth = gen.randint(3, 6)
+    where = gen.randrange(1, depth)
+    for i in range(depth):
+        layers.append(torch.nn.Linear(width, width))
+        layers.append(gen.choice([torch.nn.Tanh(), torch.nn.ReLU(), torch.nn.Identity()]))
+        if i == where:
+            poison = Poison(gen.randint(1, 4), gen.choice(["forward", "backward"]))
+            layers.append(poison)
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(*layers, torch.nn.Linear(width, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = [(torch.randn(8, width), torch.randn(8, 1)) for _ in range(6)]
+
+    def step_fn(x, y, step):
+        poison.now = step
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    return model, optimizer, data, step_fn
+
+
+def naive_first(model, data, step_fn):
+    seen = []
+
+    def bad(obj):
+        return any(isinstance(t, torch.Tensor) and not torch.isfinite(t).all()
+                   for t in (obj if isinstance(obj, tuple) else (obj,)))
+
+    for name, mod in model.named_modules():
+        mod.register_forward_hook(lambda m, a, o, n=name: seen.append(("forward", n)) if not seen and bad(o)
+                                  else None)
+        mod.register_full_backward_hook(lambda m, gi, go, n=name: seen.append(("backward", n))
+                                        if not seen and (bad(gi) or bad(go)) else None)
+    for step, (x, y) in enumerate(data):
+        step_fn(x, y, step)
+        if seen:
+            return (step, *seen[0])
+    return None
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("seed", range(8))
+def test_localization_equals_hooks_on_every_module_on_random_models(seed):
+    model, _, data, step_fn = random_case(seed)
+    expected = naive_first(model, data, step_fn)
+    model, optimizer, data, step_fn = random_case(seed)
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False) as w:
+        for step, (x, y) in enumerate(data):
+            w.step(step_fn, x, y, step)
+    report = info.value.report
+    assert (report.step, report.phase, report.module) == expected
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_in_place_ops_fall_back_to_tensor_hooks_and_still_localize_the_backward():
+    """ReLU(inplace=True) forbids module backward hooks; the re-run falls back to tensor hooks."""
+    torch.manual_seed(0)
+    poison = Poison(2, "backward")
+    model = torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.ReLU(inplace=True), poison, torch.nn.Linear(6, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def step_fn(x, step):
+        poison.now = step
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False) as w:
+        for step in range(4):
+            w.step(step_fn, torch.randn(5, 6), step)
+    report = info.value.report
+    assert (report.step, report.phase) == (2, "backward")
+    assert report.module in ("1", "2") and "in-place" in report.notes[0]
+
+
+@pytest.mark.parametrize("give_optimizer", [True, False])
+def test_grad_scaler_overflow_skips_and_gradient_accumulation_are_not_alarms(give_optimizer):
+    """A GradScaler skipping steps with Inf gradients is normal AMP behaviour, not a trigger."""
+    model, optimizer, batch, _ = planted.build("log_zero")
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**126, growth_interval=1)  # overflows often
+
+    def amp_step(x, y, accumulate):
+        loss = torch.nn.functional.mse_loss(model(x), y) * 50
+        scaler.scale(loss).backward()
+        if not accumulate:
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+        return loss
+
+    with tensor_dap.watch(model, optimizer if give_optimizer else None, on="raise", capture=False) as w:
+        for step in range(12):
+            w.step(amp_step, *batch(step % planted.BUG_STEP), step % 2 == 0)
+    assert scaler.get_scale() < 2.0**126  # the scaler did skip overflowing steps
+    assert w.reports == [] and w.reads > 0
+
+
+def test_public_names_work_even_after_importing_their_modules():
+    """Public names stay the functions after every module of the package is imported."""
+    import subprocess
+    import sys
+
+    code = ("import torch, tensor_dap.triggers.watch, tensor_dap.triggers.replay, tensor_dap\n"
+            "w = tensor_dap.watch(torch.nn.Linear(2, 2), capture=False)\n"
+            "print(type(w).__name__, callable(tensor_dap.replay))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.split() == ["watch", "True"]
