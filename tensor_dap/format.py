@@ -7,6 +7,7 @@ tables and the CLI all print a number, a shape or an exception the same way.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Optional
 
 _DTYPES = {
@@ -99,3 +100,17 @@ def short_error(exc: BaseException, limit: Optional[int] = 80) -> str:
     if limit is not None and len(text) > limit:
         text = text[:limit - 3] + "..."
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+# C0/C1 control characters (escape sequences retitle, clear or rewrite a terminal) and the bidi
+# overrides that make text read differently from what it is; tab and newline are handled apart.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: Any, *, newlines: bool = False) -> str:
+    """``text`` (from a file, a checkpoint key, a report) safe to print: control characters are shown
+    escaped (``\\x1b``) instead of acting on the terminal. Newlines are kept only with ``newlines``."""
+    text = str(text)
+    if not newlines:
+        text = text.replace("\n", "\\n").replace("\r", "\\r")
+    return _UNSAFE.sub(lambda m: m.group(0).encode("unicode_escape").decode("ascii"), text)
