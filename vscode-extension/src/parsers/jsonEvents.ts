@@ -29,6 +29,7 @@ export class TraceEventStream {
     private valueStart = -1;
     private elementStart = -1;
     private count = 0;
+    private sawEvents = false;
 
     constructor(private readonly onEvent: (event: Record<string, unknown>) => void) {}
 
@@ -51,6 +52,9 @@ export class TraceEventStream {
     end(): void {
         if (!this.done) {
             throw new TruncatedError(this.started ? 'the trace JSON' : 'the trace (it is empty)');
+        }
+        if (!this.topIsArray && !this.sawEvents) {
+            throw new FileFormatError('not a Chrome trace: the JSON object has no "traceEvents" list');
         }
     }
 
@@ -115,6 +119,7 @@ export class TraceEventStream {
                 if (topMember && this.afterColon && this.valueStart < 0) {
                     if (this.key === 'traceEvents' && c === LBRACKET) {
                         this.eventsDepth = 2;
+                        this.sawEvents = true;
                     } else {
                         this.valueStart = i;
                     }
