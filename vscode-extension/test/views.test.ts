@@ -69,6 +69,7 @@ test('line marks: time, share of the function, hits, heat', () => {
     assert.ok(Math.abs(marks.filter((m) => m.line >= 11 && m.line <= 16).reduce((s, m) => s + m.percent, 0) - 100) < 1e-6);
     assert.equal(backward.time, step.lines.find(([l]) => l === 14)![2]);
     assert.match(backward.label, /^[\d.]+ (ms|µs|s)  [\d.]+%  20 hits$/);
+    assert.match(marks.find((m) => m.hits === 1)!.label, /  1 hit$/);
     assert.deepEqual(lineMarks(model, '/elsewhere.py'), []);
     assert.deepEqual([heatLevel(0), heatLevel(0.5), heatLevel(1), heatLevel(3), heatLevel(50), heatLevel(100)], [0, 0, 1, 2, 5, 5]);
     assert.deepEqual([formatSeconds(2), formatSeconds(0.0123), formatSeconds(4e-6), formatSeconds(3e-9)], ['2.00 s', '12.3 ms', '4.0 µs', '3 ns']);

@@ -25,13 +25,13 @@ function render(m: ProfMessage): void {
     const ids = Array.from({ length: t.name.length }, (_, i) => i);
     const columns: Column<number>[] = [
         { title: 'Function', value: (i) => t.name[i].toLowerCase(), cell: (i) => h('span', { title: t.name[i] }, t.name[i]) },
-        { title: 'Location', width: '22%', value: (i) => `${baseName(t.files[t.file[i]])}:${String(t.line[i]).padStart(7, '0')}`, cell: (i) => sourceLink(t.files[t.file[i]], t.line[i]) },
-        { title: 'Calls', numeric: true, width: '9%', value: (i) => t.calls[i], cell: (i) => (t.calls[i] === t.primitive[i] ? fmtCount(t.calls[i]) : `${fmtCount(t.calls[i])}/${fmtCount(t.primitive[i])}`), tooltip: 'calls (total/primitive when recursive)' },
-        { title: 'Own', numeric: true, width: '9%', value: (i) => t.own[i], cell: (i) => fmtSeconds(t.own[i]), tooltip: 'time in the function itself (tottime)' },
-        { title: 'Own %', numeric: true, width: '7%', value: (i) => t.own[i], cell: (i) => fmtPercent(t.own[i], total) },
-        { title: 'Cumulative', numeric: true, width: '10%', value: (i) => t.cumulative[i], cell: (i) => fmtSeconds(t.cumulative[i]), tooltip: 'time including everything it called (cumtime)' },
-        { title: 'Own/call', numeric: true, width: '9%', value: (i) => t.own[i] / Math.max(1, t.calls[i]), cell: (i) => fmtSeconds(t.own[i] / Math.max(1, t.calls[i])) },
-        { title: 'Cum/call', numeric: true, width: '9%', value: (i) => t.cumulative[i] / Math.max(1, t.primitive[i]), cell: (i) => fmtSeconds(t.cumulative[i] / Math.max(1, t.primitive[i])) },
+        { title: 'Location', width: '18%', value: (i) => `${baseName(t.files[t.file[i]])}:${String(t.line[i]).padStart(7, '0')}`, cell: (i) => sourceLink(t.files[t.file[i]], t.line[i]) },
+        { title: 'Calls', numeric: true, width: '7%', value: (i) => t.calls[i], cell: (i) => (t.calls[i] === t.primitive[i] ? fmtCount(t.calls[i]) : `${fmtCount(t.calls[i])}/${fmtCount(t.primitive[i])}`), tooltip: 'calls (total/primitive when recursive)' },
+        { title: 'Own', numeric: true, width: '8%', value: (i) => t.own[i], cell: (i) => fmtSeconds(t.own[i]), tooltip: 'time in the function itself (tottime)' },
+        { title: 'Own %', numeric: true, width: '6%', value: (i) => t.own[i], cell: (i) => fmtPercent(t.own[i], total) },
+        { title: 'Cumulative', numeric: true, width: '9%', value: (i) => t.cumulative[i], cell: (i) => fmtSeconds(t.cumulative[i]), tooltip: 'time including everything it called (cumtime)' },
+        { title: 'Own/call', numeric: true, width: '8%', value: (i) => t.own[i] / Math.max(1, t.calls[i]), cell: (i) => fmtSeconds(t.own[i] / Math.max(1, t.calls[i])) },
+        { title: 'Cum/call', numeric: true, width: '8%', value: (i) => t.cumulative[i] / Math.max(1, t.primitive[i]), cell: (i) => fmtSeconds(t.cumulative[i] / Math.max(1, t.primitive[i])) },
     ];
     const vt = new VirtualTable(columns, ids, { sortBy: 5, onSelect: select, label: 'functions', height: '55vh' });
     const count = h('span', { class: 'muted' }, `${fmtCount(ids.length)} functions`);

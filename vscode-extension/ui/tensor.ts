@@ -30,14 +30,14 @@ function render(m: Extract<HostMessage, { type: 'tensor' }>): void {
         ['sampled', s.sampled ? `yes (${fmtCount(Number(s.stats_count))} elements)` : 'no'],
     ];
     replace(
-        h('header', {}, h('h1', {}, m.name), h('button', { class: 'secondary', onclick: () => send({ type: 'refreshTensor' }) }, 'Refresh')),
+        h('header', {}, h('h1', {}, m.name), h('span', { class: 'muted' }, m.expr === m.name ? m.frame : `${m.expr} · ${m.frame}`),
+            h('button', { class: 'secondary', onclick: () => send({ type: 'refreshTensor' }) }, 'Refresh')),
         h('p', {}, h('code', { class: 'summary-line' }, d.line)),
-        h('p', { class: 'muted' }, `${m.expr} in ${m.frame}`),
         h('div', { class: 'columns' },
-            h('table', { class: 'facts' }, h('tbody', {}, ...rows.filter(([, v]) => v !== '' && v !== 'null').map(([k, v]) => h('tr', {}, h('th', {}, k), h('td', {}, v))))),
-            h('div', {}, h('h2', {}, 'Histogram'), histogram(d.histogram))),
-        h('h2', {}, 'Heatmap'),
-        heatmap(d.heatmap),
+            h('div', {}, h('h2', {}, 'Histogram'), histogram(d.histogram)),
+            h('div', {}, h('h2', {}, 'Heatmap'), heatmap(d.heatmap))),
+        h('h2', {}, 'Statistics'),
+        h('table', { class: 'facts' }, h('tbody', {}, ...rows.filter(([, v]) => v !== '' && v !== 'null').map(([k, v]) => h('tr', {}, h('th', {}, k), h('td', {}, v))))),
     );
 }
 
@@ -45,7 +45,7 @@ function histogram(hist: Histogram | null): HTMLElement {
     if (!hist || !hist.counts.length) {
         return h('p', { class: 'muted' }, hist ? `No finite values (${fmtCount(hist.nonfinite)} NaN/Inf).` : 'No values to count for this tensor.');
     }
-    const W = 420, H = 160;
+    const W = 360, H = 140;
     const canvas = h('canvas', { class: 'histogram', width: W, height: H, role: 'img', 'aria-label': 'Histogram of values' });
     const ctx = canvas.getContext('2d')!;
     const max = Math.max(...hist.counts, 1);
@@ -59,14 +59,14 @@ function histogram(hist: Histogram | null): HTMLElement {
     return h('div', {},
         canvas,
         h('div', { class: 'axis-labels' }, h('span', {}, num(hist.integer ? lo + 0.5 : lo)), h('span', {}, num(hist.integer ? hi - 0.5 : hi))),
-        h('p', { class: 'muted' }, `${fmtCount(hist.total)} finite values${hist.nonfinite ? `, ${fmtCount(hist.nonfinite)} NaN/Inf left out` : ''}${hist.sampled ? ' (an evenly spread sample)' : ''}; tallest bin ${fmtCount(max)}.`));
+        h('p', { class: 'muted caption' }, `${fmtCount(hist.total)} finite values${hist.nonfinite ? `, ${fmtCount(hist.nonfinite)} NaN/Inf left out` : ''}${hist.sampled ? ' (an evenly spread sample)' : ''}; tallest bin ${fmtCount(max)}.`));
 }
 
 function heatmap(map: Heatmap | null): HTMLElement {
     if (!map) {
         return h('p', { class: 'muted' }, 'Heatmaps are drawn for tensors with two or more dimensions.');
     }
-    const cell = Math.max(2, Math.min(12, Math.floor(640 / Math.max(map.rows, map.cols))));
+    const cell = Math.max(2, Math.min(12, Math.floor(320 / Math.max(map.rows, map.cols))));
     const canvas = h('canvas', { class: 'heatmap', width: map.cols * cell, height: map.rows * cell, role: 'img', 'aria-label': 'Heatmap of values' });
     const ctx = canvas.getContext('2d')!;
     const lo = map.min ?? 0, hi = map.max ?? 1;
@@ -80,7 +80,7 @@ function heatmap(map: Heatmap | null): HTMLElement {
     const shape = `[${map.sourceShape.join(', ')}]`;
     return h('div', {},
         canvas,
-        h('p', { class: 'muted' }, `${map.slice ? `slice ${map.slice} of ` : ''}${shape} as ${map.rows}×${map.cols} cells (each the mean of its block${map.sampled ? ', from a strided sample' : ''}); colour from ${num(lo)} to ${num(hi)}; magenta: NaN/Inf.`));
+        h('p', { class: 'muted caption' }, `${map.slice ? `slice ${map.slice} of ` : ''}${shape} as ${map.rows}×${map.cols} cells (each the mean of its block${map.sampled ? ', from a strided sample' : ''}); colour from ${num(lo)} to ${num(hi)}; magenta: NaN/Inf.`));
 }
 
 function viridis(t: number): string {

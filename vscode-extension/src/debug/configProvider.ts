@@ -13,7 +13,10 @@ export const REMOTE_PLACEHOLDER = '/ABSOLUTE/PATH/OF/THE/PROJECT/ON/THE/GPU/BOX'
 export class ConfigProvider implements vscode.DebugConfigurationProvider {
     constructor(private readonly templates: () => Templates, private readonly state: vscode.Memento) {}
 
-    provideDebugConfigurations(): vscode.DebugConfiguration[] {
+    provideDebugConfigurations(folder: vscode.WorkspaceFolder | undefined): vscode.DebugConfiguration[] {
+        if (!folder && vscode.workspace.workspaceFolders?.length) {
+            return [];  // asked again for "user settings": the folder's entries are enough
+        }
         return DYNAMIC.map((name) => template(this.templates(), name));
     }
 

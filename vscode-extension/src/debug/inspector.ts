@@ -135,7 +135,7 @@ export class TensorInspector implements vscode.TreeDataProvider<Row>, vscode.Dis
         let message: HostMessage;
         try {
             const detail = parseTensorDetail(await evaluate(frame, tensorExpression(tensor.expr, config.get('bins', 64), config.get('heatmapSize', 64))));
-            message = { type: 'tensor', name: tensor.name, expr: tensor.expr, frame: `${frame.session.name}, frame ${frame.frameId}`, detail };
+            message = { type: 'tensor', name: tensor.name, expr: tensor.expr, frame: frame.session.name, detail };
         } catch (e) {
             message = { type: 'error', title: `${tensor.name} cannot be inspected`, message: (e as Error).message, actions: ['retry'] };
         }

@@ -24,7 +24,7 @@ export function lineMarks(model: LprofModel, profiledFile: string): LineMark[] {
         }
         for (const [line, hits, time] of fn.lines) {
             const percent = fn.total > 0 ? (100 * time) / fn.total : 0;
-            marks.push({ line, time, percent, hits, heat: heatLevel(percent), label: `${formatSeconds(time)}  ${percent.toFixed(1)}%  ${hits.toLocaleString('en-US')} hits` });
+            marks.push({ line, time, percent, hits, heat: heatLevel(percent), label: `${formatSeconds(time)}  ${percent.toFixed(1)}%  ${hits.toLocaleString('en-US')} hit${hits === 1 ? '' : 's'}` });
         }
     }
     return marks.sort((a, b) => a.line - b.line);
