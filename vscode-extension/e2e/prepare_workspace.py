@@ -7,8 +7,8 @@
 - hostile.prof: a function named with an HTML script tag, in a file named with an img tag
 - traces/train.pt.trace.json (torch.profiler)
 - .tensor_dap/incidents/<time>-step0/: a real bundle written by tensor_dap.watch
-- memory.json: an example in the schema the extension reads (the memory profiler that will
-  write it is not merged yet)
+- memory.json: an example in the format `tensor-dap profile --mode memory` writes (that
+  command is not merged yet, so the test writes the file itself)
 """
 import cProfile
 import json
@@ -47,9 +47,10 @@ def main():
 
     incident(torch)
     with open("memory.json", "w") as f:
-        json.dump({"peak_rss": 812_000_000, "measure": "peak",
-                   "sites": [{"file": TRAIN, "line": 7, "function": "make_model", "size": 3_604, "count": 4},
-                             {"file": TRAIN, "line": 25, "function": "main", "size": 512, "count": 20}]}, f, indent=1)
+        json.dump({"version": 1, "kind": "tensor_dap.memory", "program": TRAIN, "peak_rss_bytes": 812_000_000,
+                   "measure": "live Python bytes at the largest snapshot",
+                   "sites": [{"file": TRAIN, "line": 7, "function": "make_model", "size_bytes": 3_604, "count": 4},
+                             {"file": TRAIN, "line": 25, "function": "main", "size_bytes": 512, "count": 20}]}, f, indent=1)
 
 
 def incident(torch):

@@ -55,6 +55,9 @@ function webview() {
 async function quickInput(prefixKey, text) {
     const input = page.locator('.quick-input-widget input.input');
     for (let attempt = 0; ; attempt++) {
+        if (process.env.E2E_VERBOSE && attempt) {
+            console.log(`\n    ${prefixKey}: attempt ${attempt + 1}`);
+        }
         await page.keyboard.press(prefixKey);
         if (await input.waitFor({ state: 'visible', timeout: 3_000 }).then(() => true, () => false)) {
             break;
@@ -67,10 +70,15 @@ async function quickInput(prefixKey, text) {
 }
 
 async function runCommand(title) {
+    const start = Date.now();
     await quickInput('F1', title);
+    const typed = Date.now();
     const row = page.locator('.quick-input-list .monaco-list-row', { hasText: title }).first();
     await row.waitFor({ timeout: 10_000 });
     await row.click();
+    if (process.env.E2E_VERBOSE) {
+        console.log(`\n    ${title}: palette ${typed - start} ms, row ${Date.now() - typed} ms`);
+    }
 }
 
 async function openFile(name) {

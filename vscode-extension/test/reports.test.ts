@@ -31,7 +31,7 @@ test('incident: the newer fields are read when present, bad ones ignored', () =>
         kind: 'spike', headline: 'loss spiked', step: 42, loss: 'nan', op: 'aten::log',
         source: { file: 'train.py', line: 17, text: '    loss = torch.log(p)' },
         loss_history: [1.5, 1.2, 'inf', 'nan'], lr: [0.001, 'x'], diagnosis: 'log of a negative probability',
-        module: '', tensors: [['x', 'y'], 5],
+        module: '', tensors: [['x', 'y'], 5], version: 2, forward_op: 'log', max_abs: 3.5e38, mode: 'loop',
     }));
     assert.ok(Number.isNaN(r.loss));
     assert.equal(r.op, 'aten::log');
@@ -39,6 +39,7 @@ test('incident: the newer fields are read when present, bad ones ignored', () =>
     assert.deepEqual(r.lossHistory, [[39, 1.5], [40, 1.2], [41, Infinity], [42, NaN]]);
     assert.deepEqual(r.lr, [0.001]);
     assert.deepEqual(r.diagnosis, ['log of a negative probability']);
+    assert.deepEqual([r.version, r.forwardOp, r.maxAbs, r.mode], [2, 'log', 3.5e38, 'loop']);
     assert.equal(where(r), '<root>');
     assert.deepEqual(r.tensors, []);
     assert.deepEqual(parseIncidentReport('{"kind": "x", "loss_history": [[3, 1.0], {"step": 4, "loss": 2}]}').lossHistory, [[3, 1], [4, 2]]);
@@ -73,6 +74,24 @@ test('memory: sites sorted by size, variants accepted, bad entries counted', () 
     assert.equal(r.totalSize, 510);
     assert.equal(parseMemoryReport('[{"file": "x.py", "line": 1, "size": 5}]').sites.length, 1);
     assert.deepEqual(parseMemoryReport('{"top": [], "cuda_peak_allocated": 7}').cuda, { peakAllocated: 7, peakReserved: undefined });
+});
+
+test('memory: the format tensor-dap profile --mode memory writes', () => {
+    const r = parseMemoryReport(JSON.stringify({
+        version: 1, kind: 'tensor_dap.memory', program: 'train.py', peak_rss_bytes: 5e8, tracemalloc_peak_bytes: 1e6,
+        measure: 'live Python bytes at the largest snapshot', snapshot_bytes: 1e6,
+        sites: [{ file: 'train.py', line: 9, function: 'load', size_bytes: 800, count: 3, traceback: [{ file: 'train.py', line: 9 }] }],
+        cuda: { device: 'cuda:0', max_allocated_bytes: 4096, allocated_bytes: 1024, reserved_bytes: 8192, max_reserved_bytes: 8192, summary: '...', snapshot: null },
+        torch_cpu: { measure: 'bytes allocated by torch operators on the CPU (not live bytes)', covers: 'steps 2-4',
+            sites: [{ file: 'model.py', line: 20, function: 'forward', size_bytes: 65536, count: 12, op: 'aten::addmm', traceback: [] }] },
+    }));
+    assert.equal(r.program, 'train.py');
+    assert.equal(r.peakRss, 5e8);
+    assert.equal(r.measure, 'live Python bytes at the largest snapshot');
+    assert.deepEqual(r.sites.map((s) => [s.file, s.line, s.function, s.size, s.count]), [['train.py', 9, 'load', 800, 3]]);
+    assert.deepEqual(r.cuda, { device: 'cuda:0', peakAllocated: 4096, peakReserved: 8192 });
+    assert.equal(r.torch?.sites[0].op, 'aten::addmm');
+    assert.match(r.torch!.measure!, /not live bytes/);
 });
 
 test('memory: not a report', () => {

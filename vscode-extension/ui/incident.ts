@@ -25,10 +25,12 @@ function render(m: Extract<HostMessage, { type: 'incident' }>): void {
     const add = (k: string, v: Node | string | undefined) => { if (v !== undefined && v !== '') { facts.push([k, v]); } };
     add('Step', r.step !== undefined ? String(r.step) : undefined);
     add('Where', whereText);
-    add('Operation', r.op);
+    add('Operation', r.op ? `${r.op}${r.forwardOp ? ` (backward of ${r.forwardOp})` : ''}` : undefined);
     add('Loss', r.loss !== undefined ? num(r.loss) : undefined);
     add('Learning rate', r.lr?.map(num).join(', '));
+    add('Largest magnitude', r.maxAbs !== undefined ? num(r.maxAbs) : undefined);
     add('Rank', r.rank !== undefined ? String(r.rank) : undefined);
+    add('Replays', r.mode === 'loop' ? 'the model\'s forwards (loop)' : r.mode === 'step' ? 'with the step function' : undefined);
     add('Kind', r.kind);
     add('When', r.created !== undefined ? new Date(r.created * 1000).toLocaleString() : undefined);
     add('Bundle', m.bundle);

@@ -10,11 +10,15 @@ let table: ProfTable;
 let details: HTMLElement;
 let selectedId = -1;
 
+let drawIcicle: ((nodes: IcicleNode[]) => void) | undefined;
+
 start((m) => {
     if (m.type === 'prof') {
         render(m);
     } else if (m.type === 'relatives' && m.id === selectedId) {
         drawRelatives(m.id, m.callers, m.callees);
+    } else if (m.type === 'icicle') {
+        drawIcicle?.(m.nodes);
     }
 });
 
@@ -41,9 +45,20 @@ function render(m: ProfMessage): void {
         vt.setFilter(q ? (i) => t.name[i].toLowerCase().includes(q) || t.files[t.file[i]].toLowerCase().includes(q) : undefined);
         count.textContent = q ? `${fmtCount(vt.visibleCount)} of ${fmtCount(ids.length)} functions` : `${fmtCount(ids.length)} functions`;
     });
-    const icicle = icicleView(m.icicle, total);
+    const icicle = h('div', { class: 'pane icicle-wrap' }, h('p', { class: 'muted loading' }, 'Building the call tree…'));
+    let asked = false;
+    drawIcicle = (nodes) => {
+        const view = icicleView(nodes, total);
+        view.hidden = icicle.hidden;
+        icicle.replaceWith(view);
+    };
     const tablePane = h('div', { class: 'pane' }, h('div', { class: 'toolbar' }, filter, count), vt.element);
-    const tabs = tabBar([['Functions', tablePane], ['Call tree', icicle]]);
+    const tabs = tabBar(['Functions', 'Call tree'], (k) => {
+        if (k === 1 && !asked) {
+            asked = true;
+            send({ type: 'icicle' });
+        }
+    });
     details = h('section', { class: 'details' }, h('p', { class: 'muted' }, 'Select a function to see its callers and callees.'));
     replace(
         h('header', {}, h('h1', {}, m.fileName),
@@ -51,18 +66,20 @@ function render(m: ProfMessage): void {
         tabs, tablePane, icicle, details);
 }
 
-function tabBar(tabs: [string, HTMLElement][]): HTMLElement {
-    const buttons = tabs.map(([label, pane], k) => {
-        const b = h('button', { role: 'tab', class: 'tab', onclick: () => show(k) }, label);
-        return [b, pane] as const;
-    });
-    const show = (k: number) => buttons.forEach(([b, pane], j) => {
-        b.classList.toggle('active', j === k);
-        b.setAttribute('aria-selected', String(j === k));
-        pane.hidden = j !== k;
-    });
+/** Tabs over the page's `.pane` children, in order; `shown(k)` runs each time tab k is shown. */
+function tabBar(labels: string[], shown: (k: number) => void): HTMLElement {
+    const buttons = labels.map((label, k) => h('button', { role: 'tab', class: 'tab', onclick: () => show(k) }, label));
+    const show = (k: number) => {
+        buttons.forEach((b, j) => {
+            b.classList.toggle('active', j === k);
+            b.setAttribute('aria-selected', String(j === k));
+        });
+        // Looked up each time: the icicle pane is replaced when its nodes arrive.
+        [...document.querySelectorAll<HTMLElement>('#app > .pane')].forEach((pane, j) => { pane.hidden = j !== k; });
+        shown(k);
+    };
     queueMicrotask(() => show(0));
-    return h('nav', { class: 'tabs', role: 'tablist' }, ...buttons.map(([b]) => b));
+    return h('nav', { class: 'tabs', role: 'tablist' }, ...buttons);
 }
 
 function select(id: number): void {

@@ -1,6 +1,8 @@
 /**
  * "tensor_dap: Profile Current File": runs `tensor-dap profile --mode MODE FILE` as a task in a
- * terminal, then opens the profile it wrote (the newest profiler file created while it ran).
+ * terminal, then opens the profile it wrote: the first file the run's manifest
+ * (`.tensor_dap/profiles/<run>/profile.json`, `files`) lists that the extension shows, else the
+ * newest profiler file created while it ran.
  */
 import * as path from 'path';
 import * as vscode from 'vscode';
@@ -13,7 +15,8 @@ const MODES = [
     { label: 'memory', description: 'allocation sites and peak memory (memory.json)' },
 ];
 
-export const OUTPUT_GLOB = '**/{*.prof,*.lprof,*.trace.json,*.trace.json.gz,memory.json}';
+export const OUTPUT_GLOB = '**/{*.prof,*.lprof,*.trace.json,*.trace.json.gz,memory.json,profile.json}';
+const VIEWABLE = /(\.prof|\.lprof|\.trace\.json(\.gz)?|(^|\/)memory\.json)$/;
 
 export async function profileCurrentFile(): Promise<void> {
     const editor = vscode.window.activeTextEditor;
@@ -51,11 +54,27 @@ export async function profileCurrentFile(): Promise<void> {
             return;
         }
         await new Promise((r) => setTimeout(r, 300));  // let the last file events arrive
-        const newest = created.pop();
-        if (newest) {
-            await vscode.commands.executeCommand('vscode.open', newest);
+        const output = await outputOf(created);
+        if (output) {
+            await vscode.commands.executeCommand('vscode.open', output);
         } else {
             void vscode.window.showInformationMessage('tensor_dap: profiling finished; the terminal says where it wrote its output.');
         }
     });
+}
+
+async function outputOf(created: vscode.Uri[]): Promise<vscode.Uri | undefined> {
+    const manifest = [...created].reverse().find((u) => path.basename(u.fsPath) === 'profile.json');
+    if (manifest) {
+        try {
+            const files = (JSON.parse(new TextDecoder().decode(await vscode.workspace.fs.readFile(manifest))) as { files?: unknown }).files;
+            const first = Array.isArray(files) ? files.find((f): f is string => typeof f === 'string' && VIEWABLE.test(f)) : undefined;
+            if (first) {
+                return vscode.Uri.joinPath(manifest, '..', first);
+            }
+        } catch {
+            // an unreadable manifest: fall back to the files seen
+        }
+    }
+    return [...created].reverse().find((u) => VIEWABLE.test(u.fsPath));
 }

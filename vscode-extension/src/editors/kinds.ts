@@ -4,7 +4,8 @@ import type { LineDecorations } from '../lineDecorations';
 import type { LprofModel } from '../parsers/lprof';
 import { resolvePython, runModule } from '../python';
 import { openSource, readSourceLines } from '../sourceFiles';
-import type { CallGraph } from '../views/profView';
+import type { PstatsModel } from '../parsers/pstats';
+import { CallGraph } from '../views/profView';
 import { EditorKind } from './readonlyEditor';
 import { loadIncident, LoaderDeps, loadLprof, loadMemory, loadProf, loadTrace } from './loaders';
 
@@ -16,22 +17,34 @@ function deps(uri: vscode.Uri): LoaderDeps {
 }
 
 export function profKind(): EditorKind {
+    const models = new Map<string, PstatsModel>();
     const graphs = new Map<string, CallGraph>();
+    const graphOf = (uri: vscode.Uri) => {
+        const key = uri.toString();
+        const model = models.get(key);
+        if (model && !graphs.has(key)) {
+            graphs.set(key, new CallGraph(model));
+        }
+        return graphs.get(key);
+    };
     return {
         viewType: 'tensorDap.prof',
         script: 'prof',
         describe: 'the cProfile profile',
         async load(uri) {
-            const { message, graph } = await loadProf(uri.fsPath, deps(uri));
-            if (graph) {
-                graphs.set(uri.toString(), graph);
+            const { message, model } = await loadProf(uri.fsPath, deps(uri));
+            graphs.delete(uri.toString());
+            if (model) {
+                models.set(uri.toString(), model);
             }
             return message;
         },
         handle(m, uri, postBack) {
-            const graph = graphs.get(uri.toString());
+            const graph = graphOf(uri);
             if (m.type === 'relatives' && graph) {
                 postBack({ type: 'relatives', id: m.id, callers: graph.callersOf(m.id), callees: graph.calleesOf(m.id) });
+            } else if (m.type === 'icicle' && graph) {
+                postBack({ type: 'icicle', nodes: graph.icicle() });
             }
         },
     };

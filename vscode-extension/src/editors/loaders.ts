@@ -12,7 +12,7 @@ import { parseMemoryReport } from '../parsers/memory';
 import { parsePstats, pstatsFromExport, PstatsModel } from '../parsers/pstats';
 import { summarizeTraceFile } from '../parsers/traceFile';
 import { PythonError, TensorDapError } from '../pythonErrors';
-import { CallGraph, profTable } from '../views/profView';
+import { profTable } from '../views/profView';
 import type { ErrorAction, HostMessage, LprofView } from '../webview/messages';
 
 /** What a loader may need from outside: the Python fallback, and source files. */
@@ -23,17 +23,15 @@ export interface LoaderDeps {
     readSource?: (file: string, first: number, last: number) => Promise<string[] | null>;
 }
 
-export async function loadProf(path: string, deps: LoaderDeps = {}): Promise<{ message: HostMessage; model?: PstatsModel; graph?: CallGraph }> {
+/** The table only: the call graph and icicle are built when the page first asks for them. */
+export async function loadProf(path: string, deps: LoaderDeps = {}): Promise<{ message: HostMessage; model?: PstatsModel }> {
     const start = performance.now();
     try {
         const data = await fs.readFile(path);
         const model = await withFallback(() => parsePstats(data), deps, path, pstatsFromExport);
-        const graph = new CallGraph(model);
-        const message: HostMessage = {
-            type: 'prof', fileName: basename(path), table: profTable(model), icicle: graph.icicle(), loadMs: 0,
-        };
+        const message: HostMessage = { type: 'prof', fileName: basename(path), table: profTable(model), loadMs: 0 };
         message.loadMs = performance.now() - start;
-        return { message, model, graph };
+        return { message, model };
     } catch (e) {
         return { message: errorMessage(e, path, 'cProfile') };
     }

@@ -1,8 +1,9 @@
 /**
  * Incident bundle reports (`.tensor_dap/incidents/<time>-step<N>/report.json`, written by
- * tensor_dap's training triggers: `Report.to_dict`). Read tolerantly: today's fields are
- * all optional here, and the fields a newer writer adds (`op`, `source`, `loss_history`, `lr`,
- * `diagnosis`) are used when present. NaN/Inf arrive as the strings "nan"/"inf"/"-inf".
+ * tensor_dap's training triggers: `Report.to_dict`). Read tolerantly: every field is optional
+ * here, and those of report version 2 (`op`, `forward_op`, `source`, `loss_history`, `lr`,
+ * `diagnosis`, `max_abs`, `mode`) are used when present. NaN/Inf arrive as the strings
+ * "nan"/"inf"/"-inf".
  */
 import { FileFormatError } from './errors';
 
@@ -29,6 +30,7 @@ export interface IncidentReport {
     rank?: number;
     loss?: number;         // NaN and ±Infinity kept as numbers
     op?: string;
+    forwardOp?: string;    // for a backward op, the forward op that created it
     source?: IncidentSource;
     lossHistory: [number, number][];   // [step, loss]
     lr?: number[];
@@ -39,6 +41,9 @@ export interface IncidentReport {
     created?: number;      // seconds since the epoch
     program?: string;      // the training script, when the writer records it (see the README)
     args?: string[];
+    maxAbs?: number;       // the largest finite magnitude among the tensors involved
+    mode?: string;         // how the bundle replays: "step" or "loop"
+    version?: number;
 }
 
 export function parseIncidentReport(text: string): IncidentReport {
@@ -62,6 +67,7 @@ export function parseIncidentReport(text: string): IncidentReport {
         rank: int(d.rank),
         loss: number(d.loss),
         op: str(d.op),
+        forwardOp: str(d.forward_op),
         source: sourceOf(d.source),
         lossHistory: historyOf(d.loss_history, int(d.step)),
         lr: lrOf(d.lr),
@@ -72,6 +78,9 @@ export function parseIncidentReport(text: string): IncidentReport {
         created: number(d.created),
         program: str(d.program),
         args: Array.isArray(d.args) ? strings(d.args) : undefined,
+        maxAbs: number(d.max_abs),
+        mode: str(d.mode),
+        version: int(d.version),
     };
 }
 

@@ -3,7 +3,14 @@
  * chunk by chunk, and each element of the top-level `traceEvents` array (or of a top-level
  * array, the format's other form) comes out as its own parsed object. Other top-level members
  * (`deviceProperties`, `schemaVersion`, ...) are parsed and kept in `metadata` (those over
- * 1 MiB are dropped). Memory stays bounded by the largest single event, whatever the file size.
+ * 1 MiB are dropped). Memory stays bounded by the chunk size, whatever the file size.
+ *
+ * Speed: between events, the run of complete events up to the last "}," of the chunk is handed
+ * to JSON.parse in one piece (V8's parser is many times faster than a character loop in JS).
+ * Only a parse that succeeds is used, and it can only succeed when that "}," really ends an
+ * event of the array (inside a string or a nested value the batch would not be balanced);
+ * otherwise the character scanner below, which tracks strings and nesting exactly, takes over
+ * until the next event boundary.
  */
 import { FileFormatError, TruncatedError } from './errors';
 
@@ -62,7 +69,16 @@ export class TraceEventStream {
         const buf = this.buf;
         const n = buf.length;
         let i = this.pos;
+        let batches = 2;  // tries per chunk; a batch that fails to parse is left to the scanner
         while (i < n) {
+            if (batches > 0 && !this.inString && this.elementStart < 0 && this.depth === this.eventsDepth) {
+                batches--;
+                const end = this.batch(buf, i);
+                if (end > i) {
+                    i = end;
+                    continue;
+                }
+            }
             if (this.inString) {
                 if (this.escaped) {
                     this.escaped = false;
@@ -160,6 +176,34 @@ export class TraceEventStream {
             i++;
         }
         this.pos = i;
+    }
+
+    /** Parses the complete events from `from` to the chunk's last "}," in one go; returns where it stopped. */
+    private batch(buf: string, from: number): number {
+        let start = from;
+        while (start < buf.length && (buf.charCodeAt(start) <= 0x20 || buf.charCodeAt(start) === COMMA)) {
+            start++;
+        }
+        if (buf.charCodeAt(start) !== LBRACE) {
+            return from;
+        }
+        const sep = buf.lastIndexOf('},');
+        if (sep < start) {
+            return from;
+        }
+        let values: unknown[];
+        try {
+            values = JSON.parse(`[${buf.slice(start, sep + 1)}]`) as unknown[];
+        } catch {
+            return from;
+        }
+        for (const value of values) {
+            if (value && typeof value === 'object' && !Array.isArray(value)) {
+                this.count++;
+                this.onEvent(value as Record<string, unknown>);
+            }
+        }
+        return sep + 1;
     }
 
     /** Drops the text nothing still needs, keeping the start of anything half read. */

@@ -4,7 +4,7 @@
  * data-only pickle reader.
  */
 import { FileFormatError } from './errors';
-import { PyDict, PyTuple, PyValue } from './marshal';
+import { PyDict, PyList, PyValue } from './marshal';
 import { loadPickle, PickleValue, PyObject } from './pickle';
 
 /** [line number, hits, seconds] */
@@ -45,7 +45,7 @@ export function parseLprof(data: Uint8Array): LprofModel {
         throw new FileFormatError('not a line_profiler file (the pickle holds no LineStats)');
     }
     let state = root.state;
-    if (state instanceof PyTuple && state.length === 2 && state[0] instanceof PyDict) {
+    if (Array.isArray(state) && state.length === 2 && state[0] instanceof PyDict) {
         state = state[0];  // (dict, slots) form
     }
     if (!(state instanceof PyDict)) {
@@ -56,13 +56,14 @@ export function parseLprof(data: Uint8Array): LprofModel {
     if (!(timings instanceof PyDict) || typeof unit !== 'number' || !Number.isFinite(unit)) {
         throw new FileFormatError('not a line_profiler file (LineStats without timings and unit)');
     }
-    const functions = timings.entries.map(([key, rows]): LprofFunction => {
-        if (!(key instanceof PyTuple) || key.length !== 3 || !Array.isArray(rows) || rows instanceof PyTuple) {
+    const functions = timings.keys.map((key, k): LprofFunction => {
+        const rows = timings.values[k];
+        if (!Array.isArray(key) || key.length !== 3 || !(rows instanceof PyList)) {
             throw new FileFormatError('a timings entry is not (file, line, name) -> [lines]');
         }
         const name = String(key[2]);
-        const lines = rows.map((r): LineRow => {
-            if (!(r instanceof PyTuple) || r.length !== 3) {
+        const lines = rows.items.map((r): LineRow => {
+            if (!Array.isArray(r) || r.length !== 3) {
                 throw new FileFormatError(`a line of ${name} is not (line, hits, time)`);
             }
             return [int(r[0]), int(r[1]), num(r[2]) * unit];
@@ -74,7 +75,7 @@ export function parseLprof(data: Uint8Array): LprofModel {
 }
 
 function field(d: PyDict, name: string): PickleValue | undefined {
-    return d.entries.find(([k]) => k === name)?.[1];
+    return d.get(name);
 }
 
 function int(v: PyValue): number {

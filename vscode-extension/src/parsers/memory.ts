@@ -1,7 +1,8 @@
 /**
- * tensor_dap memory reports (`memory.json`), read tolerantly: the writer may add fields or
- * spell a few differently, and a bad entry is skipped and counted rather than failing the view.
- * The accepted schema is documented in the extension's README ("File formats").
+ * tensor_dap memory reports (`memory.json`, written by `tensor-dap profile --mode memory`), read
+ * tolerantly: the writer may add fields or spell a few differently, and a bad entry is skipped and
+ * counted rather than failing the view. The accepted schema is documented in the extension's
+ * README ("File formats").
  */
 import { FileFormatError } from './errors';
 
@@ -9,8 +10,15 @@ export interface MemorySite {
     file: string;
     line: number;
     function?: string;
+    op?: string;    // the torch operator that allocated, for torch.profiler sites
     size: number;   // bytes allocated at this site (still live at the peak, or in total: see `measure`)
     count: number;  // allocations
+}
+
+/** A second list some reports carry: bytes torch operators allocated on the CPU. */
+export interface TorchSites {
+    measure?: string;
+    sites: MemorySite[];
 }
 
 export interface MemoryReport {
@@ -20,6 +28,8 @@ export interface MemoryReport {
     sites: MemorySite[];    // largest first
     skipped: number;        // entries that were not sites
     totalSize: number;
+    torch?: TorchSites;
+    program?: string;
 }
 
 const SITE_LISTS = ['sites', 'top', 'allocations', 'top_sites'];
@@ -39,9 +49,26 @@ export function parseMemoryReport(text: string): MemoryReport {
     if (listKey === undefined) {
         throw new FileFormatError(`not a tensor_dap memory report (no ${SITE_LISTS.map((k) => `"${k}"`).join(', ')} list)`);
     }
+    const { sites, skipped } = sitesOf(root[listKey] as unknown[]);
+    const torch = isObject(root.torch_cpu) && Array.isArray(root.torch_cpu.sites)
+        ? { measure: str(root.torch_cpu.measure), sites: sitesOf(root.torch_cpu.sites).sites }
+        : undefined;
+    return {
+        measure: str(root.measure ?? root.kind),
+        peakRss: bytes(root.peak_rss ?? root.peak_rss_bytes ?? root.peakRss),
+        cuda: cudaOf(root),
+        sites,
+        skipped,
+        totalSize: sites.reduce((s, x) => s + x.size, 0),
+        torch,
+        program: str(root.program),
+    };
+}
+
+function sitesOf(entries: unknown[]): { sites: MemorySite[]; skipped: number } {
     const sites: MemorySite[] = [];
     let skipped = 0;
-    for (const entry of root[listKey] as unknown[]) {
+    for (const entry of entries) {
         const site = toSite(entry);
         if (site) {
             sites.push(site);
@@ -50,14 +77,7 @@ export function parseMemoryReport(text: string): MemoryReport {
         }
     }
     sites.sort((a, b) => b.size - a.size);
-    return {
-        measure: str(root.measure ?? root.kind),
-        peakRss: bytes(root.peak_rss ?? root.peak_rss_bytes ?? root.peakRss),
-        cuda: cudaOf(root),
-        sites,
-        skipped,
-        totalSize: sites.reduce((s, x) => s + x.size, 0),
-    };
+    return { sites, skipped };
 }
 
 function toSite(entry: unknown): MemorySite | undefined {
@@ -74,6 +94,7 @@ function toSite(entry: unknown): MemorySite | undefined {
         file,
         line: line !== undefined && Number.isInteger(line) && line >= 0 ? line : 0,
         function: str(entry.function ?? entry.func ?? entry.name),
+        op: str(entry.op),
         size,
         count: Math.max(0, Math.round(num(entry.count ?? entry.n ?? entry.allocations) ?? 0)),
     };
@@ -84,8 +105,8 @@ function cudaOf(root: Record<string, unknown>): MemoryReport['cuda'] {
     if (isObject(c)) {
         const out = {
             device: str(c.device),
-            peakAllocated: bytes(c.peak_allocated ?? c.peak_allocated_bytes ?? c.max_memory_allocated),
-            peakReserved: bytes(c.peak_reserved ?? c.peak_reserved_bytes ?? c.max_memory_reserved),
+            peakAllocated: bytes(c.max_allocated_bytes ?? c.peak_allocated ?? c.peak_allocated_bytes ?? c.max_memory_allocated),
+            peakReserved: bytes(c.max_reserved_bytes ?? c.peak_reserved ?? c.peak_reserved_bytes ?? c.max_memory_reserved),
         };
         return out.peakAllocated !== undefined || out.peakReserved !== undefined ? out : undefined;
     }

@@ -5,7 +5,7 @@
  * any other name is refused. Enough for line_profiler's `.lprof` files.
  */
 import { FileFormatError, TruncatedError } from './errors';
-import { PyBytes, PyDict, PyTuple, PyValue } from './marshal';
+import { PyBytes, PyDict, PyList, PyValue } from './marshal';
 
 export class PyObject {
     state: PickleValue = null;
@@ -15,6 +15,7 @@ export class PyObject {
 export class PyGlobal {
     constructor(readonly name: string) {}
 }
+/** As in marshal.ts: a tuple is a plain array, a list a PyList. */
 export type PickleValue = PyValue | PyObject | PyGlobal | PickleValue[];
 
 const MARK = Symbol('mark');
@@ -74,19 +75,19 @@ class Unpickler {
                 case 0x43: this.push(new PyBytes(this.take(this.u8()).slice())); break;    // SHORT_BINBYTES 'C'
                 case 0x42: this.push(new PyBytes(this.take(this.len32()).slice())); break; // BINBYTES 'B'
                 case 0x8e: this.push(new PyBytes(this.take(this.len64()).slice())); break; // BINBYTES8
-                case 0x29: this.push(new PyTuple()); break;                // EMPTY_TUPLE ')'
+                case 0x29: this.push([]); break;                           // EMPTY_TUPLE ')'
                 case 0x85: this.push(tuple(this.popN(1))); break;          // TUPLE1
                 case 0x86: this.push(tuple(this.popN(2))); break;          // TUPLE2
                 case 0x87: this.push(tuple(this.popN(3))); break;          // TUPLE3
                 case 0x74: this.push(tuple(this.popMark())); break;        // TUPLE 't'
-                case 0x5d: this.push([]); break;                           // EMPTY_LIST ']'
-                case 0x6c: this.push(this.popMark()); break;               // LIST 'l'
-                case 0x61: { const v = this.pop(); this.list().push(v); break; }  // APPEND 'a'
-                case 0x65: { const items = this.popMark(); const list = this.list(); for (const i of items) { list.push(i); } break; }  // APPENDS 'e'
-                case 0x7d: this.push(new PyDict([])); break;               // EMPTY_DICT '}'
+                case 0x5d: this.push(new PyList([])); break;               // EMPTY_LIST ']'
+                case 0x6c: this.push(new PyList(this.popMark() as PyValue[])); break;  // LIST 'l'
+                case 0x61: { const v = this.pop(); this.list().push(v as PyValue); break; }  // APPEND 'a'
+                case 0x65: { const items = this.popMark(); const list = this.list(); for (const i of items) { list.push(i as PyValue); } break; }  // APPENDS 'e'
+                case 0x7d: this.push(new PyDict()); break;                 // EMPTY_DICT '}'
                 case 0x64: this.push(dictOf(this.popMark())); break;       // DICT 'd'
-                case 0x73: { const v = this.pop(); const k = this.pop(); this.dict().entries.push([k as PyValue, v as PyValue]); break; }  // SETITEM 's'
-                case 0x75: { const items = this.popMark(); const d = this.dict(); for (const e of dictOf(items).entries) { d.entries.push(e); } break; }  // SETITEMS 'u'
+                case 0x73: { const v = this.pop(); const k = this.pop(); this.dict().set(k as PyValue, v as PyValue); break; }  // SETITEM 's'
+                case 0x75: { const items = this.popMark(); const d = this.dict(); const add = dictOf(items); add.keys.forEach((k, i) => d.set(k, add.values[i])); break; }  // SETITEMS 'u'
                 case 0x8f: this.push(new Set()); break;                    // EMPTY_SET
                 case 0x90: { const items = this.popMark(); const s = this.top(); if (!(s instanceof Set)) { throw this.bad('ADDITEMS without a set'); } items.forEach((i) => s.add(i as PyValue)); break; }
                 case 0x91: this.push(new Set(this.popMark() as PyValue[])); break;  // FROZENSET
@@ -146,9 +147,9 @@ class Unpickler {
     private reduce(): void {
         const args = this.pop();
         const fn = this.pop();
-        if (fn instanceof PyGlobal && RECONSTRUCTOR.has(fn.name) && args instanceof PyTuple && args.length >= 1) {
+        if (fn instanceof PyGlobal && RECONSTRUCTOR.has(fn.name) && Array.isArray(args) && args.length >= 1) {
             this.push(this.instance(args[0] as PickleValue));
-        } else if (fn instanceof PyGlobal && !OBJECT.has(fn.name) && args instanceof PyTuple && args.length === 0) {
+        } else if (fn instanceof PyGlobal && !OBJECT.has(fn.name) && Array.isArray(args) && args.length === 0) {
             this.push(this.instance(fn));
         } else {
             throw this.bad('a call the reader does not allow');
@@ -162,12 +163,12 @@ class Unpickler {
         return this.memo.get(index) as PickleValue;
     }
 
-    private list(): PickleValue[] {
+    private list(): PyValue[] {
         const top = this.top();
-        if (!Array.isArray(top) || top instanceof PyTuple) {
+        if (!(top instanceof PyList)) {
             throw this.bad('APPEND to something that is not a list');
         }
-        return top as PickleValue[];
+        return top.items;
     }
 
     private dict(): PyDict {
@@ -283,21 +284,17 @@ class Unpickler {
     }
 }
 
-function tuple(items: PickleValue[]): PyTuple {
-    const t = new PyTuple();
-    for (const item of items) {
-        t.push(item as PyValue);
-    }
-    return t;
+function tuple(items: PickleValue[]): PyValue[] {
+    return items as PyValue[];
 }
 
 function dictOf(items: PickleValue[]): PyDict {
     if (items.length % 2) {
         throw new FileFormatError('malformed pickle: a dict with an odd number of items');
     }
-    const d = new PyDict([]);
+    const d = new PyDict();
     for (let i = 0; i < items.length; i += 2) {
-        d.entries.push([items[i] as PyValue, items[i + 1] as PyValue]);
+        d.set(items[i] as PyValue, items[i + 1] as PyValue);
     }
     return d;
 }

@@ -79,8 +79,8 @@ export class TraceAggregator {
     private readonly nameIds = new Map<string, number>();
     private readonly cats: string[] = [];
     private readonly catIds = new Map<string, number>();
-    private readonly laneIds = new Map<string, number>();
-    private readonly laneKeys: string[] = [];
+    private readonly laneIds = new Map<unknown, Map<unknown, number>>();
+    private readonly laneKeys: [string, string][] = [];
     private readonly pidNames = new Map<string, string>();
     private readonly tidNames = new Map<string, string>();
     // every complete event: lane, ts, dur, name, category
@@ -94,7 +94,8 @@ export class TraceAggregator {
     private readonly opByExternal = new Map<number, number>();  // External id -> event index
     private readonly kernelExternal: [number, number][] = [];  // [External id, dur]
     private readonly open = new Map<string, Record<string, unknown>[]>();  // B/E pairs per lane
-    private readonly catTotals = new Map<string, [number, number]>();
+    private readonly catCount: number[] = [];
+    private readonly catTime: number[] = [];
     private steps = 0;
     private hasCuda = false;
 
@@ -124,44 +125,54 @@ export class TraceAggregator {
         const name = typeof e.name === 'string' ? e.name : String(e.name ?? '?');
         const cat = typeof e.cat === 'string' ? e.cat : '';
         const index = this.ts.length;
-        const laneKey = `${String(e.pid)}\u0000${String(e.tid)}`;
-        let lane = this.laneIds.get(laneKey);
-        if (lane === undefined) {
-            lane = this.laneKeys.push(laneKey) - 1;
-            this.laneIds.set(laneKey, lane);
-        }
-        this.lane.push(lane);
+        const catId = this.intern(cat, this.cats, this.catIds);
+        this.lane.push(this.laneOf(e.pid, e.tid));
         this.ts.push(ts);
         this.dur.push(dur);
         this.name.push(this.intern(name, this.names, this.nameIds));
-        this.cat.push(this.intern(cat, this.cats, this.catIds));
-        this.minTs = Math.min(this.minTs, ts);
-        this.maxEnd = Math.max(this.maxEnd, ts + dur);
-        const t = this.catTotals.get(cat) ?? [0, 0];
-        t[0]++;
-        t[1] += dur;
-        this.catTotals.set(cat, t);
-        const args = (e.args && typeof e.args === 'object' ? e.args : {}) as Record<string, unknown>;
+        this.cat.push(catId);
+        if (ts < this.minTs) { this.minTs = ts; }
+        if (ts + dur > this.maxEnd) { this.maxEnd = ts + dur; }
+        this.catCount[catId] = (this.catCount[catId] ?? 0) + 1;
+        this.catTime[catId] = (this.catTime[catId] ?? 0) + dur;
+        const args = e.args as Record<string, unknown> | undefined;
         if (OP_CATS.has(cat) || cat === '') {  // a trace without categories: every event is an operator
             this.isOp.push(index);
-            const dims = args['Input Dims'] ?? args['Input dims'];
-            if (Array.isArray(dims) && dims.length) {
-                this.opShape.set(index, JSON.stringify(dims));
-            }
-            const ext = Number(args['External id']);
-            if (Number.isFinite(ext)) {
-                this.opByExternal.set(ext, index);
+            if (args && typeof args === 'object') {
+                const dims = args['Input Dims'] ?? args['Input dims'];
+                if (Array.isArray(dims) && dims.length) {
+                    this.opShape.set(index, dimsKey(dims));
+                }
+                const ext = args['External id'];
+                if (typeof ext === 'number') {
+                    this.opByExternal.set(ext, index);
+                }
             }
         } else if (KERNEL_CATS.has(cat)) {
             this.hasCuda = true;
-            const ext = Number(args['External id']);
-            if (Number.isFinite(ext)) {
+            const ext = args && typeof args === 'object' ? args['External id'] : undefined;
+            if (typeof ext === 'number') {
                 this.kernelExternal.push([ext, dur]);
             }
         }
         if (name.startsWith('ProfilerStep#')) {
             this.steps++;
         }
+    }
+
+    /** The lane (thread or stream) of an event: nested maps, no key string built per event. */
+    private laneOf(pid: unknown, tid: unknown): number {
+        let byTid = this.laneIds.get(pid);
+        if (!byTid) {
+            byTid = new Map();
+            this.laneIds.set(pid, byTid);
+        }
+        let lane = byTid.get(tid);
+        if (lane === undefined) {
+            lane = this.laneKeys.push([String(pid), String(tid)]) - 1;
+            byTid.set(tid, lane);
+        }
+        return lane;
     }
 
     private beginEnd(e: Record<string, unknown>): void {
@@ -241,7 +252,8 @@ export class TraceAggregator {
             spanUs: Number.isFinite(this.minTs) ? this.maxEnd - this.minTs : 0,
             ops: ops.slice(0, TOP_OPS),
             opsTotal: ops.length,
-            categories: [...this.catTotals.entries()].map(([c, [n, t]]): [string, number, number] => [c || '(none)', n, t])
+            categories: this.cats.map((c, i): [string, number, number] => [c || '(none)', this.catCount[i] ?? 0, this.catTime[i] ?? 0])
+                .filter(([, n]) => n > 0)
                 .sort((x, y) => y[2] - x[2]),
             lanes: this.laneKeys.map((k) => this.laneName(k)),
             timeline,
@@ -330,10 +342,24 @@ export class TraceAggregator {
         return { timeline: out, dropped: n - keep.length };
     }
 
-    private laneName(key: string): string {
-        const [pid, tid] = key.split('\u0000');
+    private laneName([pid, tid]: [string, string]): string {
         const process = this.pidNames.get(pid) ?? `process ${pid}`;
-        const thread = this.tidNames.get(key) ?? `thread ${tid}`;
+        const thread = this.tidNames.get(`${pid}\u0000${tid}`) ?? `thread ${tid}`;
         return `${process} · ${thread}`;
     }
+}
+
+/** "[[8,16],[16,32],[]]": the JSON text of torch's "Input Dims", built without JSON.stringify's generality. */
+export function dimsKey(dims: unknown[]): string {
+    let out = '[';
+    for (let i = 0; i < dims.length; i++) {
+        const d = dims[i];
+        if (i) { out += ','; }
+        if (Array.isArray(d) && d.every((x) => typeof x === 'number')) {
+            out += `[${d.join(',')}]`;
+        } else {
+            out += JSON.stringify(d);
+        }
+    }
+    return out + ']';
 }

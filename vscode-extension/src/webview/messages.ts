@@ -21,7 +21,8 @@ export type ErrorAction = 'reopenAsText' | 'retry' | 'openSettings';
 export type HostMessage =
     | { type: 'loading'; what: string }
     | { type: 'error'; title: string; message: string; detail?: string; actions: ErrorAction[] }
-    | { type: 'prof'; fileName: string; table: ProfTable; icicle: IcicleNode[]; loadMs: number }
+    | { type: 'prof'; fileName: string; table: ProfTable; loadMs: number }
+    | { type: 'icicle'; nodes: IcicleNode[] }
     | { type: 'relatives'; id: number; callers: Relative[]; callees: Relative[] }
     | { type: 'lprof'; fileName: string; unit: number; functions: LprofView[]; decorations: boolean }
     | { type: 'trace'; fileName: string; summary: TraceSummary; loadMs: number; bytes: number }
@@ -33,6 +34,7 @@ export type WebviewMessage =
     | { type: 'ready' }
     | { type: 'openSource'; file: string; line: number }
     | { type: 'relatives'; id: number }
+    | { type: 'icicle' }
     | { type: 'action'; action: ErrorAction }
     | { type: 'showLineProfile'; file: string; line: number }
     | { type: 'replay' }
