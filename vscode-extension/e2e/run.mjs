@@ -26,9 +26,18 @@ const LAUNCH = ['Python: current file (e2e)'];
 
 const timings = [];
 let page;
+let stepStart = 0;
+
+/** A timestamp inside a long step, printed with E2E_VERBOSE. */
+function mark(what) {
+    if (process.env.E2E_VERBOSE) {
+        console.log(`\n    ${what} after ${((Date.now() - stepStart) / 1000).toFixed(1)} s`);
+    }
+}
 
 async function step(name, fn) {
     const start = Date.now();
+    stepStart = start;
     process.stdout.write(`e2e: ${name} ... `);
     try {
         await fn();
@@ -283,12 +292,14 @@ async function run(dialogs) {
             await page.locator('.quick-input-list .monaco-list-row', { hasText: label }).first().click();
         }
         await page.locator('.pane-header', { hasText: 'Paused on breakpoint' }).waitFor({ timeout: 90_000 });
+        mark('paused at the breakpoint');
         await runCommand('View: Hide Panel');  // the terminal and debug console: more room for the screenshots
         await widenSideBar(720);
         // Variables: expand Locals; tensor_dap's debugpy plugin renders each tensor as one line.
         const locals = page.locator('.debug-view-content .monaco-list-row', { hasText: 'Locals' }).first();
         await locals.click();
         await page.locator('.debug-view-content .monaco-list-row', { hasText: /^x\W+tensor\[8, 16\] n=128/ }).first().waitFor();
+        mark('Variables show tensor summaries');
         // The tensor inspector view lists the frame's tensors with their summaries.
         const tensorsHeader = page.locator('.pane-header', { hasText: 'Tensors (tensor_dap)' });
         if ((await tensorsHeader.getAttribute('aria-expanded')) !== 'true') {
@@ -303,6 +314,7 @@ async function run(dialogs) {
         const weights = page.locator('[id="workbench.view.debug"] .monaco-list-row', { hasText: /weights\s*Parameter\[32, 16\]/ }).first();
         await weights.waitFor({ timeout: 30_000 });
         await page.locator('[id="workbench.view.debug"] .monaco-list-row', { hasText: /^x\s*tensor\[8, 16\] n=128/ }).first().waitFor();
+        mark('the Tensors view lists the frame');
         await shot('variables');
         await weights.click();
         const view = webview();
@@ -311,6 +323,7 @@ async function run(dialogs) {
         await view.locator('canvas.histogram').waitFor({ state: 'visible' });
         await view.locator('canvas.heatmap').waitFor({ state: 'visible' });
         assert.match(await view.locator('text=/512 finite values/').first().textContent(), /512 finite values/);
+        mark('the tensor page is drawn');
         await shot('tensor');
         await runCommand('Debug: Stop');
         await page.locator('[id="workbench.view.debug"] .monaco-list-row', { hasText: /session ended|Pause a Python/ }).first().waitFor();
