@@ -22,9 +22,11 @@ export function activate(context: vscode.ExtensionContext): void {
     const replay = (bundle: vscode.Uri) => replayIncident(context, bundle);
     context.subscriptions.push(decorations, incidents, inspector);
 
-    for (const kind of [profKind(), lprofKind(decorations), traceKind(), memoryKind(), incidentKind(replay)]) {
-        ReadonlyEditor.register(context, kind);
-    }
+    ReadonlyEditor.register(context, profKind());
+    ReadonlyEditor.register(context, lprofKind(decorations));
+    ReadonlyEditor.register(context, traceKind());
+    ReadonlyEditor.register(context, memoryKind());
+    ReadonlyEditor.register(context, incidentKind(replay));
     context.subscriptions.push(
         vscode.window.registerTreeDataProvider('tensorDap.incidents', incidents),
         vscode.window.registerTreeDataProvider('tensorDap.tensors', inspector),

@@ -16,42 +16,35 @@ function deps(uri: vscode.Uri): LoaderDeps {
     };
 }
 
-export function profKind(): EditorKind {
-    const models = new Map<string, PstatsModel>();
-    const graphs = new Map<string, CallGraph>();
-    const graphOf = (uri: vscode.Uri) => {
-        const key = uri.toString();
-        const model = models.get(key);
-        if (model && !graphs.has(key)) {
-            graphs.set(key, new CallGraph(model));
-        }
-        return graphs.get(key);
-    };
+/** A parsed profile, with its call graph built on the first request for callers or the icicle. */
+class ProfState {
+    private graph: CallGraph | undefined;
+    constructor(private readonly model: PstatsModel) {}
+    get calls(): CallGraph {
+        return (this.graph ??= new CallGraph(this.model));
+    }
+}
+
+export function profKind(): EditorKind<ProfState> {
     return {
         viewType: 'tensorDap.prof',
         script: 'prof',
         describe: 'the cProfile profile',
         async load(uri) {
             const { message, model } = await loadProf(uri.fsPath, deps(uri));
-            graphs.delete(uri.toString());
-            if (model) {
-                models.set(uri.toString(), model);
-            }
-            return message;
+            return { message, state: model && new ProfState(model) };
         },
-        handle(m, uri, postBack) {
-            const graph = graphOf(uri);
-            if (m.type === 'relatives' && graph) {
-                postBack({ type: 'relatives', id: m.id, callers: graph.callersOf(m.id), callees: graph.calleesOf(m.id) });
-            } else if (m.type === 'icicle' && graph) {
-                postBack({ type: 'icicle', nodes: graph.icicle() });
+        handle(m, _uri, state, postBack) {
+            if (m.type === 'relatives' && state) {
+                postBack({ type: 'relatives', id: m.id, callers: state.calls.callersOf(m.id), callees: state.calls.calleesOf(m.id) });
+            } else if (m.type === 'icicle' && state) {
+                postBack({ type: 'icicle', nodes: state.calls.icicle() });
             }
         },
     };
 }
 
-export function lprofKind(decorations: LineDecorations): EditorKind {
-    const models = new Map<string, LprofModel>();
+export function lprofKind(decorations: LineDecorations): EditorKind<LprofModel> {
     const autoShow = () => vscode.workspace.getConfiguration('tensorDap').get<boolean>('lineProfile.showOnOpen', true);
     return {
         viewType: 'tensorDap.lprof',
@@ -59,22 +52,17 @@ export function lprofKind(decorations: LineDecorations): EditorKind {
         describe: 'the line profile',
         async load(uri) {
             const { message, model } = await loadLprof(uri.fsPath, deps(uri), autoShow());
-            if (model) {
-                models.set(uri.toString(), model);
-                if (autoShow()) {
-                    decorations.show(model, uri);
-                }
+            if (model && autoShow()) {
+                decorations.show(model, uri);
             }
-            return message;
+            return { message, state: model };
         },
-        activated(uri) {
-            const model = models.get(uri.toString());
+        activated(uri, model) {
             if (model && autoShow() && decorations.current?.toString() !== uri.toString()) {
                 decorations.show(model, uri);
             }
         },
-        async handle(m, uri) {
-            const model = models.get(uri.toString());
+        async handle(m, uri, model) {
             if (m.type === 'showLineProfile' && model) {
                 decorations.show(model, uri);
                 await openSource(m.file, m.line, uri);
@@ -88,7 +76,7 @@ export function traceKind(): EditorKind {
         viewType: 'tensorDap.trace',
         script: 'trace',
         describe: 'the trace (large traces take a few seconds)',
-        load: (uri, signal) => loadTrace(uri.fsPath, signal),
+        load: async (uri, signal) => ({ message: await loadTrace(uri.fsPath, signal) }),
     };
 }
 
@@ -97,7 +85,7 @@ export function memoryKind(): EditorKind {
         viewType: 'tensorDap.memory',
         script: 'memory',
         describe: 'the memory report',
-        load: (uri) => loadMemory(uri.fsPath),
+        load: async (uri) => ({ message: await loadMemory(uri.fsPath) }),
     };
 }
 
@@ -106,7 +94,7 @@ export function incidentKind(replay: (bundle: vscode.Uri) => Promise<void>): Edi
         viewType: 'tensorDap.incident',
         script: 'incident',
         describe: 'the incident report',
-        load: (uri) => loadIncident(uri.fsPath),
+        load: async (uri) => ({ message: await loadIncident(uri.fsPath) }),
         async handle(m, uri) {
             if (m.type === 'replay') {
                 await replay(vscode.Uri.joinPath(uri, '..'));

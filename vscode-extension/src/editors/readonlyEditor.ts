@@ -9,21 +9,27 @@ import { openSource } from '../sourceFiles';
 import type { HostMessage, WebviewMessage } from '../webview/messages';
 import { onMessage, post, setUpWebview } from '../webview/panel';
 
-export interface EditorKind {
+/** What a loaded file leaves for later messages (a parsed model): kept per editor, dropped with it. */
+export interface Loaded<S> {
+    message: HostMessage;
+    state?: S;
+}
+
+export interface EditorKind<S = unknown> {
     viewType: string;
     script: string;   // dist/ui/<script>.js
     describe: string; // "cProfile profile", for the loading line
-    load(uri: vscode.Uri, signal: AbortSignal): Promise<HostMessage>;
+    load(uri: vscode.Uri, signal: AbortSignal): Promise<Loaded<S>>;
     /** Messages beyond the shared ones; `postBack` answers into the same webview. */
-    handle?(m: WebviewMessage, uri: vscode.Uri, postBack: (m: HostMessage) => void): Promise<void> | void;
+    handle?(m: WebviewMessage, uri: vscode.Uri, state: S | undefined, postBack: (m: HostMessage) => void): Promise<void> | void;
     /** The editor became the active one (line profiles turn their decorations to this file). */
-    activated?(uri: vscode.Uri): void;
+    activated?(uri: vscode.Uri, state: S | undefined): void;
 }
 
-export class ReadonlyEditor implements vscode.CustomReadonlyEditorProvider {
-    constructor(private readonly extensionUri: vscode.Uri, private readonly kind: EditorKind) {}
+export class ReadonlyEditor<S> implements vscode.CustomReadonlyEditorProvider {
+    constructor(private readonly extensionUri: vscode.Uri, private readonly kind: EditorKind<S>) {}
 
-    static register(context: vscode.ExtensionContext, kind: EditorKind): void {
+    static register<S>(context: vscode.ExtensionContext, kind: EditorKind<S>): void {
         context.subscriptions.push(vscode.window.registerCustomEditorProvider(kind.viewType, new ReadonlyEditor(context.extensionUri, kind), {
             webviewOptions: { retainContextWhenHidden: true },
             supportsMultipleEditorsPerDocument: true,
@@ -39,7 +45,14 @@ export class ReadonlyEditor implements vscode.CustomReadonlyEditorProvider {
         const webview = panel.webview;
         setUpWebview(webview, this.extensionUri, this.kind.script, path.basename(uri.fsPath));
         let abort = new AbortController();
-        let loaded = this.kind.load(uri, abort.signal);
+        let state: S | undefined;
+        const start = () => this.kind.load(uri, abort.signal).then((loaded): HostMessage => {
+            state = loaded.state;
+            return loaded.message;
+        }, (e: Error): HostMessage => ({
+            type: 'error', title: `${path.basename(uri.fsPath)} could not be opened`, message: String(e?.message ?? e), detail: e?.stack, actions: ['retry'],
+        }));
+        let loaded = start();
         let ready = false;
         const show = async () => {
             void post(webview, await loaded);
@@ -47,7 +60,7 @@ export class ReadonlyEditor implements vscode.CustomReadonlyEditorProvider {
         const reload = () => {
             abort.abort();
             abort = new AbortController();
-            loaded = this.kind.load(uri, abort.signal);
+            loaded = start();
             if (ready) {
                 void post(webview, { type: 'loading', what: `Reading ${path.basename(uri.fsPath)} again…` });
                 void show();
@@ -74,21 +87,23 @@ export class ReadonlyEditor implements vscode.CustomReadonlyEditorProvider {
                         }
                         return;
                     default:
-                        await this.kind.handle?.(m, uri, (answer) => void post(webview, answer));
+                        await loaded;
+                        await this.kind.handle?.(m, uri, state, (answer) => void post(webview, answer));
                 }
             }),
             watchFile(uri, reload),
             panel.onDidChangeViewState((e) => {
                 if (e.webviewPanel.active) {
-                    this.kind.activated?.(uri);
+                    void loaded.then(() => this.kind.activated?.(uri, state));
                 }
             }),
         ];
         if (panel.active) {
-            this.kind.activated?.(uri);
+            void loaded.then(() => this.kind.activated?.(uri, state));
         }
         panel.onDidDispose(() => {
             abort.abort();
+            state = undefined;
             disposables.forEach((d) => d.dispose());
         });
     }
