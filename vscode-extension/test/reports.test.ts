@@ -1,0 +1,101 @@
+// Memory and incident report readers: real output where it exists, the accepted variants,
+// and broken files.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { FileFormatError } from '../src/parsers/errors';
+import { parseIncidentReport, summaryLine, where } from '../src/parsers/incident';
+import { parseMemoryReport } from '../src/parsers/memory';
+import { text } from './_fixtures';
+
+test('incident: a real report written by tensor_dap.watch', () => {
+    const r = parseIncidentReport(text('report.json'));
+    assert.equal(r.kind, 'nonfinite');
+    assert.equal(r.step, 0);
+    assert.equal(r.phase, 'forward');
+    assert.equal(r.module, '1');
+    assert.equal(r.moduleType, 'Boom');
+    assert.equal(where(r), 'forward of 1 (Boom)');
+    assert.equal(r.loss, undefined);
+    assert.match(r.headline, /first non-finite value in the forward of 1/);
+    const output = r.tensors.find((t) => t.section === 'output')!;
+    assert.equal(output.nonfinite, true);
+    assert.match(output.line, /^tensor\[3, 4\] .*NaN!/);
+    assert.ok(r.tensors.some((t) => t.section === 'inputs' && !t.nonfinite));
+    assert.ok(typeof r.created === 'number' && r.created > 1.5e9);
+    assert.deepEqual(r.lossHistory, []);
+    assert.equal(r.source, undefined);
+});
+
+test('incident: the newer fields are read when present, bad ones ignored', () => {
+    const r = parseIncidentReport(JSON.stringify({
+        kind: 'spike', headline: 'loss spiked', step: 42, loss: 'nan', op: 'aten::log',
+        source: { file: 'train.py', line: 17, text: '    loss = torch.log(p)' },
+        loss_history: [1.5, 1.2, 'inf', 'nan'], lr: [0.001, 'x'], diagnosis: 'log of a negative probability',
+        module: '', tensors: [['x', 'y'], 5], version: 2, forward_op: 'log', max_abs: 3.5e38, mode: 'loop',
+    }));
+    assert.ok(Number.isNaN(r.loss));
+    assert.equal(r.op, 'aten::log');
+    assert.deepEqual(r.source, { file: 'train.py', line: 17, text: '    loss = torch.log(p)' });
+    assert.deepEqual(r.lossHistory, [[39, 1.5], [40, 1.2], [41, Infinity], [42, NaN]]);
+    assert.deepEqual(r.lr, [0.001]);
+    assert.deepEqual(r.diagnosis, ['log of a negative probability']);
+    assert.deepEqual([r.version, r.forwardOp, r.maxAbs, r.mode], [2, 'log', 3.5e38, 'loop']);
+    assert.equal(where(r), '<root>');
+    assert.deepEqual(r.tensors, []);
+    assert.deepEqual(parseIncidentReport('{"kind": "x", "loss_history": [[3, 1.0], {"step": 4, "loss": 2}]}').lossHistory, [[3, 1], [4, 2]]);
+});
+
+test('incident: not a report', () => {
+    assert.throws(() => parseIncidentReport('{"a": 1}'), FileFormatError);
+    assert.throws(() => parseIncidentReport('[1]'), FileFormatError);
+    assert.throws(() => parseIncidentReport(text('report.json').slice(0, 200)), /not valid JSON/);
+});
+
+test('incident: summary lines from TensorSummary.to_dict', () => {
+    assert.equal(summaryLine({ kind: 'Parameter', shape: [2, null], dtype: 'torch.bfloat16', device: 'cuda:0', min: -1, max: 2.5, mean: 'nan', has_nan: true }),
+        'Parameter[2, ?] bfloat16 cuda:0 x∈[-1, 2.5] μ=nan NaN!');
+});
+
+test('memory: sites sorted by size, variants accepted, bad entries counted', () => {
+    const r = parseMemoryReport(JSON.stringify({
+        peak_rss: 123456789, measure: 'peak',
+        cuda: { device: 'cuda:0', peak_allocated: 1000, peak_reserved: 2048 },
+        sites: [
+            { file: 'a.py', line: 3, size: 10, count: 2 },
+            { filename: 'b.py', lineno: 7, bytes: 500, n: 1, function: 'load' },
+            { file: 'c.py', size: -1 }, 'junk', { line: 3, size: 4 },
+        ],
+    }));
+    assert.deepEqual(r.sites.map((s) => [s.file, s.line, s.size, s.count]), [['b.py', 7, 500, 1], ['a.py', 3, 10, 2]]);
+    assert.equal(r.sites[0].function, 'load');
+    assert.equal(r.skipped, 3);
+    assert.equal(r.peakRss, 123456789);
+    assert.deepEqual(r.cuda, { device: 'cuda:0', peakAllocated: 1000, peakReserved: 2048 });
+    assert.equal(r.totalSize, 510);
+    assert.equal(parseMemoryReport('[{"file": "x.py", "line": 1, "size": 5}]').sites.length, 1);
+    assert.deepEqual(parseMemoryReport('{"top": [], "cuda_peak_allocated": 7}').cuda, { peakAllocated: 7, peakReserved: undefined });
+});
+
+test('memory: the format tensor-dap profile --mode memory writes', () => {
+    const r = parseMemoryReport(JSON.stringify({
+        version: 1, kind: 'tensor_dap.memory', program: 'train.py', peak_rss_bytes: 5e8, tracemalloc_peak_bytes: 1e6,
+        measure: 'live Python bytes at the largest snapshot', snapshot_bytes: 1e6,
+        sites: [{ file: 'train.py', line: 9, function: 'load', size_bytes: 800, count: 3, traceback: [{ file: 'train.py', line: 9 }] }],
+        cuda: { device: 'cuda:0', max_allocated_bytes: 4096, allocated_bytes: 1024, reserved_bytes: 8192, max_reserved_bytes: 8192, summary: '...', snapshot: null },
+        torch_cpu: { measure: 'bytes allocated by torch operators on the CPU (not live bytes)', covers: 'steps 2-4',
+            sites: [{ file: 'model.py', line: 20, function: 'forward', size_bytes: 65536, count: 12, op: 'aten::addmm', traceback: [] }] },
+    }));
+    assert.equal(r.program, 'train.py');
+    assert.equal(r.peakRss, 5e8);
+    assert.equal(r.measure, 'live Python bytes at the largest snapshot');
+    assert.deepEqual(r.sites.map((s) => [s.file, s.line, s.function, s.size, s.count]), [['train.py', 9, 'load', 800, 3]]);
+    assert.deepEqual(r.cuda, { device: 'cuda:0', peakAllocated: 4096, peakReserved: 8192 });
+    assert.equal(r.torch?.sites[0].op, 'aten::addmm');
+    assert.match(r.torch!.measure!, /not live bytes/);
+});
+
+test('memory: not a report', () => {
+    assert.throws(() => parseMemoryReport('{"rss": 1}'), /no "sites"/);
+    assert.throws(() => parseMemoryReport('{"sites": [1'), /not valid JSON/);
+    assert.throws(() => parseMemoryReport('3'), FileFormatError);
+});

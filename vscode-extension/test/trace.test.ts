@@ -1,0 +1,102 @@
+// The torch.profiler trace summary on a real trace, checked against torch's own key_averages,
+// streamed in chunks of every size, gzip or not, and on broken input.
+import assert from 'node:assert/strict';
+import { writeFileSync, mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { FileFormatError, TruncatedError } from '../src/parsers/errors';
+import { TraceEventStream } from '../src/parsers/jsonEvents';
+import { TraceAggregator, TraceSummary } from '../src/parsers/trace';
+import { summarizeTraceFile } from '../src/parsers/traceFile';
+import { fixture, json, text } from './_fixtures';
+
+function summarize(doc: string, chunk = doc.length): TraceSummary {
+    const agg = new TraceAggregator();
+    const stream = new TraceEventStream((e) => agg.add(e));
+    for (let i = 0; i < doc.length; i += chunk) {
+        stream.push(doc.slice(i, i + chunk));
+    }
+    stream.end();
+    return agg.finish(stream.metadata);
+}
+
+test('trace: op counts and self CPU time agree with torch.profiler key_averages', async () => {
+    const s = await summarizeTraceFile(fixture('train.pt.trace.json'));
+    const torchOps = json<Record<string, { count: number; self_cpu: number; cpu: number }>>('train.ops.json');
+    const ours = new Map(s.ops.map((o) => [o.name, o]));
+    let compared = 0;
+    for (const [name, t] of Object.entries(torchOps)) {
+        const o = ours.get(name);
+        assert.ok(o, `${name} is in the summary`);
+        assert.equal(o.calls, t.count, `${name} calls`);
+        assert.ok(Math.abs(o.totalCpu - t.cpu) <= 0.01 * t.cpu + 2, `${name} total CPU ${o.totalCpu} vs torch ${t.cpu}`);
+        assert.ok(Math.abs(o.selfCpu - t.self_cpu) <= 0.05 * t.cpu + 2, `${name} self CPU ${o.selfCpu} vs torch ${t.self_cpu}`);
+        compared++;
+    }
+    assert.ok(compared > 20);
+    const addmm = ours.get('aten::addmm')!;
+    assert.equal(addmm.calls, 10);
+    assert.deepEqual(addmm.shapes.map(([s, n]) => [s, n]).sort(), [['[[32],[8,16],[16,32],[],[]]', 5], ['[[4],[8,32],[32,4],[],[]]', 5]]);
+    assert.equal(s.hasCuda, false);
+    assert.ok(s.timeline.length > 0 && s.timeline.every((e) => e.dur >= 0 && e.start >= 0 && e.lane < s.lanes.length));
+    assert.ok(s.lanes.some((l) => l.startsWith('python')), s.lanes.join(','));
+    assert.equal(s.metadata.schemaVersion, 1);
+    assert.deepEqual(s.metadata.deviceProperties, []);
+});
+
+test('trace: any chunking gives the same summary, and gzip the same as plain', async () => {
+    const doc = text('train.pt.trace.json');
+    const whole = summarize(doc);
+    for (const chunk of [1, 7, 64, 4093]) {
+        assert.deepEqual(summarize(doc, chunk), whole, `chunks of ${chunk}`);
+    }
+    assert.deepEqual(await summarizeTraceFile(fixture('train.pt.trace.json.gz')), whole);
+    assert.deepEqual(summarize(JSON.stringify(JSON.parse(doc).traceEvents)).ops, whole.ops, 'the bare-array form');
+});
+
+test('trace: kernels are charged to the operator that launched them (External id)', () => {
+    const ev = (o: object) => JSON.stringify({ ph: 'X', pid: 1, tid: 1, ...o });
+    const doc = `{"traceEvents": [
+        ${ev({ cat: 'cpu_op', name: 'aten::mm', ts: 0, dur: 10, args: { 'External id': 7, 'Input Dims': [[2, 3], [3, 4]] } })},
+        ${ev({ cat: 'cpu_op', name: 'aten::empty', ts: 1, dur: 2, args: { 'External id': 8 } })},
+        ${ev({ cat: 'cuda_runtime', name: 'cudaLaunchKernel', ts: 4, dur: 3, args: { 'External id': 7, correlation: 99 } })},
+        ${ev({ cat: 'kernel', name: 'sgemm', pid: 0, tid: 7, ts: 12, dur: 40, args: { 'External id': 7, correlation: 99 } })},
+        {"ph": "M", "name": "thread_name", "pid": 0, "tid": 7, "args": {"name": "stream 7"}}
+    ], "displayTimeUnit": "ms"}`;
+    const s = summarize(doc);
+    const mm = s.ops.find((o) => o.name === 'aten::mm')!;
+    assert.equal(mm.selfCuda, 40);
+    assert.equal(mm.selfCpu, 8);
+    assert.equal(s.hasCuda, true);
+    assert.equal(s.ops[0].name, 'aten::mm');
+    assert.ok(s.lanes.includes('process 0 · stream 7'));
+    assert.equal(s.spanUs, 52);
+});
+
+test('trace: strings with escaped quotes, brackets and braces do not confuse the stream', () => {
+    const name = 'weird \\"}]{[ name\\\\';
+    const doc = `{"meta": "x\\"}", "traceEvents": [{"ph": "X", "name": "${name}", "ts": 1, "dur": 2, "pid": 1, "tid": 1}], "n": 3}`;
+    for (const chunk of [1, 2, 3, 1000]) {
+        const s = summarize(doc, chunk);
+        assert.equal(s.ops[0].name, 'weird "}]{[ name\\', `chunks of ${chunk}`);
+    }
+});
+
+test('trace: truncated, corrupt and foreign files are FileFormatErrors', async () => {
+    const doc = text('train.pt.trace.json');
+    for (const cut of [0, 1, 100, doc.length >> 1, doc.length - 3]) {
+        assert.throws(() => summarize(doc.slice(0, cut)), FileFormatError, `cut at ${cut}`);
+    }
+    assert.throws(() => summarize(doc.slice(0, 5000)), TruncatedError);
+    assert.throws(() => summarize('hello'), /not a Chrome trace/);
+    assert.throws(() => summarize('{"traceEvents": [{"ph": "X", oops}]}'), /invalid JSON/);
+    const dir = mkdtempSync(join(tmpdir(), 'tdap-trace-'));
+    const gz = await import('node:fs').then((fs) => fs.readFileSync(fixture('train.pt.trace.json.gz')));
+    writeFileSync(join(dir, 'cut.json.gz'), gz.subarray(0, gz.length >> 1));
+    await assert.rejects(summarizeTraceFile(join(dir, 'cut.json.gz')), FileFormatError);
+    const bad = Buffer.from(gz);
+    bad.fill(0x41, 20, 60);
+    writeFileSync(join(dir, 'bad.json.gz'), bad);
+    await assert.rejects(summarizeTraceFile(join(dir, 'bad.json.gz')), FileFormatError);
+});
