@@ -23,6 +23,9 @@ _EXPORTS = {
     "describe_optimizer": "tensor_dap.summary.objects",
     "describe_scheduler": "tensor_dap.summary.objects",
     "describe_loader": "tensor_dap.summary.objects",
+    # the VS Code extension's tensor inspector (JSON strings, evaluated in the paused frame)
+    "inspect_frame_json": "tensor_dap.dap.inspector",
+    "inspect_tensor_json": "tensor_dap.dap.inspector",
     # training triggers
     "break_if": "tensor_dap.triggers.break_if",
     "watch": "tensor_dap.triggers.watch",

@@ -1,9 +1,10 @@
 """The Python side of the VS Code extension's tensor inspector.
 
-While a debugpy session is paused, the extension evaluates, in the selected frame::
+While a debugpy session is paused, the extension evaluates, in the selected frame, names
+exported from ``tensor_dap`` itself (so the expression never depends on a module path)::
 
-    __import__('tensor_dap.dap.inspector', fromlist=['_']).frame_json(locals())
-    __import__('tensor_dap.dap.inspector', fromlist=['_']).tensor_json(<expr>, bins=64, heat=64)
+    __import__('tensor_dap').inspect_frame_json(locals())
+    __import__('tensor_dap').inspect_tensor_json(<expr>, bins=64, heat=64)
 
 Both return a ``str`` holding JSON (ASCII only; NaN/Inf written as the strings ``"nan"``,
 ``"inf"``, ``"-inf"``, like ``TensorSummary.to_dict``), which debugpy hands back as the
@@ -11,13 +12,13 @@ Both return a ``str`` holding JSON (ASCII only; NaN/Inf written as the strings `
 kilobytes cross the protocol: a summary per tensor, a histogram's counts, a heatmap of at most
 ``heat`` × ``heat`` cells. Neither function raises: a failure becomes ``{"error": "..."}``.
 
-``frame_json`` -> ``{"version": 1, "tensors": [...], "more": N, "cut_short": bool}``, each tensor
+``inspect_frame_json`` -> ``{"version": 1, "tensors": [...], "more": N, "cut_short": bool}``, each tensor
 ``{"name", "expr", "line", "shape", "dtype", "device", "flags"}``: ``expr`` evaluates to the tensor
 in that frame (``batch['x']`` for one inside a dict), ``line`` is the one-line summary (``null``
 once the frame's time budget is spent, then ``cut_short`` is true), ``more`` counts tensors left
 out past ``MAX_TENSORS``.
 
-``tensor_json`` -> ``{"version": 1, "line", "summary", "histogram", "heatmap"}``: ``summary`` is
+``inspect_tensor_json`` -> ``{"version": 1, "line", "summary", "histogram", "heatmap"}``: ``summary`` is
 ``TensorSummary.to_dict()``; ``histogram`` ``{"edges", "counts", "total", "nonfinite", "sampled",
 "integer"}`` (``null`` for tensors without values); ``heatmap`` ``{"rows", "cols", "cells"
 (row-major, ``null`` where a cell holds NaN/Inf), "min", "max", "source_shape", "slice",
@@ -26,13 +27,18 @@ out past ``MAX_TENSORS``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
 import time
 from typing import Any, Iterator
 
-from tensor_dap import describe
+from ..format import short_error
+from ..kinds import is_tensor
+from ..nested import walk
+from ..summary import describe, jsonable
+from ..summary.histogram import histogram
 
 VERSION = 1
 MAX_TENSORS = 200  # a frame listing past this says how many it left out
@@ -42,20 +48,20 @@ HIST_SAMPLE = 1 << 20  # histogram counts an evenly strided sample of at most th
 HEAT_READ_PER_CELL = 8  # a heatmap cell averages at most this many rows and columns
 
 
-def frame_json(frame_locals: dict) -> str:
+def inspect_frame_json(frame_locals: dict) -> str:
     """The tensors of a frame (locals and one level into lists, tuples and dicts), as JSON."""
     try:
         return _dumps(_frame(frame_locals))
     except Exception as exc:  # noqa: BLE001 - the debugger must never see an exception from us
-        return _dumps({"version": VERSION, "error": _short(exc)})
+        return _dumps({"version": VERSION, "error": short_error(exc, limit=200)})
 
 
-def tensor_json(value: Any, bins: int = 64, heat: int = 64) -> str:
+def inspect_tensor_json(value: Any, bins: int = 64, heat: int = 64) -> str:
     """One tensor's summary, histogram and heatmap, as JSON."""
     try:
         return _dumps(_tensor(value, max(1, min(int(bins), 512)), max(1, min(int(heat), 256))))
     except Exception as exc:  # noqa: BLE001
-        return _dumps({"version": VERSION, "error": _short(exc)})
+        return _dumps({"version": VERSION, "error": short_error(exc, limit=200)})
 
 
 # ------------------------------------------------------------------ frame
@@ -66,7 +72,7 @@ def _frame(frame_locals: dict) -> dict:
         return {"version": VERSION, "tensors": [], "more": 0, "cut_short": False}
     start = time.perf_counter()
     rows, more, cut_short = [], 0, False
-    for name, expr, t in _tensors(frame_locals, torch.Tensor):
+    for name, expr, t in _tensors(frame_locals):
         if len(rows) >= MAX_TENSORS:
             more += 1
             continue
@@ -79,29 +85,13 @@ def _frame(frame_locals: dict) -> dict:
     return {"version": VERSION, "tensors": rows, "more": more, "cut_short": cut_short}
 
 
-def _tensors(frame_locals: dict, tensor_type: type) -> Iterator[tuple[str, str, Any]]:
+def _tensors(frame_locals: dict) -> Iterator[tuple[str, str, Any]]:
+    """(name, expression, tensor): the locals, and one level into their containers (a few items each)."""
     for name, value in list(frame_locals.items()):
         if not isinstance(name, str) or name.startswith("__"):
             continue
-        if isinstance(value, tensor_type):
-            yield name, name, value
-        elif isinstance(value, dict):
-            for key, item in _first(value.items()):
-                if isinstance(item, tensor_type) and isinstance(key, (str, int)) and not isinstance(key, bool):
-                    yield f"{name}[{key!r}]", f"{name}[{key!r}]", item
-        elif isinstance(value, (list, tuple)):
-            for i, item in enumerate(_first(value)):
-                if isinstance(item, tensor_type):
-                    yield f"{name}[{i}]", f"{name}[{i}]", item
-
-
-def _first(items: Any) -> list:
-    out = []
-    for item in items:
-        if len(out) >= CONTAINER_ITEMS:
-            break
-        out.append(item)
-    return out
+        for path, t in walk(value, name, max_depth=1, limit=CONTAINER_ITEMS + 1):
+            yield path, path, t
 
 
 def _meta(t: Any) -> dict:
@@ -132,56 +122,29 @@ def _tensor(value: Any, bins: int, heat: int) -> dict:
 
         with torch.no_grad():
             x = value.detach()
-            out["histogram"] = _histogram(x, bins, torch)
+            out["histogram"] = _histogram(x, bins)
             if x.dim() >= 2 and x.numel() > 0:
                 out["heatmap"] = _heatmap(x, heat, torch)
     return out
 
 
 def _has_values(x: Any) -> bool:
-    torch = sys.modules.get("torch")
-    if torch is None or not isinstance(x, torch.Tensor):
+    if not is_tensor(x):
         return False
+    torch = sys.modules["torch"]
     if x.is_nested or x.layout != torch.strided or x.is_quantized or x.device.type == "meta":
         return False
     return "Fake" not in type(x).__name__
 
 
-def _histogram(x: Any, bins: int, torch: Any) -> dict | None:
-    flat, sampled = _sample_flat(x, HIST_SAMPLE)
-    if flat.is_complex():
-        flat = flat.abs()
-    integer = not flat.dtype.is_floating_point and not flat.is_complex()
-    values = flat.to(torch.float64 if flat.dtype in (torch.float64, torch.int64) else torch.float32)
-    finite = values[torch.isfinite(values)]
-    nonfinite = int(values.numel() - finite.numel())
-    if finite.numel() == 0:
-        return {"edges": [], "counts": [], "total": 0, "nonfinite": nonfinite, "sampled": sampled, "integer": integer}
-    lo, hi = (float(v) for v in torch.stack(list(torch.aminmax(finite))).tolist())
-    if integer and hi - lo + 1 <= bins:
-        bins, lo, hi = int(hi - lo + 1), lo - 0.5, hi + 0.5  # one bin per value: labels, token ids
-    elif lo == hi:
-        bins, lo, hi = 1, lo - 0.5, hi + 0.5
-    counts = torch.histc(finite, bins=bins, min=lo, max=hi).tolist()
-    step = (hi - lo) / bins
-    return {"edges": [lo + i * step for i in range(bins)] + [hi], "counts": [int(c) for c in counts],
-            "total": int(finite.numel()), "nonfinite": nonfinite, "sampled": sampled, "integer": integer}
-
-
-def _sample_flat(x: Any, limit: int) -> tuple[Any, bool]:
-    """At most ``limit`` evenly spread elements as a 1-D tensor, copying no more than those."""
+def _histogram(x: Any, bins: int) -> dict:
+    """The summary's histogram as JSON data; no finite value gives empty counts (and the non-finite count)."""
+    h = histogram(x, bins=bins, sample=HIST_SAMPLE)
+    if h is not None:
+        return dataclasses.asdict(h)
     n = x.numel()
-    if n <= limit:
-        return x.reshape(-1), False
-    if x.is_contiguous():
-        return x.view(-1)[:: math.ceil(n / limit)], True
-    # A strided view per dim: reshape(-1) of the whole would copy it.
-    big = [d for d in range(x.dim()) if x.shape[d] > 1]
-    step = math.ceil((n / limit) ** (1 / len(big)))
-    while math.prod(math.ceil(x.shape[d] / step) for d in big) > limit:
-        step += 1
-    view = x[tuple(slice(None, None, step) if d in big else slice(None) for d in range(x.dim()))]
-    return view.reshape(-1), True
+    return {"edges": [], "counts": [], "total": 0, "nonfinite": n if n <= HIST_SAMPLE else None,
+            "sampled": n > HIST_SAMPLE, "integer": not (x.dtype.is_floating_point or x.dtype.is_complex)}
 
 
 def _heatmap(x: Any, heat: int, torch: Any) -> dict:
@@ -208,19 +171,4 @@ def _heatmap(x: Any, heat: int, torch: Any) -> dict:
 # ------------------------------------------------------------------ JSON
 
 def _dumps(data: Any) -> str:
-    return json.dumps(_clean(data), allow_nan=False, separators=(",", ":"))
-
-
-def _clean(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:200]}" if text else type(exc).__name__
+    return json.dumps(jsonable(data), allow_nan=False, separators=(",", ":"))

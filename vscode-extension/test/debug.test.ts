@@ -49,8 +49,8 @@ test('inspector: errors from the debuggee are explained', () => {
     assert.throws(() => parseFrameTensors({ version: 1, error: 'RuntimeError: boom' }), /could not inspect this frame: RuntimeError: boom/);
     assert.throws(() => parseFrameTensors({ version: 2, tensors: [] }), /version 2/);
     assert.match(explainEvaluateError("Traceback ... ModuleNotFoundError: No module named 'tensor_dap'"), /pip install tensor-dap/);
-    assert.equal(frameExpression(), "__import__('tensor_dap.dap.inspector', fromlist=['_']).frame_json(locals())");
-    assert.equal(tensorExpression("batch['x']", 32, 16), "__import__('tensor_dap.dap.inspector', fromlist=['_']).tensor_json(batch['x'], bins=32, heat=16)");
+    assert.equal(frameExpression(), "__import__('tensor_dap').inspect_frame_json(locals())");
+    assert.equal(tensorExpression("batch['x']", 32, 16), "__import__('tensor_dap').inspect_tensor_json(batch['x'], bins=32, heat=16)");
 });
 
 test('templates: the names and shapes the issue asks for, all debugpy', () => {

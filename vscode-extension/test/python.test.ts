@@ -47,22 +47,22 @@ test('inspector: no torch import in a program without torch; huge and strided te
     const r = python(['-c', `
 import sys, json, time
 from tensor_dap.dap import inspector
-out = json.loads(inspector.frame_json({"n": 3}))
+out = json.loads(inspector.inspect_frame_json({"n": 3}))
 assert out == {"version": 1, "tensors": [], "more": 0, "cut_short": False}, out
-assert "torch" not in sys.modules, "frame_json imported torch"
+assert "torch" not in sys.modules, "inspect_frame_json imported torch"
 import torch
 x = torch.randn(6000, 6000).t()[::2]          # 18M elements, not contiguous
-t = time.perf_counter(); d = json.loads(inspector.tensor_json(x)); took = time.perf_counter() - t
+t = time.perf_counter(); d = json.loads(inspector.inspect_tensor_json(x)); took = time.perf_counter() - t
 assert d["histogram"]["sampled"] and d["heatmap"]["sampled"], d["heatmap"]["sampled"]
 assert sum(d["histogram"]["counts"]) == d["histogram"]["total"] <= 1 << 20
 assert d["heatmap"]["rows"] == 64 and d["heatmap"]["cols"] == 64
 frame = {f"t{i}": torch.zeros(3) for i in range(inspector.MAX_TENSORS + 5)}
-f = json.loads(inspector.frame_json(frame))
+f = json.loads(inspector.inspect_frame_json(frame))
 assert len(f["tensors"]) == inspector.MAX_TENSORS and f["more"] == 5
-e = json.loads(inspector.tensor_json(torch.ones(2, 2), bins="x"))
+e = json.loads(inspector.inspect_tensor_json(torch.ones(2, 2), bins="x"))
 assert e["version"] == 1 and e["error"].startswith("ValueError"), e
 print(round(took, 3))
 `]);
     assert.equal(r.status, 0, r.stderr);
-    assert.ok(Number(r.stdout.trim()) < 2, `tensor_json took ${r.stdout.trim()} s`);
+    assert.ok(Number(r.stdout.trim()) < 2, `inspect_tensor_json took ${r.stdout.trim()} s`);
 });

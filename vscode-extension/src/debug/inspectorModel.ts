@@ -3,14 +3,14 @@
  * tensor_dap.dap.inspector answers (its module docstring defines the JSON).
  */
 
-export const INSPECTOR = "__import__('tensor_dap.dap.inspector', fromlist=['_'])";
+export const INSPECTOR = "__import__('tensor_dap')";
 
 export function frameExpression(): string {
-    return `${INSPECTOR}.frame_json(locals())`;
+    return `${INSPECTOR}.inspect_frame_json(locals())`;
 }
 
 export function tensorExpression(expr: string, bins = 64, heat = 64): string {
-    return `${INSPECTOR}.tensor_json(${expr}, bins=${bins | 0}, heat=${heat | 0})`;
+    return `${INSPECTOR}.inspect_tensor_json(${expr}, bins=${bins | 0}, heat=${heat | 0})`;
 }
 
 export interface FrameTensor {
