@@ -33,6 +33,14 @@ _EXPORTS = {
     "set_trace": "tensor_dap.debug.session",
     "post_mortem": "tensor_dap.debug.session",
     "install": "tensor_dap.debug.install",
+    # profiling and training monitor
+    "profile": "tensor_dap.profile",  # the subpackage is the @tensor_dap.profile decorator (see its __init__)
+    "step": "tensor_dap.profile.marks",
+    "Timer": "tensor_dap.profile.timer",
+    "timers": "tensor_dap.profile.timer",
+    "StepProfiler": "tensor_dap.profile.step_profiler",
+    "setup_logging": "tensor_dap.profile.logs",
+    "Monitor": "tensor_dap.profile.monitor",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
