@@ -53,7 +53,7 @@ class MemoryRecorder(Recorder):
         self._snapshot_at = 0.0
         self._site_cache: Optional[list[Site]] = None
         self._torch_sites: list[Site] = []
-        self._torch_covers = ""
+        self._torch_covers = "no step was marked (call tensor_dap.step() at the end of each step)"
         self._cuda_info: Optional[dict[str, Any]] = None
         self._lock = threading.Lock()
         self._done = threading.Event()
@@ -63,9 +63,10 @@ class MemoryRecorder(Recorder):
         else:
             o = self.options
             self._window = StepWindow(dict(profile_memory=True, with_stack=True), o.wait, o.warmup, o.active,
-                                      self._on_trace, aside=self._not_counted)
-        import torch.autograd.profiler_util  # noqa: F401 - the profiler's own imports are not the program's
-        import torch.profiler  # noqa: F401
+                                      self._on_trace, aside=self._not_counted, prelude=False)
+        if self._window is not None:  # the profiler's first start initializes a lot: minutes under tracemalloc
+            with torch.profiler.profile(profile_memory=True):
+                pass
 
         marks.add_step_listener(self._on_step)
         tracemalloc.start(self.options.frames)

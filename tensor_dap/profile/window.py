@@ -20,10 +20,11 @@ OnTrace = Callable[[Any, str], None]  # (the finished torch profiler, what it co
 
 class StepWindow:
     def __init__(self, profiler_kwargs: dict[str, Any], wait: int, warmup: int, active: int, on_trace: OnTrace,
-                 aside: Callable[[], ContextManager[Any]] = contextlib.nullcontext) -> None:
+                 aside: Callable[[], ContextManager[Any]] = contextlib.nullcontext, prelude: bool = True) -> None:
         """``aside``: a context around the profiler's own work at step boundaries (memory mode keeps
-        the profiler's allocations out of its peak)."""
+        the profiler's allocations out of its peak); ``prelude=False`` records nothing before the first step."""
         self.kwargs = profiler_kwargs
+        self.prelude = prelude
         self.aside = aside
         self.wait, self.warmup, self.active = wait, warmup, active
         self.on_trace = on_trace
@@ -41,8 +42,9 @@ class StepWindow:
 
         self._hook = register_optimizer_step_post_hook(lambda *_: marks.optimizer_stepped())
         marks.add_step_listener(self._on_step)
-        self._prelude = torch.profiler.profile(**self.kwargs)
-        self._prelude.start()
+        if self.prelude:
+            self._prelude = torch.profiler.profile(**self.kwargs)
+            self._prelude.start()
 
     def _on_step(self, source: str) -> None:
         if source == "explicit" and self.counted_by != "explicit":
@@ -56,11 +58,12 @@ class StepWindow:
             self._advance()
 
     def _advance(self) -> None:
-        if self._prelude is not None:
+        if self.steps == 1:
             import torch
 
-            self._prelude.stop()
-            self._kept_prelude, self._prelude = self._prelude, None
+            if self._prelude is not None:
+                self._prelude.stop()
+                self._kept_prelude, self._prelude = self._prelude, None
             schedule = torch.profiler.schedule(wait=self.wait, warmup=self.warmup, active=self.active, repeat=1)
             self._window = torch.profiler.profile(**self.kwargs, schedule=schedule, on_trace_ready=self._window_ready)
             self._window.start()
