@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="cpu: cProfile; line: line_profiler; torch: torch.profiler trace; memory: allocations")
     parser.add_argument("--out", metavar="DIR", help="parent folder of the run folders (default .tensor_dap/profiles)")
     parser.add_argument("--function", action="append", default=[], metavar="[MODULE:]NAME",
-                        help="--mode line: a function to profile (repeatable), e.g. train_step or mypkg.model:Net.forward")
+                        help="--mode line: a function to profile (repeatable): train_step, mypkg.model:Net.forward")
     parser.add_argument("--wait", type=int, default=1, help="--mode torch/memory: steps skipped before warm-up (1)")
     parser.add_argument("--warmup", type=int, default=1, help="--mode torch/memory: warm-up steps, not kept (1)")
     parser.add_argument("--active", type=int, default=3, help="--mode torch/memory: steps recorded (3)")

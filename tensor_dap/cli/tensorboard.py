@@ -20,7 +20,7 @@ LOOPBACK = "127.0.0.1"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("logdir", nargs="?", default=DEFAULT_LOGDIR,
-                        help=f"the folder tensor_dap.Monitor (or any SummaryWriter) writes to (default {DEFAULT_LOGDIR})")
+                        help=f"the folder tensor_dap.Monitor (any SummaryWriter) writes to (default {DEFAULT_LOGDIR})")
     parser.add_argument("--port", type=int, default=6006, help="port to serve on (default 6006; 0 picks a free one)")
     parser.add_argument("--host", default=LOOPBACK,
                         help="address to bind (default 127.0.0.1, this machine only; 0.0.0.0 opens it to the network)")

@@ -21,7 +21,7 @@ Series = Sequence[tuple[int, float]]  # (step, value), in step order
 
 @dataclass(frozen=True)
 class Finding:
-    kind: str  # nonfinite, not_decreasing, oscillating, overfitting, vanishing_gradients, exploding_gradients, dead_relu
+    kind: str  # nonfinite, not_decreasing, oscillating, overfitting, vanishing_ or exploding_gradients, dead_relu
     step: int
     message: str
 

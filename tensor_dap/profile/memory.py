@@ -154,7 +154,8 @@ class MemoryRecorder(Recorder):
         if self._snapshot is None:
             return []
         if self._site_cache is None:
-            kept = self._snapshot.filter_traces([tracemalloc.Filter(False, p, all_frames=True) for p in _PROFILER_FILES])
+            skip = [tracemalloc.Filter(False, p, all_frames=True) for p in _PROFILER_FILES]
+            kept = self._snapshot.filter_traces(skip)
             self._site_cache = tracemalloc_sites(kept, SITES_KEPT)
         return self._site_cache
 

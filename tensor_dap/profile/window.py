@@ -101,6 +101,7 @@ class StepWindow:
             self._window.stop()  # delivers a window cut short by the end of the program
         if not self.delivered and self._kept_prelude is not None:
             self.delivered = True
+            first = 2 + self.wait + self.warmup
             self.on_trace(self._kept_prelude, f"the start of the run to the end of step 1 (it ended after "
-                                              f"{self.steps} steps, before the window of steps {2 + self.wait + self.warmup}"
-                                              f"–{1 + self.wait + self.warmup + self.active})")
+                                              f"{self.steps} steps, before the window of steps {first}"
+                                              f"–{first + self.active - 1})")
