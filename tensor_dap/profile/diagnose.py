@@ -70,9 +70,14 @@ def oscillating(losses: Series, window: int = 60, swing: float = 0.2, swings: in
     if level <= 0 or level < 0.01 * abs(start):  # a loss near zero jitters by large fractions of itself
         return None
     turns = [smooth[0]]
-    for prev, cur, nxt in zip(smooth, smooth[1:], smooth[2:]):
-        if (cur - prev) * (nxt - cur) < 0:
-            turns.append(cur)
+    direction = 0.0
+    for prev, cur in zip(smooth, smooth[1:]):
+        step = cur - prev
+        if step == 0:
+            continue  # a plateau does not end a swing
+        if direction and (step > 0) != (direction > 0):
+            turns.append(prev)
+        direction = step
     turns.append(smooth[-1])
     big = sum(1 for a, b in zip(turns, turns[1:]) if abs(b - a) > swing * level)
     third = len(values) // 3

@@ -188,13 +188,22 @@ class Monitor:
                       diagnose.overfitting(train, val)):
             if check:
                 found.append(check)
+        checked = {"not_decreasing", "oscillating", "overfitting"}
         norms = list(self._curves.get("grad_norm/total", ()))
+        new = sum(1 for tags in by_step.values() for t, _ in tags if t == "grad_norm/total")
+        if new:
+            checked.add("exploding_gradients")
+            for i in range(len(norms) - new, len(norms)):  # every new norm: one may explode just before a NaN
+                exploding = diagnose.gradients(norms[i][0], {}, norms[i][1], [v for _, v in norms[:i]])
+                if exploding:
+                    found += exploding
+                    break
         layer_step, layer_grads = self._layer_grads
-        if norms:
-            step, total = norms[-1]
-            found += diagnose.gradients(step, layer_grads if layer_step == step else {}, total,
-                                        [v for _, v in norms[:-1]])
+        if layer_step in by_step:
+            checked.add("vanishing_gradients")
+            found += [f for f in diagnose.gradients(layer_step, layer_grads) if f.kind == "vanishing_gradients"]
         if self._dead_now:
+            checked.add("dead_relu")
             found += diagnose.dead_relus(self._last_step, self._dead_now)
             self._dead_now = None
         kinds = {f.kind for f in found}
@@ -203,7 +212,8 @@ class Monitor:
                 self.findings.append(f)
                 log.warning("%s", f.message)
                 self.writer.add_text("diagnostics", f.message, global_step=f.step)
-        self._active = kinds | {k for k in self._active if k in ("nonfinite",)}
+        # a finding is reported again only after a check that ran found it gone (NaN/Inf: only once)
+        self._active = (self._active - (checked - kinds)) | kinds
 
     def close(self) -> None:
         """Flush what is pending, take the hooks off, close the event file."""

@@ -25,9 +25,9 @@ def _read(logdir):
 
 
 def _texts(acc):
-    if "diagnostics" not in acc.Tags()["tensors"]:
-        return []
-    return [e.tensor_proto.string_val[0].decode() for e in acc.Tensors("diagnostics")]
+    """The diagnostic texts (add_text stores them as tensors under ``diagnostics/text_summary``)."""
+    tags = [t for t in acc.Tags()["tensors"] if t.startswith("diagnostics")]
+    return [e.tensor_proto.string_val[0].decode() for t in tags for e in acc.Tensors(t)]
 
 
 def _data(n=256, seed=0):
