@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import runner
 from .output import CPROFILE
-from .session import Recorder
+from .recorder import Recorder
 from .tables import plain, seconds, table, where
 
 RUNNER_FILE = runner.__file__ or "runner.py"

@@ -15,7 +15,7 @@ from ..errors import UsageError
 from . import marks
 from .line_targets import Installed, Targets, parse_spec
 from .output import LINE
-from .session import Options, Recorder
+from .recorder import Options, Recorder
 from .tables import plain, seconds, table, where
 
 MAX_FUNCTIONS = 10  # tables printed; the file holds them all

@@ -24,7 +24,7 @@ from ..format import fmt_bytes
 from . import marks
 from .memory_sites import Site, peak_rss, torch_sites, tracemalloc_sites
 from .output import CUDA_SNAPSHOT, MEMORY, write_json
-from .session import Recorder
+from .recorder import Recorder
 from .tables import plain, table, where
 from .window import StepWindow
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..format import fmt_shape
 from .output import TRACE, TRACE_GZ
-from .session import Options, Recorder
+from .recorder import Options, Recorder
 from .tables import plain, seconds, table
 from .window import StepWindow
 

@@ -53,7 +53,8 @@ def test_line_mode_profiles_script_functions_methods_and_module_functions(train_
     source = train_script.read_text().splitlines()
     hits = {source[line - 1].strip(): n for line, n, _ in by_name["train_step"]}
     assert hits["loss.backward()"] == 4  # the line numbers are the file's own
-    assert max(n for _, n, _ in by_name["scale"]) == 4 * 50
+    scale = {source[line - 1].strip(): n for line, n, _ in by_name["scale"]}
+    assert scale["total += v * i"] == 4 * 50
     assert "loss.backward()" in r.stderr
 
 
