@@ -36,6 +36,14 @@ _EXPORTS = {
     "set_trace": "tensor_dap.debug.session",
     "post_mortem": "tensor_dap.debug.session",
     "install": "tensor_dap.debug.install",
+    # profiling and training monitor
+    "profile": "tensor_dap.profiling.marks",
+    "step": "tensor_dap.profiling.marks",
+    "Timer": "tensor_dap.profiling.timer",
+    "timers": "tensor_dap.profiling.timer",
+    "StepProfiler": "tensor_dap.profiling.step_profiler",
+    "setup_logging": "tensor_dap.profiling.logs",
+    "Monitor": "tensor_dap.profiling.monitor",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

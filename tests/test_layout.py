@@ -19,7 +19,7 @@ LAYERS = [
     {"version", "errors", "format", "console", "kinds", "nested", "state", "dist", "runner"},
     {"summary"},
     {"probe"},
-    {"checks", "profile", "dap"},
+    {"checks", "profiling", "dap"},
     {"debug"},
     {"triggers"},
     {"cli"},

@@ -20,6 +20,8 @@ COMMANDS = {
     "inspect": ("tensor_dap.cli.inspect", "summarize every tensor in a saved .pt/.pth file"),
     "run": ("tensor_dap.cli.run", "run a script with tensor-aware breakpoints and crash reports"),
     "replay": ("tensor_dap.cli.replay", "print the report of an incident bundle"),
+    "profile": ("tensor_dap.cli.profile", "run a script under a profiler (cpu, line, torch, memory), save the files"),
+    "tensorboard": ("tensor_dap.cli.tensorboard", "start TensorBoard on 127.0.0.1 for a log folder"),
 }
 
 class _Parser(argparse.ArgumentParser):

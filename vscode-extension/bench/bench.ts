@@ -62,11 +62,11 @@ async function main(): Promise<void> {
     const ours = median(profTimes);
     const [pyStats, pyExport] = [
         pythonSeconds(`import pstats; pstats.Stats(${JSON.stringify(prof)})`),
-        pythonSeconds(`import subprocess; subprocess.run([sys.executable, '-m', 'tensor_dap.profile.export', ${JSON.stringify(prof)}], stdout=subprocess.DEVNULL, check=True)`),
+        pythonSeconds(`import subprocess; subprocess.run([sys.executable, '-m', 'tensor_dap.profiling.export', ${JSON.stringify(prof)}], stdout=subprocess.DEVNULL, check=True)`),
     ];
     console.log(row(`tensor_dap loader (median of ${RUNS}, first ${profTimes[0].toFixed(0)} ms)`, ours, ours, median(profCpu)));
     console.log(row('python: pstats.Stats(file) (read only, in-process)', pyStats, ours));
-    console.log(row('python -m tensor_dap.profile.export (process + JSON)', pyExport, ours));
+    console.log(row('python -m tensor_dap.profiling.export (process + JSON)', pyExport, ours));
     const profOk = ours < 1000;
     ok &&= profOk;
     console.log(`  target: open in under 1 s -> ${profOk ? 'PASS' : 'FAIL'} (${ours.toFixed(0)} ms)\n`);

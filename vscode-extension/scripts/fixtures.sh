@@ -11,7 +11,7 @@ if [ ! -x "$PYTHON" ] && ! command -v "$PYTHON" >/dev/null; then
     exit 1
 fi
 stamp="$(cat "$HERE/test/fixtures/make_fixtures.py" "$HERE/test/fixtures/train_small.py" \
-    "$HERE/../tensor_dap/profile/export.py" "$HERE/../tensor_dap/dap/inspector.py" | sha256sum | cut -c1-16)-$("$PYTHON" -c 'import sys; print(sys.version_info[:2])' | tr -dc 0-9)"
+    "$HERE/../tensor_dap/profiling/export.py" "$HERE/../tensor_dap/dap/inspector.py" | sha256sum | cut -c1-16)-$("$PYTHON" -c 'import sys; print(sys.version_info[:2])' | tr -dc 0-9)"
 if [ -f "$OUT/.stamp" ] && [ "$(cat "$OUT/.stamp")" = "$stamp" ]; then
     exit 0
 fi

@@ -84,12 +84,12 @@ test('trace, memory and incident loaders', async () => {
 });
 
 test('python errors say what to do next', () => {
-    const notFound = explain('/venv/bin/python', 'tensor_dap.profile.export', { code: 'ENOENT', message: 'spawn ENOENT' }, '');
+    const notFound = explain('/venv/bin/python', 'tensor_dap.profiling.export', { code: 'ENOENT', message: 'spawn ENOENT' }, '');
     assert.ok(notFound instanceof PythonError && notFound.hint === 'settings');
     assert.match(notFound.message, /tensorDap.pythonPath/);
-    const missing = explain('/my env/python', 'tensor_dap.profile.export', { code: 1, message: 'exit 1' }, "/my env/python: Error while finding module specification for 'tensor_dap.profile.export' (ModuleNotFoundError: No module named 'tensor_dap')");
+    const missing = explain('/my env/python', 'tensor_dap.profiling.export', { code: 1, message: 'exit 1' }, "/my env/python: Error while finding module specification for 'tensor_dap.profiling.export' (ModuleNotFoundError: No module named 'tensor_dap')");
     assert.match(missing.message, /'\/my env\/python' -m pip install -U tensor-dap/);
-    const bad = explain('python3', 'tensor_dap.profile.export', { code: 2, message: 'exit 2' }, 'tensor-dap: error: x.prof: the file is empty\n');
+    const bad = explain('python3', 'tensor_dap.profiling.export', { code: 2, message: 'exit 2' }, 'tensor-dap: error: x.prof: the file is empty\n');
     assert.ok(bad instanceof TensorDapError);
     assert.equal(bad.message, 'x.prof: the file is empty');
     assert.equal(errorMessage(bad, '/a/x.prof', 'cProfile').type, 'error');

@@ -1,5 +1,5 @@
 // The pstats and line_profiler readers on real files, compared with the Python reference
-// reader (python -m tensor_dap.profile.export) and on broken and hostile inputs.
+// reader (python -m tensor_dap.profiling.export) and on broken and hostile inputs.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { FileFormatError, TruncatedError } from '../src/parsers/errors';

@@ -30,16 +30,16 @@ test('export: broken files are one error line and exit status 2', () => {
         if (data) {
             writeFileSync(path, data);
         }
-        const r = python(['-m', 'tensor_dap.profile.export', path]);
+        const r = python(['-m', 'tensor_dap.profiling.export', path]);
         assert.equal(r.status, 2, `${name}: ${r.stderr}`);
         assert.equal(r.stdout, '');
         assert.match(r.stderr, /^tensor-dap: error: .+\n$/, name);
         assert.doesNotMatch(r.stderr, /Traceback/);
     }
     assert.equal(existsSync(join(dirname(fixture('evil.lprof')), 'PWNED')), false, 'the hostile pickle ran nothing');
-    const dir = python(['-m', 'tensor_dap.profile.export', tmp]);
+    const dir = python(['-m', 'tensor_dap.profiling.export', tmp]);
     assert.equal(dir.status, 2);
-    const usage = python(['-m', 'tensor_dap.profile.export']);
+    const usage = python(['-m', 'tensor_dap.profiling.export']);
     assert.equal(usage.status, 2);
 });
 

@@ -11,7 +11,7 @@ import { loadIncident, LoaderDeps, loadLprof, loadMemory, loadProf, loadTrace } 
 
 function deps(uri: vscode.Uri): LoaderDeps {
     return {
-        exportWithPython: async (path) => JSON.parse(await runModule(await resolvePython(uri), 'tensor_dap.profile.export', [path])),
+        exportWithPython: async (path) => JSON.parse(await runModule(await resolvePython(uri), 'tensor_dap.profiling.export', [path])),
         readSource: (file, first, last) => readSourceLines(file, first, last, uri),
     };
 }

@@ -17,7 +17,7 @@ import type { ErrorAction, HostMessage, LprofView } from '../webview/messages';
 
 /** What a loader may need from outside: the Python fallback, and source files. */
 export interface LoaderDeps {
-    /** `python -m tensor_dap.profile.export FILE`, parsed (only when the native reader cannot). */
+    /** `python -m tensor_dap.profiling.export FILE`, parsed (only when the native reader cannot). */
     exportWithPython?: (path: string) => Promise<unknown>;
     /** Lines first..last (1-based) of a profiled source file, or null when it cannot be found. */
     readSource?: (file: string, first: number, last: number) => Promise<string[] | null>;

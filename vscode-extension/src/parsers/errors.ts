@@ -2,7 +2,7 @@
 export class FileFormatError extends Error {
     /**
      * @param fallback true when the file may be a format variant this reader does not know but
-     *   `python -m tensor_dap.profile.export` might (an unknown opcode); false for files that are
+     *   `python -m tensor_dap.profiling.export` might (an unknown opcode); false for files that are
      *   plainly broken (truncated, wrong kind of file) or refused (a pickle naming a foreign class).
      */
     constructor(message: string, readonly fallback = false) {

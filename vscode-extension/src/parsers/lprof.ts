@@ -1,6 +1,6 @@
 /**
  * line_profiler files (`.lprof`, a pickled `LineStats`) into the model
- * `python -m tensor_dap.profile.export` prints (schema version 1), read natively with the
+ * `python -m tensor_dap.profiling.export` prints (schema version 1), read natively with the
  * data-only pickle reader.
  */
 import { FileFormatError } from './errors';
@@ -19,7 +19,7 @@ export interface LprofFunction {
 }
 
 export interface LprofModel {
-    format: 'tensor_dap.profile.export';
+    format: 'tensor_dap.profiling.export';
     version: 1;
     kind: 'line_profiler';
     unit: number;
@@ -71,7 +71,7 @@ export function parseLprof(data: Uint8Array): LprofModel {
         return { file: String(key[0]), line: int(key[1]), name, total: lines.reduce((s, r) => s + r[2], 0), lines };
     });
     functions.sort((a, b) => (a.file < b.file ? -1 : a.file > b.file ? 1 : a.line - b.line || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0)));
-    return { format: 'tensor_dap.profile.export', version: 1, kind: 'line_profiler', unit, functions };
+    return { format: 'tensor_dap.profiling.export', version: 1, kind: 'line_profiler', unit, functions };
 }
 
 function field(d: PyDict, name: string): PickleValue | undefined {
@@ -98,10 +98,10 @@ function num(v: PyValue): number {
     throw new FileFormatError('expected a finite number in the line timings');
 }
 
-/** Accepts the JSON `python -m tensor_dap.profile.export` prints for a .lprof (the fallback path). */
+/** Accepts the JSON `python -m tensor_dap.profiling.export` prints for a .lprof (the fallback path). */
 export function lprofFromExport(json: unknown): LprofModel {
     const m = json as LprofModel;
-    if (!m || m.format !== 'tensor_dap.profile.export' || m.kind !== 'line_profiler' || !Array.isArray(m.functions)) {
+    if (!m || m.format !== 'tensor_dap.profiling.export' || m.kind !== 'line_profiler' || !Array.isArray(m.functions)) {
         throw new FileFormatError('the Python exporter returned something that is not a line_profiler model');
     }
     if (m.version !== 1) {

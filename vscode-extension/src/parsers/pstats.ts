@@ -1,6 +1,6 @@
 /**
- * cProfile / pstats files (`.prof`) into the model `python -m tensor_dap.profile.export` prints
- * (schema version 1, documented in tensor_dap/profile/export.py), read natively from the
+ * cProfile / pstats files (`.prof`) into the model `python -m tensor_dap.profiling.export` prints
+ * (schema version 1, documented in tensor_dap/profiling/export.py), read natively from the
  * marshal bytes so that opening a profile needs no Python.
  */
 import { FileFormatError } from './errors';
@@ -22,7 +22,7 @@ export interface ProfFunction {
 }
 
 export interface PstatsModel {
-    format: 'tensor_dap.profile.export';
+    format: 'tensor_dap.profiling.export';
     version: 1;
     kind: 'pstats';
     total_time: number;
@@ -84,7 +84,7 @@ function fromTable(table: PyDict): PstatsModel {
         total += own;
         functions[i] = { id: i, file, line, name, calls: int(value[1]), primitive_calls: int(value[0]), own, cumulative: num(value[3]), callers: edges };
     }
-    return { format: 'tensor_dap.profile.export', version: 1, kind: 'pstats', total_time: total, functions };
+    return { format: 'tensor_dap.profiling.export', version: 1, kind: 'pstats', total_time: total, functions };
 }
 
 function funcKey(key: PyValue): [string, number, string] {
@@ -149,10 +149,10 @@ function describe(v: PyValue): string {
     return v === null ? 'None' : typeof v === 'object' ? v.constructor.name : String(v).slice(0, 40);
 }
 
-/** Accepts the JSON `python -m tensor_dap.profile.export` prints for a .prof (the fallback path). */
+/** Accepts the JSON `python -m tensor_dap.profiling.export` prints for a .prof (the fallback path). */
 export function pstatsFromExport(json: unknown): PstatsModel {
     const m = json as PstatsModel;
-    if (!m || m.format !== 'tensor_dap.profile.export' || m.kind !== 'pstats' || !Array.isArray(m.functions)) {
+    if (!m || m.format !== 'tensor_dap.profiling.export' || m.kind !== 'pstats' || !Array.isArray(m.functions)) {
         throw new FileFormatError('the Python exporter returned something that is not a pstats model');
     }
     if (m.version !== 1) {

@@ -1,4 +1,4 @@
-"""Profiler output files as versioned JSON: ``python -m tensor_dap.profile.export FILE``.
+"""Profiler output files as versioned JSON: ``python -m tensor_dap.profiling.export FILE``.
 
 Reads a cProfile/pstats file (``.prof``: a ``marshal`` dump) or a line_profiler file
 (``.lprof``: a pickled ``LineStats``) and prints one JSON object on stdout. The VS Code
@@ -8,7 +8,7 @@ nothing from tensor_dap, never imports line_profiler, and unpickles nothing but 
 ``LineStats`` record (any other class in the file is refused, so a hostile ``.lprof``
 cannot run code).
 
-Schema, version 1 (``"format": "tensor_dap.profile.export"``, ``"version": 1``). Times are
+Schema, version 1 (``"format": "tensor_dap.profiling.export"``, ``"version": 1``). Times are
 seconds, floats; ``file`` is the path as recorded by the profiler (``"~"`` for built-ins).
 
 ``"kind": "pstats"``::
@@ -52,7 +52,7 @@ import pickle
 import sys
 from typing import Any
 
-FORMAT = "tensor_dap.profile.export"
+FORMAT = "tensor_dap.profiling.export"
 VERSION = 1
 
 
@@ -199,7 +199,7 @@ def _load_pickle(data: bytes) -> Any:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or args[0].startswith("-"):
-        print("usage: python -m tensor_dap.profile.export FILE  (a .prof or .lprof file)", file=sys.stderr)
+        print("usage: python -m tensor_dap.profiling.export FILE  (a .prof or .lprof file)", file=sys.stderr)
         return 2
     try:
         model = export(args[0])

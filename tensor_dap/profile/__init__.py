@@ -1,1 +1,0 @@
-"""Profiling: run a program under a profiler and write the files the VS Code extension opens."""

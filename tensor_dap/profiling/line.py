@@ -1,0 +1,95 @@
+"""``--mode line``: line_profiler on the functions named with ``--function`` or marked ``@profile``.
+
+``line.lprof`` is the file ``python -m line_profiler line.lprof`` prints and the VS Code
+extension shows beside the source. Only the thread that runs the program is profiled.
+If none of the named functions was ever defined and nothing was marked, the run is an
+error (exit 2) after the program ends; names that were found are profiled either way.
+"""
+
+from __future__ import annotations
+
+import linecache
+from typing import Any
+
+from ..errors import UsageError
+from . import marks
+from .line_targets import Installed, Targets, parse_spec
+from .output import LINE
+from .recorder import Options, Recorder
+from .tables import plain, seconds, table, where
+
+MAX_FUNCTIONS = 10  # tables printed; the file holds them all
+
+
+class LineRecorder(Recorder):
+    mode = "line"
+
+    @staticmethod
+    def check_options(options: Options) -> None:
+        for text in options.functions:
+            parse_spec(text)
+        try:
+            import line_profiler  # noqa: F401
+        except ImportError:
+            raise UsageError("--mode line needs line_profiler (pip install line_profiler)") from None
+
+    def start(self) -> None:
+        from line_profiler import LineProfiler
+
+        self._profiler = LineProfiler()
+        self._add_callable = getattr(self._profiler, "add_callable", self._profiler.add_function)
+        self._targets = Targets([parse_spec(t) for t in self.options.functions], self.target)
+        self._added = 0
+        marks.set_line_marker(self._add)
+        self._hooks = Installed(self._targets, self._add)
+        self._profiler.enable_by_count()
+
+    def _add(self, func: Any) -> Any:
+        try:
+            self._add_callable(func)
+            self._added += 1
+        except Exception as exc:  # noqa: BLE001 - an odd callable is left unprofiled, the program runs on
+            self.notes.append(f"could not profile {getattr(func, '__qualname__', func)!r}: {exc}")
+        return func
+
+    def stop(self) -> None:
+        self._profiler.disable_by_count()
+        self._hooks.remove()
+        marks.set_line_marker(None)
+
+    def write(self) -> list[str]:
+        self._profiler.dump_stats(str(self.folder / LINE))
+        return [LINE]
+
+    def exit_code(self, program_code: int) -> int:
+        self.notes.extend(self._targets.missing())
+        if self._added:
+            return program_code
+        asked = ", ".join(self.options.functions)
+        self.error = (f"no function was profiled: {asked} never defined" if asked else
+                      "no function to profile: name one with --function NAME or mark it with @tensor_dap.profile")
+        return program_code or 2
+
+    def render(self) -> list[Any]:
+        stats = self._profiler.get_stats()
+        unit = stats.unit
+        functions = []
+        for (file, first, name), lines in stats.timings.items():
+            total = sum(t for _, _, t in lines) * unit
+            functions.append((total, file, first, name, lines))
+        functions.sort(key=lambda f: -f[0])
+        return [_function_table(f, unit, self.options.top) for f in functions[:MAX_FUNCTIONS] if f[4]]
+
+
+def _function_table(function: tuple, unit: float, top: int) -> Any:
+    total, file, first, name, lines = function
+    title = where(file, first, name)
+    title.append(f"  total {seconds(total)}")
+    t = table("", "line", "hits", "time", "per hit", "% time", "source",
+              right=("line", "hits", "time", "per hit", "% time"))
+    t.title = title
+    hottest = sorted(lines, key=lambda r: -r[2])[:top]
+    for lineno, hits, time in sorted(hottest):
+        t.add_row(str(lineno), str(hits), seconds(time * unit), seconds(time * unit / hits) if hits else "",
+                  f"{100 * time * unit / total:.1f}" if total else "", plain(linecache.getline(file, lineno).rstrip()))
+    return t

@@ -1,0 +1,229 @@
+"""Which functions ``--mode line`` profiles, found as the program defines them.
+
+``--function`` names functions in modules the program has not imported yet, or in the
+script itself, whose functions exist only once its ``def`` statements have run and are
+often called right after. So the functions are marked in the source as it is compiled: the
+script's and each named module's syntax tree gets a marking decorator on the matching
+``def`` (line numbers unchanged, like kernprof's ``--prof-mod``), through an import hook
+for modules and around ``compile`` for the script. Modules imported before the run are
+looked up directly. A name never found is reported after the run.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import importlib.abc
+import importlib.machinery
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from ..errors import UsageError
+from ..runner import Target
+from . import marks
+
+_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_MARK = ("tensor_dap.profiling.marks", "profile")
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    """One ``--function``: a (dotted) name in the program, in a module, or in a file."""
+
+    text: str
+    qualname: str  # "train_step", "Net.forward" (nested functions: "outer.inner")
+    module: Optional[str] = None  # dotted module name; None with path None: the program itself
+    path: Optional[str] = None  # absolute path of a .py file
+
+    def matches(self, dotted: str) -> bool:
+        """A bare name matches a function of that name anywhere in the file; a dotted one, its full path."""
+        return dotted == self.qualname or ("." not in self.qualname and dotted.rsplit(".", 1)[-1] == self.qualname)
+
+
+def parse_spec(text: str) -> FunctionSpec:
+    """``NAME``, ``MODULE:NAME`` or ``FILE.py:NAME``, where NAME may be dotted (``Class.method``)."""
+    where, _, name = text.rpartition(":")
+    if not _DOTTED.match(name):
+        raise UsageError(f"--function {text!r}: expected [MODULE:]NAME, e.g. train_step or mypkg.model:Net.forward")
+    if not where:
+        return FunctionSpec(text, name)
+    if where.endswith(".py") or os.sep in where:
+        return FunctionSpec(text, name, path=os.path.abspath(where))
+    if not _DOTTED.match(where):
+        raise UsageError(f"--function {text!r}: {where!r} is neither a module name nor a .py file")
+    return FunctionSpec(text, name, module=where)
+
+
+def _dotted_defs(tree: ast.AST) -> list[tuple[str, ast.AST]]:
+    """(dotted name, node) of every function in ``tree``: ``f``, ``Class.method``, ``outer.inner``."""
+    out: list[tuple[str, ast.AST]] = []
+    stack: list[tuple[ast.AST, str]] = [(tree, "")]
+    while stack:
+        node, prefix = stack.pop()
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}{child.name}"
+                if not isinstance(child, ast.ClassDef):
+                    out.append((name, child))
+                stack.append((child, name + "."))
+            else:
+                stack.append((child, prefix))
+    return out
+
+
+def _marker_at(node: ast.AST) -> ast.expr:
+    """``__import__('tensor_dap.profiling.marks', fromlist=['_']).profile`` at ``node``'s line."""
+    module, attr = _MARK
+    call = ast.Call(func=ast.Name("__import__", ast.Load()), args=[ast.Constant(module)],
+                    keywords=[ast.keyword("fromlist", ast.List([ast.Constant("_")], ast.Load()))])
+    expr = ast.Attribute(call, attr, ast.Load())
+    for part in ast.walk(expr):
+        ast.copy_location(part, node)
+        part.end_lineno, part.end_col_offset = node.lineno, node.col_offset  # type: ignore[attr-defined]
+    return expr
+
+
+@dataclass
+class Targets:
+    """The specs of one run, and which of them were found where."""
+
+    specs: list[FunctionSpec]
+    program: Target
+    found: dict[str, list[str]] = field(default_factory=dict)  # spec text -> ["file:line name", ...]
+    imported: set[str] = field(default_factory=set)  # modules named by a spec that were loaded
+
+    def _for_file(self, path: str, module: Optional[str]) -> list[FunctionSpec]:
+        path = os.path.abspath(path)
+        out = []
+        for spec in self.specs:
+            if spec.path is not None:
+                hit = spec.path == path
+            elif spec.module is not None:
+                hit = spec.module == module or (module == "__main__" and spec.module == self.program.label)
+                hit = hit or (self.program.path == path and spec.module in (self.program.label, "__main__"))
+            else:
+                hit = module in ("__main__", self.program.module) or path == self.program.path
+            if hit:
+                out.append(spec)
+        return out
+
+    def rewrite(self, source: Any, path: str, module: Optional[str]) -> Optional[ast.Module]:
+        """The syntax tree of ``source`` with matching functions marked; None when nothing matches."""
+        specs = self._for_file(path, module)
+        if not specs:
+            return None
+        tree = ast.parse(source, path)
+        for dotted, node in _dotted_defs(tree):
+            for spec in specs:
+                if spec.matches(dotted):
+                    node.decorator_list.append(_marker_at(node))  # type: ignore[attr-defined]
+                    self.found.setdefault(spec.text, []).append(f"{path}:{node.lineno} {dotted}")  # type: ignore
+                    break
+        return ast.fix_missing_locations(tree)
+
+    def resolve_loaded(self, add: Callable[[Any], Any]) -> None:
+        """Functions of modules already imported before the run: looked up and added now."""
+        for spec in self.specs:
+            mod = sys.modules.get(spec.module or "") if spec.module else None
+            if mod is None or spec.module == self.program.label:
+                continue
+            obj: Any = mod
+            for part in spec.qualname.split("."):
+                obj = getattr(obj, part, None)
+            if obj is not None and callable(obj):
+                add(obj)
+                code = getattr(getattr(obj, "__func__", obj), "__code__", None)
+                line = code.co_firstlineno if code is not None else 0
+                self.found.setdefault(spec.text, []).append(f"{getattr(mod, '__file__', spec.module)}:{line} "
+                                                            f"{spec.qualname}")
+
+    def missing(self) -> list[str]:
+        """One line per spec never found, saying why as far as it is known."""
+        out = []
+        for spec in self.specs:
+            if spec.text in self.found:
+                continue
+            if spec.module and spec.module != self.program.label and spec.module not in self.imported \
+                    and spec.module not in sys.modules:
+                out.append(f"--function {spec.text}: the program never imported {spec.module}")
+            else:
+                where = spec.path or spec.module or self.program.path or self.program.module
+                out.append(f"--function {spec.text}: no function {spec.qualname} in {where}")
+        return out
+
+
+class _RewritingLoader(importlib.machinery.SourceFileLoader):
+    """Compiles a named module from its source, marked (its cached bytecode would not be)."""
+
+    targets: Targets
+
+    def get_code(self, fullname: str) -> Any:
+        path = self.get_filename(fullname)
+        source = self.get_data(path)
+        tree = self.targets.rewrite(source, path, fullname)
+        self.targets.imported.add(fullname)
+        return compile(tree if tree is not None else source, path, "exec", dont_inherit=True)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Hands named modules to ``_RewritingLoader``; every other import goes on as before."""
+
+    def __init__(self, targets: Targets) -> None:
+        self.targets = targets
+        self.modules = {s.module for s in targets.specs if s.module} | {targets.program.module or "__main__"}
+        self.paths = {s.path for s in targets.specs if s.path}
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname not in self.modules and not self.paths:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is None:
+                continue
+            origin = os.path.abspath(spec.origin) if spec.origin else ""
+            wanted = fullname in self.modules or origin in self.paths
+            if wanted and isinstance(spec.loader, importlib.machinery.SourceFileLoader):
+                loader = _RewritingLoader(fullname, spec.origin)
+                loader.targets = self.targets
+                spec.loader = loader
+            return spec
+        return None
+
+
+class Installed:
+    """The hooks of one line profile: the import hook, ``compile`` for the script, ``builtins.profile``."""
+
+    def __init__(self, targets: Targets, marker: Callable[[Any], Any]) -> None:
+        self.targets = targets
+        self.finder = _Finder(targets)
+        self._compile = builtins.compile
+        self._had_profile = hasattr(builtins, "profile")
+        targets.resolve_loaded(marker)
+        sys.meta_path.insert(0, self.finder)
+        self._hook = self._compile_script  # one bound method, so remove() can tell it is still ours
+        builtins.compile = self._hook  # type: ignore[assignment]
+        if not self._had_profile:  # kernprof's name, so code written for it runs unchanged
+            builtins.profile = marks.profile  # type: ignore[attr-defined]
+
+    def _compile_script(self, source: Any, filename: Any, mode: str, *args: Any, **kwargs: Any) -> Any:
+        script = self.targets.program.path
+        if script and mode == "exec" and isinstance(filename, str) and os.path.abspath(filename) == script \
+                and isinstance(source, (str, bytes)):
+            builtins.compile = self._compile  # type: ignore[assignment]  # the script is compiled once
+            tree = self.targets.rewrite(source, script, "__main__")
+            if tree is not None:
+                source = tree
+        return self._compile(source, filename, mode, *args, **kwargs)
+
+    def remove(self) -> None:
+        if self.finder in sys.meta_path:
+            sys.meta_path.remove(self.finder)
+        if builtins.compile is self._hook:  # type: ignore[comparison-overlap]
+            builtins.compile = self._compile  # type: ignore[assignment]
+        if not self._had_profile and hasattr(builtins, "profile"):
+            del builtins.profile  # type: ignore[attr-defined]

@@ -1,0 +1,147 @@
+"""Allocation sites, as data: tracemalloc's live Python allocations and the torch profiler's memory events.
+
+A site is a line of the program (``file``, ``line``, ``function``) with the bytes and the
+number of allocations made there. For tracemalloc the site is the innermost frame that is
+not in the standard library, site-packages or tensor_dap (the line of *your* code that
+caused it), with the full traceback kept beside it.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import sys
+import sysconfig
+import tracemalloc
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Optional
+
+_LIBRARY_DIRS = tuple({os.path.abspath(p) + os.sep for p in (
+    sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("purelib"), sysconfig.get_paths().get("platlib"),
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) if p})
+_PY_EVENT = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<function>.+)$")  # torch's python-stack events
+
+
+@dataclass(frozen=True)
+class Site:
+    file: str
+    line: int
+    function: Optional[str]
+    size_bytes: int
+    count: int
+    traceback: tuple[tuple[str, int], ...] = ()
+    op: Optional[str] = None  # the torch operator that allocated (profiler sites)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"file": self.file, "line": self.line, "function": self.function,
+                               "size_bytes": self.size_bytes, "count": self.count,
+                               "traceback": [{"file": f, "line": n} for f, n in self.traceback]}
+        if self.op is not None:
+            out["op"] = self.op
+        return out
+
+
+def _is_library(file: str) -> bool:
+    return file.startswith("<") or os.path.abspath(file).startswith(_LIBRARY_DIRS)
+
+
+@lru_cache(maxsize=256)
+def _functions_of(file: str) -> tuple[tuple[int, int, str], ...]:
+    """(first line, last line, dotted name) of every function in ``file``; empty if it cannot be read."""
+    try:
+        with open(file, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), file)
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        return ()
+    out = []
+    stack: list[tuple[ast.AST, str]] = [(tree, "")]
+    while stack:
+        node, prefix = stack.pop()
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = prefix + child.name
+                if not isinstance(child, ast.ClassDef):
+                    out.append((child.lineno, getattr(child, "end_lineno", child.lineno) or child.lineno, name))
+                stack.append((child, name + "."))
+    return tuple(out)
+
+
+def function_at(file: str, line: int) -> Optional[str]:
+    """The innermost function whose body holds ``file:line`` (None at module level)."""
+    best = None
+    for first, last, name in _functions_of(file):
+        if first <= line <= last and (best is None or first >= best[0]):
+            best = (first, name)
+    return best[1] if best else None
+
+
+def tracemalloc_sites(snapshot: tracemalloc.Snapshot, top: int) -> list[Site]:
+    """The ``top`` sites holding the most live bytes in ``snapshot``, attributed to the program's own lines."""
+    grouped: dict[tuple[str, int], list[Any]] = {}
+    for stat in snapshot.statistics("traceback"):
+        frames = [(f.filename, f.lineno) for f in reversed(stat.traceback)]  # innermost first
+        own = next((fr for fr in frames if not _is_library(fr[0])), frames[0] if frames else ("<unknown>", 0))
+        entry = grouped.setdefault(own, [0, 0, frames, 0])
+        entry[0] += stat.size
+        entry[1] += stat.count
+        if stat.size > entry[3]:  # keep the traceback of the biggest contributor
+            entry[2], entry[3] = frames, stat.size
+    ranked = sorted(grouped.items(), key=lambda kv: -kv[1][0])[:top]
+    return [Site(os.path.abspath(file) if not file.startswith("<") else file, line, function_at(file, line),
+                 size, count, tuple(frames)) for (file, line), (size, count, frames, _) in ranked]
+
+
+@lru_cache(maxsize=1024)
+def _real_path(file: str) -> str:
+    """torch names Python frames relative to the ``sys.path`` entry they were found on: make them absolute."""
+    if os.path.isabs(file):
+        return file
+    for entry in sys.path:
+        candidate = os.path.join(entry or os.getcwd(), file)
+        if os.path.isfile(candidate):
+            return os.path.abspath(candidate)
+    return file
+
+
+def _user_frame(event: Any) -> Optional[tuple[str, int, str]]:
+    """The innermost Python function of the program above a profiler event (torch records
+    Python calls as events named ``file(line): function``, ``line`` being where it starts)."""
+    parent = getattr(event, "cpu_parent", None)
+    while parent is not None:
+        m = _PY_EVENT.match(parent.name)
+        if m and not _is_library(_real_path(m.group("file"))):
+            return _real_path(m.group("file")), int(m.group("line")), m.group("function")
+        parent = getattr(parent, "cpu_parent", None)
+    return None
+
+
+def torch_sites(prof: Any, top: int) -> list[Site]:
+    """Bytes each operator allocated on the CPU during the recorded steps, by operator and calling function.
+
+    These are allocations made (the sum of sizes), not memory live at one moment: a tensor
+    allocated and freed every step counts every time.
+    """
+    grouped: dict[tuple[str, int, Optional[str], str], list[int]] = {}
+    for event in prof.events():
+        size = getattr(event, "self_cpu_memory_usage", 0) or 0
+        if size <= 0 or event.name.startswith(("[memory]", "<")) or _PY_EVENT.match(event.name):
+            continue  # allocator records and Python calls; the operators that allocated are what count
+        file, line, function = _user_frame(event) or ("<torch internals>", 0, None)
+        entry = grouped.setdefault((file, line, function, event.name), [0, 0])
+        entry[0] += size
+        entry[1] += 1
+    ranked = sorted(grouped.items(), key=lambda kv: -kv[1][0])[:top]
+    return [Site(file, line, function, size, count, op=op) for (file, line, function, op), (size, count) in ranked]
+
+
+def peak_rss() -> Optional[int]:
+    """The process's peak resident set size in bytes (None where the OS does not say)."""
+    from ..probe.memory import memory_report
+
+    try:
+        return memory_report().peak_rss
+    except Exception:  # noqa: BLE001 - a missing /proc is not worth failing a profile for
+        return None
+

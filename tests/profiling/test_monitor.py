@@ -1,0 +1,176 @@
+"""Monitor: event files read back with TensorBoard's reader; diagnostics for planted runs, none for a healthy one."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+import torch
+import torch.nn.functional as F
+from tensorboard.backend.event_processing import event_accumulator as ea
+from torch import nn
+
+import tensor_dap
+from tensor_dap.profiling import diagnose
+
+
+def _read(logdir):
+    acc = ea.EventAccumulator(str(logdir), size_guidance={ea.SCALARS: 0, ea.HISTOGRAMS: 0, ea.TENSORS: 0})
+    acc.Reload()
+    return acc
+
+
+def _texts(acc):
+    """The diagnostic texts (add_text stores them as tensors under ``diagnostics/text_summary``)."""
+    tags = [t for t in acc.Tags()["tensors"] if t.startswith("diagnostics")]
+    return [e.tensor_proto.string_val[0].decode() for t in tags for e in acc.Tensors(t)]
+
+
+def _data(n=256, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 10, generator=g)
+    return x, (x[:, :1] * 2 - x[:, 1:2]) + 0.1 * torch.randn(n, 1, generator=g)
+
+
+def test_healthy_run_logs_everything_and_raises_nothing(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    x, y = _data()
+    vx, vy = _data(seed=1)
+    with tensor_dap.Monitor(str(tmp_path), model=model, optimizer=opt, every=50) as m:
+        for step in range(1, 301):
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            val = F.mse_loss(model(vx), vy).item() if step % 25 == 0 else None
+            m.log(step, loss=loss, val_loss=val)
+    assert m.findings == []
+    acc = _read(tmp_path)
+    scalars = set(acc.Tags()["scalars"])
+    assert {"loss/train", "loss/val", "lr/group0", "grad_norm/total", "grad_norm/0.weight", "param_norm/2.bias",
+            "update_ratio/0.weight", "dead_relu/1"} <= scalars
+    train = acc.Scalars("loss/train")
+    assert [e.step for e in train] == list(range(1, 301))
+    assert train[-1].value < train[0].value / 2
+    assert acc.Scalars("lr/group0")[0].value == pytest.approx(0.05)
+    assert [e.step for e in acc.Scalars("param_norm/0.weight")] == [50, 100, 150, 200, 250, 300]
+    assert [e.step for e in acc.Scalars("update_ratio/0.weight")][:2] == [51, 101]
+    assert 0 < acc.Scalars("update_ratio/0.weight")[0].value < 0.1
+    assert {"weights/0.weight", "grads/2.weight"} <= set(acc.Tags()["histograms"])
+    hist = acc.Histograms("weights/0.weight")[0].histogram_value
+    assert hist.num == 320 and hist.min < 0 < hist.max
+    assert _texts(acc) == []
+
+
+def test_overfitting_run_is_diagnosed(tmp_path):
+    """Few samples, a wide net and many steps: train loss falls to ~0 while val loss climbs."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(10, 256), nn.ReLU(), nn.Linear(256, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    x = torch.randn(16, 10)
+    y = torch.randn(16, 1)  # noise labels: nothing to learn that generalizes
+    vx, vy = torch.randn(64, 10), torch.randn(64, 1)
+    with tensor_dap.Monitor(str(tmp_path), model=model, optimizer=opt, every=100) as m:
+        for step in range(1, 401):
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            m.log(step, loss=loss, val_loss=F.mse_loss(model(vx), vy).item() if step % 10 == 0 else None)
+    kinds = {f.kind for f in m.findings}
+    assert "overfitting" in kinds, m.findings
+    texts = _texts(_read(tmp_path))
+    assert any(t.startswith("overfitting: val_loss rose") for t in texts)
+
+
+def test_exploding_run_is_diagnosed(tmp_path, caplog):
+    """A learning rate far too high: gradient norms explode, then turn NaN/Inf."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(10, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=2.0)
+    x, y = _data()
+    with caplog.at_level(logging_level := 30, logger="tensor_dap.monitor"):
+        with tensor_dap.Monitor(str(tmp_path), model=model, optimizer=opt, every=10, flush_every=5) as m:
+            for step in range(1, 61):
+                opt.zero_grad()
+                loss = F.mse_loss(model(x), y)
+                loss.backward()
+                opt.step()
+                m.log(step, loss=loss)
+    kinds = [f.kind for f in m.findings]
+    assert "exploding_gradients" in kinds and "nonfinite" in kinds, m.findings
+    assert kinds.count("nonfinite") == 1  # reported once, not every flush
+    assert any("exploding gradients" in r.getMessage() for r in caplog.records if r.levelno == logging_level)
+    texts = _texts(_read(tmp_path))
+    assert any("exploding gradients" in t for t in texts) and any("NaN/Inf" in t for t in texts)
+
+
+def test_curve_checks_on_planted_series():
+    flat = [(s, 1.0 + 0.01 * math.sin(s)) for s in range(300)]
+    assert diagnose.not_decreasing(flat).kind == "not_decreasing"
+    falling = [(s, 2.0 * math.exp(-s / 50) + 0.05) for s in range(300)]
+    assert diagnose.not_decreasing(falling) is None and diagnose.oscillating(falling) is None
+    bouncing = [(s, 1.0 + (0.6 if (s // 6) % 2 else -0.6)) for s in range(120)]
+    assert diagnose.oscillating(bouncing).kind == "oscillating"
+    tiny = [(0, 2.0)] + [(s, 1e-5 * (1 + (s % 2))) for s in range(1, 120)]
+    assert diagnose.oscillating(tiny) is None  # converged: jitter near zero is not oscillation
+    grads = diagnose.gradients(5, {"a.weight": 1e-9, "b.weight": 0.3}, total=0.3)
+    assert [f.kind for f in grads] == ["vanishing_gradients"] and "a.weight" in grads[0].message
+    spike = diagnose.gradients(30, {}, total=50.0, history=[0.2] * 25)
+    assert spike[0].kind == "exploding_gradients"
+    assert diagnose.dead_relus(3, {"act": 0.9, "act2": 0.1})[0].message.count("%") == 1
+    assert diagnose.nonfinite(1, {"loss/train": float("nan")}).kind == "nonfinite"
+
+
+def test_dead_relus_are_found(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 1))
+    with torch.no_grad():
+        model[0].bias.fill_(-100.0)  # every unit below zero for any input
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = _data()
+    with tensor_dap.Monitor(str(tmp_path), model=model, optimizer=opt, every=5) as m:
+        for step in range(1, 12):
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            m.log(step, loss=loss)
+    assert "dead_relu" in {f.kind for f in m.findings}
+    assert _read(tmp_path).Scalars("dead_relu/1")[0].value == pytest.approx(1.0)
+
+
+def test_tensorboard_command_serves_on_loopback(tmp_path):
+    with tensor_dap.Monitor(str(tmp_path / "runs"), every=10) as m:
+        m.log(1, loss=1.0)
+    proc = subprocess.Popen([sys.executable, "-m", "tensor_dap", "tensorboard", str(tmp_path / "runs"), "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert "http://127.0.0.1:" in line or "http://localhost:" in line, (line, proc.stderr.read(2000))
+        url = line.split(" at ", 1)[1].split()[0]
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                assert urllib.request.urlopen(url, timeout=10).status == 200
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_tensorboard_command_errors(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "tensor_dap", "tensorboard", str(tmp_path / "none")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.startswith("tensor-dap: error: no such log folder")
+    assert len(r.stderr.strip().splitlines()) == 1

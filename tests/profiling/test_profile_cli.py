@@ -1,0 +1,154 @@
+"""``tensor-dap profile``: each mode on a small real training script, its file read back with its own tool."""
+
+from __future__ import annotations
+
+import json
+import pstats
+
+import line_profiler
+import pytest
+
+from profiled import run_folder, tensor_dap
+
+
+def _manifest(folder):
+    data = json.loads((folder / "profile.json").read_text())
+    assert data["kind"] == "tensor_dap.profiling" and data["version"] == 1
+    for name in data["files"]:
+        assert (folder / name).is_file(), name
+    return data
+
+
+def test_cpu_mode_writes_a_pstats_file(train_script, tmp_path):
+    r = tensor_dap("profile", "--mode", "cpu", train_script, "3", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "final loss" in r.stdout  # the program's stdout is its own
+    folder = run_folder(tmp_path)
+    stats = pstats.Stats(str(folder / "cprofile.prof"))
+    names = {(file.rsplit("/", 1)[-1], name) for file, _, name in stats.stats}
+    assert ("train.py", "train_step") in names
+    calls = [v[1] for (file, _, name), v in stats.stats.items() if name == "train_step"]
+    assert calls == [3]
+    assert "top functions by cumulative time" in r.stderr and f"{folder.name}/cprofile.prof" in r.stderr
+    assert _manifest(folder)["argv"] == ["3"]
+
+
+def test_runs_never_overwrite_each_other_and_out_chooses_the_parent(train_script, tmp_path):
+    out = tmp_path / "profiles here"
+    first = tensor_dap("profile", "--mode", "cpu", "--out", out, train_script, "1", cwd=tmp_path)
+    second = tensor_dap("profile", "--mode", "cpu", "--out", out, train_script, "1", cwd=tmp_path)
+    assert first.returncode == second.returncode == 0, second.stderr
+    runs = sorted(out.iterdir())
+    assert len(runs) == 2 and all((r / "cprofile.prof").is_file() for r in runs)
+
+
+def test_line_mode_profiles_script_functions_methods_and_module_functions(train_script, tmp_path):
+    r = tensor_dap("profile", "--mode", "line", "--function", "train_step", "--function", "Helper.scale",
+                   "--function", "torch.nn.functional:cross_entropy", train_script, "4", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    stats = line_profiler.load_stats(str(run_folder(tmp_path) / "line.lprof"))
+    by_name = {name: lines for (_, _, name), lines in stats.timings.items()}
+    assert {name.rsplit(".", 1)[-1] for name in by_name} == {"train_step", "scale", "cross_entropy"}
+    by_name = {name.rsplit(".", 1)[-1]: lines for name, lines in by_name.items()}
+    source = train_script.read_text().splitlines()
+    hits = {source[line - 1].strip(): n for line, n, _ in by_name["train_step"]}
+    assert hits["loss.backward()"] == 4  # the line numbers are the file's own
+    scale = {source[line - 1].strip(): n for line, n, _ in by_name["scale"]}
+    assert scale["total += v * i"] == 4 * 50
+    assert "loss.backward()" in r.stderr
+
+
+def test_line_mode_reports_names_never_found(train_script, tmp_path):
+    r = tensor_dap("profile", "--mode", "line", "--function", "train_step", "--function", "no_such_fn",
+                   "--function", "never_imported_mod:f", train_script, "1", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "no function no_such_fn in" in r.stderr and "never imported never_imported_mod" in r.stderr
+    nothing = tensor_dap("profile", "--mode", "line", "--function", "train_stp", train_script, "1", cwd=tmp_path)
+    assert nothing.returncode == 2
+    assert nothing.stderr.strip().splitlines()[-1].startswith("tensor-dap: error: no function was profiled")
+
+
+def test_line_mode_decorators(tmp_path):
+    (tmp_path / "deco.py").write_text(
+        "import tensor_dap\n\n@tensor_dap.profile\ndef a(n):\n    return sum(range(n))\n\n"
+        "@profile\ndef b(n):\n    return n * 2\n\nprint(a(10), b(3))\n")
+    r = tensor_dap("profile", "--mode", "line", "deco.py", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "45 6"
+    stats = line_profiler.load_stats(str(run_folder(tmp_path) / "line.lprof"))
+    assert {name for _, _, name in stats.timings} == {"a", "b"}
+
+
+def test_torch_mode_writes_a_chrome_trace_of_the_step_window(train_script, tmp_path):
+    r = tensor_dap("profile", "--mode", "torch", "--wait", "1", "--warmup", "1", "--active", "2", train_script, "8",
+                   cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    folder = run_folder(tmp_path)
+    trace = json.loads((folder / "torch.trace.json").read_text())
+    names = {e.get("name", "") for e in trace["traceEvents"]}
+    steps = sorted(n for n in names if n.startswith("ProfilerStep#"))
+    assert len(steps) == 2  # only the active steps: the trace stays small however long the run
+    assert "aten::addmm" in names and "aten::mm" in names
+    assert any(e.get("args", {}).get("Input Dims") for e in trace["traceEvents"] if e.get("name") == "aten::addmm")
+    assert "top operators by self CPU time, steps 4–5 (counted by optimizer.step())" in r.stderr
+
+
+def test_torch_mode_records_a_stepless_program_whole(tmp_path):
+    (tmp_path / "infer.py").write_text("import torch\nx = torch.randn(16, 16)\nprint(float((x @ x).sum()) != 0)\n")
+    r = tensor_dap("profile", "--mode", "torch", "infer.py", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    names = {e.get("name") for e in json.loads((run_folder(tmp_path) / "torch.trace.json").read_text())["traceEvents"]}
+    assert "aten::mm" in names and "the whole run" in r.stderr
+
+
+def test_memory_mode_writes_memory_json(train_script, tmp_path):
+    r = tensor_dap("profile", "--mode", "memory", train_script, "6", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    data = json.loads((run_folder(tmp_path) / "memory.json").read_text())
+    assert data["version"] == 1 and data["kind"] == "tensor_dap.memory"
+    assert data["program"] == str(train_script)
+    assert isinstance(data["peak_rss_bytes"], int) and data["peak_rss_bytes"] > 10**7
+    assert data["tracemalloc_peak_bytes"] >= data["snapshot_bytes"] > 0
+    assert data["cuda"] is None  # no GPU here
+    for site in data["sites"]:
+        assert set(site) >= {"file", "line", "function", "size_bytes", "count", "traceback"}
+        assert all(set(f) == {"file", "line"} for f in site["traceback"])
+    hoard = [s for s in data["sites"] if s["file"] == str(train_script)]
+    assert hoard and hoard[0]["size_bytes"] > 6 * 20000 * 24 // 2  # the list the loop keeps is found, on its line
+    assert train_script.read_text().splitlines()[hoard[0]["line"] - 1].strip().startswith("hoard.append")
+    ops = {s["op"] for s in data["torch_cpu"]["sites"]}
+    assert "aten::addmm" in ops or "aten::mm" in ops
+
+
+def test_a_crash_still_writes_the_profile_and_keeps_the_exit_code(train_script, tmp_path):
+    r = tensor_dap("profile", "--mode", "cpu", train_script, "2", "--crash", cwd=tmp_path)
+    assert r.returncode == 1
+    assert "RuntimeError: boom after training" in r.stderr
+    folder = run_folder(tmp_path)
+    assert pstats.Stats(str(folder / "cprofile.prof")).total_calls > 0
+    assert json.loads((folder / "profile.json").read_text())["exit_code"] == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--mode", "cpu", "missing.py"), "no such script"),
+    (("--mode", "cpu"), "missing script"),
+    (("--mode", "gpu", "x.py"), "invalid choice"),
+    (("--mode", "line", "--function", "a:b:c!", "train.py"), "expected [MODULE:]NAME"),
+    (("--mode", "cpu", "--function", "f", "train.py"), "--function is for --mode line"),
+    (("--mode", "torch", "--active", "0", "train.py"), "--active must be at least 1"),
+    (("--mode", "cpu", "-m", "no_such_module_here"), "no module named"),
+])
+def test_bad_invocations_are_one_line_exit_2(train_script, tmp_path, args, message):
+    r = tensor_dap("profile", *args, cwd=train_script.parent)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("tensor-dap: error:") and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert message in r.stderr
+    assert not (train_script.parent / ".tensor_dap").exists()  # nothing ran, nothing was written
+
+
+def test_unwritable_output_folder(train_script, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    r = tensor_dap("profile", "--mode", "cpu", "--out", blocker / "sub", train_script, cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.startswith("tensor-dap: error: cannot write profiles to")
+    assert "final loss" not in r.stdout  # the program did not run
