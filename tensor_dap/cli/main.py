@@ -20,6 +20,7 @@ COMMANDS = {
     "inspect": ("tensor_dap.cli.inspect", "summarize every tensor in a saved .pt/.pth file"),
     "run": ("tensor_dap.cli.run", "run a script with tensor-aware breakpoints and crash reports"),
     "replay": ("tensor_dap.cli.replay", "print the report of an incident bundle"),
+    "doctor": ("tensor_dap.cli.doctor", "the environment report (torch, GPUs, debugpy plugin); exit 1 if broken"),
 }
 
 class _Parser(argparse.ArgumentParser):
