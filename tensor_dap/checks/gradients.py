@@ -13,7 +13,7 @@ from typing import Any
 from ..format import fmt_num
 from ..kinds import is_module
 from ..probe.grads import EXPLODING, VANISHING, GradRow, grad_report
-from .result import PROBLEM, WARNING, CheckResult, Finding, names, never_raises, plural, result
+from .result import INFO, PROBLEM, WARNING, CheckResult, Finding, names, never_raises, plural, result
 
 COLUMNS = ("parameter", "shape", "grad_norm", "flag")
 
@@ -64,8 +64,14 @@ def check_gradients(model: Any, *, vanishing: float = VANISHING, exploding: floa
                                 "has a gradient", "call loss.backward() before check_gradients (and not after "
                                 "optimizer.zero_grad())"))
     else:
+        healthy = {r.name for r in rows if r.flag == ""}
         for r in rows:
-            if r.flag in _ADVICE:
+            owner, _, leaf = r.name.rpartition(".")
+            if r.flag in ("zero", "vanishing") and leaf == "bias" and f"{owner}.weight" in healthy:
+                findings.append(Finding(INFO, r.name, f"this bias gets (almost) no gradient ({fmt_num(r.norm)}) while "
+                                        "its weight does", "a normalization right after this layer (BatchNorm, "
+                                        "LayerNorm) cancels a bias: bias=False saves the parameter"))
+            elif r.flag in _ADVICE:
                 level, message, advice = _ADVICE[r.flag]
                 norm = "" if r.norm is None else f" ({fmt_num(r.norm)})"
                 findings.append(Finding(level, r.name, message.format(vanishing=vanishing, exploding=exploding)

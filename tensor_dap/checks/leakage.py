@@ -3,7 +3,8 @@
 Three leaks, each named with example rows: exact duplicate rows across splits (by content,
 every column except the id and time columns, so a re-numbered copy is still caught), ids present
 in both splits, and test rows older than the newest training row (a random split of data with
-a time order). Rows are hashed in chunks (``rowhash``): bounded memory on large splits.
+a time order). Rows are hashed in chunks (``rowhash``): the memory used is 16 bytes a training row
+(its hash, and a sorted copy) plus chunk-sized temporaries, whatever the width of a row.
 """
 
 from __future__ import annotations
@@ -28,24 +29,28 @@ def _share(n: int, total: int) -> str:
     return f"{n:,} of {total:,} test rows ({100 * n / total:.3g}%)" if total else f"{n:,} test rows"
 
 
-def _matches(h_train: Any, h_test: Any) -> tuple[Any, Any]:
-    """Test rows whose hash occurs in train, and for each the first train row with that hash."""
+def _matches(h_train: Any, h_test: Any) -> Any:
+    """Test rows whose hash occurs in train (one sorted copy of the train hashes: 8 bytes a row)."""
     np = _np()
-    order = np.argsort(h_train, kind="stable")
-    sorted_train = h_train[order]
-    pos = np.searchsorted(sorted_train, h_test)
-    pos_clipped = np.minimum(pos, max(len(sorted_train) - 1, 0))
-    found = (pos < len(sorted_train)) & (sorted_train[pos_clipped] == h_test) if len(sorted_train) else \
-        np.zeros(len(h_test), dtype=bool)
-    test_rows = np.flatnonzero(found)
-    return test_rows, order[pos_clipped[test_rows]]
+    if not len(h_train):
+        return np.zeros(0, dtype=np.int64)
+    sorted_train = np.sort(h_train)
+    pos = np.minimum(np.searchsorted(sorted_train, h_test), len(sorted_train) - 1)
+    return np.flatnonzero(sorted_train[pos] == h_test)
+
+
+def _first(h_train: Any, value: Any) -> int:
+    """The first train row with this hash (asked for a few examples only)."""
+    return int(_np().flatnonzero(h_train == value)[0])
 
 
 def _duplicates(train: Table, test: Table, columns: list[str]) -> tuple[list[Finding], list[tuple], dict]:
     hows = plan([train, test], columns)
-    test_rows, train_rows = _matches(row_hashes(train, hows), row_hashes(test, hows))
+    h_train, h_test = row_hashes(train, hows), row_hashes(test, hows)
+    test_rows = _matches(h_train, h_test)
     examples = []
-    for j, i in zip(test_rows[:EXAMPLES].tolist(), train_rows[:EXAMPLES].tolist()):
+    for j in test_rows[:EXAMPLES].tolist():
+        i = _first(h_train, h_test[j])
         if same_row(row(train, hows, i), row(test, hows, j)):  # 64-bit hashes; the shown rows are compared
             examples.append(("duplicate row", j, i, None))
     n = int(len(test_rows))
@@ -66,18 +71,15 @@ def _ids(train: Table, test: Table, id_train: str, id_test: str) -> tuple[list[F
     kind = next(iter(hows.values()))
     ca = codes(np.asarray(a).reshape(-1, 1), kind).reshape(-1)
     cb = codes(np.asarray(b).reshape(-1, 1), kind).reshape(-1)
-    test_rows, train_rows = _matches(ca, cb)
+    test_rows = _matches(ca, cb)
     if kind == "object":  # hashes: keep the rows whose ids are really equal
-        keep = [k for k, (j, i) in enumerate(zip(test_rows.tolist(), train_rows.tolist()))
-                if same_row([a[i]], [b[j]])]
-        test_rows, train_rows = test_rows[keep], train_rows[keep]
+        test_rows = test_rows[[same_row([a[_first(ca, cb[j])]], [b[j]]) for j in test_rows.tolist()]]
     n = int(len(test_rows))
     distinct = int(len(np.unique(cb[test_rows]))) if n else 0
     facts = {"test_rows_with_train_id": n, "shared_ids": distinct}
     if not n:
         return [], [], facts
-    examples = [("shared id", j, i, _plain(b[j])) for j, i in zip(test_rows[:EXAMPLES].tolist(),
-                                                                  train_rows[:EXAMPLES].tolist())]
+    examples = [("shared id", j, _first(ca, cb[j]), _plain(b[j])) for j in test_rows[:EXAMPLES].tolist()]
     ids = names([repr(e[3]) for e in examples], EXAMPLES)
     return [Finding(PROBLEM, f"{id_test} {ids}", f"{plural(distinct, 'id')} occur in both splits "
                     f"({_share(n, test.rows)})", f"split by {id_test}: every row of one id on one side "
@@ -146,9 +148,13 @@ def check_leakage(train: Any, test: Any, *, id_column: Any = None, time_column: 
             if time_column is not None else (None, None)
     except TableError as exc:
         return result("leakage", "cannot read the splits", [Finding(PROBLEM, "", str(exc))])
+    facts: dict[str, Any] = {"train_rows": tr.rows, "test_rows": te.rows}
+    if not (tr.named and te.named) and len(tr.columns) != len(te.columns):
+        return result("leakage", f"train {tr.what} vs test {te.what}", [Finding(
+            PROBLEM, "", f"rows have {len(tr.columns)} values in train but {len(te.columns)} in test: not the same "
+            "features", "compare splits after the same preprocessing")], facts=facts)
     findings: list[Finding] = []
     rows: list[tuple] = []
-    facts: dict[str, Any] = {"train_rows": tr.rows, "test_rows": te.rows}
     skip = {id_tr, id_te, t_tr, t_te}
     shared = [c for c in tr.columns if c in set(te.columns) and c not in skip]
     only = [c for c in tr.columns if c not in set(te.columns) and c not in skip] + \

@@ -90,11 +90,13 @@ def result(check: str, summary: str, findings: Sequence[Finding] = (), *, column
            rows: Sequence[Sequence[Any]] = (), facts: Mapping[str, Any] | None = None) -> CheckResult:
     """A CheckResult with the findings capped at MAX_FINDINGS and the rows at MAX_ROWS (bounded output)."""
     findings = list(findings)
-    if len(findings) > MAX_FINDINGS:
-        rest = findings[MAX_FINDINGS - 1:]
-        worst = PROBLEM if any(f.level == PROBLEM for f in rest) else WARNING if any(
-            f.level == WARNING for f in rest) else INFO
-        findings = findings[:MAX_FINDINGS - 1] + [Finding(worst, "", f"… and {len(rest)} more findings like these")]
+    if len(findings) > MAX_FINDINGS:  # keep the most severe, in their order, and count the rest
+        rank = {PROBLEM: 0, WARNING: 1, INFO: 2}
+        kept = set(sorted(range(len(findings)), key=lambda i: rank.get(findings[i].level, 3))[:MAX_FINDINGS - 1])
+        rest = [f for i, f in enumerate(findings) if i not in kept]
+        worst = min((f.level for f in rest), key=lambda level: rank.get(level, 3))
+        findings = [f for i, f in enumerate(findings) if i in kept] + [
+            Finding(worst, "", f"… and {len(rest)} more findings like these")]
     rows = [tuple(r) for r in rows]
     return CheckResult(check=check, summary=summary, findings=tuple(findings), columns=tuple(columns),
                        rows=tuple(rows[:MAX_ROWS]), facts=dict(facts or {}),

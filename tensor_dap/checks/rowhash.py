@@ -4,7 +4,7 @@ Each value becomes a canonical 64-bit code first, the same in both splits: integ
 compare by value (``1 == 1.0``, ``-0.0 == 0.0``, every NaN equal to every NaN), datetimes by their
 instant, anything else by Python's ``hash`` (equal values, equal hashes). A row's hash mixes its
 columns' codes with a per-column salt. Rows are read in chunks of ``CHUNK_VALUES`` values, so
-the working memory is a few chunks plus 8 bytes a row, whatever the split's size.
+the working memory is a few chunks (about 16 MB) plus 8 bytes a row, whatever the split's size.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from .tabular import Table
 
-CHUNK_VALUES = 1 << 20
+CHUNK_VALUES = 1 << 19
 _NAN_HASH = 0x7FF8_0000_0000_0001
 
 
@@ -110,7 +110,9 @@ def row_hashes(table: Table, hows: dict[str, str]) -> Any:
                 block = block[:, idx]
             with np.errstate(over="ignore"):
                 h[start:stop] += _mix(codes(block, kind) + salts[None, :]).sum(axis=1, dtype=np.uint64)
-    return _mix(h)
+    for start in range(0, table.rows, CHUNK_VALUES):  # in chunks: _mix's temporaries stay chunk-sized
+        h[start:start + CHUNK_VALUES] = _mix(h[start:start + CHUNK_VALUES])
+    return h
 
 
 def row(table: Table, hows: dict[str, str], i: int) -> list[Any]:

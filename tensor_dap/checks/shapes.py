@@ -18,6 +18,12 @@ from .result import INFO, PROBLEM, WARNING, CheckResult, Finding, names, never_r
 COLUMNS = ("module", "type", "input", "output", "dtype", "device", "params")
 
 
+def _leaves(rows: list[LayerRow]) -> set[str]:
+    """Names of the modules that ran without any submodule of theirs running: where computation happens."""
+    parents = {r.name.rpartition(".")[0] for r in rows if r.name}
+    return {r.name for r in rows if r.name not in parents}
+
+
 def _batch_change(rows: list[LayerRow]) -> tuple[LayerRow, str, int, int] | None:
     """Where the leading (batch) size first stops being the model input's: inside a leaf module, or in the
     forward code just before one. Returns (module, 'in'/'before', batch size, new size)."""
@@ -25,9 +31,9 @@ def _batch_change(rows: list[LayerRow]) -> tuple[LayerRow, str, int, int] | None
     if not top.input_shape:
         return None
     batch = top.input_shape[0]
-    parents = {r.name.rpartition(".")[0] for r in rows if r.name}
+    leaves = _leaves(rows)
     for r in rows[1:]:
-        if r.name in parents:
+        if r.name not in leaves:
             continue  # a container: its first child shows the same input
         if r.input_shape and r.input_shape[0] != batch:
             return r, "before", batch, r.input_shape[0]
@@ -85,7 +91,9 @@ def _findings(model: Any, flow: ShapeFlow) -> list[Finding]:
             level, row.name, f"the leading (batch) dimension changes from {before} to {after} {place} "
             f"({fmt_shape(shape)})", "a view/reshape with a hard-coded size? x.flatten(1) or "
             "x.view(x.size(0), -1) keeps samples apart"))
-    f64 = next((r for r in rows if r.dtype == "f64" and r.input_dtype not in ("f64", "")), None)
+    upcasts = [r for r in rows if r.dtype == "f64" and r.input_dtype not in ("f64", "")]
+    leaves = _leaves(rows)
+    f64 = next((r for r in upcasts if r.name in leaves), upcasts[-1] if upcasts else None)  # innermost first
     if f64 is not None and rows[0].input_dtype != "f64":
         found.append(Finding(WARNING, f64.name or "(model)", f"float64 appears here ({f64.kind} turns "
                              f"{f64.input_dtype} into f64) and flows on", "float64 is 2–64× slower, on GPUs most: "

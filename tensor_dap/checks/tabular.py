@@ -33,6 +33,7 @@ class Table:
     what: str  # 'tensor[1000, 20]', 'DataFrame 1000×5', for messages
     rows: int
     groups: tuple[Group, ...]
+    named: bool = False  # columns have names (a frame, a dict), not only positions
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -143,7 +144,7 @@ def _columns_table(what: str, items: list[tuple[str, Any]]) -> Table:
         lengths.add(n)
     if len(lengths) > 1:
         raise TableError(f"columns of different lengths: {sorted(lengths)}")
-    return Table(what, lengths.pop() if lengths else 0, tuple(groups))
+    return Table(what, lengths.pop() if lengths else 0, tuple(groups), named=True)
 
 
 def as_table(data: Any) -> Table:
