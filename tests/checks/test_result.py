@@ -1,4 +1,4 @@
-"""The result every check returns: verdicts, bounded findings and rows, JSON valid against the schema, safe rendering."""
+"""The result every check returns: verdicts, bounded findings and rows, JSON valid against its schema, safe views."""
 
 import io
 import json
