@@ -65,17 +65,20 @@ def check_gradients(model: Any, *, vanishing: float = VANISHING, exploding: floa
                                 "optimizer.zero_grad())"))
     else:
         healthy = {r.name for r in rows if r.flag == ""}
+        cancelled = []
         for r in rows:
             owner, _, leaf = r.name.rpartition(".")
             if r.flag in ("zero", "vanishing") and leaf == "bias" and f"{owner}.weight" in healthy:
-                findings.append(Finding(INFO, r.name, f"this bias gets (almost) no gradient ({fmt_num(r.norm)}) while "
-                                        "its weight does", "a normalization right after this layer (BatchNorm, "
-                                        "LayerNorm) cancels a bias: bias=False saves the parameter"))
+                cancelled.append(r.name)
             elif r.flag in _ADVICE:
                 level, message, advice = _ADVICE[r.flag]
                 norm = "" if r.norm is None else f" ({fmt_num(r.norm)})"
                 findings.append(Finding(level, r.name, message.format(vanishing=vanishing, exploding=exploding)
                                         + norm, advice))
+        if cancelled:
+            findings.append(Finding(INFO, names(cancelled), f"{plural(len(cancelled), 'bias', 'biases')} get (almost) "
+                                    "no gradient while their weights do", "a normalization right after the layer "
+                                    "(BatchNorm, InstanceNorm, LayerNorm) cancels a bias: bias=False saves it"))
         for owner, params in _groups(rows):
             whole = owner not in params
             subject = owner if whole else params[0]

@@ -24,32 +24,60 @@ def _leaves(rows: list[LayerRow]) -> set[str]:
     return {r.name for r in rows if r.name not in parents}
 
 
-def _batch_change(rows: list[LayerRow]) -> tuple[LayerRow, str, int, int] | None:
-    """Where the leading (batch) size first stops being the model input's: inside a leaf module, or in the
-    forward code just before one. Returns (module, 'in'/'before', batch size, new size)."""
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _batch_change(rows: list[LayerRow]) -> tuple[LayerRow | None, str, int, int] | None:
+    """Where a batch of samples is reshaped into another leading size: (module, 'in'/'before'/'out', batch
+    size, new size), or None.
+
+    A reshape keeps the element count, so a tensor counts only if its element count is a multiple of the
+    batch size: a fresh tensor built in forward (position ids, a causal mask) is left alone. The change is
+    reported when the model's output no longer leads with the batch, or when a module receives a tensor with
+    as many elements as a batch-led one seen before it and a leading size that splits samples apart.
+    """
     top = rows[0]
     if not top.input_shape:
         return None
     batch = top.input_shape[0]
+    out = top.output_shape
+    changed = bool(out) and out[0] != batch and batch > 0
+    batched = {_numel(top.input_shape)}  # element counts of tensors that still lead with the batch
     leaves = _leaves(rows)
     for r in rows[1:]:
-        if r.name not in leaves:
+        if r.name not in leaves or not r.input_shape:
             continue  # a container: its first child shows the same input
-        if r.input_shape and r.input_shape[0] != batch:
-            return r, "before", batch, r.input_shape[0]
-        if r.input_shape and r.output_shape and r.output_shape[0] != batch:
-            return r, "in", batch, r.output_shape[0]
-    return None
+        lead, n = r.input_shape[0], _numel(r.input_shape)
+        if lead != batch and batch and n % batch == 0 and len(r.input_shape) >= 2 and (
+                changed or (n in batched and lead % batch)):
+            return r, "before", batch, lead
+        if lead == batch:
+            batched.add(n)
+            if r.output_shape and r.output_shape[0] != batch and _numel(r.output_shape) == n:
+                return r, "in", batch, r.output_shape[0]
+        if r.output_shape and r.output_shape[0] == batch:
+            batched.add(_numel(r.output_shape))
+    return (None, "out", batch, out[0]) if changed else None
 
 
 def _not_called(model: Any, ran: set[str]) -> list[str]:
-    """Submodules that did not run, outermost only, leaving out containers whose children ran."""
+    """Submodules that did not run, outermost only, leaving out containers whose children ran and the
+    children of a module that ran without calling any of them (nn.MultiheadAttention reads its out_proj's
+    weights directly: a parent computing with its children's parameters)."""
     out: list[str] = []
     for name, _ in model.named_modules():
         if not name or name in ran:
             continue
         if any(r.startswith(name + ".") for r in ran):
             continue  # a ModuleList/ModuleDict is never called itself; its members were
+        parent = name.rpartition(".")[0]
+        inside = parent + "." if parent else ""
+        if parent in ran and not any(r.startswith(inside) for r in ran if r):
+            continue
         if any(name.startswith(o + ".") for o in out):
             continue
         out.append(name)
@@ -85,12 +113,16 @@ def _findings(model: Any, flow: ShapeFlow) -> list[Finding]:
         # folding the batch into more rows (attention heads, windows, tokens) is usually meant; any other
         # new leading size mixes samples together, the classic wrong view(-1, n)
         level = INFO if after % before == 0 else WARNING
-        shape = row.input_shape if where == "before" else row.output_shape
-        place = f"in {row.kind}" if where == "in" else f"in the forward code just before {row.kind} {row.name}"
+        if row is None:
+            subject, place = "(model)", f"between the input and the output ({rows[0].output})"
+        else:
+            shape = row.input_shape if where == "before" else row.output_shape
+            subject = row.name
+            place = (f"in {row.kind}" if where == "in" else f"in the forward code just before {row.kind} "
+                     f"{row.name}") + f" ({fmt_shape(shape)})"
         found.append(Finding(
-            level, row.name, f"the leading (batch) dimension changes from {before} to {after} {place} "
-            f"({fmt_shape(shape)})", "a view/reshape with a hard-coded size? x.flatten(1) or "
-            "x.view(x.size(0), -1) keeps samples apart"))
+            level, subject, f"the leading (batch) dimension changes from {before} to {after} {place}",
+            "a view/reshape with a hard-coded size? x.flatten(1) or x.view(x.size(0), -1) keeps samples apart"))
     upcasts = [r for r in rows if r.dtype == "f64" and r.input_dtype not in ("f64", "")]
     leaves = _leaves(rows)
     f64 = next((r for r in upcasts if r.name in leaves), upcasts[-1] if upcasts else None)  # innermost first
@@ -100,16 +132,15 @@ def _findings(model: Any, flow: ShapeFlow) -> list[Finding]:
                              "look for torch.from_numpy / torch.tensor on float64 data, or a double constant"))
     if not error:
         idle = _not_called(model, {r.name for r in rows})
-        if idle:
-            found.append(Finding(INFO if len(idle) == 1 and _paramless(model, idle[0]) else WARNING, names(idle),
-                                 f"{plural(len(idle), 'submodule')} never called in this (eval-mode) forward pass",
-                                 "a layer defined in __init__ but not used in forward? (train-only branches also "
-                                 "show here; their parameters will get no gradient)"))
+        weighted = [n for n in idle if any(True for _ in model.get_submodule(n).parameters())]
+        if weighted:
+            found.append(Finding(WARNING, names(weighted), f"{plural(len(weighted), 'submodule')} with parameters "
+                                 "never called in this (eval-mode) forward pass", "a layer defined in __init__ but not "
+                                 "used in forward? (train-only branches show here too) Its parameters get no gradient"))
+        if len(idle) > len(weighted):  # a Dropout or activation on a path not taken changes nothing
+            found.append(Finding(INFO, names([n for n in idle if n not in weighted]), "never called in this "
+                                 "(eval-mode) forward pass (no parameters)"))
     return found
-
-
-def _paramless(model: Any, name: str) -> bool:
-    return not any(True for _ in model.get_submodule(name).parameters())
 
 
 @never_raises("shapes")

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..format import first_line, fmt_shape
 from ..kinds import is_module, is_tensor
-from .result import INFO, PROBLEM, CheckResult, Finding, names, never_raises, plural, result
+from .result import INFO, PROBLEM, WARNING, CheckResult, Finding, names, never_raises, plural, result
 from .state_dict_causes import Shapes, mismatch_note, prefix_fix, renames
 
 COLUMNS = ("key", "status", "model_shape", "checkpoint_shape", "note")
@@ -61,6 +61,22 @@ def _model_state(model: Any) -> Mapping:
     raise ValueError(f"expected an nn.Module or a state dict, got {type(model).__name__}")
 
 
+def _tied(own: Mapping, missing: list[str], theirs: Shapes) -> dict[str, str]:
+    """Missing keys whose tensor is the same object as a key the checkpoint has (tied embeddings)."""
+    holder: dict[int, str] = {}
+    for k, v in own.items():
+        if k in theirs and is_tensor(v):
+            holder.setdefault(id(v), k)
+    return {k: holder[id(own[k])] for k in missing if is_tensor(own[k]) and id(own[k]) in holder}
+
+
+def _square_neighbours(mine: Shapes, theirs: Shapes, transposed: list[str]) -> list[str]:
+    """Square 2-d weights in the same blocks as transposed ones: their shape cannot tell, their layout is the same."""
+    blocks = {k.rsplit(".", 2)[0] for k in transposed if k.count(".") >= 2}
+    return [k for k, s in mine.items() if s is not None and len(s) == 2 and s[0] == s[1] and theirs.get(k) == s
+            and k.endswith(".weight") and k.count(".") >= 2 and k.rsplit(".", 2)[0] in blocks]
+
+
 def _listed(shape: tuple[int, ...] | None) -> list[int] | None:
     return None if shape is None else list(shape)
 
@@ -87,7 +103,8 @@ def compare_state_dict(model: Any, checkpoint: Any) -> CheckResult:
                                                                       f"cannot load: {first_line(exc)}")])
     try:
         state, inside = _unwrap(checkpoint)
-        mine = _shapes(_model_state(model))
+        own = _model_state(model)
+        mine = _shapes(own)
     except ValueError as exc:
         return result("state_dict", "nothing to compare", [Finding(PROBLEM, "", str(exc))])
     theirs = saved = _shapes(state)
@@ -105,6 +122,14 @@ def compare_state_dict(model: Any, checkpoint: Any) -> CheckResult:
                   f"checkpoint key {fix.theirs(k)!r}") for k in fix.keys[:5]]
         theirs = fix.apply(theirs)
     missing = [k for k in mine if k not in theirs]
+    tied = _tied(own, missing, theirs)
+    if tied:
+        findings.append(Finding(WARNING, names(list(tied)), "missing from the checkpoint, but tied to "
+                                f"{names(list(dict.fromkeys(tied.values())))} (the same tensor), which is in it: "
+                                "strict=False loads it through that key, strict=True raises",
+                                "load with strict=False and check the result's missing_keys are only these"))
+        rows += [_row(k, "tied", mine, theirs, f"same tensor as {v!r}") for k, v in tied.items()]
+        missing = [k for k in missing if k not in tied]
     unexpected = [k for k in theirs if k not in mine]
     renamed, missing, unexpected = renames(mine, theirs, missing, unexpected)
     for f, pairs in renamed:
@@ -112,16 +137,27 @@ def compare_state_dict(model: Any, checkpoint: Any) -> CheckResult:
         rows += [(new, "renamed?", _listed(mine[new]), _listed(theirs[old]), f"checkpoint key {old!r}")
                  for old, new in pairs]
     mismatched = [k for k in mine if k in theirs and mine[k] != theirs[k]]
+    by_note: dict[tuple[str, str], list[str]] = {}
     for k in mismatched:
         note, advice = mismatch_note(k, mine, theirs)
-        findings.append(Finding(PROBLEM, k, f"shape {fmt_shape(mine[k])} in the model, {fmt_shape(theirs[k])} in "
-                                f"the checkpoint: {note}", advice))
+        by_note.setdefault((note, advice), []).append(k)
         rows.append(_row(k, "shape", mine, theirs, note))
+    for (note, advice), keys in by_note.items():  # six transposed weights are one finding, not six
+        k = keys[0]
+        shapes = f"shape {fmt_shape(mine[k])} in the model, {fmt_shape(theirs[k])} in the checkpoint"
+        findings.append(Finding(PROBLEM, names(keys, 3), f"{shapes}: {note}" if len(keys) == 1 else
+                                f"{plural(len(keys), 'key')} with another shape ({k}: {shapes}): {note}", advice))
+    transposed = [k for (note, _), keys in by_note.items() if note.startswith("transposed") for k in keys]
+    hidden = _square_neighbours(mine, theirs, transposed)
+    if hidden:
+        findings.append(Finding(WARNING, names(hidden, 3), f"{plural(len(hidden), 'square weight')} beside the "
+                                "transposed ones load without an error, and are probably transposed too",
+                                "transpose them with the others (.t())"))
     findings += _skipped(missing, unexpected, mismatched or renamed)
     rows += [_row(k, "missing", mine, theirs) for k in missing] + [_row(k, "unexpected", mine, theirs)
                                                                    for k in unexpected]
     causes = [(len(fix.keys) if fix else 0, "behind a prefix"), (sum(len(p) for _, p in renamed), "renamed?"),
-              (len(missing), "missing"), (len(unexpected), "unexpected"), (len(mismatched), "with another shape")]
+              (len(tied), "tied"), (len(missing), "missing"), (len(unexpected), "unexpected"), (len(mismatched), "with another shape")]
     summary = f"{as_saved:,} of {plural(len(mine), 'model key')} load as saved{where}" + "".join(
         f"; {n:,} {what}" for n, what in causes if n)
     facts = {"model_keys": len(mine), "checkpoint_keys": len(state), "matched": as_saved, "missing": missing[:1000],

@@ -85,15 +85,17 @@ def test_shapes_batch_folding_view_unused_layer_and_float64():
     class Odd(nn.Module):
         def __init__(self):
             super().__init__()
-            self.a = nn.Linear(4, 5)
-            self.b = nn.Linear(5, 2)
+            self.a = nn.Linear(4, 6)
+            self.b = nn.Linear(9, 2)
+            self.pos = nn.Embedding(5, 9)
 
         def forward(self, x):
-            return self.b(self.a(x).reshape(-1, 5)[:5])  # 3 samples become 5 rows: samples mixed
+            h = self.a(x).reshape(-1, 9)  # [3, 5, 6] -> [10, 9]: 3 samples become 10 rows, mixed
+            return self.b(h) + self.pos(torch.arange(5)).sum()  # a fresh index tensor is not the batch
 
-    odd = check_shapes(Odd(), torch.randn(3, 2, 4))
+    odd = check_shapes(Odd(), torch.randn(3, 5, 4))
     warn = [f for f in odd.findings if f.level == "warning"]
-    assert [f.subject for f in warn] == ["b"] and "from 3 to 5" in warn[0].message
+    assert [f.subject for f in warn] == ["b"] and "from 3 to 10" in warn[0].message
 
     class Upcast(nn.Module):
         def __init__(self):
@@ -217,3 +219,25 @@ def test_gradients_detached_branch_and_no_backward_yet():
     assert r.subjects == ("aux",) and r.verdict == "warning"
     model.aux.requires_grad_(False)  # frozen on purpose: fine
     assert check_gradients(model).verdict == "ok" and check_gradients(model).facts["frozen"] == 2
+
+
+def test_shapes_clean_transformer_no_false_alarms():
+    """Seen on real models (nanoGPT, pytorch/examples): position ids built in forward are not the batch, and
+    nn.MultiheadAttention uses out_proj's weights without calling it."""
+
+    class TinyGPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok = nn.Embedding(50, 16)
+            self.pos = nn.Embedding(32, 16)
+            self.attn = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+            self.head = nn.Linear(16, 50)
+
+        def forward(self, idx):
+            t = idx.shape[1]
+            positions = torch.arange(t)  # [T]: fresh, not derived from the batch
+            return self.head(self.attn(self.tok(idx) + self.pos(positions)))
+
+    for batch in (1, 2, 4, 8):
+        r = check_shapes(TinyGPT(), torch.randint(0, 50, (batch, 8)))
+        assert r.verdict == "ok" and not r.findings, (batch, r.findings)

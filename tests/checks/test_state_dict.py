@@ -142,3 +142,36 @@ def test_bad_inputs_are_findings(tmp_path):
     torch.save({"w": torch.zeros(1), "obj": nn.Linear(1, 1)}, evil)  # a pickled module: refused by weights_only
     assert compare_state_dict(net(), str(evil)).verdict == "problem"
     assert compare_state_dict(net(), {"0.weight\x1b[2J": torch.zeros(8, 3, 3, 3)}).verdict == "problem"
+
+
+def test_gpt2_style_checkpoint_transposed_square_and_tied_weights():
+    """The situation nanoGPT's from_pretrained handles by hand: HF GPT-2 stores Conv1D weights transposed
+    (the square attention projection too, where the shape cannot tell), and omits the head tied to the embedding."""
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c_attn = nn.Linear(8, 24)
+            self.c_proj = nn.Linear(8, 8)  # square
+
+    class TinyGPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = nn.Embedding(30, 8)
+            self.h = nn.ModuleList([Block(), Block()])
+            self.lm_head = nn.Linear(8, 30, bias=False)
+            self.lm_head.weight = self.wte.weight  # tied
+
+    model = TinyGPT()
+    hf = {k: (v.t() if k.endswith(("c_attn.weight", "c_proj.weight")) else v)
+          for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    r = compare_state_dict(model, hf)
+    by = {f.subject: f for f in r.findings}
+    assert "transposed" in by["h.0.c_attn.weight, h.1.c_attn.weight"].message
+    assert "probably transposed too" in by["h.0.c_proj.weight, h.1.c_proj.weight"].message
+    assert "tied to wte.weight" in by["lm_head.weight"].message and r.facts["missing"] == []
+    fixed = {k: (v.t() if k.endswith(("c_attn.weight", "c_proj.weight")) else v) for k, v in hf.items()}
+    fixed["wte.weight"] = torch.randn(30, 8)
+    target = copy.deepcopy(model)
+    assert target.load_state_dict(fixed, strict=False).missing_keys == ["lm_head.weight"]
+    assert torch.equal(target.lm_head.weight, fixed["wte.weight"])  # loaded through the tie, as the warning says
