@@ -157,7 +157,8 @@ def compare_state_dict(model: Any, checkpoint: Any) -> CheckResult:
     rows += [_row(k, "missing", mine, theirs) for k in missing] + [_row(k, "unexpected", mine, theirs)
                                                                    for k in unexpected]
     causes = [(len(fix.keys) if fix else 0, "behind a prefix"), (sum(len(p) for _, p in renamed), "renamed?"),
-              (len(tied), "tied"), (len(missing), "missing"), (len(unexpected), "unexpected"), (len(mismatched), "with another shape")]
+              (len(tied), "tied"), (len(missing), "missing"), (len(unexpected), "unexpected"),
+              (len(mismatched), "with another shape")]
     summary = f"{as_saved:,} of {plural(len(mine), 'model key')} load as saved{where}" + "".join(
         f"; {n:,} {what}" for n, what in causes if n)
     facts = {"model_keys": len(mine), "checkpoint_keys": len(state), "matched": as_saved, "missing": missing[:1000],
