@@ -135,3 +135,17 @@ def test_hashing_memory_is_bounded_on_a_large_split():
     found, peak = map(int, out.stdout.split())
     assert found == 10
     assert peak < 48 * 2**20, f"peak {peak / 2**20:.0f} MiB for 128 MiB of rows"
+
+
+def test_duplicate_count_agrees_with_a_pandas_merge():
+    """pandas as the oracle: test rows that also occur in train, over many random splits with repeated rows
+    (ints, floats, strings, missing values)."""
+    rng = np.random.default_rng(5)
+    for trial in range(20):
+        n = int(rng.integers(20, 300))
+        df = pd.DataFrame({"a": rng.integers(0, 4, n), "b": rng.choice([0.5, 1.5, np.nan], n),
+                           "c": rng.choice(["x", "y"], n)})
+        mask = rng.random(n) < 0.7
+        train, test = df[mask], df[~mask]
+        expected = test.merge(train.drop_duplicates(), how="inner").shape[0] if len(test) else 0
+        assert check_leakage(train, test).facts["duplicate_test_rows"] == expected, trial
