@@ -145,6 +145,10 @@ def check_dataloader(loader: Any, step: Callable[[Any], Any] | None = None, *, b
     ``step`` is your training step on one batch (or a forward pass); without it only loading is timed.
     Draws at most ``batches`` batches and stops starting new ones after ``time_limit`` seconds.
     """
+    if hasattr(loader, "__next__"):  # drawing from an iterator would take the batches away from the program
+        return result("dataloader", f"{type(loader).__name__}: an iterator, not a loader", [Finding(
+            WARNING, type(loader).__name__, "batches drawn from an iterator are gone for the training loop: nothing "
+            "was drawn", "pass the DataLoader (or anything iter() can restart) instead of iter(loader)")])
     info = describe_loader(loader)
     cores = _cores()
     saved_rng = capture_rng()

@@ -77,6 +77,10 @@ def test_iterable_dataset_replicated_by_workers_is_found():
 def test_errors_empty_loaders_and_too_many_workers():
     failing = check_dataloader(DataLoader(SlowImages(), batch_size=2), step=lambda b: 1 / 0, batches=2)
     assert failing.verdict == "problem" and "the step failed: ZeroDivisionError" in failing.findings[0].message
+    batches = iter(DataLoader(TensorDataset(torch.arange(8.0)), batch_size=2))
+    consumed = check_dataloader(batches)
+    assert consumed.verdict == "warning" and "nothing was drawn" in consumed.findings[0].message
+    assert len(list(batches)) == 4  # every batch is still there for the training loop
     empty = check_dataloader(DataLoader(TensorDataset(torch.zeros(3, 1)), batch_size=4, drop_last=True))
     assert empty.verdict == "warning" and "no batch" in empty.findings[0].message
     cores = len(os.sched_getaffinity(0))
