@@ -26,21 +26,15 @@ from typing import Any
 
 from .result import INFO, PROBLEM, WARNING, CheckResult, Finding, never_raises, plural, result
 from .rowhash import codes, how, plan, row_hashes
-from .tabular import TableError, as_table, resolve
+from .tabular import TableError, as_table, numpy, resolve
 
 COLUMNS = ("column", "rule", "log10_chance", "detail")
 SINGLETONS = 0.01  # the lookup rule tolerates this share of values seen once
 
 
-def _np() -> Any:
-    import numpy as np
-
-    return np
-
-
 def _labels(labels: Any) -> tuple[Any, Any, bool, Any]:
     """(class index per row, rows with a label, ordered, class values) for 1-D or multi-column labels."""
-    np = _np()
+    np = numpy()
     table = as_table(labels)
     if len(table.columns) == 1:
         y = table.column(table.columns[0])
@@ -61,7 +55,7 @@ def _labels(labels: Any) -> tuple[Any, Any, bool, Any]:
 
 def _sort_key(x: Any) -> tuple[Any, bool]:
     """A sortable numeric key for a column, and whether its order means anything (False for categories)."""
-    np = _np()
+    np = numpy()
     kind = how(x.dtype.kind)
     if kind in ("int", "float"):
         return x.astype(np.float64) if kind == "float" else x.astype(np.int64), True
@@ -72,7 +66,7 @@ def _sort_key(x: Any) -> tuple[Any, bool]:
 
 def _log_lookup(sizes: Any, p: Any) -> float:
     """log P(every group of these sizes is pure) with labels drawn independently at frequencies ``p``."""
-    np = _np()
+    np = numpy()
     sizes, counts = np.unique(sizes[sizes > 1], return_counts=True)
     if len(p) > 64:  # Σ pₖ^m ≤ p_max^(m-1): an upper bound, so never more alarms than the exact value
         return float(np.sum(counts * (sizes - 1) * math.log(p.max())))
@@ -81,7 +75,7 @@ def _log_lookup(sizes: Any, p: Any) -> float:
 
 def _rules(key: Any, ordered: bool, y: Any, counts: Any, y_ordered: bool) -> list[tuple[str, float, str]]:
     """(rule, log probability by chance, detail) for each rule this column satisfies exactly."""
-    np = _np()
+    np = numpy()
     n, c = len(y), len(counts)
     order = np.argsort(key, kind="stable")
     ks, ys = key[order], y[order]
@@ -117,7 +111,7 @@ def check_label_leakage(features: Any, labels: Any, *, alpha: float = 1e-6, time
     dict of columns. ``labels``: one value (or one row, e.g. one-hot) per feature row, or the name or
     position of the label column inside ``features``. Stops after ``time_limit`` seconds, saying so.
     """
-    np = _np()
+    np = numpy()
     try:
         table = as_table(features)
         label_name = None

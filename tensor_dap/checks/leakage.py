@@ -13,16 +13,10 @@ from typing import Any
 
 from .result import INFO, PROBLEM, WARNING, CheckResult, Finding, names, never_raises, plural, result
 from .rowhash import codes, plan, row, row_hashes, same_row
-from .tabular import Table, TableError, as_table, resolve
+from .tabular import Table, TableError, as_table, numpy, resolve
 
 COLUMNS = ("leak", "test_row", "train_row", "value")
 EXAMPLES = 5
-
-
-def _np() -> Any:
-    import numpy as np
-
-    return np
 
 
 def _share(n: int, total: int) -> str:
@@ -31,7 +25,7 @@ def _share(n: int, total: int) -> str:
 
 def _matches(h_train: Any, h_test: Any) -> Any:
     """Test rows whose hash occurs in train (one sorted copy of the train hashes: 8 bytes a row)."""
-    np = _np()
+    np = numpy()
     if not len(h_train):
         return np.zeros(0, dtype=np.int64)
     sorted_train = np.sort(h_train)
@@ -41,7 +35,7 @@ def _matches(h_train: Any, h_test: Any) -> Any:
 
 def _first(h_train: Any, value: Any) -> int:
     """The first train row with this hash (asked for a few examples only)."""
-    return int(_np().flatnonzero(h_train == value)[0])
+    return int(numpy().flatnonzero(h_train == value)[0])
 
 
 def _duplicates(train: Table, test: Table, columns: list[str]) -> tuple[list[Finding], list[tuple], dict]:
@@ -65,7 +59,7 @@ def _duplicates(train: Table, test: Table, columns: list[str]) -> tuple[list[Fin
 
 
 def _ids(train: Table, test: Table, id_train: str, id_test: str) -> tuple[list[Finding], list[tuple], dict]:
-    np = _np()
+    np = numpy()
     a, b = train.column(id_train), test.column(id_test)
     hows = plan([train, test], [id_train]) if id_train == id_test else {"": "object"}
     kind = next(iter(hows.values()))
@@ -98,7 +92,7 @@ def _plain(value: Any) -> Any:
 
 def _times(values: Any) -> Any:
     """Comparable times without missing ones: numbers, datetime64, or objects (strings, Timestamps)."""
-    np = _np()
+    np = numpy()
     arr = np.asarray(values)
     if arr.dtype.kind in "Mm":
         return arr, ~np.isnat(arr)
@@ -110,7 +104,7 @@ def _times(values: Any) -> Any:
 
 
 def _temporal(train: Table, test: Table, t_train: str, t_test: str) -> tuple[list[Finding], list[tuple], dict]:
-    np = _np()
+    np = numpy()
     (a, ok_a), (b, ok_b) = _times(train.column(t_train)), _times(test.column(t_test))
     if not ok_a.any() or not ok_b.any():
         return [Finding(WARNING, t_test, "no times to compare (the column is empty or all missing)")], [], {}

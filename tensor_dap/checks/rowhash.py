@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .tabular import Table
+from .tabular import Table, numpy
 
 CHUNK_VALUES = 1 << 19
 _NAN_HASH = 0x7FF8_0000_0000_0001
@@ -34,7 +34,7 @@ def how(*kinds: str) -> str:
 
 def _mix(x: Any) -> Any:
     """splitmix64's finalizer over a uint64 array: every input bit moves every output bit."""
-    np = _np()
+    np = numpy()
     with np.errstate(over="ignore"):
         x = x ^ (x >> np.uint64(30))
         x = x * np.uint64(0xBF58476D1CE4E5B9)
@@ -43,14 +43,8 @@ def _mix(x: Any) -> Any:
         return x ^ (x >> np.uint64(31))
 
 
-def _np() -> Any:
-    import numpy as np
-
-    return np
-
-
 def _float_codes(block: Any) -> Any:
-    np = _np()
+    np = numpy()
     f = np.array(block, dtype=np.float64) + 0.0  # a copy; + 0.0 turns -0.0 into 0.0
     f[np.isnan(f)] = np.nan  # one NaN bit pattern
     return f.view(np.uint64)
@@ -67,7 +61,7 @@ def _pyhash(value: Any) -> int:
 
 def codes(block: Any, kind: str) -> Any:
     """A (rows, width) block as canonical uint64 codes: equal values, equal codes (exact for numbers)."""
-    np = _np()
+    np = numpy()
     block = np.asarray(block)
     if kind == "int":
         return block.astype(np.int64).view(np.uint64)
@@ -96,7 +90,7 @@ def plan(tables: list[Table], names: list[str]) -> dict[str, str]:
 
 def row_hashes(table: Table, hows: dict[str, str]) -> Any:
     """One uint64 per row over the columns in ``hows``; equal rows (by value) get equal hashes."""
-    np = _np()
+    np = numpy()
     salt = {name: np.uint64((i + 1) * 0x9E3779B97F4A7C15 % (1 << 64)) for i, name in enumerate(hows)}
     h = np.zeros(table.rows, dtype=np.uint64)
     for group, idx in table.select(list(hows)):
@@ -118,7 +112,7 @@ def row_hashes(table: Table, hows: dict[str, str]) -> Any:
 def row(table: Table, hows: dict[str, str], i: int) -> list[Any]:
     """Row ``i``'s values over the columns in ``hows``, in ``hows`` order, as canonical codes for numbers
     (exact) and the values themselves otherwise."""
-    np = _np()
+    np = numpy()
     out: dict[str, Any] = {}
     for group, idx in table.select(list(hows)):
         values = np.asarray(group.read(i, i + 1)).reshape(1, -1)[:, idx]

@@ -60,7 +60,8 @@ class Table:
         raise TableError(f"no column {name!r}")
 
 
-def _numpy() -> Any:
+def numpy() -> Any:
+    """numpy, imported on first use: the doctor (same package) must run where numpy is broken or missing."""
     import numpy as np
 
     return np
@@ -109,7 +110,7 @@ def _width(shape: tuple[int, ...]) -> int:
 
 def _block(value: Any, prefix: str) -> tuple[int, Group]:
     """A tensor or array as one group of columns named prefix + index."""
-    np = _numpy()
+    np = numpy()
     if is_tensor(value):
         shape = tuple(value.shape)
         if not shape:
@@ -125,7 +126,7 @@ def _block(value: Any, prefix: str) -> tuple[int, Group]:
 
 
 def _column_array(value: Any) -> Any:
-    np = _numpy()
+    np = numpy()
     if is_tensor(value):
         return value
     to_numpy = getattr(value, "to_numpy", None)

@@ -68,10 +68,12 @@ def test_human_report_with_gpus_listed_and_plugin_disabled_warns_but_exits_0(tmp
     assert "\x1b[" not in out and "Traceback" not in r.stderr
 
 
-def test_broken_breakpoint_hook_and_shadowed_plugin_exit_1(tmp_path):
+def test_broken_torch_breakpoint_hook_and_shadowed_plugin_exit_1(tmp_path):
+    """What the doctor is for: it still reports, in valid JSON, when torch itself cannot be imported."""
     stale = tmp_path / "stale" / "pydevd_plugins" / "extensions"
     stale.mkdir(parents=True)
     (stale / "pydevd_plugin_tensor_dap.py").write_text("raise ImportError('an old copy that no longer imports')\n")
+    (tmp_path / "stale" / "torch.py").write_text("raise ImportError('libtorch_cpu.so: cannot open shared object')\n")
     r = doctor("--json", env={"PYTHONPATH": str(tmp_path / "stale"), "PYTHONBREAKPOINT": "no_such_module.hook"},
                cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
@@ -81,3 +83,5 @@ def test_broken_breakpoint_hook_and_shadowed_plugin_exit_1(tmp_path):
     assert "no_such_module.hook" in problems["PYTHONBREAKPOINT"]
     assert "VS Code would show plain tensors" in problems["debugpy plugin"]
     assert str(tmp_path / "stale") in " ".join(report["facts"]["plugin"]["searched"])
+    assert "libtorch_cpu.so" in problems["torch"] and report["facts"]["torch"]["version"] is None
+    assert report["facts"]["cpu"]["torch_threads"] is None and report["facts"]["cpu"]["logical"] >= 1
