@@ -26,6 +26,7 @@ class Group:
     names: tuple[str, ...]
     kind: str  # numpy dtype kind of the values: 'f', 'i', 'u', 'b', 'c', 'M', 'm', 'O', 'U', 'S'
     read: Callable[[int, int], Any]  # (start, stop) -> numpy array of shape (stop - start, len(names))
+    column: Callable[[int], Any]  # position -> that one column, 1-D (the others are not read)
 
 
 @dataclass(frozen=True)
@@ -53,10 +54,7 @@ class Table:
         """One whole column as a 1-D numpy array (n values: bounded by the split's length)."""
         for g in self.groups:
             if name in g.names:
-                i = g.names.index(name)
-                if len(g.names) == 1:
-                    return g.read(0, self.rows).reshape(-1)
-                return g.read(0, self.rows)[:, i]
+                return g.column(g.names.index(name))
         raise TableError(f"no column {name!r}")
 
 
@@ -75,21 +73,41 @@ def _tensor_kind(t: Any) -> str:
     return "b" if str(t.dtype) == "torch.bool" else "i"
 
 
+def _host(part: Any) -> Any:
+    """A piece of a tensor as a numpy array on the host (dtypes numpy lacks widened to float32)."""
+    import torch
+
+    part = part.detach()
+    if part.is_sparse:
+        part = part.to_dense()
+    if part.dtype in (torch.bfloat16, torch.float16) or str(part.dtype).startswith("torch.float8"):
+        part = part.float()
+    return part.resolve_conj().resolve_neg().cpu().numpy()
+
+
 def _tensor_group(t: Any, names: tuple[str, ...]) -> Group:
     import torch
 
     if t.device.type == "meta":
         raise TableError("a tensor on the meta device has no values to compare")
+    inner = tuple(int(d) for d in t.shape[1:])
 
-    def read(start: int, stop: int) -> Any:
-        part = t[start:stop].detach().reshape(stop - start, -1)
-        if part.dtype in (torch.bfloat16, torch.float16) or str(part.dtype).startswith("torch.float8"):
-            part = part.float()
-        if part.is_sparse:
-            part = part.to_dense()
-        return part.cpu().numpy()
+    def read(start: int, stop: int) -> Any:  # one chunk of rows goes to the host at a time
+        if t.layout != torch.strided:  # sparse: no views, but rows can be gathered
+            return _host(t.index_select(0, torch.arange(start, stop, device=t.device))).reshape(stop - start, -1)
+        return _host(t.narrow(0, start, stop - start)).reshape(stop - start, -1)
 
-    return Group(names, _tensor_kind(t), read)
+    def column(i: int) -> Any:
+        if t.layout != torch.strided:
+            step = max(1, (1 << 16) // max(1, len(names)))
+            return numpy().concatenate([read(s, min(s + step, len(t)))[:, i] for s in range(0, len(t), step)])
+        index, rest = [], i
+        for size in reversed(inner):  # the flat column position as an index into the trailing dims
+            index.append(rest % size)
+            rest //= size
+        return _host(t[(slice(None), *reversed(index))] if inner else t).reshape(-1)
+
+    return Group(names, _tensor_kind(t), read, column)
 
 
 def _array_group(a: Any, names: tuple[str, ...]) -> Group:
@@ -98,7 +116,10 @@ def _array_group(a: Any, names: tuple[str, ...]) -> Group:
     def read(start: int, stop: int) -> Any:
         return flat[start:stop]
 
-    return Group(names, a.dtype.kind, read)
+    def column(i: int) -> Any:
+        return flat[:, i]
+
+    return Group(names, a.dtype.kind, read, column)
 
 
 def _width(shape: tuple[int, ...]) -> int:
@@ -140,7 +161,7 @@ def _columns_table(what: str, items: list[tuple[str, Any]]) -> Table:
         arr = _column_array(value)
         n, g = _block(arr, name)
         if len(g.names) == 1:
-            g = Group((name,), g.kind, g.read)
+            g = Group((name,), g.kind, g.read, g.column)
         groups.append(g)
         lengths.add(n)
     if len(lengths) > 1:

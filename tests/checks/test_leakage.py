@@ -56,6 +56,8 @@ def test_image_tensors_bf16_tuples_and_tensor_datasets():
     assert both.facts["duplicate_test_rows"] == 1 and both.facts["compared_columns"] == 65
     test_y[7] = (labels[3] + 1) % 10  # same image, another label: not the same row any more
     assert check_leakage(TensorDataset(images, labels), (test_x, test_y)).verdict == "ok"
+    sparse = check_leakage(torch.eye(6).to_sparse(), torch.eye(6)[[1, 4]] * torch.tensor([[1.0], [2.0]]))
+    assert sparse.facts["duplicate_test_rows"] == 1 and sparse.rows[0][1:3] == (0, 1)
 
 
 def _frame(n=400, seed=1):
