@@ -41,18 +41,18 @@ def _batch_change(rows: list[LayerRow]) -> tuple[LayerRow | None, str, int, int]
     as many elements as a batch-led one seen before it and a leading size that splits samples apart.
     """
     top = rows[0]
-    if not top.input_shape:
-        return None
+    if not top.input_shape or len(top.input_shape) < 2 or not top.input_shape[0]:
+        return None  # an unbatched (1-d) or empty input: no batch dimension to follow
     batch = top.input_shape[0]
     out = top.output_shape
-    changed = bool(out) and out[0] != batch and batch > 0
+    changed = bool(out) and out[0] != batch
     batched = {_numel(top.input_shape)}  # element counts of tensors that still lead with the batch
     leaves = _leaves(rows)
     for r in rows[1:]:
         if r.name not in leaves or not r.input_shape:
             continue  # a container: its first child shows the same input
         lead, n = r.input_shape[0], _numel(r.input_shape)
-        if lead != batch and batch and n % batch == 0 and len(r.input_shape) >= 2 and (
+        if lead != batch and n % batch == 0 and len(r.input_shape) >= 2 and (
                 changed or (n in batched and lead % batch)):
             return r, "before", batch, lead
         if lead == batch:
@@ -104,43 +104,57 @@ def _failure(flow: ShapeFlow) -> Finding:
                    "compare the shape this module expects with the one it received")
 
 
-def _findings(model: Any, flow: ShapeFlow) -> list[Finding]:
-    rows, error = list(flow.rows), flow.error
-    found: list[Finding] = [_failure(flow)] if error else []
+def _batch_finding(rows: list[LayerRow]) -> list[Finding]:
     change = _batch_change(rows)
-    if change is not None:
-        row, where, before, after = change
-        # folding the batch into more rows (attention heads, windows, tokens) is usually meant; any other
-        # new leading size mixes samples together, the classic wrong view(-1, n)
-        level = INFO if after % before == 0 else WARNING
-        if row is None:
-            subject, place = "(model)", f"between the input and the output ({rows[0].output})"
-        else:
-            shape = row.input_shape if where == "before" else row.output_shape
-            subject = row.name
-            place = (f"in {row.kind}" if where == "in" else f"in the forward code just before {row.kind} "
-                     f"{row.name}") + f" ({fmt_shape(shape)})"
-        found.append(Finding(
-            level, subject, f"the leading (batch) dimension changes from {before} to {after} {place}",
-            "a view/reshape with a hard-coded size? x.flatten(1) or x.view(x.size(0), -1) keeps samples apart"))
+    if change is None:
+        return []
+    row, where, before, after = change
+    # folding the batch into more rows (attention heads, windows, tokens) is usually meant; any other
+    # new leading size mixes samples together, the classic wrong view(-1, n)
+    level = INFO if after % before == 0 else WARNING
+    if row is None:
+        subject, place = "(model)", f"between the input and the output ({rows[0].output})"
+    else:
+        shape = row.input_shape if where == "before" else row.output_shape
+        subject = row.name
+        place = (f"in {row.kind}" if where == "in" else f"in the forward code just before {row.kind} "
+                 f"{row.name}") + f" ({fmt_shape(shape)})"
+    return [Finding(level, subject, f"the leading (batch) dimension changes from {before} to {after} {place}",
+                    "a view/reshape with a hard-coded size? x.flatten(1) or x.view(x.size(0), -1) keeps samples apart")]
+
+
+def _float64_finding(rows: list[LayerRow]) -> list[Finding]:
+    if rows[0].input_dtype == "f64":
+        return []  # a float64 model by choice
     upcasts = [r for r in rows if r.dtype == "f64" and r.input_dtype not in ("f64", "")]
     leaves = _leaves(rows)
     f64 = next((r for r in upcasts if r.name in leaves), upcasts[-1] if upcasts else None)  # innermost first
-    if f64 is not None and rows[0].input_dtype != "f64":
-        found.append(Finding(WARNING, f64.name or "(model)", f"float64 appears here ({f64.kind} turns "
-                             f"{f64.input_dtype} into f64) and flows on", "float64 is 2–64× slower, on GPUs most: "
-                             "look for torch.from_numpy / torch.tensor on float64 data, or a double constant"))
-    if not error:
-        idle = _not_called(model, {r.name for r in rows})
-        weighted = [n for n in idle if any(True for _ in model.get_submodule(n).parameters())]
-        if weighted:
-            found.append(Finding(WARNING, names(weighted), f"{plural(len(weighted), 'submodule')} with parameters "
-                                 "never called in this (eval-mode) forward pass", "a layer defined in __init__ but not "
-                                 "used in forward? (train-only branches show here too) Its parameters get no gradient"))
-        if len(idle) > len(weighted):  # a Dropout or activation on a path not taken changes nothing
-            found.append(Finding(INFO, names([n for n in idle if n not in weighted]), "never called in this "
-                                 "(eval-mode) forward pass (no parameters)"))
+    if f64 is None:
+        return []
+    return [Finding(WARNING, f64.name or "(model)", f"float64 appears here ({f64.kind} turns {f64.input_dtype} "
+                    "into f64) and flows on", "float64 is 2–64× slower, on GPUs most: look for torch.from_numpy / "
+                    "torch.tensor on float64 data, or a double constant")]
+
+
+def _idle_findings(model: Any, rows: list[LayerRow]) -> list[Finding]:
+    idle = _not_called(model, {r.name for r in rows})
+    weighted = [n for n in idle if any(True for _ in model.get_submodule(n).parameters())]
+    found = []
+    if weighted:
+        found.append(Finding(WARNING, names(weighted), f"{plural(len(weighted), 'submodule')} with parameters "
+                             "never called in this (eval-mode) forward pass", "a layer defined in __init__ but not "
+                             "used in forward? (train-only branches show here too) Its parameters get no gradient"))
+    if len(idle) > len(weighted):  # a Dropout or activation on a path not taken changes nothing
+        found.append(Finding(INFO, names([n for n in idle if n not in weighted]), "never called in this "
+                             "(eval-mode) forward pass (no parameters)"))
     return found
+
+
+def _findings(model: Any, flow: ShapeFlow) -> list[Finding]:
+    rows = list(flow.rows)
+    if flow.error:  # a pass that stopped half way says nothing about unused modules
+        return [_failure(flow)] + _batch_finding(rows) + _float64_finding(rows)
+    return _batch_finding(rows) + _float64_finding(rows) + _idle_findings(model, rows)
 
 
 @never_raises("shapes")

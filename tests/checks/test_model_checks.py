@@ -117,7 +117,8 @@ class Scale(nn.Module):
 
 
 def test_shapes_meta_device_kwargs_and_odd_inputs():
-    big = nn.Sequential(nn.Embedding(50_000, 1024), nn.Linear(1024, 50_000)).to("meta")
+    with torch.device("meta"):  # 400 MB of weights that never exist
+        big = nn.Sequential(nn.Embedding(50_000, 1024), nn.Linear(1024, 50_000))
     r = check_shapes(big, torch.zeros(2, 16, dtype=torch.long, device="meta"))
     assert r.verdict == "ok" and r.rows[0][3] == "[2, 16, 50000]" and r.rows[0][5] == "meta"
 
@@ -132,6 +133,8 @@ def test_shapes_meta_device_kwargs_and_odd_inputs():
     kw = check_shapes(Keyed(), {"input_ids": torch.ones(4, 3), "mask": torch.ones(4, 3)})
     assert kw.verdict == "ok" and "mask=[4, 3]" in kw.rows[0][2]
     assert check_shapes(nn.LazyLinear(3), torch.zeros(2, 4)).verdict == "problem"  # would materialize: refused
+    assert check_shapes(nn.Linear(3, 2), torch.zeros(3)).verdict == "ok"  # unbatched: no batch to follow
+    assert check_shapes(nn.Linear(3, 2), torch.zeros(0, 3)).verdict == "ok"  # an empty batch
     assert check_shapes("not a model", 1).findings[0].message == "expected an nn.Module"
 
 
