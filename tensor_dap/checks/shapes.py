@@ -68,18 +68,22 @@ def _not_called(model: Any, ran: set[str]) -> list[str]:
     """Submodules that did not run, outermost only, leaving out containers whose children ran and the
     children of a module that ran without calling any of them (nn.MultiheadAttention reads its out_proj's
     weights directly: a parent computing with its children's parameters)."""
+    holders = {""} if any(ran - {""}) else set()  # modules with a submodule that ran (one pass: bounded)
+    for r in ran:
+        parts = r.split(".")
+        holders.update(".".join(parts[:i]) for i in range(1, len(parts)))
     out: list[str] = []
+    reported: set[str] = set()
     for name, _ in model.named_modules():
-        if not name or name in ran:
-            continue
-        if any(r.startswith(name + ".") for r in ran):
-            continue  # a ModuleList/ModuleDict is never called itself; its members were
+        if not name or name in ran or name in holders:
+            continue  # ran, or a ModuleList/ModuleDict never called itself whose members were
         parent = name.rpartition(".")[0]
-        inside = parent + "." if parent else ""
-        if parent in ran and not any(r.startswith(inside) for r in ran if r):
+        if parent in ran and parent not in holders:
             continue
-        if any(name.startswith(o + ".") for o in out):
-            continue
+        parts = name.split(".")
+        if any(".".join(parts[:i]) in reported for i in range(1, len(parts))):
+            continue  # inside a module already reported
+        reported.add(name)
         out.append(name)
     return out
 
@@ -88,8 +92,9 @@ def _failure(flow: ShapeFlow) -> Finding:
     """Where the pass failed: the innermost module that raised, the line of user code, and the mismatch."""
     rows = list(flow.rows)
     culprit = next((r for r in rows if r.error), None)
-    done = [r for r in rows if r.output and r.name and not any(x.name.startswith(r.name + ".") for x in rows)]
-    if culprit is not None and (culprit.name == "" or any(x.name.startswith(culprit.name + ".") for x in rows)):
+    leaves = _leaves(rows)
+    done = [r for r in rows if r.output and r.name in leaves and r.name]
+    if culprit is not None and (culprit.name == "" or culprit.name not in leaves):
         # failed in a container's own forward code (not inside a leaf layer): say what ran last
         subject = culprit.name or "(model)"
         place = f"in {culprit.kind}.forward" + (f", after {done[-1].name} → {done[-1].output}" if done else "")

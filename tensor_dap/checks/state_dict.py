@@ -138,8 +138,10 @@ def compare_state_dict(model: Any, checkpoint: Any) -> CheckResult:
                  for old, new in pairs]
     mismatched = [k for k in mine if k in theirs and mine[k] != theirs[k]]
     by_note: dict[tuple[str, str], list[str]] = {}
+    tensor_keys = [k for k in mine if mine[k] is not None]
+    after = {k: len(tensor_keys) - i - 1 for i, k in enumerate(tensor_keys)}
     for k in mismatched:
-        note, advice = mismatch_note(k, mine, theirs)
+        note, advice = mismatch_note(k, mine, theirs, after.get(k, 0))
         by_note.setdefault((note, advice), []).append(k)
         rows.append(_row(k, "shape", mine, theirs, note))
     for (note, advice), keys in by_note.items():  # six transposed weights are one finding, not six

@@ -112,13 +112,13 @@ def renames(mine: Shapes, theirs: Shapes, missing: list[str], unexpected: list[s
     their (checkpoint key, model key) pairs, and the keys still missing and unexpected."""
     gone = _signatures(missing, mine)
     extra = _signatures(unexpected, theirs)
-    free = list(extra)
+    free: dict[tuple, list[str]] = {}  # signature -> checkpoint modules with it, in order of position
+    for module, signature in extra.items():
+        free.setdefault(signature, []).append(module)
     pairs: list[tuple[str, str]] = []  # (checkpoint module, model module)
     for module, signature in gone.items():
-        match = next((m for m in free if extra[m] == signature), None)
-        if match is not None:
-            free.remove(match)
-            pairs.append((match, module))
+        if free.get(signature):
+            pairs.append((free[signature].pop(0), module))
     groups: dict[tuple[str, str] | None, list[tuple[str, str]]] = {}
     for old, new in pairs:
         change = _segment_change(old, new)
@@ -143,8 +143,9 @@ def renames(mine: Shapes, theirs: Shapes, missing: list[str], unexpected: list[s
     return (found, [k for k in missing if k not in matched_model], [k for k in unexpected if k not in matched_ckpt])
 
 
-def mismatch_note(key: str, mine: Shapes, theirs: Shapes) -> tuple[str, str]:
-    """What a shape difference most likely means, and what to do."""
+def mismatch_note(key: str, mine: Shapes, theirs: Shapes, tensors_after: int = 0) -> tuple[str, str]:
+    """What a shape difference most likely means, and what to do. ``tensors_after``: how many of the model's
+    tensors come after ``key`` (the last layer's rows are its classes or outputs)."""
     a, b = mine[key], theirs[key]
     if a is None or b is None:
         return "one side is not a tensor", ""
@@ -153,8 +154,7 @@ def mismatch_note(key: str, mine: Shapes, theirs: Shapes) -> tuple[str, str]:
     if len(a) == len(b):
         dims = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
         if dims == [0]:
-            later = [k for k in list(mine)[list(mine).index(key) + 1:] if mine[k] is not None]
-            what = "number of classes/outputs" if len(later) <= 1 else "number of rows (vocabulary, channels)"
+            what = "number of classes/outputs" if tensors_after <= 1 else "number of rows (vocabulary, channels)"
             return (f"a different {what}: {a[0]} here, {b[0]} in the checkpoint",
                     "drop this entry from the state dict and load the rest (then train or resize this layer)")
         return f"dim {', '.join(map(str, dims))} differs", "a different configuration (width, heads, kernel size)?"
