@@ -111,9 +111,8 @@ def _describe_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
                      + [f"{k}={describe_shapes(v, 1)}" for k, v in kwargs.items()])
 
 
-def _first_meta(value: Any) -> tuple[tuple[int, ...], str, str] | None:
-    """Shape, dtype and device of the first tensor inside ``value`` (None if there is none or it has no sizes)."""
-    t = first_tensor(value, max_depth=4)
+def _first_meta(t: Any) -> tuple[tuple[int, ...], str, str] | None:
+    """Shape, dtype and device of a tensor (None for no tensor, or one without plain sizes)."""
     try:
         return None if t is None else (tuple(int(d) for d in t.shape), dtype_name(str(t.dtype)), str(t.device))
     except Exception:  # noqa: BLE001 - a nested or otherwise odd tensor without plain sizes
@@ -137,16 +136,17 @@ def shape_flow(module: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] |
     def pre_hook(mod: Any, inputs: Any, kw: dict[str, Any]) -> None:
         if id(mod) not in seen:
             order.append(mod)
-            seen[id(mod)] = {"inputs": _describe_call(inputs, kw), "first_in": _first_meta((inputs, kw))}
+            first = inputs[0] if inputs and is_tensor(inputs[0]) else first_tensor((inputs, kw), max_depth=4)
+            seen[id(mod)] = {"inputs": _describe_call(inputs, kw), "first_in": _first_meta(first)}
 
     def post_hook(mod: Any, inputs: Any, output: Any) -> None:
         entry = seen.setdefault(id(mod), {"inputs": describe_shapes(inputs), "first_in": None})
         if "output" not in entry:
-            entry["output"] = output_desc(output)
-            entry["out_shape"] = (_first_meta(output) or (None,))[0]
+            first = output if is_tensor(output) else first_tensor(output, max_depth=3)
+            entry["output"] = output_desc(output, first)
+            entry["out_shape"] = (_first_meta(first) or (None,))[0]
 
-    def output_desc(output: Any) -> tuple[str, str, str]:
-        t = first_tensor(output, max_depth=3)
+    def output_desc(output: Any, t: Any) -> tuple[str, str, str]:
         if t is None:
             return describe_shapes(output), "", ""
         return describe_shapes(output), dtype_name(str(t.dtype)), str(t.device)
