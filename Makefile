@@ -26,8 +26,8 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/bench_summary.py
 	$(PY) benchmarks/bench_debugger.py
-	$(PY) benchmarks/bench_guard.py
 	$(PY) benchmarks/bench_checks.py
+	$(PY) benchmarks/bench_guard.py
 
 lint: $(STAMP)
 	$(PY) -m ruff check tensor_dap pydevd_plugins tests benchmarks
