@@ -7,6 +7,7 @@ inside a ``Text``, so control characters and ``[...]`` never act on the terminal
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +15,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from ..console import make_console
 from ..format import fmt_num, fmt_shape, printable
 
 if TYPE_CHECKING:  # the data imports this view lazily; the view never imports the data at run time
@@ -107,3 +109,10 @@ def overview(results: Iterable[CheckResult], title: str = "checks") -> Table:
         shown = ", ".join(printable(s) for s in named[:4]) + (f" (+{len(named) - 4})" if len(named) > 4 else "")
         table.add_row(r.check, verdict_text(r.verdict), Text(printable(r.summary)), Text(shown))
     return table
+
+
+def as_text(result: CheckResult) -> str:
+    """``render(result)`` as plain text (no colour, 120 columns), without the trailing newline."""
+    buf = io.StringIO()
+    make_console(buf).print(render(result))
+    return buf.getvalue().rstrip("\n")

@@ -85,6 +85,12 @@ class CheckResult:
 
         return render(self)
 
+    def __str__(self) -> str:
+        """The rich view as plain text: ``print(result)`` in a script or a log."""
+        from .render import as_text
+
+        return as_text(self)
+
 
 def result(check: str, summary: str, findings: Sequence[Finding] = (), *, columns: Sequence[str] = (),
            rows: Sequence[Sequence[Any]] = (), facts: Mapping[str, Any] | None = None) -> CheckResult:

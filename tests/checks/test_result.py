@@ -52,6 +52,13 @@ def test_to_dict_is_strict_json_valid_against_the_schema():
     assert json.loads(text)["verdict"] == "problem"
 
 
+def test_print_shows_the_table_not_the_dataclass():
+    r = result("devices", "2 tensors", [Finding("problem", "fc2", "on meta")], columns=("device",), rows=[("cpu",)])
+    text = str(r)
+    assert text.startswith("devices  ✗ problem  2 tensors") and "fc2" in text and "Finding(" not in text
+    assert text == printed(r).rstrip("\n")
+
+
 def test_rendering_escapes_user_strings_and_never_parses_markup():
     hostile = "[bold red]x[/] \x1b]0;pwned\x07 \u202e"
     r = result("state_dict", hostile, [Finding("problem", hostile, hostile, hostile)], columns=("key",),
