@@ -28,6 +28,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/bench_summary.py
 	$(PY) benchmarks/bench_debugger.py
+	$(PY) benchmarks/bench_checks.py
 	$(PY) benchmarks/bench_guard.py
 	-PYTHON=$(abspath $(PY)) $(EXT)/scripts/bench.sh
 	$(PY) benchmarks/bench_monitor.py

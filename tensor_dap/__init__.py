@@ -44,6 +44,15 @@ _EXPORTS = {
     "StepProfiler": "tensor_dap.profiling.step_profiler",
     "setup_logging": "tensor_dap.profiling.logs",
     "Monitor": "tensor_dap.profiling.monitor",
+    # checks: each returns a CheckResult (prints as a rich table, .to_dict() for JSON)
+    "check_shapes": "tensor_dap.checks",
+    "check_devices": "tensor_dap.checks",
+    "check_gradients": "tensor_dap.checks",
+    "check_leakage": "tensor_dap.checks",
+    "check_label_leakage": "tensor_dap.checks",
+    "compare_state_dict": "tensor_dap.checks",
+    "check_dataloader": "tensor_dap.checks",
+    "doctor": "tensor_dap.checks",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

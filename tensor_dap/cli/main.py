@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from typing import List, Optional
 
@@ -22,7 +23,9 @@ COMMANDS = {
     "replay": ("tensor_dap.cli.replay", "print the report of an incident bundle"),
     "profile": ("tensor_dap.cli.profile", "run a script under a profiler (cpu, line, torch, memory), save the files"),
     "tensorboard": ("tensor_dap.cli.tensorboard", "start TensorBoard on 127.0.0.1 for a log folder"),
+    "doctor": ("tensor_dap.cli.doctor", "the environment report (torch, GPUs, debugpy plugin); exit 1 if broken"),
 }
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse would print usage; one clear line is enough
@@ -48,9 +51,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         args = parser.parse_args(argv)
         if not getattr(args, "command", None):
             raise UsageError("missing COMMAND (see 'tensor-dap --help')")
-        return int(importlib.import_module(args._module).run(args) or 0)
+        code = int(importlib.import_module(args._module).run(args) or 0)
+        sys.stdout.flush()  # here, not at interpreter exit, so a closed pipe is caught below
+        return code
     except UsageError as exc:
         print(f"tensor-dap: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `tensor-dap doctor --json | head`: the reader left; say nothing more
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not fail again
+        return 1

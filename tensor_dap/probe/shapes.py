@@ -69,6 +69,11 @@ class LayerRow:
     device: str
     params: int  # own parameters (not counting children)
     error: str | None = None  # the exception this module raised, if any
+    # the first tensor in and out, for checks that follow one tensor through the model
+    input_shape: tuple[int, ...] | None = None
+    input_dtype: str = ""
+    input_device: str = ""
+    output_shape: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -76,6 +81,8 @@ class ShapeFlow:
     rows: tuple[LayerRow, ...]
     error: str | None  # the forward pass failed with this (rows show how far it got)
     total_params: int
+    where: str = ""  # the failing line in the user's code: "net.py:14 in forward: x = x.view(-1, 320)"
+    explanation: Any = None  # a ShapeExplanation when the failure was a shape error
 
 
 def describe_shapes(value: Any, depth: int = 0) -> str:
@@ -104,6 +111,14 @@ def _describe_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
                      + [f"{k}={describe_shapes(v, 1)}" for k, v in kwargs.items()])
 
 
+def _first_meta(t: Any) -> tuple[tuple[int, ...], str, str] | None:
+    """Shape, dtype and device of a tensor (None for no tensor, or one without plain sizes)."""
+    try:
+        return None if t is None else (tuple(int(d) for d in t.shape), dtype_name(str(t.dtype)), str(t.device))
+    except Exception:  # noqa: BLE001 - a nested or otherwise odd tensor without plain sizes
+        return None
+
+
 def shape_flow(module: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> ShapeFlow:
     """Run ``module(*args, **kwargs)`` once and record every submodule's input and output shapes."""
     import torch
@@ -121,21 +136,23 @@ def shape_flow(module: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] |
     def pre_hook(mod: Any, inputs: Any, kw: dict[str, Any]) -> None:
         if id(mod) not in seen:
             order.append(mod)
-            seen[id(mod)] = {"inputs": _describe_call(inputs, kw)}
+            first = inputs[0] if inputs and is_tensor(inputs[0]) else first_tensor((inputs, kw), max_depth=4)
+            seen[id(mod)] = {"inputs": _describe_call(inputs, kw), "first_in": _first_meta(first)}
 
     def post_hook(mod: Any, inputs: Any, output: Any) -> None:
-        entry = seen.setdefault(id(mod), {"inputs": describe_shapes(inputs)})
+        entry = seen.setdefault(id(mod), {"inputs": describe_shapes(inputs), "first_in": None})
         if "output" not in entry:
-            entry["output"] = output_desc(output)
+            first = output if is_tensor(output) else first_tensor(output, max_depth=3)
+            entry["output"] = output_desc(output, first)
+            entry["out_shape"] = (_first_meta(first) or (None,))[0]
 
-    def output_desc(output: Any) -> tuple[str, str, str]:
-        t = first_tensor(output, max_depth=3)
+    def output_desc(output: Any, t: Any) -> tuple[str, str, str]:
         if t is None:
             return describe_shapes(output), "", ""
         return describe_shapes(output), dtype_name(str(t.dtype)), str(t.device)
 
     handles = []
-    error = None
+    error, where, explanation = None, "", None
     with preserved(module):
         try:
             for m in module.modules():
@@ -146,6 +163,7 @@ def shape_flow(module: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] |
                 module(*args, **kwargs)
         except Exception as exc:
             error = short_error(exc, limit=None)
+            where, explanation = _failure(exc)
         finally:
             for h in handles:
                 h.remove()
@@ -156,14 +174,36 @@ def shape_flow(module: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] |
         name = names.get(id(mod), "?")
         entry = seen[id(mod)]
         out, dtype, device = entry.get("output", ("", "", ""))
+        in_shape, in_dtype, in_device = entry["first_in"] or (None, "", "")
         rows.append(LayerRow(
             name=name, kind=type(mod).__name__, depth=0 if not name else name.count(".") + 1,
             inputs=entry["inputs"], output=out, dtype=dtype, device=device,
             params=sum(p.numel() for p in mod.parameters(recurse=False)),
             error=error if mod is culprit else None,
+            input_shape=in_shape, input_dtype=in_dtype, input_device=in_device, output_shape=entry.get("out_shape"),
         ))
     total = sum(p.numel() for p in module.parameters())
-    return ShapeFlow(rows=tuple(rows), error=error, total_params=total)
+    return ShapeFlow(rows=tuple(rows), error=error, total_params=total, where=where, explanation=explanation)
+
+
+def _failure(exc: BaseException) -> tuple[str, Any]:
+    """The innermost line of user code the exception went through, and its shape explanation if any."""
+    import linecache
+
+    from .shape_errors import explain, is_user_file
+
+    where, tb = "", exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if is_user_file(code.co_filename):
+            line = linecache.getline(code.co_filename, tb.tb_lineno).strip()
+            where = f"{code.co_filename}:{tb.tb_lineno} in {code.co_name}" + (f": {line}" if line else "")
+        tb = tb.tb_next
+    try:
+        explanation = explain(exc)
+    except Exception:  # noqa: BLE001 - explaining is a bonus; the error itself is already recorded
+        explanation = None
+    return where, explanation
 
 
 def call_args(value: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:

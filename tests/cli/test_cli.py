@@ -43,3 +43,13 @@ def test_unreadable_checkpoint_is_one_line(tmp_path):
     r = tensor_dap("inspect", str(path))
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert r.stderr.startswith("tensor-dap: error: cannot load") and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_closed_pipe_is_not_a_traceback():
+    """`tensor-dap doctor --json | head -0`: the reader is gone before the report is written; no traceback."""
+    proc = subprocess.Popen([sys.executable, "-m", "tensor_dap", "doctor", "--json"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={"NO_COLOR": "1", "PATH": "/usr/bin:/bin"})
+    proc.stdout.close()  # before the doctor has gathered anything to print
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=120)
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err

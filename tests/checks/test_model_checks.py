@@ -1,0 +1,246 @@
+"""check_shapes, check_devices, check_gradients: each on a clean model (no alarm) and with a planted bug (named)."""
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tensor_dap import check_devices, check_gradients, check_shapes
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class ConvNet(nn.Module):
+    """The classic MNIST net, with the flatten size as a parameter (the classic place to get it wrong)."""
+
+    def __init__(self, flat=320, spare=False):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 10, 5)
+        self.conv2 = nn.Conv2d(10, 20, 5)
+        self.bn = nn.BatchNorm2d(20)
+        self.drop = nn.Dropout(0.5)
+        self.fc1 = nn.Linear(320, 50)
+        self.fc2 = nn.Linear(50, 10)
+        self.flat = flat
+        if spare:
+            self.aux = nn.Linear(50, 3)  # defined, never used
+
+    def forward(self, x):
+        x = F.relu(F.max_pool2d(self.conv1(x), 2))
+        x = F.relu(F.max_pool2d(self.bn(self.conv2(x)), 2))
+        x = x.view(-1, self.flat)
+        return self.fc2(self.drop(F.relu(self.fc1(x))))
+
+
+def _state(model):
+    return ({k: v.clone() for k, v in model.state_dict().items()}, [m.training for m in model.modules()],
+            [None if p.grad is None else p.grad.clone() for p in model.parameters()], torch.get_rng_state())
+
+
+def _same_state(model, saved):
+    tensors, modes, grads, rng = saved
+    now = model.state_dict()
+    assert all(torch.equal(tensors[k], now[k]) for k in tensors)
+    assert [m.training for m in model.modules()] == modes
+    assert all((a is None and p.grad is None) or torch.equal(a, p.grad) for a, p in zip(grads, model.parameters()))
+    assert torch.equal(rng, torch.get_rng_state())
+
+
+def test_shapes_clean_model_table_and_state_untouched():
+    torch.manual_seed(0)
+    model = ConvNet().train()
+    model(torch.randn(3, 1, 28, 28)).sum().backward()  # grads present: they must survive the probe
+    x = torch.randn(3, 1, 28, 28)
+    saved = _state(model)
+    r = check_shapes(model, x)
+    assert r.verdict == "ok", r.findings
+    rows = {row[0]: row for row in r.rows}
+    assert rows["(model)"][3] == "[3, 10]" and rows["conv2"][3] == "[3, 20, 8, 8]" and rows["fc1"][2] == "[3, 320]"
+    assert rows["fc1"][6] == 320 * 50 + 50 and r.facts["total_params"] == sum(p.numel() for p in model.parameters())
+    _same_state(model, saved)
+
+
+def test_shapes_failure_names_the_line_and_the_mismatch():
+    model = ConvNet()
+    x = torch.randn(3, 1, 32, 32)  # 32x32 images into a 28x28 net
+    saved = _state(model)
+    r = check_shapes(model, x)
+    assert r.verdict == "problem"
+    f = r.findings[0]
+    assert f.subject == "(model)" and "after bn" in f.message and "x = x.view(-1, self.flat)" in f.message
+    assert "test_model_checks.py" in f.message and "not a multiple of 320" in f.advice
+    _same_state(model, saved)
+
+
+def test_shapes_batch_folding_view_unused_layer_and_float64():
+    model = ConvNet(flat=160, spare=True)
+    model.fc1 = nn.Linear(160, 50)
+    r = check_shapes(model, torch.randn(3, 1, 28, 28))  # view(-1, 160) turns 3 samples into 6 rows
+    by_subject = {f.subject: f for f in r.findings}
+    assert "from 3 to 6" in by_subject["fc1"].message and by_subject["fc1"].level == "info"  # 6 = 2 × 3
+    assert by_subject["aux"].level == "warning" and "never called" in by_subject["aux"].message
+
+    class Odd(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(4, 6)
+            self.b = nn.Linear(9, 2)
+            self.pos = nn.Embedding(5, 9)
+
+        def forward(self, x):
+            h = self.a(x).reshape(-1, 9)  # [3, 5, 6] -> [10, 9]: 3 samples become 10 rows, mixed
+            return self.b(h) + self.pos(torch.arange(5)).sum()  # a fresh index tensor is not the batch
+
+    odd = check_shapes(Odd(), torch.randn(3, 5, 4))
+    warn = [f for f in odd.findings if f.level == "warning"]
+    assert [f.subject for f in warn] == ["b"] and "from 3 to 10" in warn[0].message
+
+    class Upcast(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = Scale()
+            self.out = nn.Linear(4, 1).double()
+
+        def forward(self, x):
+            return self.out(self.scale(x))
+
+    up = check_shapes(Upcast(), torch.randn(2, 4))
+    assert [f.subject for f in up.findings if f.level == "warning"] == ["scale"]
+    assert check_shapes(nn.Linear(4, 1).double(), torch.randn(2, 4).double()).verdict == "ok"  # f64 by choice
+
+
+class Scale(nn.Module):
+    def forward(self, x):
+        return x * torch.full((1,), 2.0, dtype=torch.float64)  # a 1-d double promotes the result
+
+
+def test_shapes_meta_device_kwargs_and_odd_inputs():
+    with torch.device("meta"):  # 400 MB of weights that never exist
+        big = nn.Sequential(nn.Embedding(50_000, 1024), nn.Linear(1024, 50_000))
+    r = check_shapes(big, torch.zeros(2, 16, dtype=torch.long, device="meta"))
+    assert r.verdict == "ok" and r.rows[0][3] == "[2, 16, 50000]" and r.rows[0][5] == "meta"
+
+    class Keyed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 2)
+
+        def forward(self, input_ids, mask=None):
+            return self.fc(input_ids * mask)
+
+    kw = check_shapes(Keyed(), {"input_ids": torch.ones(4, 3), "mask": torch.ones(4, 3)})
+    assert kw.verdict == "ok" and "mask=[4, 3]" in kw.rows[0][2]
+    assert check_shapes(nn.LazyLinear(3), torch.zeros(2, 4)).verdict == "problem"  # would materialize: refused
+    assert check_shapes(nn.Linear(3, 2), torch.zeros(3)).verdict == "ok"  # unbatched: no batch to follow
+    assert check_shapes(nn.Linear(3, 2), torch.zeros(0, 3)).verdict == "ok"  # an empty batch
+    assert check_shapes("not a model", 1).findings[0].message == "expected an nn.Module"
+
+
+def test_devices_clean_and_meta_simulated_gpu():
+    model = ConvNet()
+    clean = check_devices(model, torch.randn(2, 1, 28, 28), labels=torch.zeros(2, dtype=torch.long))
+    assert clean.verdict == "ok" and clean.facts["home"] == "cpu" and clean.facts["inputs"] == 2
+
+    model.fc2.to("meta")  # the demo's stand-in for a layer left on another device
+    r = check_devices(model, {"x": torch.randn(2, 1, 28, 28)})
+    assert r.verdict == "problem" and r.subjects == ("fc2",)
+    assert "weight, bias on meta" in r.findings[0].message and "cpu" in r.findings[0].message
+    devices = {(row[0], row[1]): row[2] for row in r.rows}
+    assert devices[("meta", "parameter")] == 2 and devices[("cpu", "input")] == 1
+
+
+def test_devices_inputs_elsewhere_dtype_and_empty_inputs():
+    model = nn.Linear(4, 2).to("meta")
+    r = check_devices(model, torch.zeros(3, 4), batch={"mask": torch.ones(3, 4, device="meta"),
+                                                       "x64": torch.zeros(3, 4, dtype=torch.float64, device="meta")},
+                      note="no tensors here")
+    by = {f.subject: f for f in r.findings}
+    assert by["input[0]"].level == "problem" and "input on cpu, model on meta" in by["input[0]"].message
+    assert "batch['mask']" not in by
+    assert by["batch['x64']"].level == "warning" and "f64" in by["batch['x64']"].message
+    assert by["note"].level == "warning" and "holds no tensor" in by["note"].message
+
+
+def test_devices_model_parallel_across_same_kind_is_only_a_warning():
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    model = nn.Sequential(nn.Linear(4, 4).to("cuda:0"), nn.Linear(4, 4).to("cuda:1"))
+    r = check_devices(model)
+    assert r.verdict == "warning"
+
+
+def _trained(model, x):
+    model.zero_grad()
+    model(x).pow(2).mean().backward()
+    return model
+
+
+def test_gradients_clean_model_no_alarm():
+    torch.manual_seed(0)
+    model = _trained(ConvNet(), torch.randn(4, 1, 28, 28))
+    before = [p.grad.clone() for p in model.parameters()]
+    r = check_gradients(model)
+    assert r.verdict == "ok", r.findings
+    assert r.facts["total_norm"] == pytest.approx(torch.linalg.vector_norm(torch.stack(
+        [p.grad.norm() for p in model.parameters()])).item(), rel=1e-5)
+    assert all(torch.equal(a, p.grad) for a, p in zip(before, model.parameters()))
+
+
+def test_gradients_planted_nan_exploding_zero_and_unused_branch():
+    torch.manual_seed(0)
+    model = _trained(ConvNet(spare=True), torch.randn(4, 1, 28, 28))
+    model.fc1.weight.grad[0, 0] = float("nan")
+    model.conv1.weight.grad.mul_(1e6)
+    model.fc2.weight.grad.zero_()
+    r = check_gradients(model)
+    by = {f.subject: f for f in r.findings}
+    assert by["fc1.weight"].level == "problem" and "not finite" in by["fc1.weight"].message
+    assert by["conv1.weight"].level == "warning" and "above 1000" in by["conv1.weight"].message
+    assert "exactly zero" in by["fc2.weight"].message
+    assert "aux" in by and "2 trainable parameters (weight, bias) received no gradient" in by["aux"].message
+    assert r.verdict == "problem" and r.to_dict()["facts"]["total_norm"] == "nan"
+
+
+def test_gradients_detached_branch_and_no_backward_yet():
+    class TwoHeads(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Linear(4, 4)
+            self.head = nn.Linear(4, 1)
+            self.aux = nn.Linear(4, 1)
+
+        def forward(self, x):
+            h = self.body(x)
+            return self.head(h) + self.aux(h).detach()  # the aux head trains nothing
+
+    model = TwoHeads()
+    assert check_gradients(copy.deepcopy(model)).findings[0].subject == "(model)"  # before backward()
+    _trained(model, torch.randn(5, 4))
+    r = check_gradients(model)
+    assert r.subjects == ("aux",) and r.verdict == "warning"
+    model.aux.requires_grad_(False)  # frozen on purpose: fine
+    assert check_gradients(model).verdict == "ok" and check_gradients(model).facts["frozen"] == 2
+
+
+def test_shapes_clean_transformer_no_false_alarms():
+    """Seen on real models (nanoGPT, pytorch/examples): position ids built in forward are not the batch, and
+    nn.MultiheadAttention uses out_proj's weights without calling it."""
+
+    class TinyGPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok = nn.Embedding(50, 16)
+            self.pos = nn.Embedding(32, 16)
+            self.attn = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+            self.head = nn.Linear(16, 50)
+
+        def forward(self, idx):
+            t = idx.shape[1]
+            positions = torch.arange(t)  # [T]: fresh, not derived from the batch
+            return self.head(self.attn(self.tok(idx) + self.pos(positions)))
+
+    for batch in (1, 2, 4, 8):
+        r = check_shapes(TinyGPT(), torch.randint(0, 50, (batch, 8)))
+        assert r.verdict == "ok" and not r.findings, (batch, r.findings)
