@@ -171,15 +171,17 @@ def stats_children(s: TensorSummary) -> list[Child]:
     out: list[Child] = []
     if s.has_stats:
         suffix = "" if s.stats_of == "values" else f" (of {s.stats_of})"
+        finite = " (finite values)" if s.nonfinite else ""
         out += [
             ("min" + suffix, s.min, ".min"),
             ("max" + suffix, s.max, ".max"),
-            ("mean" + suffix, s.mean, ".mean"),
-            ("std" + suffix, s.std, ".std"),
+            ("mean" + suffix + finite, s.mean, ".mean"),
+            ("std" + suffix + finite, s.std, ".std"),
         ]
         if s.nan is not None:
-            out += [("NaN count", s.nan, ".nan"), ("+Inf count", s.pos_inf, ".pos_inf"),
-                    ("-Inf count", s.neg_inf, ".neg_inf")]
+            estimated = "" if s.counts_exact else " (estimated)"
+            out += [(f"NaN count{estimated}", s.nan, ".nan"), (f"+Inf count{estimated}", s.pos_inf, ".pos_inf"),
+                    (f"-Inf count{estimated}", s.neg_inf, ".neg_inf")]
         out += [
             ("sampled", s.sampled, ".sampled"),
             ("elements used", s.stats_count, ".stats_count"),

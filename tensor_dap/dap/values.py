@@ -9,10 +9,10 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from ..format import fmt_count, fmt_shape, short_dtype, short_error
+from ..format import fmt_shape, short_dtype, short_error
 from ..summary import Budget, TensorSummary, describe
 from ..summary import objects as _ms
-from ..summary.line import one_line, stats_text
+from ..summary.line import nonfinite_counts, one_line, stats_text
 from .nodes import LAZY, Child, Info, bound, clip, field_names, torch_classes
 
 BATCH_ITEMS = 8  # elements of a dict/list batch named in its one-line value
@@ -60,9 +60,7 @@ def stats_line(s: TensorSummary) -> str:
         return f"no values ({why})" if why else "no values"
     tokens = stats_text(s)
     if s.dtype != "torch.bool" and (s.nan is not None or s.nonfinite):
-        tokens.append(f"NaN={fmt_count(s.nan, s.has_nan)}")
-        tokens.append(f"+Inf={fmt_count(s.pos_inf, s.has_pos_inf)}")
-        tokens.append(f"-Inf={fmt_count(s.neg_inf, s.has_neg_inf)}")
+        tokens += [f"{label}={text}" for label, text, _ in nonfinite_counts(s)]
     if s.stats_of != "values":
         tokens.append(f"(of {s.stats_of})")
     if s.sampled:

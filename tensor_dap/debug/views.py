@@ -13,7 +13,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from ..format import dtype_name, fmt_bytes, fmt_count, fmt_num, fmt_shape
+from ..format import dtype_name, fmt_bytes, fmt_num, fmt_shape
 from ..probe.display import TensorView
 from ..probe.grads import GradReport
 from ..probe.memory import MemoryReport
@@ -21,6 +21,7 @@ from ..probe.scan import NonFiniteRow, TensorRow
 from ..probe.shapes import ShapeFlow
 from ..summary import TensorSummary
 from ..summary.histogram import Histogram
+from ..summary.line import nonfinite_counts
 from ..summary.tables import summaries_table, summary_line, summary_table
 
 _ALARM = "bold red"
@@ -77,16 +78,10 @@ def nonfinite(rows: Sequence[NonFiniteRow], checked: int) -> Any:
     table.add_column("bad", justify="right")
     table.add_column("summary")
     for r in rows:
-        s, exact = r.summary, r.bad is not None
         share = "?" if r.fraction is None else f"{'~' if r.estimated else ''}{100 * r.fraction:.3g}%"
-        table.add_row(r.name, _bad_count(s.nan, s.has_nan, exact), _bad_count(s.pos_inf, s.has_pos_inf, exact),
-                      _bad_count(s.neg_inf, s.has_neg_inf, exact), share, summary_line(s))
+        cells = [Text(text, style=_ALARM if present else "dim") for _, text, present in nonfinite_counts(r.summary)]
+        table.add_row(r.name, *cells, share, summary_line(r.summary))
     return table
-
-
-def _bad_count(n: int | None, present: bool, exact: bool) -> Text:
-    # a sampled summary's counts are not the tensor's, and its absence of a kind is not known
-    return Text(fmt_count(n if exact else None, present), style=_ALARM if present else "dim")
 
 
 def grads(report: GradReport) -> Any:
