@@ -34,6 +34,8 @@ def _table(title: str | None = None, **kwargs: Any) -> Table:
 
 def view(v: TensorView) -> Any:
     """``p x``: one summary line, or a container's elements one per line."""
+    if v.line is not None:
+        return Text(v.line)
     if v.single is not None:
         return summary_line(v.single)
     table = _table(show_header=False)
@@ -47,23 +49,34 @@ def view(v: TensorView) -> Any:
     return Group(*parts)
 
 
-def tensors(rows: Sequence[TensorRow], extra: int = 0) -> Any:
-    """``tensors``: every tensor in the frame with its flags."""
-    if not rows:
+def tensors(rows: Sequence[TensorRow], extra: int = 0, models: Sequence[tuple[str, str]] = ()) -> Any:
+    """``tensors``: every tensor in the frame with its flags, one line each (long summaries end in …);
+    ``models`` (name, one-line summary) are listed apart instead of parameter by parameter."""
+    parts: list[Any] = []
+    if models:
+        table = _table(title=f"{len(models)} model{'s' if len(models) != 1 else ''} (t NAME lists the parameters)")
+        table.add_column("name", style="bold", no_wrap=True)
+        table.add_column("summary", no_wrap=True, overflow="ellipsis")
+        for name, line in models:
+            table.add_row(name, line)
+        parts.append(table)
+    if rows:
+        table = _table(title=f"{len(rows) + extra} tensors")
+        table.add_column("name", style="bold", no_wrap=True, overflow="ellipsis", max_width=40)
+        table.add_column("summary", no_wrap=True, overflow="ellipsis")
+        table.add_column("flags", no_wrap=True)
+        for r in rows:
+            flags = Text()
+            for flag in r.flags:
+                style = _ALARM if flag == "NaN/Inf" else _WARN if flag in ("other device", "mixed devices") else "dim"
+                flags.append(("" if not flags else " ") + flag, style=style)
+            table.add_row(r.name, summary_line(r.summary), flags)
+        parts.append(table)
+    elif not models:
         return Text("no tensors in this frame's locals")
-    table = _table(title=f"{len(rows) + extra} tensors")
-    table.add_column("name", style="bold", no_wrap=True)
-    table.add_column("summary")
-    table.add_column("flags")
-    for r in rows:
-        flags = Text()
-        for flag in r.flags:
-            style = _ALARM if flag == "NaN/Inf" else _WARN if flag in ("other device", "mixed devices") else "dim"
-            flags.append(("" if not flags else " ") + flag, style=style)
-        table.add_row(r.name, summary_line(r.summary), flags)
     if extra:
-        return Group(table, Text(f"… and {extra} more not shown", style="dim"))
-    return table
+        parts.append(Text(f"… and {extra} more not shown", style="dim"))
+    return Group(*parts)
 
 
 def nonfinite(rows: Sequence[NonFiniteRow], checked: int) -> Any:
@@ -88,6 +101,11 @@ def grads(report: GradReport) -> Any:
     """``grads``: per-parameter gradient norms with flags, then the total norm."""
     if not report.rows:
         return Text(f"{report.module} has no trainable parameters")
+    if report.count("no grad") == len(report.rows):
+        n = len(report.rows)
+        return Text(f"no gradients yet: none of the {n} trainable parameter{'s' if n != 1 else ''} of {report.module} "
+                    "has a .grad (run loss.backward() first, or they were cleared by zero_grad(set_to_none=True))",
+                    style=_WARN)
     table = _table(title=f"gradients of {report.module}")
     table.add_column("parameter", style="bold", no_wrap=True)
     table.add_column("shape")
@@ -240,6 +258,8 @@ def crash(report: Any) -> Any:
         parts.append(Text(""))
         parts.append(Text(f"tensors in {report.frame}", style="bold"))
         parts.append(summaries_table(report.tensors))
+        if report.more_tensors:
+            parts.append(Text(f"… and {report.more_tensors} more (t in the post-mortem lists them)", style="dim"))
     if report.explanation is not None and report.explanation.frames:
         parts.append(Text(""))
         parts.append(explanation(report.explanation))

@@ -33,7 +33,7 @@ def test_view_of_tensor_container_and_plain_values():
     assert isinstance(batch.rows[0][1], TensorSummary) and batch.rows[1][1] == "[1, 2]"
     assert "bool" in one_line(batch.rows[2][1])
     assert tensor_view([1, 2, 3]) is None and tensor_view("text") is None
-    assert tensor_view(nn.Linear(2, 2)) is None  # a module keeps its own repr
+    assert tensor_view(nn.Linear(2, 2)).line == "Linear(2→2) 6 params f32 cpu train"  # what VS Code shows
     many = tensor_view([torch.zeros(1)] * 100)
     assert len(many.rows) == 64 and many.more == 36
 

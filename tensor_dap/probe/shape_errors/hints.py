@@ -8,6 +8,7 @@ from typing import Any
 
 from ...format import fmt_shape
 from ...kinds import is_module, is_tensor
+from ...summary.modules import named_tensors
 from .evaluator import Evaluator
 from .model import Operand
 
@@ -138,8 +139,7 @@ def _state_dict_hint(ev: Evaluator, node: ast.AST) -> str:
     loaded = args[0] if args else next((ev.value_of(k.value) for k in node.keywords if k.arg == "state_dict"), None)
     if not isinstance(loaded, Mapping):
         return ""
-    own = dict(module.named_parameters())
-    own.update((k, v) for k, v in module.named_buffers() if v is not None)
+    own = {name: t for name, t, _ in named_tensors(module, limit=100_000)}
     shared = [k for k in own if k in loaded and is_tensor(loaded[k])]
     differ = [k for k in shared if tuple(loaded[k].shape) != tuple(own[k].shape)]
     if not differ:
