@@ -7,8 +7,9 @@ data loaders; ``histogram`` bins a tensor's values. ``line`` (the one-line text)
 """
 
 from .budget import DEFAULT_BUDGET, VALUES_SHOWN, Budget
-from .tensor import describe, plain_view, summarize
+from .tensor import describe, describe_many, plain_view, summarize
 from .model import TensorSummary, from_json_number, jsonable
 
-__all__ = ["DEFAULT_BUDGET", "VALUES_SHOWN", "Budget", "TensorSummary", "describe", "from_json_number", "jsonable",
+__all__ = ["DEFAULT_BUDGET", "VALUES_SHOWN", "Budget", "TensorSummary", "describe", "describe_many", "from_json_number",
+           "jsonable",
            "plain_view", "summarize"]

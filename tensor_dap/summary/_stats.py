@@ -196,6 +196,9 @@ def _passes(x: torch.Tensor, budget: Budget, deadline: Optional[float], moments:
     taken = range(0, n, every) if moments else range(0)
     scan_all = not sampled or scan_cap is None or numel <= scan_cap
     scan = _Scan(_Workspace(work_dtype(x.dtype), budget.chunk_elements))
+    if n == 1:  # most tensors: one chunk, no schedule to make
+        scan.chunk(chunks[0], moments)
+        return scan, not moments
     rest = (i for i in range(n) if not moments or i % every) if scan_all else iter(())
     for i, moment in itertools.chain(((taken[j], True) for j in spread(len(taken))), ((i, False) for i in rest)):
         if deadline is not None and scan.read and time.perf_counter() > deadline:

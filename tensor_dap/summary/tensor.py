@@ -9,8 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import warnings
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..format import short_error
 from .budget import DEFAULT_BUDGET, VALUES_SHOWN, Budget, single_threaded
@@ -41,6 +40,28 @@ def no_torch_function() -> Any:
     torch = sys.modules.get("torch")
     disable = getattr(getattr(torch, "_C", None), "DisableTorchFunctionSubclass", None)
     return disable() if disable is not None else contextlib.nullcontext()
+
+
+def describe_many(xs: List[Any], *, budget: Optional[Budget] = None) -> List[TensorSummary]:
+    """``[describe(x) for x in xs]``, with the stats of small plain CPU tensors computed together
+    (a checkpoint of thousands of small tensors lists several times faster). Never raises."""
+    budget = budget or DEFAULT_BUDGET
+    try:
+        from ._batch import batch_stats, batchable
+
+        with no_torch_function(), single_threaded():  # tiny ops: threads only add stalls
+            small = [i for i, x in enumerate(xs) if batchable(x)]
+            known = dict(zip(small, batch_stats([xs[i] for i in small])))
+    except Exception:  # the debugger must never see an exception from us: describe each one instead
+        known = {}
+    out = []
+    for i, x in enumerate(xs):
+        try:
+            with no_torch_function():
+                out.append(_describe(x, budget, True, known.get(i)) if known.get(i) else describe(x, budget=budget))
+        except Exception as exc:  # noqa: BLE001 - as describe: a summary carrying the error
+            out.append(_fallback(x, exc))
+    return out
 
 
 def summarize(x: Any, *, budget: Optional[Budget] = None) -> str:
@@ -80,6 +101,10 @@ def _kind(x: Any) -> str:
 
 
 def _is_fake(x: Any) -> bool:
+    import torch
+
+    if type(x) in (torch.Tensor, torch.nn.Parameter):
+        return False
     name = type(x).__name__
     if name in ("FakeTensor", "FunctionalTensor"):
         return True
@@ -96,15 +121,14 @@ def _grad_state(x: Any) -> Tuple[Dict[str, Any], Any]:
     fn = x.grad_fn
     state["grad_fn"] = type(fn).__name__ if fn is not None else None
     grad_tensor = None
-    if x.is_leaf:  # reading .grad of a non-leaf warns and is always None
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            grad_tensor = x.grad
+    if x.is_leaf:  # reading .grad of a non-leaf warns and is always None; of a leaf it never warns
+        grad_tensor = x.grad
     state["has_grad"] = grad_tensor is not None
     return state, grad_tensor
 
 
-def _describe(x: Any, budget: Budget, want_grad: bool) -> TensorSummary:
+def _describe(x: Any, budget: Budget, want_grad: bool, known: Any = None) -> TensorSummary:
+    """The summary of ``x``; ``known`` is its (Stats, values) when already computed (``describe_many``)."""
     import torch
 
     if not isinstance(x, torch.Tensor):
@@ -149,7 +173,7 @@ def _describe(x: Any, budget: Budget, want_grad: bool) -> TensorSummary:
     if 0 in base["stride"] and numel > 1 and any(n > 1 for n, st in zip(base["shape"], base["stride"]) if st == 0):
         notes.append("expanded")
     return _with_stats(plain_view(x), base, notes, budget,
-                       stats_of="magnitude" if x.is_complex() else "values")
+                       stats_of="magnitude" if x.is_complex() else "values", known=known)
 
 
 def plain_view(x: Any) -> Any:
@@ -166,23 +190,17 @@ def plain_view(x: Any) -> Any:
 
 
 def _with_stats(data: Any, base: Dict[str, Any], notes: list, budget: Budget, stats_of: str,
-                presampled: bool = False) -> TensorSummary:
+                presampled: bool = False, known: Any = None) -> TensorSummary:
     """Attach stats of ``data``; ``presampled`` says ``data`` is already a sample of the tensor."""
-    import torch
 
-    from . import _device, _stats
 
     numel = data.numel()
     if numel == 0:
         return TensorSummary(**base, notes=tuple(notes), stats_of=stats_of)
-    with torch.no_grad():
-        data = data.detach()
-        if data.device.type == "cpu":
-            stats = _stats.cpu_stats(data, budget)
-            values = _small_values(data) if numel <= VALUES_SHOWN else None
-        else:
-            stats, raw = _device.packed_stats(data, budget, VALUES_SHOWN)
-            values = _unpack_values(raw, data) if raw is not None else None
+    if known is not None:
+        stats, values = known
+    else:
+        stats, values = _computed(data, budget)
     return TensorSummary(
         **base,
         min=stats.min, max=stats.max, mean=stats.mean, std=stats.std,
@@ -193,6 +211,24 @@ def _with_stats(data: Any, base: Dict[str, Any], notes: list, budget: Budget, st
         range_exact=stats.range_exact and not presampled,
         values=values, notes=tuple(notes),
     )
+
+
+def _computed(data: Any, budget: Budget) -> Tuple[Any, Optional[Tuple[Any, ...]]]:
+    """(Stats, the values of a tensor of at most VALUES_SHOWN elements) on the tensor's own device."""
+    import torch
+
+    from . import _device, _stats
+
+    numel = data.numel()
+    with torch.no_grad():
+        data = data.detach()
+        if data.device.type == "cpu":
+            stats = _stats.cpu_stats(data, budget)
+            values = _small_values(data) if numel <= VALUES_SHOWN else None
+        else:
+            stats, raw = _device.packed_stats(data, budget, VALUES_SHOWN)
+            values = _unpack_values(raw, data) if raw is not None else None
+    return stats, values
 
 
 def _all_zero(stats: Any, presampled: bool) -> Optional[bool]:
@@ -289,4 +325,4 @@ def _strided_nested(x: Any, base: Dict[str, Any], budget: Budget) -> Tuple[Any, 
     return torch.cat(parts), step > 1
 
 
-__all__ = ["describe", "plain_view", "summarize"]
+__all__ = ["describe", "describe_many", "plain_view", "summarize"]
