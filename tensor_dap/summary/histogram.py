@@ -26,7 +26,15 @@ class Histogram:
 
 
 def histogram(x: Any, *, bins: int = BINS, sample: int = SAMPLE) -> Histogram | None:
-    """Counts of the finite values of ``x`` in ``bins`` equal bins; None for non-numeric or empty tensors."""
+    """Counts of the finite values of ``x`` in ``bins`` equal bins; None for non-numeric or empty tensors.
+    A tensor subclass's ``__torch_function__`` does not run."""
+    from .tensor import no_torch_function
+
+    with no_torch_function():
+        return _histogram(x, bins, sample)
+
+
+def _histogram(x: Any, bins: int, sample: int) -> Histogram | None:
     import torch
 
     if not isinstance(x, torch.Tensor) or x.layout != torch.strided or x.is_quantized or x.is_meta:
