@@ -16,7 +16,7 @@ from ..summary import objects as _objects
 from ..summary.line import nonfinite_counts, one_line, stats_text
 from ..summary.modules import is_uninitialized
 from ..summary.tensor import no_torch_function
-from .nodes import LAZY, Child, Info, bound, clip, field_names, tensor_classes
+from .nodes import LAZY, TEXT_MAX, Child, Info, bound, clip, field_names, tensor_classes
 
 BATCH_ITEMS = 8  # elements of a dict/list batch named in its one-line value
 
@@ -124,9 +124,14 @@ def _container_text(batch: Any, tensor_types: tuple, depth: int) -> str | None:
     shown = [(k, _item_text(v, tensor_types, depth)) for k, v in items]
     if not any(holds for _, (_, holds) in shown):
         return None
-    parts = [text if k is None else f"{k}{'=' if fields is not None else ': '}{text}" for k, (text, _) in shown]
-    if len(batch) > len(items):
-        parts.append(f"… {len(batch) - len(items)} more")
+    parts: list[str] = []
+    for k, (text, _) in shown:  # as many as fit on the line; the rest are counted
+        part = text if k is None else f"{k}{'=' if fields is not None else ': '}{text}"
+        if parts and sum(len(p) + 2 for p in parts) + len(part) > TEXT_MAX - 16:
+            break
+        parts.append(part)
+    if len(batch) > len(parts):
+        parts.append(f"… {len(batch) - len(parts)} more")
     open_, close = ("{", "}") if isinstance(batch, dict) else ("[", "]") if isinstance(batch, list) else ("(", ")")
     prefix = "" if fields is None else _type_name(type(batch))
     return prefix + open_ + ", ".join(parts) + ("," if type(batch) is tuple and len(batch) == 1 else "") + close

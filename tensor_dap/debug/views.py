@@ -56,27 +56,32 @@ def tensors(rows: Sequence[TensorRow], extra: int = 0, models: Sequence[tuple[st
     if models:
         table = _table(title=f"{len(models)} model{'s' if len(models) != 1 else ''} (t NAME lists the parameters)")
         table.add_column("name", style="bold", no_wrap=True)
-        table.add_column("summary", no_wrap=True, overflow="ellipsis")
+        table.add_column("summary")  # the one column rich may narrow; its lines are cut, not wrapped
         for name, line in models:
-            table.add_row(name, line)
+            table.add_row(name, _one_line(Text(line)))
         parts.append(table)
     if rows:
         table = _table(title=f"{len(rows) + extra} tensors")
-        table.add_column("name", style="bold", no_wrap=True, overflow="ellipsis", max_width=40)
-        table.add_column("summary", no_wrap=True, overflow="ellipsis")
+        table.add_column("name", style="bold", no_wrap=True, max_width=28)
         table.add_column("flags", no_wrap=True)
+        table.add_column("summary")
         for r in rows:
             flags = Text()
             for flag in r.flags:
                 style = _ALARM if flag == "NaN/Inf" else _WARN if flag in ("other device", "mixed devices") else "dim"
                 flags.append(("" if not flags else " ") + flag, style=style)
-            table.add_row(r.name, summary_line(r.summary), flags)
+            table.add_row(_one_line(Text(r.name)), flags, _one_line(summary_line(r.summary)))
         parts.append(table)
     elif not models:
         return Text("no tensors in this frame's locals")
     if extra:
         parts.append(Text(f"… and {extra} more not shown", style="dim"))
     return Group(*parts)
+
+
+def _one_line(text: Text) -> Text:
+    text.no_wrap, text.overflow = True, "ellipsis"
+    return text
 
 
 def nonfinite(rows: Sequence[NonFiniteRow], checked: int) -> Any:

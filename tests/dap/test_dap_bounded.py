@@ -1,0 +1,101 @@
+"""The Variables panel stays responsive whatever is in the frame: the real debugpy adapter, real DAP.
+
+The frame (tests/debuggees/debuggee_renderers_huge.py) holds what used to freeze it: a 20,000-entry
+ParameterList (17.9 s to expand), a 10,000-module model, a dict batch of 50,000 tensors, broadcast
+attention masks (3-4 s per frame), unfold patches. Timings are asserted with room for a loaded CI
+machine; benchmarks/bench_debugger.py measures the hard numbers (< 0.5 s each).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+from dapclient import DapClient
+
+pytest.importorskip("debugpy")
+pytestmark = pytest.mark.timeout(300)
+
+SCRIPT = Path(__file__).resolve().parents[1] / "debuggees" / "debuggee_renderers_huge.py"
+GENEROUS_S = 5.0  # the target is 0.5 s; the shared CI machine gets ten times that
+
+
+@pytest.fixture(scope="module")
+def stopped():
+    dap = DapClient.launch(str(SCRIPT), timeout=120)
+    try:
+        line = next(n for n, text in enumerate(SCRIPT.read_text().splitlines(), 1) if "# BP" in text)
+        dap.set_breakpoints(str(SCRIPT), [line])
+        dap.configuration_done(timeout=120)
+        dap.wait_for_event("stopped", timeout=180)
+        frame = dap.stack_trace(dap.stopped_thread, levels=1)[0]
+        scope = next(s for s in dap.scopes(frame["id"]) if s["name"] == "Locals")
+        yield dap, frame["id"], scope["variablesReference"]
+    finally:
+        dap.close()
+
+
+def _timed(fn):
+    start = time.perf_counter()
+    result = fn()
+    return result, time.perf_counter() - start
+
+
+def test_frame_and_value_lines(stopped):
+    dap, _, ref = stopped
+    variables, seconds = _timed(lambda: dap.variables(ref))
+    assert seconds < GENEROUS_S
+    v = {x["name"]: x["value"] for x in variables}
+    assert v["plist"].startswith("ParameterList(20000) ") and "params" in v["plist"]
+    assert v["wide"].startswith("Sequential(10000) ")
+    assert v["mask"] == "tensor[32, 16, 2048, 2048] expanded n=2147483648 (8.0 GiB) x∈[1, 1] μ=1 σ=0"
+    assert v["patches"].startswith("tensor[1, 3, 209, 209, 16, 16] n=33547008 (128 MiB) x")
+    assert v["batches"].startswith("[(tensor[32, 784], tensor[32] i64), (tensor[32, 784], tensor[32] i64)")
+    assert re.search(r"\), … 9\d more\]$", v["batches"])
+    assert v["scaler"] == "GradScaler scale=1024 (initial: not used yet) growth ×2 every 50 steps backoff ×0.5"
+    assert v["gen"] == "Generator cpu seed=1234"
+    assert v["huge_batch"].startswith("{'x0': tensor[3], 'x1': tensor[3]") and v["huge_batch"].endswith("more}")
+
+
+def test_a_20000_entry_parameter_list_opens_one_page_at_a_time(stopped):
+    dap, frame_id, ref = stopped
+    plist = next(x for x in dap.variables(ref) if x["name"] == "plist")
+    kids, seconds = _timed(lambda: dap.variables(plist["variablesReference"]))
+    assert seconds < GENEROUS_S
+    names = [k["name"] for k in kids]
+    assert names[:3] == ["0", "1", "2"] and names[99] == "99" and names[100] == "… 19,900 more"
+    assert kids[0]["value"].startswith("Parameter[4] x∈[")
+    assert kids[0]["evaluateName"] == "plist[0]"
+    more = kids[100]
+    ranges, seconds = _timed(lambda: dap.variables(more["variablesReference"]))
+    assert seconds < GENEROUS_S
+    assert [r["name"] for r in ranges] == ["[100..10099]", "[10100..19999]"]  # at most 100 children per node
+    pages = dap.variables(ranges[-1]["variablesReference"])
+    assert len(pages) == 99 and pages[0]["name"] == "[10100..10199]" and pages[-1]["name"] == "[19900..19999]"
+    last, seconds = _timed(lambda: dap.variables(pages[-1]["variablesReference"]))
+    assert seconds < GENEROUS_S and len(last) == 100 and last[-1]["name"] == "19999"
+    assert last[-1]["evaluateName"] == "plist[19999]"  # Add to Watch still names the entry
+    watched = dap.evaluate(last[-1]["evaluateName"], frame_id, context="watch")["result"]
+    assert watched == last[-1]["value"]
+
+
+def test_a_10000_module_model_and_its_summary_children(stopped):
+    dap, _, ref = stopped
+    wide = next(x for x in dap.variables(ref) if x["name"] == "wide")
+    kids, seconds = _timed(lambda: dap.variables(wide["variablesReference"]))
+    assert seconds < GENEROUS_S
+    names = [k["name"] for k in kids]
+    assert names[:2] == ["0", "1"] and "… 9,900 more" in names and "params" in names and "hooks" in names
+    assert len(kids) < 120
+
+
+def test_masks_and_activations_render_fast_together(stopped):
+    """Four broadcast masks next to 16 activations: 3-3.6 s before (the thrifty budget made masks slower)."""
+    dap, _, ref = stopped
+    for name in ("masks", "acts"):
+        var = next(x for x in dap.variables(ref) if x["name"] == name)
+        kids, seconds = _timed(lambda var=var: dap.variables(var["variablesReference"]))
+        assert seconds < GENEROUS_S
+        assert all(("expanded" in k["value"]) == (name == "masks") for k in kids if k["name"].isdigit())
