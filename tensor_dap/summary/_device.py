@@ -15,7 +15,7 @@ from typing import Any, List, Optional, Tuple
 
 import torch
 
-from ._stats import Stats, work_dtype
+from ._stats import Stats, scaled, work_dtype
 from ._views import reached, sample_view
 from .budget import Budget
 
@@ -58,8 +58,7 @@ def packed_stats(x: torch.Tensor, budget: Budget, values_limit: int = 0) -> Tupl
     packed = torch.cat([p.reshape(-1).to(torch.float64) for p in parts]).cpu().tolist()
     read, count, fmin_v, fmax_v, mean_s_v, m2_s, scale_v, *counts = packed[:10]
     values = packed[10:] if small is not None else None
-    share = numel / read if read else 0.0
-    counts = [int(c) * r.repeat if not sampled else round(c * share) for c in counts]
+    counts = [int(c) * r.repeat if not sampled else scaled(int(c), numel, int(read)) for c in counts]
     count = int(count)
     std = None
     if count:

@@ -31,6 +31,7 @@ _INF = float("inf")
 # |x| inside this window needs no rescaling: squared deviations neither underflow nor overflow
 _SAFE = {torch.float32: (2.0**-20, 2.0**20), torch.float64: (2.0**-400, 2.0**400)}
 OVERLAP_FACTOR = 16  # an overlapping view is walked whole only up to this many times its storage
+RARE = 10  # fewer NaN/Inf than this in a sample are reported as seen, not scaled to the whole tensor
 _SCATTERED_CHUNK = 2**16  # chunk of a strided sample or a dequantized tensor: its copies stay small
 
 
@@ -251,6 +252,12 @@ def _overlapping(r: Reached, budget: Budget, deadline: Optional[float], numel: i
                  *present, sampled=True, range_exact=complete, counts_exact=False)
 
 
+def scaled(seen: int, total: int, read: int) -> int:
+    """A count over ``total`` elements estimated from ``seen`` in ``read`` of them; a rare event (a handful
+    seen) is not multiplied up: one NaN in a sample says little about how many the rest holds."""
+    return round(seen * total / read) if seen >= RARE else seen
+
+
 def _stats(scan: _Scan, sampled: bool, numel: int, data_numel: int, repeat: int) -> Stats:
     """The summary of one pass over ``data_numel`` elements, each standing for ``repeat`` of the ``numel``."""
     count, mean, std = merge(scan.rows)
@@ -260,8 +267,7 @@ def _stats(scan: _Scan, sampled: bool, numel: int, data_numel: int, repeat: int)
     if complete:
         counts = [c * repeat for c in scan.counts]
     elif scan.moment_read:  # an estimate from the evenly spread moment chunks, never below what was seen
-        counts = [max(round(m * numel / scan.moment_read), c * repeat)
-                  for m, c in zip(scan.moment_counts, scan.counts)]
+        counts = [max(scaled(m, numel, scan.moment_read), c * repeat) for m, c in zip(scan.moment_counts, scan.counts)]
     else:
         counts = [None, None, None]
     return Stats(

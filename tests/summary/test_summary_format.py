@@ -61,7 +61,7 @@ def _half_nan_half_inf_cut_short():
 
     x = torch.full((10_000,), float("nan"))
     x[::2] = float("inf")
-    return describe(x, budget=Budget(exact_elements=None, scan_elements=None, chunk_elements=10, max_ms=0))
+    return describe(x, budget=Budget(exact_elements=None, scan_elements=None, chunk_elements=100, max_ms=0))
 
 
 def test_debugger_stats_line_marks_estimated_counts():

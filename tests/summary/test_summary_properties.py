@@ -172,10 +172,14 @@ def test_time_cap_also_bounds_the_nonfinite_pass():
     """Counting NaN/Inf is cut short by the cap too: presence of what was read is known, counts are estimates."""
     x = torch.full((10_000,), float("nan"))
     x[::7] = float("inf")
-    s = describe(x, budget=Budget(exact_elements=None, scan_elements=None, chunk_elements=10, max_ms=0))
+    s = describe(x, budget=Budget(exact_elements=None, scan_elements=None, chunk_elements=100, max_ms=0))
     assert s.has_nan and s.has_pos_inf and not s.counts_exact and not s.range_exact
-    assert (s.nan, s.pos_inf, s.neg_inf) == (8000, 2000, 0)  # the first chunk: 8 NaN, 2 Inf of 10
-    assert "NaN!×≈8000" in str(s)
+    assert (s.nan, s.pos_inf, s.neg_inf) == (8500, 1500, 0)  # the first chunk: 85 NaN, 15 Inf of 100
+    assert "NaN!×≈8500" in str(s)
+    x = torch.randn(10_000)
+    x[5] = float("nan")  # a rare event in the chunk read is reported as seen, not multiplied up
+    s = describe(x, budget=Budget(exact_elements=None, scan_elements=None, chunk_elements=100, max_ms=0))
+    assert s.nan == 1 and not s.counts_exact and "NaN!×≈1" in str(s)
 
 
 def test_finite_moments_beside_nonfinite_values():
