@@ -95,6 +95,10 @@ class _Workspace:
             return chunk
         return self._get("_a", chunk.numel()).view(chunk.shape).copy_(chunk)
 
+    def buffer(self, v: torch.Tensor) -> torch.Tensor:
+        """The first buffer, shaped like ``v``: where a chunk's values are rewritten (never the user's tensor)."""
+        return self._get("_a", v.numel()).view(v.shape)
+
     def scaled(self, v: torch.Tensor, exponent: int) -> torch.Tensor:
         """``v * 2**exponent`` into a buffer (exact: a power of two), in steps the work dtype can hold."""
         out = self._get("_a", v.numel()).view(v.shape)
@@ -109,11 +113,13 @@ class _Workspace:
             exponent -= step
         return out
 
-    def moments(self, v: torch.Tensor, lo: float, hi: float) -> Tuple[int, float, float, float, int]:
-        """(n, mean, sum(d), sum(d^2), e) of finite ``v`` in units of 2**e, while ``v`` is in cache.
+    def moments(self, v: torch.Tensor, lo: float, hi: float, fill: Tuple[int, float] = (0, 0.0)
+                ) -> Tuple[int, float, float, float, int]:
+        """(n, mean, sum(d), sum(d^2), e) of the finite values of ``v`` in units of 2**e, while ``v`` is in cache.
 
         The mean is rounded to the work dtype; the deviation sum corrects it (the corrected
-        two-pass formula), so a large offset does not leak into the variance.
+        two-pass formula), so a large offset does not leak into the variance. ``fill = (k, m0)``:
+        ``k`` elements of ``v`` are stand-ins of value ``m0`` for NaN/Inf, taken back out of the sums.
         """
         low, high = _SAFE.get(self.dtype, _SAFE[torch.float32])
         absmax = max(abs(lo), abs(hi))
@@ -123,7 +129,25 @@ class _Workspace:
         mean = v.mean()
         d = torch.sub(v, mean, out=self._get("_b", v.numel()).view(v.shape)).view(-1)
         m, s, q = torch.stack([mean, d.sum(), torch.dot(d, d)]).tolist()
-        return v.numel(), m, s, q, e
+        k, stand_in = fill
+        off = _ldexp(stand_in, -e) - m
+        return v.numel() - k, m, s - k * off, max(0.0, q - k * off * off), e
+
+
+def _nonfinite(v: torch.Tensor) -> Tuple[Tuple[int, int, int], float, float]:
+    """(NaN, +Inf, -Inf counts), finite min, finite max of a chunk holding NaN or Inf.
+
+    Float passes only (``nan_to_num``, reductions): boolean masks cost several times more, and this
+    runs under the same time cap as everything else.
+    """
+    top = float(torch.amax(torch.nan_to_num(v, nan=-_INF, posinf=_INF, neginf=-_INF)))  # +inf if any
+    bottom = float(torch.amin(torch.nan_to_num(v, nan=_INF, posinf=_INF, neginf=-_INF)))  # -inf if any
+    hi = top if top != _INF else float(torch.amax(torch.nan_to_num(v, nan=-_INF, posinf=-_INF, neginf=-_INF)))
+    lo = bottom if bottom != -_INF else float(torch.amin(torch.nan_to_num(v, nan=_INF, posinf=_INF, neginf=_INF)))
+    bad = int(torch.sum(torch.nan_to_num(v * 0, nan=1.0), dtype=torch.float64))  # x*0 is NaN for NaN and ±inf
+    pinf = int(torch.count_nonzero(v == _INF)) if top == _INF else 0
+    ninf = int(torch.count_nonzero(v == -_INF)) if bottom == -_INF else 0
+    return (bad - pinf - ninf, pinf, ninf), lo, hi
 
 
 def _ldexp(x: float, e: int) -> float:
@@ -167,18 +191,20 @@ class _Scan:
         v = self.ws.values(c, range_only=not moment)
         lo, hi = (float(t) for t in torch.aminmax(v))
         counts = (0, 0, 0)
+        fill = (0, 0.0)
         if not (math.isfinite(lo) and math.isfinite(hi)):  # NaN hides the extremes: look closer, in cache
-            counts = (int(torch.isnan(v).sum()), int((v == _INF).sum()), int((v == -_INF).sum()))
-            v = v[torch.isfinite(v)]
-            lo, hi = (float(t) for t in torch.aminmax(v)) if v.numel() else (_INF, -_INF)
+            counts, lo, hi = _nonfinite(v)
+            if moment and math.isfinite(lo):  # NaN/Inf become the mid-range, then are taken back out
+                fill = (sum(counts), (lo + hi) / 2)
+                v = torch.nan_to_num(v, nan=fill[1], posinf=fill[1], neginf=fill[1], out=self.ws.buffer(v))
         self.lo, self.hi = min(self.lo, lo), max(self.hi, hi)
         self.read += c.numel()
         self.counts = [a + b for a, b in zip(self.counts, counts)]
         if moment:
             self.moment_read += c.numel()
             self.moment_counts = [a + b for a, b in zip(self.moment_counts, counts)]
-            if v.numel():
-                self.rows.append(self.ws.moments(v, lo, hi))
+            if math.isfinite(lo):  # else there is no finite value to take moments of
+                self.rows.append(self.ws.moments(v, lo, hi, fill))
 
 
 def _passes(x: torch.Tensor, budget: Budget, deadline: Optional[float], moments: bool = True,
