@@ -232,6 +232,7 @@ def describe_module(module: Any, *, max_ms: float | None = None) -> ModuleSummar
         visited += 1
         if deadline is not None and visited % _CHECK_EVERY == 0 and time.perf_counter() > deadline:
             complete = False
+        if not complete:
             break
         if m is not module:
             descendants += 1
@@ -239,6 +240,10 @@ def describe_module(module: Any, *, max_ms: float | None = None) -> ModuleSummar
         hooks_in_tree += sum(n for _, n in hook_counts(m))
         for group in ("_parameters", "_buffers"):
             for t in _own(m, group).values():
+                visited += 1
+                if deadline is not None and visited % _CHECK_EVERY == 0 and time.perf_counter() > deadline:
+                    complete = False
+                    break
                 if t is None or id(t) in seen:
                     continue
                 seen.add(id(t))
@@ -257,6 +262,8 @@ def describe_module(module: Any, *, max_ms: float | None = None) -> ModuleSummar
                 else:
                     buffers += n
                     buffer_bytes += n * t.element_size()
+            if not complete:
+                break
     return ModuleSummary(
         kind=type(module).__name__, signature=signature(module), params=params, trainable=trainable,
         frozen=params - trainable, param_tensors=param_tensors, param_bytes=param_bytes, buffers=buffers,

@@ -217,10 +217,12 @@ _SLOW_LEN: set[type] = set()  # types whose __len__ once took longer than SLOW_C
 SLOW_CALL_MS = 50.0
 
 
-def _try_len(obj: Any) -> int | None:
-    """``len(obj)``, which may be user code (a Dataset's ``__len__``): errors give None, and a type whose
-    ``__len__`` was slow once is not asked again in this process, so one slow call never repeats per render."""
-    if type(obj) in _SLOW_LEN:
+def _try_len(obj: Any, owner: Any = None) -> int | None:
+    """``len(obj)``, which may be user code (a Dataset's ``__len__``, which a DataLoader's calls): errors give
+    None, and when it was slow once, ``owner``'s type (default: ``obj``'s) is not asked again in this process,
+    so one slow call never repeats on every render."""
+    key = type(obj if owner is None else owner)
+    if key in _SLOW_LEN:
         return None
     start = time.perf_counter()
     try:
@@ -229,7 +231,7 @@ def _try_len(obj: Any) -> int | None:
         return None
     finally:
         if (time.perf_counter() - start) * 1000 > SLOW_CALL_MS:
-            _SLOW_LEN.add(type(obj))
+            _SLOW_LEN.add(key)
 
 
 def describe_loader(loader: Any) -> LoaderSummary:
@@ -246,7 +248,7 @@ def describe_loader(loader: Any) -> LoaderSummary:
         shuffle=shuffle,
         dataset_kind=type(dataset).__name__,
         dataset_len=_try_len(dataset),
-        batches=_try_len(loader),
+        batches=_try_len(loader, owner=dataset),  # a DataLoader's len is its dataset's (or sampler's)
     )
 
 

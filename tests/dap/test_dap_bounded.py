@@ -99,3 +99,96 @@ def test_masks_and_activations_render_fast_together(stopped):
         kids, seconds = _timed(lambda var=var: dap.variables(var["variablesReference"]))
         assert seconds < GENEROUS_S
         assert all(("expanded" in k["value"]) == (name == "masks") for k in kids if k["name"].isdigit())
+
+
+# ---------------------------------------------------------------------------- the pure parts, directly
+
+
+def test_module_views_run_no_user_code():
+    import torch
+    from torch import nn
+
+    from tensor_dap.dap import expand, values
+
+    calls = []
+
+    class Sneaky(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 3)
+            self.register_buffer("steps", torch.zeros(1))
+
+        def parameters(self, recurse=True):
+            calls.append("parameters")
+            return super().parameters(recurse)
+
+        def named_modules(self, *args, **kwargs):
+            calls.append("named_modules")
+            return super().named_modules(*args, **kwargs)
+
+        def children(self):
+            calls.append("children")
+            return super().children()
+
+        def extra_repr(self):
+            calls.append("extra_repr")
+            return "sneaky"
+
+        def __len__(self):
+            calls.append("len")
+            return 1
+
+    m = nn.Sequential(Sneaky(), nn.ReLU())
+    line = values.value_text(m, "module")
+    kids = {name: value for name, value, _ in expand.children(m[0], "module")}
+    assert line == "Sequential(2) 12 params f32 cpu train" and set(kids) >= {"fc", "steps", "params", "hooks"}
+    assert values.value_text(m[0], "module") == "Sneaky 12 params f32 cpu train"
+    assert calls == []
+
+
+def test_summaries_of_huge_containers_stop_at_the_budget():
+    import time
+
+    import torch
+    from torch import nn
+
+    from tensor_dap.dap import expand, values
+    from tensor_dap.summary import Budget
+
+    plist = nn.ParameterList([nn.Parameter(torch.randn(2)) for _ in range(20_000)])
+    opt = torch.optim.SGD(plist, lr=0.1)
+    budget = Budget(max_ms=5.0)
+    start = time.perf_counter()
+    line = values.value_text(plist, "module", budget=budget)
+    kids = expand.children(plist, "module", budget)
+    opt_line = values.value_text(opt, "optimizer", budget=budget)
+    assert time.perf_counter() - start < 2.0  # 20,000 of everything, each bounded by the 5 ms budget
+    assert line.startswith("ParameterList(20000) ") and "+ params" in line
+    assert "+ params" in opt_line and len(kids) < 110 and kids[100][0] == "… 19,900 more"
+    assert values.value_text(plist, "module") == "ParameterList(20000) 40,000 params f32 cpu train"  # no limit
+
+
+def test_a_slow_dataset_len_is_asked_once():
+    import time
+
+    import torch
+
+    from tensor_dap.summary.objects import describe_loader
+
+    calls = []
+
+    class Slow(torch.utils.data.Dataset):
+        def __len__(self):
+            calls.append(1)
+            time.sleep(0.1)
+            return 10
+
+        def __getitem__(self, i):
+            return i
+
+    loader = torch.utils.data.DataLoader(Slow(), batch_size=2)
+    first, second = describe_loader(loader), describe_loader(loader)
+    assert first.dataset_len == 10 and second.dataset_len is None and second.batches is None
+    assert len(calls) == 1 and "(len ?)" in str(second)
+    other = describe_loader(torch.utils.data.DataLoader(list(range(6)), batch_size=2))
+    assert other.batches == 3  # other loaders are still asked
