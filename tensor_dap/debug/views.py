@@ -98,7 +98,7 @@ def nonfinite(rows: Sequence[NonFiniteRow], checked: int) -> Any:
     for r in rows:
         share = "?" if r.fraction is None else f"{'~' if r.estimated else ''}{100 * r.fraction:.3g}%"
         cells = [Text(text, style=_ALARM if present else "dim") for _, text, present in nonfinite_counts(r.summary)]
-        table.add_row(r.name, *cells, share, summary_line(r.summary))
+        table.add_row(r.name, *cells, share, _one_line(summary_line(r.summary)))
     return table
 
 
