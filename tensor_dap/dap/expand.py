@@ -293,6 +293,8 @@ def _params_node(params: Any) -> Any:
 
 def scaler_children(s: _ms.ScalerSummary) -> list[Child]:
     """The scale and its growth/backoff settings, each watchable on the scaler's own attributes."""
+    if not s.enabled:
+        return [("enabled", False, ".is_enabled()")]
     return [
         ("scale", s.scale if s.scale is not None else Info(f"{fmt_num(s.init_scale)} (initial: not used yet)"),
          ".get_scale()"),

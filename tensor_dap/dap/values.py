@@ -145,7 +145,11 @@ def _item_text(v: Any, tensor_types: tuple, depth: int) -> tuple[str, bool]:
         text = _container_text(v, tensor_types, depth + 1)
         if text is not None:
             return text, True
-    text = repr(v) if isinstance(v, (int, float, bool, str, type(None))) else type(v).__name__
+    plain = (int, float, bool, str, type(None))
+    if isinstance(v, plain) or (type(v) in (list, tuple) and len(v) <= 8 and all(isinstance(x, plain) for x in v)):
+        text = repr(v)  # plain values and short tuples of them (betas=(0.9, 0.99)); no user __repr__ runs
+    else:
+        text = type(v).__name__
     return (text if len(text) <= 40 else text[:37] + "..."), False
 
 

@@ -254,3 +254,12 @@ def test_subclass_torch_function_never_runs_while_explaining():
     ex = explain(exc)
     assert _Counting.calls == 0
     assert _ops(ex.frames[0]) == {"x.transpose(0, 1).mT": (4, 3), "w.T": (5, 4)}
+
+
+def test_layer_norm_on_the_wrong_width():
+    norm = nn.LayerNorm(64)
+    x = torch.randn(4, 8, 32)
+    ex = _explain(lambda: norm(x))
+    assert ex.kind == "size mismatch"
+    assert any(_ops(f).get("x") == (4, 8, 32) for f in ex.frames)
+    assert any("ends in [32], but the norm normalizes over [64]" in f.hint for f in ex.frames)
