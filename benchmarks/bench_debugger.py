@@ -25,6 +25,7 @@ Run: .venv/bin/python benchmarks/bench_debugger.py [--quick] [--no-lovely]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -32,7 +33,7 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "harness"))
@@ -112,16 +113,21 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def measure(script: Path, env: dict, warm_repeats: int) -> dict:
-    """Stop at the breakpoint and time the Variables request and every value's hover evaluate."""
+@contextlib.contextmanager
+def stopped_at_bp(script: Path, env: dict) -> Iterator[tuple[DapClient, dict, int]]:
+    """A debug session of ``script`` stopped at its ``# BP`` line: (client, top frame, Locals reference)."""
     line = next(n for n, text in enumerate(script.read_text().splitlines(), 1) if "# BP" in text)
     with DapClient.launch(str(script), env=env, timeout=600) as dap:
         dap.set_breakpoints(str(script), [line])
         dap.configuration_done(timeout=600)
         dap.wait_for_event("stopped", timeout=600)
         frame = dap.stack_trace(dap.stopped_thread, levels=1)[0]
-        scope = next(s for s in dap.scopes(frame["id"]) if s["name"] == "Locals")
-        ref = scope["variablesReference"]
+        yield dap, frame, next(s for s in dap.scopes(frame["id"]) if s["name"] == "Locals")["variablesReference"]
+
+
+def measure(script: Path, env: dict, warm_repeats: int) -> dict:
+    """Stop at the breakpoint and time the Variables request and every value's hover evaluate."""
+    with stopped_at_bp(script, env) as (dap, frame, ref):
         result: dict = {}
         variables: list = []
         result["cold_s"] = timed(lambda: variables.extend(dap.variables(ref)))
@@ -144,13 +150,7 @@ def measure(script: Path, env: dict, warm_repeats: int) -> dict:
 def measure_huge(env: dict, repeats: int = 3) -> dict:
     """The huge frame: the Variables request, then the expansion of each big value (median of ``repeats``,
     each after the pacer's window, so none inherits a spent burst)."""
-    line = next(n for n, text in enumerate(HUGE.read_text().splitlines(), 1) if "# BP" in text)
-    with DapClient.launch(str(HUGE), env=env, timeout=600) as dap:
-        dap.set_breakpoints(str(HUGE), [line])
-        dap.configuration_done(timeout=600)
-        dap.wait_for_event("stopped", timeout=600)
-        frame = dap.stack_trace(dap.stopped_thread, levels=1)[0]
-        ref = next(s for s in dap.scopes(frame["id"]) if s["name"] == "Locals")["variablesReference"]
+    with stopped_at_bp(HUGE, env) as (dap, _, ref):
         times: dict[str, list[float]] = {}
         for _ in range(repeats):
             time.sleep(PACER_WINDOW_S)

@@ -43,6 +43,13 @@ def _timed(fn):
     return result, time.perf_counter() - start
 
 
+def _expand(dap, var):
+    """The children of one variable, asserting they came within the generous bound."""
+    kids, seconds = _timed(lambda: dap.variables(var["variablesReference"]))
+    assert seconds < GENEROUS_S, (var["name"], seconds)
+    return kids
+
+
 def test_frame_and_value_lines(stopped):
     dap, _, ref = stopped
     variables, seconds = _timed(lambda: dap.variables(ref))
@@ -61,21 +68,17 @@ def test_frame_and_value_lines(stopped):
 
 def test_a_20000_entry_parameter_list_opens_one_page_at_a_time(stopped):
     dap, frame_id, ref = stopped
-    plist = next(x for x in dap.variables(ref) if x["name"] == "plist")
-    kids, seconds = _timed(lambda: dap.variables(plist["variablesReference"]))
-    assert seconds < GENEROUS_S
+    kids = _expand(dap, next(x for x in dap.variables(ref) if x["name"] == "plist"))
     names = [k["name"] for k in kids]
     assert names[:3] == ["0", "1", "2"] and names[99] == "99" and names[100] == "… 19,900 more"
     assert kids[0]["value"].startswith("Parameter[4] x∈[")
     assert kids[0]["evaluateName"] == "plist[0]"
-    more = kids[100]
-    ranges, seconds = _timed(lambda: dap.variables(more["variablesReference"]))
-    assert seconds < GENEROUS_S
+    ranges = _expand(dap, kids[100])
     assert [r["name"] for r in ranges] == ["[100..10099]", "[10100..19999]"]  # at most 100 children per node
     pages = dap.variables(ranges[-1]["variablesReference"])
     assert len(pages) == 99 and pages[0]["name"] == "[10100..10199]" and pages[-1]["name"] == "[19900..19999]"
-    last, seconds = _timed(lambda: dap.variables(pages[-1]["variablesReference"]))
-    assert seconds < GENEROUS_S and len(last) == 100 and last[-1]["name"] == "19999"
+    last = _expand(dap, pages[-1])
+    assert len(last) == 100 and last[-1]["name"] == "19999"
     assert last[-1]["evaluateName"] == "plist[19999]"  # Add to Watch still names the entry
     watched = dap.evaluate(last[-1]["evaluateName"], frame_id, context="watch")["result"]
     assert watched == last[-1]["value"]
@@ -83,9 +86,7 @@ def test_a_20000_entry_parameter_list_opens_one_page_at_a_time(stopped):
 
 def test_a_10000_module_model_and_its_summary_children(stopped):
     dap, _, ref = stopped
-    wide = next(x for x in dap.variables(ref) if x["name"] == "wide")
-    kids, seconds = _timed(lambda: dap.variables(wide["variablesReference"]))
-    assert seconds < GENEROUS_S
+    kids = _expand(dap, next(x for x in dap.variables(ref) if x["name"] == "wide"))
     names = [k["name"] for k in kids]
     assert names[:2] == ["0", "1"] and "… 9,900 more" in names and "params" in names and "hooks" in names
     assert len(kids) < 120
@@ -95,9 +96,7 @@ def test_masks_and_activations_render_fast_together(stopped):
     """Four broadcast masks next to 16 activations: 3-3.6 s before (the thrifty budget made masks slower)."""
     dap, _, ref = stopped
     for name in ("masks", "acts"):
-        var = next(x for x in dap.variables(ref) if x["name"] == name)
-        kids, seconds = _timed(lambda var=var: dap.variables(var["variablesReference"]))
-        assert seconds < GENEROUS_S
+        kids = _expand(dap, next(x for x in dap.variables(ref) if x["name"] == name))
         assert all(("expanded" in k["value"]) == (name == "masks") for k in kids if k["name"].isdigit())
 
 

@@ -3,6 +3,7 @@
 import pytest
 import torch
 from torch import nn
+from zoo import CountingTorchFunction
 
 from tensor_dap.probe.shape_errors import classify, explain
 
@@ -175,17 +176,6 @@ def test_broadcast_inside_a_method_call_compares_the_operands():
 # ---------------------------------------------------------------------------- nothing runs twice
 
 
-class _Counting(torch.Tensor):
-    """A subclass that counts every call into its __torch_function__."""
-
-    calls = 0
-
-    @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
-        cls.calls += 1
-        return super().__torch_function__(func, types, args, kwargs or {})
-
-
 def test_optimizer_step_in_the_failing_line_is_not_run_again():
     model = nn.Linear(3, 3)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -247,12 +237,12 @@ def test_properties_methods_and_getattr_are_never_evaluated():
 
 
 def test_subclass_torch_function_never_runs_while_explaining():
-    x = torch.randn(4, 3).as_subclass(_Counting)
+    x = torch.randn(4, 3).as_subclass(CountingTorchFunction)
     w = torch.randn(4, 5)
     exc = _catch(lambda: torch.nn.functional.linear(x.transpose(0, 1).mT, w.T))
-    _Counting.calls = 0
+    CountingTorchFunction.calls = 0
     ex = explain(exc)
-    assert _Counting.calls == 0
+    assert CountingTorchFunction.calls == 0
     assert _ops(ex.frames[0]) == {"x.transpose(0, 1).mT": (4, 3), "w.T": (5, 4)}
 
 
