@@ -130,3 +130,23 @@ def test_worst_cases_stay_inside_the_budget_in_time_and_memory():
         assert d["thrifty_ms"] <= d["ms"] + 50, (name, d)  # the cheaper budget is never the slower one
         assert d["extra"] <= max(1.5 * d["storage"], 16 * 2**20), (name, d)
         assert "<" not in d["line"], (name, d["line"])  # no error note
+
+
+def test_device_path_reduces_views_the_same_way():
+    """The one-transfer path used on accelerators (run here on CPU tensors): broadcast views from their
+    storage and counted right, overlapping views sampled, NaN/Inf left out of the moments."""
+    from tensor_dap.summary._device import packed_stats
+
+    base = torch.randn(64, 1, generator=torch.Generator().manual_seed(4)) * 1e-30
+    base[3] = float("nan")
+    view = base.expand(64, 4096)
+    stats, _ = packed_stats(view, Budget(exact_elements=1000, max_ms=None))
+    want = describe(view.contiguous(), budget=EXACT)
+    assert not stats.sampled and (stats.nan, stats.min, stats.max) == (want.nan, want.min, want.max)
+    assert math.isclose(stats.mean, want.mean, rel_tol=1e-5) and math.isclose(stats.std, want.std, rel_tol=1e-4)
+    assert stats.count == want.stats_count == 63 * 4096
+    patches = torch.randn(3, 64, 64).unfold(1, 8, 1).unfold(2, 8, 1)
+    stats, _ = packed_stats(patches, Budget(exact_elements=10_000, max_ms=None))
+    assert stats.sampled and not stats.counts_exact and stats.count <= 10_000
+    stats, _ = packed_stats(torch.full((5,), float("nan")), EXACT)
+    assert stats.count == 0 and stats.mean is None and stats.nan == 5
