@@ -267,7 +267,9 @@ def _overlapping(r: Reached, budget: Budget, deadline: Optional[float], numel: i
         complete = span.read == r.span.numel()
         lo, hi, present = span.lo, span.hi, [c > 0 for c in span.counts]
     sample = sample_view(r.data, budget.exact_elements or 2**24)
-    small = Budget(None, None, min(budget.chunk_elements, _SCATTERED_CHUNK), budget.max_ms)
+    stored = r.data.untyped_storage().nbytes() // max(1, r.data.element_size())
+    chunk = min(budget.chunk_elements, _SCATTERED_CHUNK, max(4096, stored // 4))  # buffers small beside the storage
+    small = Budget(None, None, chunk, budget.max_ms)
     scan, _ = _passes(sample, small, deadline)
     count, mean, std = merge(scan.rows)
     counts = [round(c * numel / scan.read) for c in scan.counts]
