@@ -255,3 +255,12 @@ def test_shape_flow_keyword_inputs_and_lazy_modules():
     with pytest.raises(ShapesUsageError, match="uninitialized lazy parameters"):
         shape_flow(lazy, (torch.zeros(2, 4),))
     assert lazy[0].has_uninitialized_params()  # untouched
+
+
+def test_mem_counts_what_a_broadcast_view_holds():
+    from tensor_dap.probe.memory import memory_report
+
+    mask = torch.ones(32, 1, 1, 2048).expand(32, 16, 2048, 2048)
+    largest = dict((name, size) for name, size, _, _ in memory_report([("mask", mask), ("x", torch.randn(100_000))])
+                   .largest)
+    assert largest == {"x": 400_000, "mask": 262_144}  # its 256 KiB of storage, not 8 GiB
