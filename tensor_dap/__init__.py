@@ -19,7 +19,7 @@ _EXPORTS = {
     "Budget": "tensor_dap.summary",
     "histogram": "tensor_dap.summary.histogram",
     # the objects around tensors (also what the Variables panel's Watch expressions call)
-    "describe_module": "tensor_dap.summary.objects",
+    "describe_module": "tensor_dap.summary.modules",
     "describe_optimizer": "tensor_dap.summary.objects",
     "describe_scheduler": "tensor_dap.summary.objects",
     "describe_loader": "tensor_dap.summary.objects",

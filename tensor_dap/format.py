@@ -68,11 +68,14 @@ def fmt_bytes(n: int) -> str:
     return f"{n} B"
 
 
-def fmt_count(n: Optional[int], present: bool) -> str:
-    """A NaN/Inf count, or (when the time cap cut the count short) 'yes' if one was seen, else '?'."""
-    if n is not None:
+def fmt_count(n: Optional[int], present: bool, exact: bool = True) -> str:
+    """A NaN/Inf count: exact (``3``), estimated from a sample (``≈1.2e4``), or when it was not counted,
+    'yes' if one was seen, else '?'."""
+    if n is None:
+        return "yes" if present else "?"
+    if exact:
         return str(n)
-    return "yes" if present else "?"
+    return "≈" + (str(n) if n < 100_000 else fmt_num(float(n)))
 
 
 def fmt_shape(shape: Any) -> str:

@@ -1,13 +1,29 @@
-"""``tensor-dap inspect FILE``: summaries of every tensor in a checkpoint, without unpickling code."""
+"""``tensor-dap inspect FILE``: summaries of every tensor in a checkpoint, without unpickling code.
+
+The file is untrusted input: it is loaded with ``weights_only=True`` (no code runs), walked
+iteratively (a list that contains itself is listed once), every key is escaped before it reaches
+the terminal (``format.printable``, and ``rich.text.Text`` so ``[...]`` is never markup), and each
+summary is bounded by the default budget, so a crafted broadcast tensor costs no more than a
+plain one. A listing that takes longer than a second shows a progress bar on stderr.
+Exit codes: 0 listed; 1 the file cannot be read as a checkpoint (or ``--nonfinite`` found
+NaN/Inf); 2 a usage mistake (no such file).
+"""
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
+
+PROGRESS_AFTER_S = 1.0
+_BATCH = 1000  # rows printed per write
+_STEP = 256  # tensors summarized between two progress updates
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="a file written by torch.save (state dict, tensor, or nested containers)")
-    parser.add_argument("--nonfinite", action="store_true", help="list only tensors holding NaN/Inf")
+    parser.add_argument("--nonfinite", action="store_true", help="list only tensors holding NaN/Inf; exit 1 if any")
+    parser.add_argument("--exact", action="store_true",
+                        help="exact stats for every tensor (default: large tensors are sampled, marked ≈)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -16,22 +32,116 @@ def run(args: argparse.Namespace) -> int:
 
     from ..console import make_console
     from ..errors import UsageError
-    from ..format import first_line
-    from ..nested import walk
-    from ..summary import describe
-    from ..summary.tables import summaries_table
+    from ..format import first_line, printable
 
     if not os.path.isfile(args.file):
-        raise UsageError(f"no such file: {args.file}")
+        raise UsageError(f"no such file: {printable(args.file)}")
     import torch
 
-    try:
-        obj = torch.load(args.file, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        print(f"tensor-dap: error: cannot load {args.file} as a torch checkpoint: {first_line(exc)}", file=sys.stderr)
-        return 1
-    rows = [(name or "<tensor>", describe(t)) for name, t in walk(obj, dotted=True)]
+    with _Progress(make_console(stderr=True)) as progress:
+        try:
+            obj = torch.load(args.file, map_location="cpu", weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - a corrupt, truncated or hostile file: one line, exit 1
+            progress.stop()
+            print(f"tensor-dap: error: cannot load {printable(args.file)} as a torch checkpoint: "
+                  f"{printable(first_line(exc))}", file=sys.stderr)
+            return 1
+        rows = _summaries(obj, args.exact, progress)
     if args.nonfinite:
         rows = [(n, s) for n, s in rows if s.nonfinite]
-    make_console().print(summaries_table(rows, title=f"{args.file}: {len(rows)} tensors"))
+    _print_rows(make_console(), f"{printable(args.file)}: {len(rows)} tensors", rows)
     return 1 if args.nonfinite and rows else 0
+
+
+def _summaries(obj: Any, exact: bool, progress: _Progress) -> list[tuple[str, Any]]:
+    """(escaped name, summary) of every tensor."""
+    from ..format import printable
+    from ..nested import walk
+    from ..summary import Budget, describe_many
+
+    budget = Budget.exact() if exact else None
+    found = list(walk(obj, dotted=True))
+    progress.total(len(found))
+    rows: list[tuple[str, Any]] = []
+    for i in range(0, len(found), _STEP):
+        part = found[i:i + _STEP]
+        summaries = describe_many([t for _, t in part], budget=budget)
+        rows += [(printable(name) or "<tensor>", s) for (name, _), s in zip(part, summaries)]
+        progress.done(len(rows))
+    return rows
+
+
+class _Progress:
+    """A transient progress bar on stderr, shown only once the work has taken PROGRESS_AFTER_S on a terminal:
+    a spinner while the file loads, then tensors summarized out of how many."""
+
+    def __init__(self, console: Any) -> None:
+        import threading
+
+        self.console = console
+        self._lock = threading.Lock()
+        self._bar: Any = None
+        self._task: Any = None
+        self._total: int | None = None
+        self._completed = 0
+        self._stopped = False
+        self._timer = threading.Timer(PROGRESS_AFTER_S, self._show)
+        self._timer.daemon = True
+
+    def __enter__(self) -> _Progress:
+        if self.console.is_terminal:
+            self._timer.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def _show(self) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
+
+        with self._lock:
+            if self._stopped:
+                return
+            self._bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 console=self.console, transient=True)
+            self._bar.start()
+            self._task = self._bar.add_task("loading the checkpoint" if self._total is None else "summarizing",
+                                            total=self._total, completed=self._completed)
+
+    def total(self, n: int) -> None:
+        with self._lock:
+            self._total = n
+            if self._bar is not None:
+                self._bar.update(self._task, description="summarizing", total=n)
+
+    def done(self, n: int) -> None:
+        with self._lock:
+            self._completed = n
+            if self._bar is not None:
+                self._bar.update(self._task, completed=n)
+
+    def stop(self) -> None:
+        self._timer.cancel()
+        with self._lock:
+            self._stopped = True
+            if self._bar is not None:
+                self._bar.stop()
+                self._bar = None
+
+
+def _print_rows(console: Any, title: str, rows: list[tuple[str, Any]]) -> None:
+    """A title, then ``name  summary`` per tensor, names padded to one column: written in batches, never
+    re-wrapped (a long name or summary stays one greppable line), NaN/Inf alarms in red."""
+    from rich.text import Text
+
+    from ..summary.line import alarms, one_line
+
+    console.print(Text(title, style="bold"), soft_wrap=True)
+    width = min(60, max((len(n) for n, _ in rows), default=0))
+    for i in range(0, len(rows), _BATCH):
+        batch = rows[i:i + _BATCH]
+        text = Text("\n".join(n.ljust(width) + "  " + one_line(s) for n, s in batch))
+        tokens = {token for _, s in batch for token in alarms(s)}
+        if tokens:  # an empty word list would match everywhere
+            text.highlight_words(tokens, style="bold red")
+        console.print(text, soft_wrap=True, crop=False)

@@ -1,19 +1,23 @@
-"""The ordered children of a tensor, module, optimizer, scheduler or loader in the Variables panel.
+"""The ordered children of a tensor, module, optimizer, scheduler, loader or grad scaler in the Variables panel.
 
 Each child carries an ``evaluate_name``, so "Add to Watch" works on it; the expressions for
 tensor_dap's own helpers go through names exported from ``tensor_dap`` itself, never a module path.
+Long lists (a module's entries, a group's parameters) are paged (``nodes.paged``).
 """
 
 from __future__ import annotations
 
+import itertools
 import keyword
 import warnings
 from typing import Any, Callable
 
 from ..format import dtype_name, fmt_bytes, fmt_num, fmt_shape
 from ..summary import Budget, TensorSummary, describe, plain_view
+from ..summary import modules as _modules
 from ..summary import objects as _ms
-from .nodes import LAZY, Child, Info, Node, bound, clip
+from ..summary.tensor import no_torch_function
+from .nodes import LAZY, Child, Info, Node, bound, clip, paged
 
 PREVIEW_ELEMENTS = 256  # the most elements a "values" child ever reads
 
@@ -27,22 +31,26 @@ def children(obj: Any, kind: str, budget: Budget | None = None) -> list[Child]:
 
 
 def _children(obj: Any, kind: str, budget: Budget | None = None) -> list[Child]:
-    if kind == "tensor" and _ms.is_uninitialized(obj):
+    max_ms = budget.max_ms if budget is not None else None
+    if kind == "tensor" and _modules.is_uninitialized(obj):
         return uninitialized_children(obj)
     if kind == "tensor":
-        return tensor_children(obj, describe(obj, budget=budget))
+        with no_torch_function():
+            return tensor_children(obj, describe(obj, budget=budget))
     if kind == "stats":
         return stats_children(obj)
     if kind == "node":
-        return list(obj.children)
+        return obj.children
     if kind == "module":
-        return module_children(obj, _ms.describe_module(obj))
+        return module_children(obj, _modules.describe_module(obj, max_ms=max_ms))
     if kind == "optimizer":
-        return optimizer_children(obj, _ms.describe_optimizer(obj))
+        return optimizer_children(obj, _ms.describe_optimizer(obj, max_ms=max_ms))
     if kind == "scheduler":
         return scheduler_children(obj, _ms.describe_scheduler(obj))
     if kind == "loader":
         return loader_children(obj, _ms.describe_loader(obj))
+    if kind == "scaler":
+        return scaler_children(_ms.describe_scaler(obj))
     return []
 
 
@@ -171,15 +179,17 @@ def stats_children(s: TensorSummary) -> list[Child]:
     out: list[Child] = []
     if s.has_stats:
         suffix = "" if s.stats_of == "values" else f" (of {s.stats_of})"
+        finite = " (finite values)" if s.nonfinite else ""
         out += [
             ("min" + suffix, s.min, ".min"),
             ("max" + suffix, s.max, ".max"),
-            ("mean" + suffix, s.mean, ".mean"),
-            ("std" + suffix, s.std, ".std"),
+            ("mean" + suffix + finite, s.mean, ".mean"),
+            ("std" + suffix + finite, s.std, ".std"),
         ]
         if s.nan is not None:
-            out += [("NaN count", s.nan, ".nan"), ("+Inf count", s.pos_inf, ".pos_inf"),
-                    ("-Inf count", s.neg_inf, ".neg_inf")]
+            estimated = "" if s.counts_exact else " (estimated)"
+            out += [(f"NaN count{estimated}", s.nan, ".nan"), (f"+Inf count{estimated}", s.pos_inf, ".pos_inf"),
+                    (f"-Inf count{estimated}", s.neg_inf, ".neg_inf")]
         out += [
             ("sampled", s.sampled, ".sampled"),
             ("elements used", s.stats_count, ".stats_count"),
@@ -190,18 +200,14 @@ def stats_children(s: TensorSummary) -> list[Child]:
     return out
 
 
-_LIST_LIKE = ("Sequential", "ModuleList", "ParameterList")
-_DICT_LIKE = ("ModuleDict", "ParameterDict")
-
-
 def _attr_suffix(owner: Any, name: str) -> str:
     """How to reach a submodule, parameter or buffer from its module's expression."""
     kind = type(owner).__name__
-    if kind in _LIST_LIKE and name.isdigit():
+    if kind in _modules.LIST_LIKE and name.isdigit():
         return f"[{name}]"
     if name.isidentifier() and not _is_keyword(name):
         return "." + name
-    return f"[{name!r}]" if kind in _DICT_LIKE else f".__getattr__({name!r})"
+    return f"[{name!r}]" if kind in _modules.DICT_LIKE else f".__getattr__({name!r})"
 
 
 def _is_keyword(name: str) -> bool:
@@ -216,15 +222,15 @@ def _after(prefix: Callable[[str], str], suffix: str) -> Callable[[str], str]:
     return lambda parent: prefix(parent) + suffix
 
 
-def module_children(m: Any, ms: _ms.ModuleSummary) -> list[Child]:
+def module_children(m: Any, ms: _modules.ModuleSummary) -> list[Child]:
     """Submodules by name, then its own parameters and buffers, then counts, dtypes, devices, mode, hooks."""
-    out: list[Child] = []
-    for group in ("_modules", "_parameters", "_buffers"):
-        for name, value in (getattr(m, group, None) or {}).items():
-            if value is not None:
-                out.append((name, value, _attr_suffix(m, name)))
+    def entries(start: int, stop: int) -> list[Child]:
+        return [(name, value, _attr_suffix(m, name))
+                for name, value, _ in itertools.islice(_modules.entries(m), start, stop)]
+
+    out: list[Child] = paged(_modules.entry_count(m), entries)
     summary = _module_fn("describe_module")
-    params = f"{ms.params:,}"
+    params = f"{ms.params:,}" + ("" if ms.complete else "+ (counted until the time limit; Watch it for all)")
     if ms.param_tensors:
         params += f" in {ms.param_tensors} tensors ({fmt_bytes(ms.param_bytes)}): {ms.trainable:,} trainable"
         params += f", {ms.frozen:,} frozen"
@@ -260,7 +266,7 @@ def optimizer_children(opt: Any, s: _ms.OptimizerSummary) -> list[Child]:
     groups: list[Child] = []
     for g in s.groups:
         kids: list[Child] = [(k, v, f"[{k!r}]") for k, v in g.hyper]
-        kids.append(("params", opt.param_groups[g.index]["params"], "['params']"))
+        kids.append(("params", _params_node(opt.param_groups[g.index]["params"]), "['params']"))
         text = f"lr={fmt_num(g.lr)} {g.param_tensors} tensors ({g.params:,} params)"
         groups.append((str(g.index), Node(text, kids), f"[{g.index}]"))
     out.append(("param_groups", Node(f"{len(s.groups)} group{'s' if len(s.groups) != 1 else ''}", groups),
@@ -272,6 +278,32 @@ def optimizer_children(opt: Any, s: _ms.OptimizerSummary) -> list[Child]:
         out.append(("step", s.step, _after(summary, ".step")))
     out.append(("defaults", getattr(opt, "defaults", None), ".defaults"))
     return out
+
+
+def _params_node(params: Any) -> Any:
+    """A group's parameter list: pydevd's own list view when short, paged when long."""
+    if not isinstance(params, list) or len(params) <= 100:
+        return params
+
+    def entries(start: int, stop: int) -> list[Child]:
+        return [(str(i), params[i], f"[{i}]") for i in range(start, stop)]
+
+    return Node(f"list of {len(params):,} parameters", lambda: paged(len(params), entries))
+
+
+def scaler_children(s: _ms.ScalerSummary) -> list[Child]:
+    """The scale and its growth/backoff settings, each watchable on the scaler's own attributes."""
+    if not s.enabled:
+        return [("enabled", False, ".is_enabled()")]
+    return [
+        ("scale", s.scale if s.scale is not None else Info(f"{fmt_num(s.init_scale)} (initial: not used yet)"),
+         ".get_scale()"),
+        ("enabled", s.enabled, ".is_enabled()"),
+        ("growth_factor", s.growth_factor, ".get_growth_factor()"),
+        ("backoff_factor", s.backoff_factor, ".get_backoff_factor()"),
+        ("growth_interval", s.growth_interval, ".get_growth_interval()"),
+        ("steps since growth", s.since_growth, "._growth_tracker"),
+    ]
 
 
 def scheduler_children(sched: Any, s: _ms.SchedulerSummary) -> list[Child]:

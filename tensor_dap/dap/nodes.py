@@ -15,11 +15,13 @@ from typing import Any, Callable, Union
 
 from ..kinds import torch_attr
 from ..summary import TensorSummary
+from ..summary.objects import object_kind
 
 EvalName = Union[str, Callable[[str], str], None]
 Child = tuple[str, Any, EvalName]
 
 TEXT_MAX = 240  # longest preview / batch line shown in the panel
+PAGE = 100  # the most children one node shows; more go behind a "… N more" node
 LAZY = "lazy: materialized by the first forward"
 
 
@@ -30,31 +32,26 @@ class Info(str):
 
 
 class Node:
-    """An expandable display-only node: a value line and its own children."""
+    """An expandable display-only node: a value line and its own children (a list, or a function making it
+    when the node is expanded, so a page of a huge container costs nothing until it is opened)."""
 
-    __slots__ = ("children", "text")
+    __slots__ = ("_children", "text")
 
-    def __init__(self, text: str, children: list[Child]) -> None:
+    def __init__(self, text: str, children: list[Child] | Callable[[], list[Child]]) -> None:
         self.text = text
-        self.children = children
+        self._children = children
+
+    @property
+    def children(self) -> list[Child]:
+        return list(self._children() if callable(self._children) else self._children)
 
     def __repr__(self) -> str:
         return self.text
 
 
-# kind -> the torch classes it renders, checked in this order
-_KIND_CLASSES = {
-    "tensor": ("torch.Tensor",),
-    "module": ("torch.nn.Module",),
-    "optimizer": ("torch.optim.Optimizer",),
-    "scheduler": ("torch.optim.lr_scheduler.LRScheduler", "torch.optim.lr_scheduler._LRScheduler",
-                  "torch.optim.lr_scheduler.ReduceLROnPlateau"),
-    "loader": ("torch.utils.data.DataLoader",),
-}
-
-
-def torch_classes(kind: str) -> tuple[type, ...]:
-    return tuple(c for c in (torch_attr(p) for p in _KIND_CLASSES[kind]) if isinstance(c, type))
+def tensor_classes() -> tuple[type, ...]:
+    tensor = torch_attr("torch.Tensor")
+    return (tensor,) if isinstance(tensor, type) else ()
 
 
 def kind_of(type_object: type) -> str | None:
@@ -65,18 +62,20 @@ def kind_of(type_object: type) -> str | None:
         return "info"
     if issubclass(type_object, (Node, TensorSummary)):
         return "node" if issubclass(type_object, Node) else "stats"
-    for kind in _KIND_CLASSES:
-        classes = torch_classes(kind)
-        if classes and issubclass(type_object, classes):
-            return kind
+    tensors = tensor_classes()
+    if tensors and issubclass(type_object, tensors):
+        return "tensor"
+    kind = object_kind(type_object)
+    if kind is not None:
+        return kind
     if type_object in (list, tuple) or issubclass(type_object, dict) or field_names(type_object) is not None:
         return "batch"
     return None
 
 
 def expandable(kind: str | None) -> bool:
-    """Kinds whose children this view provides (leaves and batches keep pydevd's own handling)."""
-    return kind is not None and kind not in ("info", "batch")
+    """Kinds whose children this view provides (leaves, batches and generators keep pydevd's own handling)."""
+    return kind is not None and kind not in ("info", "batch", "generator")
 
 
 def field_names(type_object: type) -> tuple[str, ...] | None:
@@ -112,3 +111,36 @@ def operand(expression: str) -> str:
 
 def clip(text: str) -> str:
     return text if len(text) <= TEXT_MAX else text[:TEXT_MAX - 1] + "…"
+
+
+def paged(count: int, entry: Callable[[int, int], list[Child]], start: int = 0, stop: int | None = None) -> list[Child]:
+    """Children ``start..stop`` of a container of ``count`` entries, at most PAGE of them at any level.
+
+    ``entry(a, b)`` makes children ``a..b-1``. Up to PAGE entries are shown as they are; past the first
+    PAGE, the rest sits behind a "… N more" node, which opens into ranges ``[a..b]`` (each at most
+    PAGE entries, or PAGE ranges of them), so expanding a 20,000-entry list renders 100 values, not 20,000.
+    """
+    stop = count if stop is None else stop
+    if stop - start <= PAGE:
+        return entry(start, stop)
+    if start == 0:
+        rest = Node(f"entries {PAGE:,}–{stop - 1:,}", lambda: _ranges(PAGE, stop, count, entry))
+        return entry(0, PAGE) + [(f"… {stop - PAGE:,} more", rest, _same)]
+    return _ranges(start, stop, count, entry)
+
+
+def _ranges(start: int, stop: int, count: int, entry: Callable[[int, int], list[Child]]) -> list[Child]:
+    size = PAGE
+    while (stop - start) > size * PAGE:
+        size *= PAGE
+    out: list[Child] = []
+    for a in range(start, stop, size):
+        b = min(stop, a + size)
+        node = Node(f"{b - a:,} entries", lambda a=a, b=b: paged(count, entry, a, b))
+        out.append((f"[{a}..{b - 1}]", node, _same))
+    return out
+
+
+def _same(parent: str) -> str:
+    """A grouping node's Watch expression is its container's: the entries inside keep their own suffixes."""
+    return parent

@@ -11,12 +11,12 @@ import collections
 import contextlib
 import dataclasses
 import os
-import sys
 import time
 from collections.abc import Iterator
 from typing import Callable
 
 from ..summary import DEFAULT_BUDGET, Budget
+from ..summary.budget import single_threaded
 
 class Pacer:
     """Keeps one burst of renders (a Variables request) inside a total time budget.
@@ -56,26 +56,6 @@ class Pacer:
                 yield self.budget()
         finally:
             self.spend(self._clock() - start)
-
-
-@contextlib.contextmanager
-def single_threaded() -> Iterator[None]:
-    """Run torch ops on the calling thread alone, then restore the thread count.
-
-    Summaries are memory-bound, so intra-op threads buy little, and on a busy machine (DataLoader
-    workers keep running while the program sits at a breakpoint) one descheduled worker stalls every
-    parallel op for a scheduler slice: tens of ms per op. Costs well under a microsecond.
-    """
-    torch = sys.modules.get("torch")
-    threads = torch.get_num_threads() if torch is not None else 1
-    if threads <= 1:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def debugger_pacer() -> Pacer:

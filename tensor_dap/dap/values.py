@@ -1,4 +1,5 @@
-"""The value line VS Code shows for a tensor, module, optimizer, scheduler, loader or tensor batch.
+"""The value line VS Code shows for a tensor, module, optimizer, scheduler, loader, grad scaler,
+generator or tensor batch.
 
 A renderer over summaries (``describe`` for tensors, ``summary.objects`` for the rest): it
 arranges what they computed and never computes statistics itself.
@@ -9,11 +10,13 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from ..format import fmt_count, fmt_shape, short_dtype, short_error
+from ..format import fmt_shape, short_dtype, short_error
 from ..summary import Budget, TensorSummary, describe
-from ..summary import objects as _ms
-from ..summary.line import one_line, stats_text
-from .nodes import LAZY, Child, Info, bound, clip, field_names, torch_classes
+from ..summary import objects as _objects
+from ..summary.line import nonfinite_counts, one_line, stats_text
+from ..summary.modules import is_uninitialized
+from ..summary.tensor import no_torch_function
+from .nodes import LAZY, TEXT_MAX, Child, Info, bound, clip, field_names, tensor_classes
 
 BATCH_ITEMS = 8  # elements of a dict/list batch named in its one-line value
 
@@ -38,17 +41,11 @@ def value_text(obj: Any, kind: str, context: str | None = None, budget: Budget |
 
 
 def summary_line(obj: Any, kind: str, budget: Budget | None = None) -> str:
-    if kind == "tensor" and _ms.is_uninitialized(obj):
+    if kind == "tensor" and is_uninitialized(obj):
         return f"{tensor_head(obj).replace('[?]', '')} ({LAZY})"
     if kind == "tensor":
         return one_line(describe(obj, budget=budget))
-    return str(_object_summary(obj, kind))
-
-
-def _object_summary(obj: Any, kind: str) -> Any:
-    describe = {"module": _ms.describe_module, "optimizer": _ms.describe_optimizer,
-                "scheduler": _ms.describe_scheduler, "loader": _ms.describe_loader}[kind]
-    return describe(obj)
+    return str(_objects.describe_object(obj, kind, max_ms=budget.max_ms if budget is not None else None))
 
 
 def stats_line(s: TensorSummary) -> str:
@@ -60,9 +57,7 @@ def stats_line(s: TensorSummary) -> str:
         return f"no values ({why})" if why else "no values"
     tokens = stats_text(s)
     if s.dtype != "torch.bool" and (s.nan is not None or s.nonfinite):
-        tokens.append(f"NaN={fmt_count(s.nan, s.has_nan)}")
-        tokens.append(f"+Inf={fmt_count(s.pos_inf, s.has_pos_inf)}")
-        tokens.append(f"-Inf={fmt_count(s.neg_inf, s.has_neg_inf)}")
+        tokens += [f"{label}={text}" for label, text, _ in nonfinite_counts(s)]
     if s.stats_of != "values":
         tokens.append(f"(of {s.stats_of})")
     if s.sampled:
@@ -75,6 +70,11 @@ def stats_line(s: TensorSummary) -> str:
 
 def tensor_head(x: Any) -> str:
     """``kind[shape] dtype device`` read from metadata alone (no data): for batch lines and fallbacks."""
+    with no_torch_function():
+        return _tensor_head(x)
+
+
+def _tensor_head(x: Any) -> str:
     name = {"Tensor": "tensor"}.get(type(x).__name__, type(x).__name__)
     try:
         shape = fmt_shape(tuple(int(d) for d in x.shape))
@@ -96,35 +96,66 @@ def tensor_head(x: Any) -> str:
 def batch_line(batch: Any) -> str | None:
     """``{'input': tensor[32, 784], 'label': tensor[32] i64}``: a batch's tensors by their heads.
 
-    None when none of the first items is a tensor, so every other container keeps pydevd's repr.
+    Nested containers show the same way (a list of ``(x, y)`` batches reads
+    ``[(tensor[32, 784], tensor[32] i64), (…), … 98 more]``). None when none of the first items
+    holds a tensor, so every other container keeps pydevd's repr.
     """
-    tensor_types = torch_classes("tensor")
+    tensor_types = tensor_classes()
     if not tensor_types:
         return None
+    text = _container_text(batch, tensor_types, 0)
+    return clip(text) if text is not None else None
+
+
+_NESTED = 2  # container levels shown inside a batch line
+
+
+def _container_text(batch: Any, tensor_types: tuple, depth: int) -> str | None:
     fields = field_names(type(batch))
+    first = _first if depth == 0 else _first_few
     if isinstance(batch, dict):
-        items = [(repr(k), v) for k, v in _first(batch.items())]
+        items = [(_key(k), v) for k, v in first(batch.items())]
     elif fields is not None:
-        items = [(f, v) for f, v in _first(zip(fields, batch))]
+        items = [(f, v) for f, v in first(zip(fields, batch))]
+    elif type(batch) in (list, tuple):
+        items = [(None, v) for v in first(batch)]
     else:
-        items = [(None, v) for v in _first(batch)]
-    if not any(isinstance(v, tensor_types) for _, v in items):
         return None
-
-    def show(v: Any) -> str:
-        if isinstance(v, tensor_types):
-            return tensor_head(v)
-        text = repr(v) if isinstance(v, (int, float, bool, str, type(None))) else type(v).__name__
-        return text if len(text) <= 40 else text[:37] + "..."
-
-    parts = [show(v) if k is None else f"{k}{'=' if fields is not None else ': '}{show(v)}"
-             for k, v in items]
-    if len(batch) > len(items):
-        parts.append(f"… {len(batch) - len(items)} more")
+    shown = [(k, _item_text(v, tensor_types, depth)) for k, v in items]
+    if not any(holds for _, (_, holds) in shown):
+        return None
+    parts: list[str] = []
+    for k, (text, _) in shown:  # as many as fit on the line; the rest are counted
+        part = text if k is None else f"{k}{'=' if fields is not None else ': '}{text}"
+        if parts and sum(len(p) + 2 for p in parts) + len(part) > TEXT_MAX - 16:
+            break
+        parts.append(part)
+    if len(batch) > len(parts):
+        parts.append(f"… {len(batch) - len(parts)} more")
     open_, close = ("{", "}") if isinstance(batch, dict) else ("[", "]") if isinstance(batch, list) else ("(", ")")
     prefix = "" if fields is None else _type_name(type(batch))
-    return clip(prefix + open_ + ", ".join(parts) + ("," if type(batch) is tuple and len(batch) == 1 else "")
-                 + close)
+    return prefix + open_ + ", ".join(parts) + ("," if type(batch) is tuple and len(batch) == 1 else "") + close
+
+
+def _item_text(v: Any, tensor_types: tuple, depth: int) -> tuple[str, bool]:
+    """(text, whether it shows a tensor) of one element of a batch."""
+    if isinstance(v, tensor_types):
+        return tensor_head(v), True
+    if depth < _NESTED and (type(v) in (list, tuple) or isinstance(v, dict) or field_names(type(v)) is not None):
+        text = _container_text(v, tensor_types, depth + 1)
+        if text is not None:
+            return text, True
+    plain = (int, float, bool, str, type(None))
+    if isinstance(v, plain) or (type(v) in (list, tuple) and len(v) <= 8 and all(isinstance(x, plain) for x in v)):
+        text = repr(v)  # plain values and short tuples of them (betas=(0.9, 0.99)); no user __repr__ runs
+    else:
+        text = type(v).__name__
+    return (text if len(text) <= 40 else text[:37] + "..."), False
+
+
+def _key(k: Any) -> str:
+    """A dict key as the batch line shows it: plain keys by repr, anything else by type (no user __repr__)."""
+    return repr(k) if isinstance(k, (int, float, bool, str, bytes, type(None))) else type(k).__name__
 
 
 def _type_name(type_object: type) -> str:
@@ -137,10 +168,14 @@ def _first(iterable: Any) -> list:
     return list(itertools.islice(iterable, BATCH_ITEMS))
 
 
+def _first_few(iterable: Any) -> list:
+    return list(itertools.islice(iterable, BATCH_ITEMS // 2))
+
+
 def fallback_text(obj: Any, exc: BaseException) -> str:
     """What a value shows when its view failed: still names the value, and says why."""
     try:
-        tensor_types = torch_classes("tensor")
+        tensor_types = tensor_classes()
         head = tensor_head(obj) if tensor_types and isinstance(obj, tensor_types) else type(obj).__name__
     except Exception:  # noqa: BLE001 - metadata of a broken value may raise anything
         head = "?"

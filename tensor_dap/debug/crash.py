@@ -17,9 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..probe.shape_errors import ShapeExplanation, explain, is_user_file
+from ..probe.shape_errors.source import library_of
 from ..summary import TensorSummary
 
-MAX_TENSORS = 40
+MAX_TENSORS = 16  # with the traceback and the explanation, a report fits on one screen
+FULL_TRACEBACK = "TENSOR_DAP_FULL_TRACEBACK"
 _RUNNER_FILES = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep, os.path.abspath(runpy.__file__))
 
 
@@ -29,6 +31,7 @@ class CrashReport:
     frame: str  # "train.py:42 in step": where the tensors below live
     tensors: tuple[tuple[str, TensorSummary], ...]
     explanation: ShapeExplanation | None
+    more_tensors: int = 0  # tensors of that frame left out past MAX_TENSORS
 
 
 def _trim(tb: Any) -> Any:
@@ -60,14 +63,14 @@ def build_report(exc: BaseException, tb: Any = None) -> CrashReport:
     from ..summary import describe
 
     tb = _trim(tb if tb is not None else exc.__traceback__)
-    text = "".join(traceback.format_exception(type(exc), exc, tb))
+    text = collapsed_traceback(exc, tb)
     frame, lineno = failing_frame(tb)
     rows: tuple[tuple[str, TensorSummary], ...] = ()
-    where = ""
+    where, more = "", 0
     if frame is not None:
         where = f"{os.path.basename(frame.f_code.co_filename)}:{lineno} in {frame.f_code.co_name}"
         try:
-            found, _ = reachable_tensors(frame.f_locals, modules=False, limit=MAX_TENSORS)
+            found, more = reachable_tensors(frame.f_locals, modules=False, limit=MAX_TENSORS)
             rows = tuple((name, describe(t)) for name, t in found)
         except Exception:
             rows = ()
@@ -75,7 +78,54 @@ def build_report(exc: BaseException, tb: Any = None) -> CrashReport:
         explanation = explain(exc, tb)
     except Exception:
         explanation = None
-    return CrashReport(traceback=text, frame=where, tensors=rows, explanation=explanation)
+    return CrashReport(traceback=text, frame=where, tensors=rows, explanation=explanation, more_tensors=more)
+
+
+def collapsed_traceback(exc: BaseException, tb: Any) -> str:
+    """Python's traceback with each run of library frames (torch, the standard library, tensor_dap) folded
+    into one line that says how many there were and where, so your own frames stand out. The frame that
+    raised is always shown. ``TENSOR_DAP_FULL_TRACEBACK=1`` keeps every frame."""
+    te = traceback.TracebackException(type(exc), exc, tb)
+    if os.environ.get(FULL_TRACEBACK, "").strip() not in ("", "0"):
+        return "".join(te.format())
+    seen, todo = set(), [te]
+    while todo:  # every exception in the chain (__cause__, __context__)
+        t = todo.pop()
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        t.stack = _Folded(t.stack)
+        todo += [c for c in (t.__cause__, t.__context__) if c is not None]
+    return "".join(te.format())
+
+
+class _Folded(traceback.StackSummary):
+    """A stack whose runs of library frames format as one line."""
+
+    def __init__(self, frames: Any) -> None:
+        super().__init__(frames)
+
+    def format(self) -> list[str]:
+        out: list[str] = []
+        run: list[Any] = []
+        for i, fs in enumerate(self):
+            library = library_of(fs.filename)
+            if library is not None and i < len(self) - 1:
+                run.append((fs, library))
+                continue
+            out += _fold(run)
+            run = []
+            out += traceback.StackSummary.from_list([fs]).format()
+        return out + _fold(run)
+
+
+def _fold(run: list[Any]) -> list[str]:
+    if not run:
+        return []
+    if len(run) == 1:
+        return traceback.StackSummary.from_list([run[0][0]]).format()
+    where = ", ".join(dict.fromkeys(library for _, library in run))
+    return [f"  [... {len(run)} frames in {where} hidden; {FULL_TRACEBACK}=1 shows them]\n"]
 
 
 def print_report(exc: BaseException, tb: Any = None) -> None:

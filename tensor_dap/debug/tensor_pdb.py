@@ -35,7 +35,7 @@ class _Shown:
         self.value = value
         self.view = view  # a TensorView, or None for non-tensor values
         self.key = None if view is None else \
-            tuple((k, v if isinstance(v, str) else one_line(v)) for k, v in view.rows)
+            (view.line,) + tuple((k, v if isinstance(v, str) else one_line(v)) for k, v in view.rows)
 
     def changed_from(self, old: _Shown) -> bool:
         if self.key is not None or old.key is not None:
@@ -211,17 +211,23 @@ class TensorPdb(pdb.Pdb):
         Table of every tensor reachable from this frame: locals, their containers, the
         parameters and buffers of modules, and the attributes of self. Flags: NaN/Inf,
         'other device' (not on the device most tensors use), requires_grad.
+        At a script's top level each model is one line instead (t MODEL lists its parameters).
         With an expression, only the tensors reachable from it.
         """
         def body() -> None:
+            from ..kinds import is_module
             from ..probe.scan import reachable_tensors, tensor_rows
+            from ..summary.modules import describe_module
             from .views import tensors
 
             scope = self._scope(arg)
             if scope is None:
                 return
-            found, extra = reachable_tensors(scope)
-            self._print(tensors(tensor_rows(found), extra))
+            top_level = not arg.strip() and self.curframe.f_code.co_name == "<module>"
+            found, extra = reachable_tensors(scope, modules=not top_level)
+            models = [(name, str(describe_module(m, max_ms=100.0))) for name, m in scope.items()
+                      if top_level and not name.startswith("_") and is_module(m)]
+            self._print(tensors(tensor_rows(found), extra, models))
         self._run("tensors", body)
 
     do_t = do_tensors
@@ -245,7 +251,7 @@ class TensorPdb(pdb.Pdb):
     def do_grads(self, arg: str) -> None:
         """grads [module]
         Gradient norm of every trainable parameter of the module (default: the first
-        nn.Module in the locals, then self), flagging missing, zero, vanishing (< 1e-7),
+        nn.Module in the locals, then self, then the globals), flagging missing, zero, vanishing (< 1e-7),
         exploding (> 1e3) and NaN/Inf gradients, and the total norm.
         """
         def body() -> None:
@@ -259,9 +265,9 @@ class TensorPdb(pdb.Pdb):
                     return
                 name = arg.strip()
             else:
-                found = find_module(self._frame_locals()) if "torch" in sys.modules else None
+                found = find_module(self._frame_locals(), self.curframe.f_globals) if "torch" in sys.modules else None
                 if found is None:
-                    self.error("grads: no nn.Module in this frame's locals; name one: grads MODEL")
+                    self.error("grads: no nn.Module in this frame's locals, self or globals; name one: grads MODEL")
                     return
                 name, module = found
             self._print(grads(grad_report(module, name)))

@@ -13,7 +13,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from ..format import dtype_name, fmt_bytes, fmt_count, fmt_num, fmt_shape
+from ..format import dtype_name, fmt_bytes, fmt_num, fmt_shape
 from ..probe.display import TensorView
 from ..probe.grads import GradReport
 from ..probe.memory import MemoryReport
@@ -21,6 +21,7 @@ from ..probe.scan import NonFiniteRow, TensorRow
 from ..probe.shapes import ShapeFlow
 from ..summary import TensorSummary
 from ..summary.histogram import Histogram
+from ..summary.line import nonfinite_counts
 from ..summary.tables import summaries_table, summary_line, summary_table
 
 _ALARM = "bold red"
@@ -33,6 +34,8 @@ def _table(title: str | None = None, **kwargs: Any) -> Table:
 
 def view(v: TensorView) -> Any:
     """``p x``: one summary line, or a container's elements one per line."""
+    if v.line is not None:
+        return Text(v.line)
     if v.single is not None:
         return summary_line(v.single)
     table = _table(show_header=False)
@@ -46,23 +49,39 @@ def view(v: TensorView) -> Any:
     return Group(*parts)
 
 
-def tensors(rows: Sequence[TensorRow], extra: int = 0) -> Any:
-    """``tensors``: every tensor in the frame with its flags."""
-    if not rows:
+def tensors(rows: Sequence[TensorRow], extra: int = 0, models: Sequence[tuple[str, str]] = ()) -> Any:
+    """``tensors``: every tensor in the frame with its flags, one line each (long summaries end in …);
+    ``models`` (name, one-line summary) are listed apart instead of parameter by parameter."""
+    parts: list[Any] = []
+    if models:
+        table = _table(title=f"{len(models)} model{'s' if len(models) != 1 else ''} (t NAME lists the parameters)")
+        table.add_column("name", style="bold", no_wrap=True)
+        table.add_column("summary")  # the one column rich may narrow; its lines are cut, not wrapped
+        for name, line in models:
+            table.add_row(name, _one_line(Text(line)))
+        parts.append(table)
+    if rows:
+        table = _table(title=f"{len(rows) + extra} tensors")
+        table.add_column("name", style="bold", no_wrap=True, max_width=28)
+        table.add_column("flags", no_wrap=True)
+        table.add_column("summary")
+        for r in rows:
+            flags = Text()
+            for flag in r.flags:
+                style = _ALARM if flag == "NaN/Inf" else _WARN if flag in ("other device", "mixed devices") else "dim"
+                flags.append(("" if not flags else " ") + flag, style=style)
+            table.add_row(_one_line(Text(r.name)), flags, _one_line(summary_line(r.summary)))
+        parts.append(table)
+    elif not models:
         return Text("no tensors in this frame's locals")
-    table = _table(title=f"{len(rows) + extra} tensors")
-    table.add_column("name", style="bold", no_wrap=True)
-    table.add_column("summary")
-    table.add_column("flags")
-    for r in rows:
-        flags = Text()
-        for flag in r.flags:
-            style = _ALARM if flag == "NaN/Inf" else _WARN if flag in ("other device", "mixed devices") else "dim"
-            flags.append(("" if not flags else " ") + flag, style=style)
-        table.add_row(r.name, summary_line(r.summary), flags)
     if extra:
-        return Group(table, Text(f"… and {extra} more not shown", style="dim"))
-    return table
+        parts.append(Text(f"… and {extra} more not shown", style="dim"))
+    return Group(*parts)
+
+
+def _one_line(text: Text) -> Text:
+    text.no_wrap, text.overflow = True, "ellipsis"
+    return text
 
 
 def nonfinite(rows: Sequence[NonFiniteRow], checked: int) -> Any:
@@ -77,22 +96,21 @@ def nonfinite(rows: Sequence[NonFiniteRow], checked: int) -> Any:
     table.add_column("bad", justify="right")
     table.add_column("summary")
     for r in rows:
-        s, exact = r.summary, r.bad is not None
         share = "?" if r.fraction is None else f"{'~' if r.estimated else ''}{100 * r.fraction:.3g}%"
-        table.add_row(r.name, _bad_count(s.nan, s.has_nan, exact), _bad_count(s.pos_inf, s.has_pos_inf, exact),
-                      _bad_count(s.neg_inf, s.has_neg_inf, exact), share, summary_line(s))
+        cells = [Text(text, style=_ALARM if present else "dim") for _, text, present in nonfinite_counts(r.summary)]
+        table.add_row(r.name, *cells, share, _one_line(summary_line(r.summary)))
     return table
-
-
-def _bad_count(n: int | None, present: bool, exact: bool) -> Text:
-    # a sampled summary's counts are not the tensor's, and its absence of a kind is not known
-    return Text(fmt_count(n if exact else None, present), style=_ALARM if present else "dim")
 
 
 def grads(report: GradReport) -> Any:
     """``grads``: per-parameter gradient norms with flags, then the total norm."""
     if not report.rows:
         return Text(f"{report.module} has no trainable parameters")
+    if report.count("no grad") == len(report.rows):
+        n = len(report.rows)
+        return Text(f"no gradients yet: none of the {n} trainable parameter{'s' if n != 1 else ''} of {report.module} "
+                    "has a .grad (run loss.backward() first, or they were cleared by zero_grad(set_to_none=True))",
+                    style=_WARN)
     table = _table(title=f"gradients of {report.module}")
     table.add_column("parameter", style="bold", no_wrap=True)
     table.add_column("shape")
@@ -245,6 +263,8 @@ def crash(report: Any) -> Any:
         parts.append(Text(""))
         parts.append(Text(f"tensors in {report.frame}", style="bold"))
         parts.append(summaries_table(report.tensors))
+        if report.more_tensors:
+            parts.append(Text(f"… and {report.more_tensors} more (t in the post-mortem lists them)", style="dim"))
     if report.explanation is not None and report.explanation.frames:
         parts.append(Text(""))
         parts.append(explanation(report.explanation))

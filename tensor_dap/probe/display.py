@@ -1,7 +1,8 @@
 """What ``p``, ``pp``, ``display`` and bare expressions show for a value.
 
-A tensor becomes its one-line summary; a container holding tensors (dict, list, tuple,
-namedtuple, dataclass, a batch mapping) becomes one line per element. Anything else
+A tensor becomes its one-line summary; a module, optimizer, LR scheduler, DataLoader, grad
+scaler or generator the one line VS Code shows for it; a container holding tensors (dict,
+list, tuple, namedtuple, dataclass, a batch mapping) one line per element. Anything else
 returns None so the debugger keeps pdb's own repr: non-tensor output never changes.
 """
 
@@ -13,11 +14,13 @@ from typing import Any
 from ..kinds import is_module, is_tensor
 from ..nested import children, holds_tensor, walk
 from ..summary import TensorSummary, describe
+from ..summary.objects import describe_object
 
 MAX_ROWS = 64  # a huge list of tensors is summarized, not dumped
 MAX_DEPTH = 3
 _WALK_LIMIT = 100_000  # containers visited for one view: a huge list is cut, not walked whole
 _REPR_CHARS = 80
+OBJECT_MS = 200.0  # a module or optimizer summary walks its tensors for at most this long at the prompt
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,6 +30,7 @@ class TensorView:
     title: str  # "" for a single tensor, else e.g. "dict, 3 items"
     rows: tuple[tuple[str, TensorSummary | str], ...]  # (key, summary or short repr)
     more: int = 0  # elements left out past MAX_ROWS
+    line: str | None = None  # a module's, optimizer's, ... one-line summary (then rows are empty)
 
     @property
     def single(self) -> TensorSummary | None:
@@ -59,6 +63,9 @@ def tensor_view(value: Any) -> TensorView | None:
     """The summarized form of ``value``, or None when pdb's repr should be used unchanged."""
     if is_tensor(value):
         return TensorView(title="", rows=(("", describe(value)),))
+    summary = describe_object(value, max_ms=OBJECT_MS)
+    if summary is not None:
+        return TensorView(title="", rows=(), line=str(summary))
     if is_module(value) or not holds_tensor(value, MAX_DEPTH):
         return None
     rows: list[tuple[str, TensorSummary | str]] = []

@@ -36,13 +36,17 @@ class GradReport:
         return sum(1 for r in self.rows if r.flag == flag)
 
 
-def find_module(local_vars: Mapping[str, Any]) -> tuple[str, Any] | None:
-    """The first nn.Module among the locals (then ``self``), as (name, module)."""
+def find_module(local_vars: Mapping[str, Any], global_vars: Mapping[str, Any] | None = None) -> tuple[str, Any] | None:
+    """The first nn.Module among the locals, then ``self``, then the globals (a script's module-level
+    model seen from inside a function), as (name, module)."""
     for name, value in local_vars.items():
         if name != "self" and is_module(value):
             return name, value
     if is_module(local_vars.get("self")):
         return "self", local_vars["self"]
+    for name, value in (global_vars or {}).items():
+        if not name.startswith("__") and is_module(value):
+            return name, value
     return None
 
 

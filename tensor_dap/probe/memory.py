@@ -93,10 +93,16 @@ def _cuda_devices() -> tuple[tuple[DeviceMemory, ...], str]:
 
 
 def _nbytes(t: Any) -> int:
+    """The memory a tensor holds: its logical size, or its storage's when smaller (a broadcast view of 2^31
+    elements over 64 KiB holds 64 KiB)."""
     try:
-        return int(t.numel()) * int(t.element_size())
+        logical = int(t.numel()) * int(t.element_size())
     except Exception:
         return 0
+    try:
+        return min(logical, int(t.untyped_storage().nbytes()))
+    except Exception:  # sparse, nested: no single storage
+        return logical
 
 
 def memory_report(found: list[tuple[str, Any]] | None = None) -> MemoryReport:

@@ -141,51 +141,31 @@ def tensor_rows(found: list[tuple[str, Any]]) -> list[TensorRow]:
 class NonFiniteRow:
     name: str
     summary: TensorSummary
-    bad: int | None  # NaN + Inf elements, None when only their presence (or an estimated share) is known
+    bad: int | None  # NaN + Inf elements (an estimate when ``estimated``), None when not counted
     fraction: float | None
-    estimated: bool = False  # counted on a sample of the tensor: the share is an estimate
-
-
-SHARE_SAMPLE = 2**24  # elements counted to estimate the bad share of a tensor too large to count exactly
+    estimated: bool = False  # the summary counted a sample of the tensor: the count and share are estimates
 
 
 def _badness(s: TensorSummary) -> tuple[int | None, float | None]:
     counts = (s.nan, s.pos_inf, s.neg_inf)
-    if any(c is None for c in counts) or not s.stats_count:
+    if any(c is None for c in counts) or not s.numel:
         return None, None
     bad = sum(counts)
-    return bad, bad / s.stats_count
-
-
-def _sampled_share(tensor: Any) -> float | None:
-    """The share of non-finite values in an even strided sample: one pass, one read back."""
-    import torch
-
-    from ..summary._stats import sample_view
-
-    try:
-        with torch.no_grad():
-            view = sample_view(tensor.detach(), SHARE_SAMPLE)
-            return float((~torch.isfinite(view)).sum().item()) / max(1, view.numel())
-    except Exception:
-        return None
+    return bad, bad / s.numel
 
 
 def nonfinite_rows(found: list[tuple[str, Any]]) -> list[NonFiniteRow]:
     """The tensors holding NaN/Inf, worst first (largest share of bad values, then largest count).
 
-    A tensor too large to count exactly is ranked by the share in its sample, so a huge
-    embedding full of NaN still comes before a single bad element elsewhere.
+    A tensor too large to count exactly within the summary's budget is ranked by the share its
+    summary estimated from an even sample, so a huge embedding full of NaN still comes before a
+    single bad element elsewhere.
     """
     rows = []
     for name, tensor in found:
         s = describe(tensor, grad=False)
         if s.nonfinite:
-            if s.sampled:  # the summary's counts cover an unknown part of the tensor
-                share = _sampled_share(tensor)
-                rows.append(NonFiniteRow(name, s, None, share, estimated=share is not None))
-            else:
-                bad, fraction = _badness(s)
-                rows.append(NonFiniteRow(name, s, bad, fraction))
+            bad, fraction = _badness(s)
+            rows.append(NonFiniteRow(name, s, bad, fraction, estimated=not s.counts_exact))
     rows.sort(key=lambda r: (-(r.fraction if r.fraction is not None else -1.0), -(r.bad or 0)))
     return rows

@@ -1,43 +1,56 @@
-"""The numeric engine behind summaries: min/max/mean/std/NaN/Inf in as few memory passes as possible.
+"""The numeric engine behind summaries: range, mean, std and NaN/Inf counts in one bounded pass.
 
-On CPU a tensor is walked in cache-sized chunks; each chunk gets min/max, mean and the
-sum of squared deviations while it is still in cache, and the chunks are merged with
-Chan's parallel formula. That is one trip through memory for stable, exact moments.
-On accelerators the reductions stay on the device and every scalar comes back in one
-packed transfer (one synchronization). There the NaN/Inf counts are computed every time:
-deciding whether to count would itself need a second synchronization, and the extra
-device passes cost less than that round trip.
+On CPU a tensor is walked in cache-sized chunks, made on demand (``_views.Chunks``), so nothing
+is built in proportion to its size before the time cap is checked, and the cap is checked
+before every chunk. Each chunk gets its extremes, then (while it is still in cache) its mean
+and the sum of squared deviations; chunks are merged with Chan's parallel formula. A chunk
+holding NaN/Inf is counted on the spot and its moments taken over its finite values, so a
+single NaN costs neither the mean nor the exact range. Moments are computed on the values
+rescaled by a power of two (exact) whenever their magnitude would underflow or overflow the
+squares, and merged in float64 with a common exponent, so 1e-30 and 1e308 keep their σ.
+
+Broadcast views are summarized from the storage they repeat (``_views.reached``), counted
+right; views that overlap in memory from a sample, saying so. The device path is
+``_device.packed_stats``.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
-from dataclasses import dataclass
-from typing import Iterator, List, Optional
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
 
 import torch
 
+from ._views import Chunks, Reached, reached, sample_view, spread
 from .budget import Budget
 
 _INF = float("inf")
+# |x| inside this window needs no rescaling: squared deviations neither underflow nor overflow
+_SAFE = {torch.float32: (2.0**-20, 2.0**20), torch.float64: (2.0**-400, 2.0**400)}
+OVERLAP_FACTOR = 16  # an overlapping view is walked whole only up to this many times its storage
+RARE = 10  # fewer NaN/Inf than this in a sample are reported as seen, not scaled to the whole tensor
+_SCATTERED_CHUNK = 2**16  # chunk of a strided sample or a dequantized tensor: its copies stay small
 
 
 @dataclass(frozen=True)
 class Stats:
-    count: int  # elements the moments were computed on
-    min: Optional[float]
+    count: int  # finite elements the moments stand for (a broadcast view counts its repeats)
+    min: Optional[float]  # of the finite values
     max: Optional[float]
-    mean: Optional[float]
+    mean: Optional[float]  # of the finite values
     std: Optional[float]
-    nan: Optional[int]
+    nan: Optional[int]  # exact when counts_exact, else an estimate from the elements read
     pos_inf: Optional[int]
     neg_inf: Optional[int]
     has_nan: bool
     has_pos_inf: bool
     has_neg_inf: bool
-    sampled: bool  # moments (and counts) come from a sample
+    sampled: bool  # moments come from a sample
     range_exact: bool  # min/max and NaN/Inf presence cover every element
+    counts_exact: bool = True
 
 
 def work_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -47,41 +60,6 @@ def work_dtype(dtype: torch.dtype) -> torch.dtype:
     if hasattr(torch, "uint32") and dtype in (torch.uint32, torch.uint64):
         return torch.float64
     return torch.float32
-
-
-def _memory_order(x: torch.Tensor) -> torch.Tensor:
-    """The same elements with dims permuted into memory order (stats do not care about order).
-
-    A transposed or channels-last tensor becomes contiguous again, so it can be walked
-    linearly instead of jumping across cache lines.
-    """
-    if x.dim() < 2 or x.is_contiguous():
-        return x
-    order = sorted(range(x.dim()), key=lambda d: (x.stride(d), x.shape[d]), reverse=True)
-    return x.permute(order)
-
-
-def _iter_chunks(x: torch.Tensor, size: int) -> Iterator[torch.Tensor]:
-    """Yield views of ``x`` of about ``size`` elements each, never copying."""
-    if x.numel() == 0:
-        return
-    x = _memory_order(x)
-    if x.is_contiguous():
-        flat = x.view(-1)
-        for start in range(0, flat.numel(), size):
-            yield flat[start:start + size]
-        return
-    if x.numel() <= size or x.dim() == 0:
-        yield x
-        return
-    row = x[0].numel()
-    if row >= size:
-        for i in range(x.shape[0]):
-            yield from _iter_chunks(x[i], size)
-        return
-    step = max(1, size // max(row, 1))
-    for start in range(0, x.shape[0], step):
-        yield x[start:start + step]
 
 
 # dtypes torch.aminmax handles directly, so a range-only scan needs no upcast copy
@@ -101,222 +79,230 @@ class _Workspace:
     def _get(self, which: str, n: int) -> torch.Tensor:
         buf = getattr(self, which)
         if buf is None or buf.numel() < n:
-            buf = torch.empty(max(n, self.size), dtype=self.dtype)
+            buf = torch.empty(n, dtype=self.dtype)  # a tensor smaller than a chunk gets no chunk-sized buffer
             setattr(self, which, buf)
         return buf[:n]
 
-    def scan_values(self, chunk: torch.Tensor) -> torch.Tensor:
-        """What a min/max-only pass reads: the chunk itself where aminmax supports its dtype."""
-        if chunk.dtype in _NATIVE_AMINMAX:
+    def values(self, chunk: torch.Tensor, range_only: bool = False) -> torch.Tensor:
+        """The chunk as real numbers (magnitude for complex): in the work dtype, or as it is for a range."""
+        if chunk.is_quantized:
+            chunk = chunk.dequantize()  # one chunk at a time: never the whole tensor
+        if range_only and chunk.dtype in _NATIVE_AMINMAX:
             return chunk
-        return self.values(chunk)
-
-    def values(self, chunk: torch.Tensor) -> torch.Tensor:
-        """The chunk as real numbers in the work dtype (magnitude for complex)."""
         if chunk.is_complex():
             return torch.abs(chunk, out=self._get("_a", chunk.numel()).view(chunk.shape))
         if chunk.dtype == self.dtype:
             return chunk
         return self._get("_a", chunk.numel()).view(chunk.shape).copy_(chunk)
 
-    def deviations(self, v: torch.Tensor, mean: torch.Tensor) -> tuple:
-        """Sum and sum of squares of ``v - mean``, computed while ``v`` is still in cache."""
+    def buffer(self, v: torch.Tensor) -> torch.Tensor:
+        """The first buffer, shaped like ``v``: where a chunk's values are rewritten (never the user's tensor)."""
+        return self._get("_a", v.numel()).view(v.shape)
+
+    def scaled(self, v: torch.Tensor, exponent: int) -> torch.Tensor:
+        """``v * 2**exponent`` into a buffer (exact: a power of two), in steps the work dtype can hold."""
+        out = self._get("_a", v.numel()).view(v.shape)
+        first = True
+        while exponent:
+            step = max(-100, min(100, exponent))
+            if first:
+                torch.mul(v, 2.0**step, out=out)
+                first = False
+            else:
+                out.mul_(2.0**step)
+            exponent -= step
+        return out
+
+    def moments(self, v: torch.Tensor, lo: float, hi: float, fill: Tuple[int, float] = (0, 0.0)
+                ) -> Tuple[int, float, float, float, int]:
+        """(n, mean, sum(d), sum(d^2), e) of the finite values of ``v`` in units of 2**e, while ``v`` is in cache.
+
+        The mean is rounded to the work dtype; the deviation sum corrects it (the corrected
+        two-pass formula), so a large offset does not leak into the variance. ``fill = (k, m0)``:
+        ``k`` elements of ``v`` are stand-ins of value ``m0`` for NaN/Inf, taken back out of the sums.
+        """
+        low, high = _SAFE.get(self.dtype, _SAFE[torch.float32])
+        absmax = max(abs(lo), abs(hi))
+        e = 0 if absmax == 0 or low <= absmax <= high else math.frexp(absmax)[1]
+        if e:
+            v = self.scaled(v, -e)
+        mean = v.mean()
         d = torch.sub(v, mean, out=self._get("_b", v.numel()).view(v.shape)).view(-1)
-        return d.sum(), torch.dot(d, d)
-
-    def finite_range(self, v: torch.Tensor) -> tuple:
-        """(min, max) over the finite values of ``v``; (inf, -inf) when there are none."""
-        buf = self._get("_b", v.numel()).view(v.shape)
-        low = torch.nan_to_num(v, nan=_INF, posinf=_INF, neginf=_INF, out=buf).min().item()
-        high = torch.nan_to_num(v, nan=-_INF, posinf=-_INF, neginf=-_INF, out=buf).max().item()
-        return low, high
+        m, s, q = torch.stack([mean, d.sum(), torch.dot(d, d)]).tolist()
+        k, stand_in = fill
+        off = _ldexp(stand_in, -e) - m
+        return v.numel() - k, m, s - k * off, max(0.0, q - k * off * off), e
 
 
-def _merge(parts: List[torch.Tensor]) -> tuple:
-    """Merge per-chunk [n, min, max, mean, sum(d), sum(d^2)] rows into (count, mean, m2), in float64.
+def _nonfinite(v: torch.Tensor) -> Tuple[Tuple[int, int, int], float, float]:
+    """(NaN, +Inf, -Inf counts), finite min, finite max of a chunk holding NaN or Inf.
 
-    Chan et al.'s parallel formula.
-
-    The chunk mean is rounded to the chunk's dtype; the deviation sum corrects it
-    (the corrected two-pass formula), so a large offset does not leak into the variance.
+    Float passes only (``nan_to_num``, reductions): boolean masks cost several times more, and this
+    runs under the same time cap as everything else.
     """
-    rows = torch.stack([p.to(torch.float64) for p in parts])
-    n, _, _, rough, dsum, dsq = rows.unbind(1)
-    # an infinite chunk mean is already the answer; correcting it would turn inf into NaN
-    mean = torch.where(torch.isfinite(rough), rough + dsum / n, rough)
-    m2 = dsq - dsum * dsum / n
-    total = n.sum()
-    grand = (n * mean).sum() / total
-    m2_total = m2.sum() + (n * (mean - grand) ** 2).sum()
-    return total.item(), grand.item(), m2_total.item()
+    top = float(torch.amax(torch.nan_to_num(v, nan=-_INF, posinf=_INF, neginf=-_INF)))  # +inf if any
+    bottom = float(torch.amin(torch.nan_to_num(v, nan=_INF, posinf=_INF, neginf=-_INF)))  # -inf if any
+    hi = top if top != _INF else float(torch.amax(torch.nan_to_num(v, nan=-_INF, posinf=-_INF, neginf=-_INF)))
+    lo = bottom if bottom != -_INF else float(torch.amin(torch.nan_to_num(v, nan=_INF, posinf=_INF, neginf=_INF)))
+    bad = int(torch.sum(torch.nan_to_num(v * 0, nan=1.0), dtype=torch.float64))  # x*0 is NaN for NaN and ±inf
+    pinf = int(torch.count_nonzero(v == _INF)) if top == _INF else 0
+    ninf = int(torch.count_nonzero(v == -_INF)) if bottom == -_INF else 0
+    return (bad - pinf - ninf, pinf, ninf), lo, hi
 
 
-def _std(count: float, m2: float) -> float:
-    """Unbiased std from the sum of squared deviations (0 for one element, NaN when undefined)."""
-    if count == 1:
-        return 0.0
-    return math.sqrt(m2 / (count - 1)) if count > 1 and math.isfinite(m2) else float("nan")
+def _ldexp(x: float, e: int) -> float:
+    try:
+        return math.ldexp(x, e)
+    except OverflowError:
+        return math.copysign(_INF, x)
 
 
-def _moment_row(v: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, ws: "_Workspace") -> torch.Tensor:
-    """[n, min, max, mean, sum(d), sum(d^2)] of one chunk, while it is in cache."""
-    mean = v.mean()
-    dsum, dsq = ws.deviations(v, mean)
-    return torch.stack([torch.tensor(float(v.numel()), dtype=ws.dtype), lo.to(ws.dtype), hi.to(ws.dtype),
-                        mean, dsum, dsq])
+def merge(rows: List[Tuple[int, float, float, float, int]]) -> Tuple[int, Optional[float], Optional[float]]:
+    """(count, mean, unbiased std) from per-chunk moment rows (Chan et al.), in float64 with a common exponent."""
+    total = sum(r[0] for r in rows)
+    if not total:
+        return 0, None, None
+    top = max(r[4] for r in rows)
+    means, m2s = [], []
+    for n, m, s, q, e in rows:
+        s = _ldexp(s, e - top)
+        means.append(_ldexp(m, e - top) + s / n)
+        m2s.append(max(0.0, _ldexp(q, 2 * (e - top)) - s * s / n))  # rounding can leave it a hair below 0
+    grand = math.fsum(n * m for (n, *_), m in zip(rows, means)) / total
+    m2 = max(0.0, math.fsum(m2s) + math.fsum(r[0] * (m - grand) ** 2 for r, m in zip(rows, means)))
+    std = 0.0 if total == 1 else _ldexp(math.sqrt(m2 / (total - 1)), top)
+    return total, _ldexp(grand, top), std
 
 
-def _widen_overflowed(moments: List[torch.Tensor], chunks: List[torch.Tensor], ws: "_Workspace") -> None:
-    """Redo in float64 the chunks whose values are finite but whose sums overflowed float32.
+@dataclass
+class _Scan:
+    """What one pass has read so far."""
 
-    Values near float32's limit (|x| > ~1e19) square past it; this is rare, so the fast
-    path stays float32 and only those chunks pay for the wider type.
-    """
-    if not moments or ws.dtype == torch.float64:
-        return
-    rows = torch.stack(moments)
-    overflowed = torch.isfinite(rows[:, 1:3]).all(1) & ~torch.isfinite(rows[:, 3:]).all(1)
-    if not bool(overflowed.any()):
-        return
-    wide = _Workspace(torch.float64, ws.size)
-    for i in overflowed.nonzero().flatten().tolist():
-        v = wide.values(chunks[i])
-        lo, hi = torch.aminmax(v)
-        moments[i] = _moment_row(v, lo, hi, wide)
+    ws: _Workspace
+    rows: List[Tuple[int, float, float, float, int]] = field(default_factory=list)
+    lo: float = _INF
+    hi: float = -_INF
+    read: int = 0  # elements read
+    counts: List[int] = field(default_factory=lambda: [0, 0, 0])  # NaN, +Inf, -Inf in everything read
+    moment_read: int = 0  # elements read by moment chunks (an even spread)
+    moment_counts: List[int] = field(default_factory=lambda: [0, 0, 0])
+
+    def chunk(self, c: torch.Tensor, moment: bool) -> None:
+        v = self.ws.values(c, range_only=not moment)
+        lo, hi = (float(t) for t in torch.aminmax(v))
+        counts = (0, 0, 0)
+        fill = (0, 0.0)
+        if not (math.isfinite(lo) and math.isfinite(hi)):  # NaN hides the extremes: look closer, in cache
+            counts, lo, hi = _nonfinite(v)
+            if moment and math.isfinite(lo):  # NaN/Inf become the mid-range, then are taken back out
+                fill = (sum(counts), (lo + hi) / 2)
+                v = torch.nan_to_num(v, nan=fill[1], posinf=fill[1], neginf=fill[1], out=self.ws.buffer(v))
+        self.lo, self.hi = min(self.lo, lo), max(self.hi, hi)
+        self.read += c.numel()
+        self.counts = [a + b for a, b in zip(self.counts, counts)]
+        if moment:
+            self.moment_read += c.numel()
+            self.moment_counts = [a + b for a, b in zip(self.moment_counts, counts)]
+            if math.isfinite(lo):  # else there is no finite value to take moments of
+                self.rows.append(self.ws.moments(v, lo, hi, fill))
+
+
+def _passes(x: torch.Tensor, budget: Budget, deadline: Optional[float], moments: bool = True,
+            reorder: bool = True) -> Tuple[_Scan, bool]:
+    """Moment chunks spread over ``x`` (all of them within the exact budget), then a range-only scan of
+    the rest within the scan budget. Returns the scan and whether the moments are a sample."""
+    numel = x.numel()
+    exact, scan_cap = budget.exact_elements, budget.scan_elements
+    sampled = not moments or (exact is not None and numel > exact)
+    size = budget.chunk_elements
+    if sampled and moments:  # small enough chunks that the sample spreads over at least 16 places
+        size = max(256, min(size, exact // 16))
+    chunks = Chunks(x, size, reorder)
+    n = len(chunks)
+    every = max(1, math.ceil(numel / exact)) if sampled and moments else 1
+    taken = range(0, n, every) if moments else range(0)
+    scan_all = not sampled or scan_cap is None or numel <= scan_cap
+    scan = _Scan(_Workspace(work_dtype(x.dtype), budget.chunk_elements))
+    if n == 1:  # most tensors: one chunk, no schedule to make
+        scan.chunk(chunks[0], moments)
+        return scan, not moments
+    rest = (i for i in range(n) if not moments or i % every) if scan_all else iter(())
+    for i, moment in itertools.chain(((taken[j], True) for j in spread(len(taken))), ((i, False) for i in rest)):
+        if deadline is not None and scan.read and time.perf_counter() > deadline:
+            return scan, True
+        scan.chunk(chunks[i], moment)
+    return scan, sampled
 
 
 def cpu_stats(x: torch.Tensor, budget: Budget) -> Stats:
-    """Stats of a dense CPU tensor within ``budget``."""
-    numel = x.numel()
-    exact_cap = budget.exact_elements
-    scan_cap = budget.scan_elements
-    sampled = exact_cap is not None and numel > exact_cap
-    scan_all = not sampled or scan_cap is None or numel <= scan_cap
-    every = max(1, math.ceil(numel / exact_cap)) if sampled else 1
-    chunk_size = budget.chunk_elements
-    if sampled:  # small enough chunks that the sample spreads over at least 16 places
-        chunk_size = max(256, min(chunk_size, exact_cap // 16))
-    ws = _Workspace(work_dtype(x.dtype), budget.chunk_elements)
-
-    chunks = list(_iter_chunks(x, chunk_size))
-    taken = chunks[::every]
-    # Moments first (spread over the whole tensor), then the range-only scan of the rest,
-    # so running out of time costs exactness of the range, never the spread of the sample.
-    rest = [c for i, c in enumerate(chunks) if i % every] if scan_all else []
+    """Stats of a dense (or quantized) CPU tensor within ``budget``."""
     deadline = None if budget.max_ms is None else time.perf_counter() + budget.max_ms / 1000
-
-    moments: List[torch.Tensor] = []
-    seen: List[torch.Tensor] = []  # every chunk that was read, for the rare second pass
-    lows: List[torch.Tensor] = []
-    highs: List[torch.Tensor] = []
-    for chunk in taken + rest:
-        if deadline is not None and seen and time.perf_counter() > deadline:
-            sampled, scan_all = True, False
-            break
-        moment = len(moments) < len(taken)
-        v = ws.values(chunk) if moment else ws.scan_values(chunk)
-        lo, hi = torch.aminmax(v)
-        seen.append(chunk)
-        lows.append(lo.to(ws.dtype))
-        highs.append(hi.to(ws.dtype))
-        if moment:
-            moments.append(_moment_row(v, lo, hi, ws))
-
-    _widen_overflowed(moments, seen, ws)
-    count, mean, m2 = _merge(moments)
-    std = _std(count, m2)
-    chunk_lo = torch.stack(lows).tolist()
-    chunk_hi = torch.stack(highs).tolist()
-    bad = [i for i, (a, b) in enumerate(zip(chunk_lo, chunk_hi)) if not (math.isfinite(a) and math.isfinite(b))]
-    lo = min((a for a, b in zip(chunk_lo, chunk_hi) if math.isfinite(a) and math.isfinite(b)), default=_INF)
-    hi = max((b for a, b in zip(chunk_lo, chunk_hi) if math.isfinite(a) and math.isfinite(b)), default=-_INF)
-    # Presence is known from the chunk extremes; counts and the finite range of those chunks
-    # need a second look, which the time cap can cut short.
-    has_nan = any(math.isnan(chunk_lo[i]) or math.isnan(chunk_hi[i]) for i in bad)
-    has_pinf = any(chunk_hi[i] == _INF for i in bad)
-    has_ninf = any(chunk_lo[i] == -_INF for i in bad)
-    counts: Optional[List[int]] = [0, 0, 0]
-    for i in bad:
-        if deadline is not None and time.perf_counter() > deadline:
-            counts, scan_all = None, False
-            break
-        v = ws.values(seen[i])
-        counts[0] += int(torch.isnan(v).sum())
-        counts[1] += int((v == _INF).sum())
-        counts[2] += int((v == -_INF).sum())
-        a, b = ws.finite_range(v)
-        lo, hi = min(lo, a), max(hi, b)
-    nan, pinf, ninf = counts if counts is not None else (None, None, None)
-    return Stats(
-        int(count),
-        lo if lo != _INF else None,
-        hi if hi != -_INF else None,
-        mean, std, nan, pinf, ninf,
-        has_nan or bool(nan), has_pinf or bool(pinf), has_ninf or bool(ninf),
-        sampled, scan_all,
-    )
-
-
-def sample_view(x: torch.Tensor, limit: int) -> torch.Tensor:
-    """A strided view of at most about ``limit`` elements spread over the whole tensor (no copy)."""
-    if x.dim() == 0 or x.numel() <= limit:
-        return x
-    steps = [1] * x.dim()
-    counts = list(x.shape)
-    while math.prod(counts) > limit:
-        i = max(range(len(counts)), key=lambda k: counts[k])
-        steps[i] *= 2
-        counts[i] = -(-x.shape[i] // steps[i])
-    return x[tuple(slice(None, None, s) for s in steps)]
-
-
-def packed_stats(x: torch.Tensor, budget: Budget, values_limit: int = 0) -> tuple:
-    """Stats computed on the tensor's own device, read back in one transfer.
-
-    Returns ``(Stats, values)`` where ``values`` holds the first ``values_limit`` elements
-    (as Python numbers) when the tensor is that small, so a tiny tensor costs no extra sync.
-    """
     numel = x.numel()
-    sampled = budget.exact_elements is not None and numel > budget.exact_elements
-    view = sample_view(x, budget.exact_elements) if sampled else x
-    wd = work_dtype(x.dtype)
-    v = view.abs() if view.is_complex() else view
-    v = v.to(wd)
-    n = v.numel()
-    finite_mask = torch.isfinite(v)
-    fmin = torch.where(finite_mask, v, _INF).min() if n else v.new_tensor(_INF)
-    fmax = torch.where(finite_mask, v, -_INF).max() if n else v.new_tensor(-_INF)
-    # Scale by the largest finite magnitude (on the device, no sync) so squares cannot overflow.
-    absmax = torch.maximum(fmin.abs(), fmax.abs())
-    scale = torch.where(torch.isfinite(absmax) & (absmax > 0), absmax, torch.ones_like(absmax))
-    var, mean = torch.var_mean(v / scale, unbiased=False) if n else (v.new_zeros(()), v.new_zeros(()))
-    parts = [
-        v.new_tensor(float(n)),
-        fmin,
-        fmax,
-        mean * scale,
-        var * n,
-        scale,
-        torch.isnan(v).sum().to(wd),
-        (v == _INF).sum().to(wd),
-        (v == -_INF).sum().to(wd),
-    ]
-    small = None
-    if values_limit and numel <= values_limit:
-        flat = x.reshape(-1)
-        small = torch.view_as_real(flat).reshape(-1) if flat.is_complex() else flat
-        parts.append(small.to(torch.float64 if wd == torch.float64 or small.dtype.is_floating_point else wd))
-    packed = torch.cat([p.reshape(-1).to(torch.float64) for p in parts]).cpu().tolist()
-    count, fmin, fmax, mean_v, m2_scaled, scale, nan, pinf, ninf = packed[:9]
-    m2 = m2_scaled * scale * scale
-    values = packed[9:] if small is not None else None
-    std = _std(count, m2)  # a NaN mean comes with a NaN m2, so _std already says NaN
-    stats = Stats(
-        int(count),
-        fmin if fmin != _INF else None,
-        fmax if fmax != -_INF else None,
-        mean_v, std if count else None,
-        int(nan), int(pinf), int(ninf), nan > 0, pinf > 0, ninf > 0,
-        sampled, not sampled,
+    if x.is_quantized:  # dequantized chunk by chunk, along its own dims
+        small = Budget(budget.exact_elements, budget.scan_elements, min(budget.chunk_elements, 4 * _SCATTERED_CHUNK),
+                       budget.max_ms)
+        scan, sampled = _passes(x, small, deadline, reorder=False)
+        return _stats(scan, sampled, numel, numel, 1)
+    r = reached(x)
+    if r.overlapping and r.data.numel() > _overlap_limit(r, budget):
+        return _overlapping(r, budget, deadline, numel)
+    scan, sampled = _passes(r.data, budget, deadline)
+    return _stats(scan, sampled, numel, r.data.numel(), r.repeat)
+
+
+def _overlap_limit(r: Reached, budget: Budget) -> int:
+    """How large an overlapping view may be and still be walked element by element."""
+    if budget.exact_elements is not None:
+        return budget.exact_elements
+    return max(OVERLAP_FACTOR * r.data.untyped_storage().nbytes() // max(1, r.data.element_size()), 2**20)
+
+
+def _overlapping(r: Reached, budget: Budget, deadline: Optional[float], numel: int) -> Stats:
+    """An unfold/as_strided view far larger than its storage: the range and NaN/Inf presence from the storage
+    span it covers, when it covers one (read first: contiguous and exact), then moments and count
+    estimates from an even sample of the view, in small chunks (scattered reads are slow)."""
+    lo, hi, present, complete = _INF, -_INF, [False] * 3, False
+    if r.span is not None:
+        span, _ = _passes(r.span, budget, deadline, moments=False)
+        complete = span.read == r.span.numel()
+        lo, hi, present = span.lo, span.hi, [c > 0 for c in span.counts]
+    sample = sample_view(r.data, budget.exact_elements or 2**24)
+    stored = r.data.untyped_storage().nbytes() // max(1, r.data.element_size())
+    chunk = min(budget.chunk_elements, _SCATTERED_CHUNK, max(4096, stored // 4))  # buffers small beside the storage
+    small = Budget(None, None, chunk, budget.max_ms)
+    scan, _ = _passes(sample, small, deadline)
+    count, mean, std = merge(scan.rows)
+    counts = [round(c * numel / scan.read) for c in scan.counts]
+    if not complete:
+        lo, hi = min(lo, scan.lo), max(hi, scan.hi)
+        present = [p or c > 0 for p, c in zip(present, scan.counts)]
+    return Stats(count * r.repeat, lo if lo != _INF else None, hi if hi != -_INF else None, mean, std, *counts,
+                 *present, sampled=True, range_exact=complete, counts_exact=False)
+
+
+def scaled(seen: int, total: int, read: int) -> int:
+    """A count over ``total`` elements estimated from ``seen`` in ``read`` of them; a rare event (a handful
+    seen) is not multiplied up: one NaN in a sample says little about how many the rest holds."""
+    return round(seen * total / read) if seen >= RARE else seen
+
+
+def _stats(scan: _Scan, sampled: bool, numel: int, data_numel: int, repeat: int) -> Stats:
+    """The summary of one pass over ``data_numel`` elements, each standing for ``repeat`` of the ``numel``."""
+    count, mean, std = merge(scan.rows)
+    if repeat > 1 and count > 1:  # each element repeated: n and m2 scale by repeat, the variance estimate barely
+        std = std * math.sqrt((count - 1) * repeat / (count * repeat - 1))
+    complete = scan.read == data_numel
+    if complete:
+        counts = [c * repeat for c in scan.counts]
+    elif scan.moment_read:  # an estimate from the evenly spread moment chunks, never below what was seen
+        counts = [max(scaled(m, numel, scan.moment_read), c * repeat) for m, c in zip(scan.moment_counts, scan.counts)]
+    else:
+        counts = [None, None, None]
+    return Stats(
+        count * repeat,
+        scan.lo if scan.lo != _INF else None,
+        scan.hi if scan.hi != -_INF else None,
+        mean, std, *counts,
+        scan.counts[0] > 0, scan.counts[1] > 0, scan.counts[2] > 0,
+        sampled or not complete, complete, complete,
     )
-    return stats, values

@@ -6,7 +6,10 @@ tensor's summary bounded in time; benchmarks and reports can ask for exact stats
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Optional
 
@@ -56,3 +59,23 @@ class Budget:
 
 DEFAULT_BUDGET = Budget.from_env()
 VALUES_SHOWN = 10  # tensors this small show their values in the one-line form (no extra pass: they are tiny)
+
+
+@contextlib.contextmanager
+def single_threaded() -> Iterator[None]:
+    """Run torch ops on the calling thread alone, then restore the thread count.
+
+    Summaries are memory-bound, so intra-op threads buy little, and on a busy machine (DataLoader
+    workers keep running while the program sits at a breakpoint) one descheduled worker stalls every
+    parallel op for a scheduler slice: tens of ms per op. Costs well under a microsecond.
+    """
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch is not None else 1
+    if threads <= 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)

@@ -26,15 +26,24 @@ class Histogram:
 
 
 def histogram(x: Any, *, bins: int = BINS, sample: int = SAMPLE) -> Histogram | None:
-    """Counts of the finite values of ``x`` in ``bins`` equal bins; None for non-numeric or empty tensors."""
+    """Counts of the finite values of ``x`` in ``bins`` equal bins; None for non-numeric or empty tensors.
+    A tensor subclass's ``__torch_function__`` does not run."""
+    from .tensor import no_torch_function
+
+    with no_torch_function():
+        return _histogram(x, bins, sample)
+
+
+def _histogram(x: Any, bins: int, sample: int) -> Histogram | None:
     import torch
 
     if not isinstance(x, torch.Tensor) or x.layout != torch.strided or x.is_quantized or x.is_meta:
         return None
-    from ._stats import sample_view
+    from ._views import reached, sample_view
 
     with torch.no_grad():
-        flat = x.detach()
+        seen = reached(x.detach())  # a broadcast view: its storage's histogram, each count times its repeats
+        flat, repeat = (seen.data, seen.repeat) if not seen.overlapping else (x.detach(), 1)
         sampled = flat.numel() > sample
         if sampled and not flat.is_contiguous():
             flat = sample_view(flat, sample)  # flattening first would copy the whole tensor
@@ -59,6 +68,6 @@ def histogram(x: Any, *, bins: int = BINS, sample: int = SAMPLE) -> Histogram | 
         counts = torch.histc(finite, bins=bins, min=lo, max=hi).tolist()
     step = (hi - lo) / bins
     edges = tuple(lo + i * step for i in range(bins)) + (hi,)
-    return Histogram(edges=edges, counts=tuple(int(c) for c in counts), total=int(finite.numel()),
-                     nonfinite=int(values.numel() - finite.numel()), sampled=sampled,
+    return Histogram(edges=edges, counts=tuple(int(c) * repeat for c in counts), total=int(finite.numel()) * repeat,
+                     nonfinite=int(values.numel() - finite.numel()) * repeat, sampled=sampled,
                      integer=integer and step == 1.0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, List
 
-from ..format import fmt_bytes, fmt_num, fmt_shape, short_dtype
+from ..format import fmt_bytes, fmt_count, fmt_num, fmt_shape, short_dtype
 from .budget import VALUES_SHOWN
 
 if TYPE_CHECKING:  # the data does not import its views, nor the views the data at run time
@@ -36,6 +36,8 @@ def stats_text(s: TensorSummary) -> List[str]:
         var = "|x|" if s.stats_of == "magnitude" else "x"
         tokens.append(f"{var}{'∈' if s.range_exact else '≈'}[{fmt_num(s.min)}, {fmt_num(s.max)}]")
     if s.mean is not None:
+        if s.nonfinite:  # NaN/Inf are left out of the moments, and said to be
+            tokens.append("finite")
         tokens.append(f"μ{approx}{fmt_num(s.mean)}")
     mean_is_finite = s.mean is None or math.isfinite(s.mean)  # else σ is NaN and says nothing more
     if s.std is not None and s.stats_count > 1 and mean_is_finite:
@@ -43,15 +45,16 @@ def stats_text(s: TensorSummary) -> List[str]:
     return tokens
 
 
+def nonfinite_counts(s: TensorSummary) -> List[tuple]:
+    """(label, count text, present) for NaN, +Inf and -Inf: exact, ``≈`` estimated, or unknown."""
+    return [(label, fmt_count(n, present, s.counts_exact), present) for label, n, present in
+            (("NaN", s.nan, s.has_nan), ("+Inf", s.pos_inf, s.has_pos_inf), ("-Inf", s.neg_inf, s.has_neg_inf))]
+
+
 def alarms(s: TensorSummary) -> List[str]:
-    out = []
-    if s.has_nan:
-        out.append("NaN!")
-    if s.has_pos_inf:
-        out.append("+Inf!")
-    if s.has_neg_inf:
-        out.append("-Inf!")
-    return out
+    """``NaN!×3``, ``+Inf!×≈1.2e4``: the kinds present and how many (just ``NaN!`` when not counted)."""
+    return [f"{label}!" + (f"×{text}" if text not in ("yes", "?") else "")
+            for label, text, present in nonfinite_counts(s) if present]
 
 
 def grad_flags(s: TensorSummary) -> List[str]:

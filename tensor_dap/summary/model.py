@@ -34,15 +34,16 @@ class TensorSummary:
     max: Optional[float] = None
     mean: Optional[float] = None
     std: Optional[float] = None
-    nan: Optional[int] = None
+    nan: Optional[int] = None  # exact when counts_exact, else estimated from the elements read
     pos_inf: Optional[int] = None
     neg_inf: Optional[int] = None
+    counts_exact: bool = True
     has_nan: bool = False
     has_pos_inf: bool = False
     has_neg_inf: bool = False
     all_zero: Optional[bool] = None
     stats_of: str = "values"  # "values", "magnitude" (complex), "stored values" (sparse), "dequantized"
-    stats_count: int = 0  # elements the moments were computed on
+    stats_count: int = 0  # finite elements the moments stand for (mean and std are of the finite values)
     sampled: bool = False
     range_exact: bool = True
     values: Optional[Tuple[Any, ...]] = None  # flattened, only when numel <= VALUES_SHOWN
@@ -52,7 +53,8 @@ class TensorSummary:
 
     @property
     def has_stats(self) -> bool:
-        return self.stats_count > 0
+        """Values were read: finite ones for moments, or only NaN/Inf."""
+        return self.stats_count > 0 or self.nonfinite
 
     @property
     def nonfinite(self) -> bool:

@@ -1,99 +1,19 @@
-"""Pure data about the objects around the tensors: modules, optimizers, LR schedulers, data loaders.
+"""Pure data about the objects around the tensors: optimizers, LR schedulers, data loaders (modules: ``modules``).
 
-Views (the DAP children in VS Code, pdb tables) render these summaries; none of them walks a
-model itself. Reading them never touches tensor data: only shapes, dtypes, devices and counts,
-so a 50-module model summarizes in well under a millisecond per module.
+Views (the DAP children in VS Code, pdb tables) render these summaries. Reading them never
+touches tensor data: only shapes, dtypes, devices and counts.
 """
 
 from __future__ import annotations
 
-import sys
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..format import dtype_name, fmt_bytes, fmt_num
-
-_HOOK_KINDS = (
-    ("forward_pre", "_forward_pre_hooks"),
-    ("forward", "_forward_hooks"),
-    ("backward_pre", "_backward_pre_hooks"),
-    ("backward", "_backward_hooks"),
-    ("state_dict", "_state_dict_hooks"),
-    ("state_dict_pre", "_state_dict_pre_hooks"),
-    ("load_state_dict_pre", "_load_state_dict_pre_hooks"),
-    ("load_state_dict_post", "_load_state_dict_post_hooks"),
-)
-_EXTRA_REPR_MAX = 40  # a longer extra_repr() is noise in a one-line value
-
-
-@dataclass(frozen=True)
-class ModuleSummary:
-    kind: str  # class name
-    signature: str  # "Linear(784→256)", "Conv2d(3→64, k=3)", "Sequential(3)", "MLP"
-    params: int  # elements, shared parameters counted once
-    trainable: int
-    frozen: int
-    param_tensors: int
-    param_bytes: int
-    buffers: int  # elements
-    buffer_bytes: int
-    dtypes: tuple[str, ...]  # torch names, in first-seen order (parameters, then buffers)
-    devices: tuple[str, ...]
-    training: bool
-    mode_differs: int  # descendants whose train/eval mode differs from this module's
-    children: int  # direct submodules
-    descendants: int
-    hooks: tuple[tuple[str, int], ...]  # this module's own hooks: (kind, count), non-zero only
-    hooks_in_tree: int  # hooks on this module and every descendant
-    uninitialized: int = 0  # lazy parameters and buffers (LazyLinear before its first forward): not counted above
-
-    @property
-    def mode(self) -> str:
-        """'train', 'eval', or 'train (2 in eval)' when submodules disagree."""
-        mode = "train" if self.training else "eval"
-        if self.mode_differs:
-            mode += f" ({self.mode_differs} in {'eval' if self.training else 'train'})"
-        return mode
-
-    def __str__(self) -> str:
-        """``Linear(784→256) 200,960 params f32 cpu train``."""
-        parts = [self.signature]
-        if self.uninitialized and not self.param_tensors:
-            parts.append("params uninitialized (lazy)")
-        elif self.param_tensors:
-            parts.append(f"{self.params:,} params")
-            if self.frozen:
-                parts.append(f"({self.frozen:,} frozen)" if self.trainable else "(all frozen)")
-            if self.uninitialized:
-                parts.append(f"(+{self.uninitialized} uninitialized)")
-        else:
-            parts.append("no params")
-        if self.dtypes:
-            parts.append("+".join(dtype_name(d) for d in self.dtypes))
-        if self.devices:
-            parts.append("+".join(self.devices))
-        parts.append(self.mode)
-        if self.hooks_in_tree:
-            parts.append(f"{self.hooks_in_tree} hook{'s' if self.hooks_in_tree != 1 else ''}")
-        return " ".join(parts)
-
-
-def _unique_tensors(tensors: Iterable[Any]) -> list[Any]:
-    seen, out = set(), []
-    for t in tensors:
-        if t is not None and id(t) not in seen:
-            seen.add(id(t))
-            out.append(t)
-    return out
-
-
-def is_uninitialized(t: Any) -> bool:
-    """A lazy module's parameter or buffer before its first forward: it has no shape or data yet."""
-    parameter = sys.modules.get("torch.nn.parameter")
-    mixin = getattr(parameter, "UninitializedTensorMixin", None)
-    return isinstance(mixin, type) and isinstance(t, mixin)
-
+from ..format import fmt_bytes, fmt_num
+from ..kinds import torch_attr
+from .modules import describe_module
 
 def _nbytes(t: Any) -> int:
     return int(t.numel()) * int(t.element_size())
@@ -101,96 +21,6 @@ def _nbytes(t: Any) -> int:
 
 def _ordered(values: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(values))
-
-
-def hook_counts(module: Any) -> tuple[tuple[str, int], ...]:
-    """(kind, count) of the hooks registered on this one module."""
-    counts = []
-    for kind, attr in _HOOK_KINDS:
-        n = len(getattr(module, attr, None) or ())
-        if n:
-            counts.append((kind, n))
-    return tuple(counts)
-
-
-def signature(module: Any) -> str:
-    """A short constructor-like name: what a reader needs to recognise the layer."""
-    kind = type(module).__name__
-
-    def get(name: str) -> Any:
-        return getattr(module, name, None)
-
-    if get("in_features") is not None and get("out_features") is not None:
-        return f"{kind}({get('in_features') or '?'}→{get('out_features')})"
-    if get("in_channels") is not None and get("out_channels") is not None:
-        text = f"{kind}({get('in_channels') or '?'}→{get('out_channels')}"
-        k, s = get("kernel_size"), get("stride")
-        if k is not None:
-            text += f", k={_squeeze(k)}"
-        if s is not None and any(v != 1 for v in (s if isinstance(s, tuple) else (s,))):
-            text += f", s={_squeeze(s)}"
-        return text + ")"
-    if get("num_embeddings") is not None and get("embedding_dim") is not None:
-        return f"{kind}({get('num_embeddings')}×{get('embedding_dim')})"
-    if get("input_size") is not None and get("hidden_size") is not None:
-        layers = get("num_layers") or 1
-        return f"{kind}({get('input_size')}→{get('hidden_size')}{f' ×{layers}' if layers != 1 else ''})"
-    if get("embed_dim") is not None and get("num_heads") is not None:
-        return f"{kind}({get('embed_dim')}, heads={get('num_heads')})"
-    if get("num_features") is not None:  # BatchNorm*, InstanceNorm*
-        return f"{kind}({get('num_features')})"
-    if get("normalized_shape") is not None:  # LayerNorm, RMSNorm
-        return f"{kind}({_squeeze(tuple(get('normalized_shape')))})"
-    if get("num_groups") is not None and get("num_channels") is not None:
-        return f"{kind}({get('num_groups')}, {get('num_channels')})"
-    if hasattr(module, "__len__") and kind in ("Sequential", "ModuleList", "ModuleDict", "ParameterList",
-                                               "ParameterDict"):
-        return f"{kind}({len(module)})"
-    try:
-        extra = module.extra_repr()
-    except Exception:  # noqa: BLE001 - user code (extra_repr, __len__) may raise anything
-        extra = ""
-    if extra and len(extra) <= _EXTRA_REPR_MAX and "\n" not in extra:
-        return f"{kind}({extra})"
-    return kind
-
-
-def _squeeze(v: Any) -> str:
-    if isinstance(v, tuple) and v and all(x == v[0] for x in v):
-        return str(v[0])
-    return str(v)
-
-
-def describe_module(module: Any) -> ModuleSummary:
-    """Parameter counts, dtypes, devices, mode and hooks of a module and its whole subtree."""
-    params = _unique_tensors(module.parameters())
-    buffers = _unique_tensors(module.buffers())
-    lazy = [t for t in params + buffers if is_uninitialized(t)]
-    params = [p for p in params if not is_uninitialized(p)]
-    buffers = [b for b in buffers if not is_uninitialized(b)]
-    trainable = sum(int(p.numel()) for p in params if p.requires_grad)
-    total = sum(int(p.numel()) for p in params)
-    descendants = [m for name, m in module.named_modules() if m is not module]
-    return ModuleSummary(
-        kind=type(module).__name__,
-        signature=signature(module),
-        params=total,
-        trainable=trainable,
-        frozen=total - trainable,
-        param_tensors=len(params),
-        param_bytes=sum(_nbytes(p) for p in params),
-        buffers=sum(int(b.numel()) for b in buffers),
-        buffer_bytes=sum(_nbytes(b) for b in buffers),
-        dtypes=_ordered(str(t.dtype) for t in params + buffers + lazy),
-        devices=_ordered(str(t.device) for t in params + buffers + lazy),
-        training=bool(module.training),
-        mode_differs=sum(1 for m in descendants if bool(m.training) != bool(module.training)),
-        children=sum(1 for _ in module.children()),
-        descendants=len(descendants),
-        hooks=hook_counts(module),
-        hooks_in_tree=sum(n for m in [module] + descendants for _, n in hook_counts(m)),
-        uninitialized=len(lazy),
-    )
 
 
 # ---------------------------------------------------------------------------- optimizers
@@ -215,6 +45,7 @@ class OptimizerSummary:
     state_tensors: int
     state_bytes: int
     step: int | None  # from the first parameter's "step" state, when the optimizer keeps one
+    complete: bool = True  # False: the time limit cut the count; sizes cover what was reached
 
     @property
     def lrs(self) -> tuple[float | None, ...]:
@@ -226,8 +57,9 @@ class OptimizerSummary:
         parts = [self.kind, "lr=" + ",".join(lrs) if lrs else "lr=?"]
         n = len(self.groups)
         parts.append(f"{n} group{'s' if n != 1 else ''}")
-        parts.append(f"{self.params:,} params")
-        parts.append(f"state {fmt_bytes(self.state_bytes)}" if self.state_entries else "no state")
+        more = "" if self.complete else "+"
+        parts.append(f"{self.params:,}{more} params")
+        parts.append(f"state {fmt_bytes(self.state_bytes)}{more}" if self.state_entries else "no state")
         if self.step is not None:
             parts.append(f"step={self.step}")
         return " ".join(parts)
@@ -243,21 +75,35 @@ def _number(v: Any) -> Any:
     return v
 
 
-def describe_optimizer(opt: Any) -> OptimizerSummary:
-    """Learning rates, groups and the size of the optimizer's state (no tensor data is read)."""
+def describe_optimizer(opt: Any, *, max_ms: float | None = None) -> OptimizerSummary:
+    """Learning rates, groups and the size of the optimizer's state (no tensor data is read).
+
+    ``max_ms`` bounds the walk over parameters and state; past it the sizes cover what was reached.
+    """
+    clock = _Clock(max_ms)
     groups = []
-    all_params: list[Any] = []
+    seen: set[int] = set()
+    params = 0
     for i, group in enumerate(opt.param_groups):
-        ps = list(group.get("params", ()))
-        all_params.extend(ps)
+        ps = group.get("params", ())
+        ps = ps if isinstance(ps, (list, tuple)) else list(ps)
         hyper = tuple((k, _number(v)) for k, v in group.items() if k != "params")
         lr = _number(group.get("lr"))
-        groups.append(GroupSummary(i, lr if isinstance(lr, (int, float)) else None, len(ps),
-                                   sum(int(p.numel()) for p in ps), hyper))
-    unique = _unique_tensors(all_params)
+        elements = 0
+        for p in ps:
+            if clock.expired():
+                break
+            n = int(p.numel())
+            elements += n
+            if id(p) not in seen:
+                seen.add(id(p))
+                params += n
+        groups.append(GroupSummary(i, lr if isinstance(lr, (int, float)) else None, len(ps), elements, hyper))
     state_tensors = state_bytes = 0
     step = None
     for per_param in opt.state.values():
+        if clock.expired():
+            break
         if not isinstance(per_param, dict):
             continue
         for key, value in per_param.items():
@@ -270,15 +116,25 @@ def describe_optimizer(opt: Any) -> OptimizerSummary:
             elif key == "step" and step is None and isinstance(value, (int, float)):
                 step = int(value)
     return OptimizerSummary(
-        kind=type(opt).__name__,
-        groups=tuple(groups),
-        param_tensors=len(unique),
-        params=sum(int(p.numel()) for p in unique),
-        state_entries=len(opt.state),
-        state_tensors=state_tensors,
-        state_bytes=state_bytes,
-        step=step,
+        kind=type(opt).__name__, groups=tuple(groups), param_tensors=len(seen), params=params,
+        state_entries=len(opt.state), state_tensors=state_tensors, state_bytes=state_bytes, step=step,
+        complete=not clock.cut,
     )
+
+
+class _Clock:
+    """A deadline looked at every few hundred items (the clock costs more than one item)."""
+
+    def __init__(self, max_ms: float | None) -> None:
+        self.at = None if max_ms is None else time.perf_counter() + max_ms / 1000
+        self.items = 0
+        self.cut = False
+
+    def expired(self) -> bool:
+        self.items += 1
+        if self.at is not None and not self.cut and self.items % 256 == 0 and time.perf_counter() > self.at:
+            self.cut = True
+        return self.cut
 
 
 # ---------------------------------------------------------------------------- LR schedulers
@@ -357,11 +213,25 @@ class LoaderSummary:
         return " ".join(parts)
 
 
-def _try_len(obj: Any) -> int | None:
+_SLOW_LEN: set[type] = set()  # types whose __len__ once took longer than SLOW_CALL_MS: not called again
+SLOW_CALL_MS = 50.0
+
+
+def _try_len(obj: Any, owner: Any = None) -> int | None:
+    """``len(obj)``, which may be user code (a Dataset's ``__len__``, which a DataLoader's calls): errors give
+    None, and when it was slow once, ``owner``'s type (default: ``obj``'s) is not asked again in this process,
+    so one slow call never repeats on every render."""
+    key = type(obj if owner is None else owner)
+    if key in _SLOW_LEN:
+        return None
+    start = time.perf_counter()
     try:
         return len(obj)
-    except Exception:  # noqa: BLE001 - user code (extra_repr, __len__) may raise anything
+    except Exception:  # noqa: BLE001 - user code may raise anything
         return None
+    finally:
+        if (time.perf_counter() - start) * 1000 > SLOW_CALL_MS:
+            _SLOW_LEN.add(key)
 
 
 def describe_loader(loader: Any) -> LoaderSummary:
@@ -378,6 +248,115 @@ def describe_loader(loader: Any) -> LoaderSummary:
         shuffle=shuffle,
         dataset_kind=type(dataset).__name__,
         dataset_len=_try_len(dataset),
-        batches=_try_len(loader),
+        batches=_try_len(loader, owner=dataset),  # a DataLoader's len is its dataset's (or sampler's)
     )
 
+
+
+# ---------------------------------------------------------------------------- AMP grad scalers, generators
+
+
+@dataclass(frozen=True)
+class ScalerSummary:
+    kind: str
+    enabled: bool
+    scale: float | None  # None before the first scale() (then it is ``init_scale``)
+    init_scale: float | None
+    growth_factor: float | None
+    backoff_factor: float | None
+    growth_interval: int | None
+    since_growth: int | None  # unskipped steps since the scale last grew
+
+    def __str__(self) -> str:
+        """``GradScaler scale=6.554e4 growth ×2 every 2000 steps (17 since) backoff ×0.5``."""
+        if not self.enabled:
+            return f"{self.kind} disabled"
+        scale = f"scale={fmt_num(self.scale)}" if self.scale is not None else \
+            f"scale={fmt_num(self.init_scale)} (initial: not used yet)"
+        parts = [self.kind, scale]
+        if self.growth_factor is not None:
+            growth = f"growth ×{fmt_num(self.growth_factor)} every {self.growth_interval} steps"
+            if self.since_growth is not None:
+                growth += f" ({self.since_growth} since)"
+            parts.append(growth)
+        if self.backoff_factor is not None:
+            parts.append(f"backoff ×{fmt_num(self.backoff_factor)}")
+        return " ".join(parts)
+
+
+def describe_scaler(scaler: Any) -> ScalerSummary:
+    """The loss scale of a ``torch.amp.GradScaler`` and how it grows and backs off (one scalar read)."""
+    own = getattr(scaler, "__dict__", {})
+
+    def number(name: str) -> Any:
+        value = own.get(name)
+        if value is not None and hasattr(value, "item"):
+            value = value.item() if value.numel() == 1 else None  # one scalar: the program is paused anyway
+        return value
+
+    return ScalerSummary(
+        kind=type(scaler).__name__, enabled=bool(own.get("_enabled", False)), scale=number("_scale"),
+        init_scale=number("_init_scale"), growth_factor=number("_growth_factor"),
+        backoff_factor=number("_backoff_factor"), growth_interval=number("_growth_interval"),
+        since_growth=number("_growth_tracker"),
+    )
+
+
+@dataclass(frozen=True)
+class GeneratorSummary:
+    device: str
+    seed: int | None
+
+    def __str__(self) -> str:
+        return f"Generator {self.device} seed={self.seed}"
+
+
+def describe_generator(gen: Any) -> GeneratorSummary:
+    """A ``torch.Generator``: its device and the seed it started from."""
+    try:
+        seed = int(gen.initial_seed())
+    except Exception:  # noqa: BLE001 - an odd generator subclass
+        seed = None
+    return GeneratorSummary(str(getattr(gen, "device", "?")), seed)
+
+
+# ---------------------------------------------------------------------------- which summary for which object
+
+# kind -> the torch classes it covers (dotted paths, found in sys.modules: nothing here imports torch)
+KIND_CLASSES = {
+    "module": ("torch.nn.Module",),
+    "optimizer": ("torch.optim.Optimizer",),
+    "scheduler": ("torch.optim.lr_scheduler.LRScheduler", "torch.optim.lr_scheduler._LRScheduler",
+                  "torch.optim.lr_scheduler.ReduceLROnPlateau"),
+    "loader": ("torch.utils.data.DataLoader",),
+    "scaler": ("torch.amp.grad_scaler.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler"),
+    "generator": ("torch.Generator",),
+}
+
+
+def classes_of(kind: str) -> tuple[type, ...]:
+    return tuple(c for c in (torch_attr(p) for p in KIND_CLASSES[kind]) if isinstance(c, type))
+
+
+def object_kind(type_object: type) -> str | None:
+    """Which summary describes values of this type, or None."""
+    for kind in KIND_CLASSES:
+        classes = classes_of(kind)
+        if classes and issubclass(type_object, classes):
+            return kind
+    return None
+
+
+def describe_object(obj: Any, kind: str | None = None, *, max_ms: float | None = None) -> Any:
+    """The summary of a module, optimizer, scheduler, loader, grad scaler or generator; None for anything else.
+
+    ``max_ms`` bounds the walk of a module's or an optimizer's tensors (the debugger's per-value budget).
+    """
+    kind = kind or object_kind(type(obj))
+    if kind == "module":
+        return describe_module(obj, max_ms=max_ms)
+    if kind == "optimizer":
+        return describe_optimizer(obj, max_ms=max_ms)
+    describe = {"scheduler": describe_scheduler, "loader": describe_loader, "scaler": describe_scaler,
+                "generator": describe_generator}.get(kind or "")
+    return describe(obj) if describe is not None else None

@@ -7,8 +7,8 @@ from typing import Iterable, Tuple
 from rich.table import Table
 from rich.text import Text
 
-from ..format import dtype_name, fmt_bytes, fmt_count, fmt_num, fmt_shape
-from .line import alarms, one_line
+from ..format import dtype_name, fmt_bytes, fmt_num, fmt_shape
+from .line import alarms, nonfinite_counts, one_line
 from .model import TensorSummary
 
 
@@ -38,22 +38,21 @@ def summary_table(s: TensorSummary, title: str = "") -> Table:
     ]
     if s.has_stats:
         what = "" if s.stats_of == "values" else f" of {s.stats_of}"
+        finite = " (finite values)" if s.nonfinite else ""
         rows += [
             ("min" + what, fmt_num(s.min)),
             ("max" + what, fmt_num(s.max)),
-            ("mean" + approx, fmt_num(s.mean)),
-            ("std" + approx, fmt_num(s.std)),
-            ("NaN", fmt_count(s.nan, s.has_nan)),
-            ("+Inf", fmt_count(s.pos_inf, s.has_pos_inf)),
-            ("-Inf", fmt_count(s.neg_inf, s.has_neg_inf)),
+            ("mean" + finite + approx, fmt_num(s.mean)),
+            ("std" + finite + approx, fmt_num(s.std)),
         ]
+        rows += [(label, text) for label, text, _ in nonfinite_counts(s)]
     rows += [("requires_grad", str(s.requires_grad)), ("grad", one_line(s.grad) if s.grad else "None")]
     if s.notes:
         rows.append(("notes", ", ".join(s.notes)))
     if s.error:
         rows.append(("error", s.error))
     for name, value in rows:
-        style = "bold red" if name in ("NaN", "+Inf", "-Inf") and value not in ("0", "?") else None
+        style = "bold red" if name in ("NaN", "+Inf", "-Inf") and value not in ("0", "≈0", "?") else None
         table.add_row(name, Text(value, style=style))
     return table
 

@@ -6,13 +6,13 @@ be read, so no view ever sees an exception from a tensor.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
-import warnings
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..format import short_error
-from .budget import DEFAULT_BUDGET, VALUES_SHOWN, Budget
+from .budget import DEFAULT_BUDGET, VALUES_SHOWN, Budget, single_threaded
 from .model import TensorSummary
 
 
@@ -21,10 +21,47 @@ def describe(x: Any, *, budget: Optional[Budget] = None, grad: bool = True) -> T
 
     ``grad=True`` also summarizes a populated ``.grad`` (one level deep).
     """
+    budget = budget or DEFAULT_BUDGET
     try:
-        return _describe(x, budget or DEFAULT_BUDGET, grad)
+        # a time-capped summary runs on this thread alone: a descheduled intra-op worker would stall it
+        threads = single_threaded() if budget.max_ms is not None else contextlib.nullcontext()
+        with no_torch_function(), threads:
+            return _describe(x, budget, grad)
     except Exception as exc:  # the debugger must never see an exception from us
-        return _fallback(x, exc)
+        with no_torch_function():
+            return _fallback(x, exc)
+
+
+def no_torch_function() -> Any:
+    """A context in which a tensor subclass's ``__torch_function__`` does not run: reading metadata or
+    data through it must never run user code (a subclass that logs, sleeps or counts)."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    disable = getattr(getattr(torch, "_C", None), "DisableTorchFunctionSubclass", None)
+    return disable() if disable is not None else contextlib.nullcontext()
+
+
+def describe_many(xs: List[Any], *, budget: Optional[Budget] = None) -> List[TensorSummary]:
+    """``[describe(x) for x in xs]``, with the stats of small plain CPU tensors computed together
+    (a checkpoint of thousands of small tensors lists several times faster). Never raises."""
+    budget = budget or DEFAULT_BUDGET
+    try:
+        from ._batch import batch_stats, batchable
+
+        with no_torch_function(), single_threaded():  # tiny ops: threads only add stalls
+            small = [i for i, x in enumerate(xs) if batchable(x)]
+            known = dict(zip(small, batch_stats([xs[i] for i in small])))
+    except Exception:  # the debugger must never see an exception from us: describe each one instead
+        known = {}
+    out = []
+    for i, x in enumerate(xs):
+        try:
+            with no_torch_function():
+                out.append(_describe(x, budget, True, known.get(i)) if known.get(i) else describe(x, budget=budget))
+        except Exception as exc:  # noqa: BLE001 - as describe: a summary carrying the error
+            out.append(_fallback(x, exc))
+    return out
 
 
 def summarize(x: Any, *, budget: Optional[Budget] = None) -> str:
@@ -64,6 +101,10 @@ def _kind(x: Any) -> str:
 
 
 def _is_fake(x: Any) -> bool:
+    import torch
+
+    if type(x) in (torch.Tensor, torch.nn.Parameter):
+        return False
     name = type(x).__name__
     if name in ("FakeTensor", "FunctionalTensor"):
         return True
@@ -80,15 +121,14 @@ def _grad_state(x: Any) -> Tuple[Dict[str, Any], Any]:
     fn = x.grad_fn
     state["grad_fn"] = type(fn).__name__ if fn is not None else None
     grad_tensor = None
-    if x.is_leaf:  # reading .grad of a non-leaf warns and is always None
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            grad_tensor = x.grad
+    if x.is_leaf:  # reading .grad of a non-leaf warns and is always None; of a leaf it never warns
+        grad_tensor = x.grad
     state["has_grad"] = grad_tensor is not None
     return state, grad_tensor
 
 
-def _describe(x: Any, budget: Budget, want_grad: bool) -> TensorSummary:
+def _describe(x: Any, budget: Budget, want_grad: bool, known: Any = None) -> TensorSummary:
+    """The summary of ``x``; ``known`` is its (Stats, values) when already computed (``describe_many``)."""
     import torch
 
     if not isinstance(x, torch.Tensor):
@@ -127,18 +167,13 @@ def _describe(x: Any, budget: Budget, want_grad: bool) -> TensorSummary:
     except Exception:
         pass
 
-    if x.is_quantized:
+    if x.is_quantized:  # dequantized one chunk at a time by the stats pass
         notes.append(f"quantized {str(x.qscheme()).replace('torch.', '')}")
-        from ._stats import sample_view
-
-        cap = budget.exact_elements
-        sampled = cap is not None and numel > cap
-        with torch.no_grad():  # dequantizing copies: copy only the sample
-            data = (sample_view(x, cap) if sampled else x).dequantize()
-        return _with_stats(data, base, notes, budget, stats_of="dequantized", presampled=sampled)
-
+        return _with_stats(x, base, notes, budget, stats_of="dequantized")
+    if 0 in base["stride"] and numel > 1 and any(n > 1 for n, st in zip(base["shape"], base["stride"]) if st == 0):
+        notes.append("expanded")
     return _with_stats(plain_view(x), base, notes, budget,
-                       stats_of="magnitude" if x.is_complex() else "values")
+                       stats_of="magnitude" if x.is_complex() else "values", known=known)
 
 
 def plain_view(x: Any) -> Any:
@@ -155,43 +190,56 @@ def plain_view(x: Any) -> Any:
 
 
 def _with_stats(data: Any, base: Dict[str, Any], notes: list, budget: Budget, stats_of: str,
-                presampled: bool = False) -> TensorSummary:
+                presampled: bool = False, known: Any = None) -> TensorSummary:
     """Attach stats of ``data``; ``presampled`` says ``data`` is already a sample of the tensor."""
-    import torch
 
-    from . import _stats
 
     numel = data.numel()
     if numel == 0:
         return TensorSummary(**base, notes=tuple(notes), stats_of=stats_of)
-    with torch.no_grad():
-        data = data.detach()
-        if data.device.type == "cpu":
-            stats = _stats.cpu_stats(data, budget)
-            values = _small_values(data) if numel <= VALUES_SHOWN else None
-        else:
-            stats, raw = _stats.packed_stats(data, budget, VALUES_SHOWN)
-            values = _unpack_values(raw, data) if raw is not None else None
+    if known is not None:
+        stats, values = known
+    else:
+        stats, values = _computed(data, budget)
     return TensorSummary(
         **base,
         min=stats.min, max=stats.max, mean=stats.mean, std=stats.std,
-        nan=stats.nan, pos_inf=stats.pos_inf, neg_inf=stats.neg_inf,
+        nan=stats.nan, pos_inf=stats.pos_inf, neg_inf=stats.neg_inf, counts_exact=stats.counts_exact,
         has_nan=stats.has_nan, has_pos_inf=stats.has_pos_inf, has_neg_inf=stats.has_neg_inf,
-        all_zero=None if presampled else _all_zero(stats),
+        all_zero=_all_zero(stats, presampled),
         stats_of=stats_of, stats_count=stats.count, sampled=stats.sampled or presampled,
         range_exact=stats.range_exact and not presampled,
         values=values, notes=tuple(notes),
     )
 
 
-def _all_zero(stats: Any) -> Optional[bool]:
-    if stats.sampled or stats.has_nan or stats.has_pos_inf or stats.has_neg_inf:
-        return None if stats.sampled else False
-    return stats.min == 0 and stats.max == 0
+def _computed(data: Any, budget: Budget) -> Tuple[Any, Optional[Tuple[Any, ...]]]:
+    """(Stats, the values of a tensor of at most VALUES_SHOWN elements) on the tensor's own device."""
+    import torch
+
+    from . import _device, _stats
+
+    numel = data.numel()
+    with torch.no_grad():
+        data = data.detach()
+        if data.device.type == "cpu":
+            stats = _stats.cpu_stats(data, budget)
+            values = _small_values(data) if numel <= VALUES_SHOWN else None
+        else:
+            stats, raw = _device.packed_stats(data, budget, VALUES_SHOWN)
+            values = _unpack_values(raw, data) if raw is not None else None
+    return stats, values
+
+
+def _all_zero(stats: Any, presampled: bool) -> Optional[bool]:
+    """Known from the range alone: every element is zero iff the exact range is [0, 0] with no NaN/Inf."""
+    if stats.has_nan or stats.has_pos_inf or stats.has_neg_inf or not (stats.min == 0 and stats.max == 0):
+        return False
+    return None if presampled or not stats.range_exact else True
 
 
 def _small_values(data: Any) -> Tuple[Any, ...]:
-    flat = data.reshape(-1)
+    flat = (data.dequantize() if data.is_quantized else data).reshape(-1)
     if flat.dtype.is_floating_point and flat.dtype.itemsize == 1:  # float8 has no tolist()
         flat = flat.float()
     return tuple(flat.tolist())
@@ -230,32 +278,51 @@ def _describe_sparse(x: Any, base: Dict[str, Any], notes: list, budget: Budget) 
 
 
 def _describe_nested(x: Any, base: Dict[str, Any], notes: list, budget: Budget) -> TensorSummary:
+    """A nested tensor from its packed buffer: component shapes are metadata, values one flat view."""
     import torch
 
     notes.append("nested")
-    parts = x.unbind()
-    shapes = [tuple(p.shape) for p in parts]
-    dims = max((len(s) for s in shapes), default=0)
-    ragged = tuple(
-        shapes[0][d] if shapes and all(len(s) == dims and s[d] == shapes[0][d] for s in shapes) else None
-        for d in range(dims)
-    )
-    base["shape"] = (len(parts),) + ragged
     base["layout"] = str(x.layout).replace("torch.", "")
-    numel = sum(p.numel() for p in parts)
-    base["numel"] = int(numel)
-    base["nbytes"] = int(numel * x.element_size())
     base["is_contiguous"] = False
-    cap = budget.exact_elements
-    sampled = cap is not None and numel > cap
-    if sampled:  # concatenating copies: copy evenly spaced components up to the budget
-        step = max(1, math.ceil(numel / cap))
-        parts = parts[::step]
-    with torch.no_grad():
-        flat = torch.cat([p.detach().reshape(-1) for p in parts]) if parts else torch.empty(0, dtype=x.dtype)
+    if x.layout == torch.jagged:
+        base["shape"] = tuple(d if isinstance(d, int) else None for d in x.shape)
+        flat, sampled = x.values(), False
+    else:
+        flat, sampled = _strided_nested(x, base, budget)
+    base["numel"] = int(flat.numel()) if not sampled else base["numel"]
+    base["nbytes"] = base["numel"] * x.element_size()
     summary = _with_stats(flat, base, notes, budget, stats_of="magnitude" if x.is_complex() else "values",
                           presampled=sampled)
     return dataclasses.replace(summary, values=None)
 
 
-__all__ = ["describe", "plain_view", "summarize"]
+def _strided_nested(x: Any, base: Dict[str, Any], budget: Budget) -> Tuple[Any, bool]:
+    """(the elements as one flat tensor, whether it is a sample) of a strided-layout nested tensor.
+
+    Packed components are one slice of the storage (no copy, however many components there are);
+    otherwise evenly spaced components are copied, up to the budget.
+    """
+    import torch
+
+    sizes = x._nested_tensor_size()
+    count = int(sizes.shape[0])
+    if count == 0 or sizes.shape[1] == 0:
+        base["shape"], base["numel"] = (count,) + tuple(None for _ in range(int(sizes.shape[1]))), count
+        return torch.empty(0, dtype=x.dtype), False
+    fixed = (sizes.min(0).values == sizes.max(0).values).tolist()
+    base["shape"] = (count,) + tuple(int(d) if same else None for d, same in zip(sizes[0].tolist(), fixed))
+    numel = int(sizes.prod(1).sum())
+    base["numel"] = numel
+    starts = x._nested_tensor_storage_offsets()
+    ends = starts + ((sizes - 1) * x._nested_tensor_strides()).sum(1) + 1
+    first, last = int(starts.min()), int(ends.max())
+    if last - first == numel:  # the components tile one slice of the storage exactly
+        return torch.empty(0, dtype=x.dtype, device=x.device).set_(x.untyped_storage(), first, (numel,)), False
+    cap = budget.exact_elements
+    step = max(1, math.ceil(numel / cap)) if cap is not None else 1
+    with torch.no_grad():
+        parts = [x[i].detach().reshape(-1) for i in range(0, count, step)]
+    return torch.cat(parts), step > 1
+
+
+__all__ = ["describe", "describe_many", "plain_view", "summarize"]

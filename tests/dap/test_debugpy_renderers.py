@@ -26,7 +26,8 @@ from zoo import ZOO
 from tensor_dap.dap import expand as dap_children
 from tensor_dap.dap import pacing, values
 from tensor_dap.summary import Budget
-from tensor_dap.summary import objects as module_summary
+from tensor_dap.summary import modules as module_summary
+from tensor_dap.summary import objects as objects_summary
 
 pytest.importorskip("debugpy")
 
@@ -426,10 +427,10 @@ def test_describe_module_counts_shared_and_frozen_params_once():
 def test_describe_optimizer_state_matches_its_tensors():
     model = torch.nn.Linear(8, 3)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    assert str(module_summary.describe_optimizer(opt)) == "Adam lr=0.01 1 group 27 params no state"
+    assert str(objects_summary.describe_optimizer(opt)) == "Adam lr=0.01 1 group 27 params no state"
     model(torch.randn(2, 8)).sum().backward()
     opt.step()
-    s = module_summary.describe_optimizer(opt)
+    s = objects_summary.describe_optimizer(opt)
     tensors = [v for st in opt.state.values() for v in st.values() if torch.is_tensor(v)]
     assert s.state_tensors == len(tensors) and s.state_bytes == sum(t.numel() * t.element_size() for t in tensors)
     assert s.step == 1 and s.lrs == (0.01,)
@@ -440,7 +441,7 @@ def test_describe_loader_without_len():
         def __iter__(self):
             return iter(range(3))
 
-    s = module_summary.describe_loader(torch.utils.data.DataLoader(Stream(), batch_size=2))
+    s = objects_summary.describe_loader(torch.utils.data.DataLoader(Stream(), batch_size=2))
     assert (s.dataset_len, s.batches, s.shuffle) == (None, None, None)
     assert str(s) == "DataLoader batch_size=2 num_workers=0 pin_memory=False dataset=Stream(len ?)"
 
@@ -480,7 +481,7 @@ def test_meta_device_model_renders_without_reading_data():
     assert "values" not in kids and values.value_text(kids["stats"], "stats") == "no values (meta)"
     opt = torch.optim.Adam(model.parameters(), lr=0.1, capturable=True)
     opt.state[model[0].weight] = {"step": torch.zeros((), device="meta"), "exp_avg": torch.empty(4, 4, device="meta")}
-    s = module_summary.describe_optimizer(opt)
+    s = objects_summary.describe_optimizer(opt)
     assert s.step is None and s.state_tensors == 2  # a device-side step is not read back (no sync)
 
 

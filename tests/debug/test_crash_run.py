@@ -131,3 +131,24 @@ def test_crash_report_colours_follow_the_terminal():
         child.expect(pexpect.EOF)
     finally:
         child.close(force=True)
+
+
+@pytest.mark.timeout(120)
+def test_crash_report_folds_library_frames_and_bounds_its_cost():
+    """Torch's frames fold into one line that says how many; a broadcast mask in the frame costs nothing."""
+    deep = os.path.join(DEBUGGEES, "debuggee_crash_deep.py")
+    r = _run("-m", "tensor_dap", "run", deep)
+    assert r.returncode == 1
+    err = r.stderr
+    folded = re.findall(r"^  \[\.\.\. (\d+) frames in torch hidden; TENSOR_DAP_FULL_TRACEBACK=1 shows them\]$", err,
+                        re.MULTILINE)
+    assert folded and sum(map(int, folded)) >= 6
+    assert 'line 14, in forward' in err and "return model(x)" in err  # the user's frames stay
+    assert "linear.py" in err.split("RuntimeError:")[0]  # the frame that raised stays
+    assert re.search(r"^mask\s+tensor\[32, 16, 2048, 2048\] expanded n=2147483648 .* x∈\[1, 1\] μ=1 σ=0", err, re.M)
+    assert re.search(r"^patches\s+tensor\[1, 3, 209, 209, 16, 16\]", err, re.M)
+    report = err.split("tensor_dap: stdin is not a terminal")[0]
+    assert len(report.splitlines()) <= 50  # traceback, tensors and explanation on one screen
+    full = _run("-m", "tensor_dap", "run", deep, env={**_env(), "TENSOR_DAP_FULL_TRACEBACK": "1"})
+    assert "frames in torch hidden" not in full.stderr and "module.py" in full.stderr
+    assert len(full.stderr.splitlines()) > len(err.splitlines())

@@ -66,9 +66,9 @@ def test_breakpoint_session_shows_tensors_and_runs_every_command():
         assert re.search(r"^tensor\[32, 4\] n=128", _run(child, "target"), re.MULTILINE)  # bare expression
 
         out = _run(child, "tensors")
-        assert re.search(r"logits\s+tensor\[4, 10\].*NaN!\s+NaN/Inf", out)
-        assert re.search(r"elsewhere\s+tensor\[3\] meta\s+other device", out)
-        assert re.search(r"model\.0\.weight\s+Parameter\[16, 8\].*requires_grad", out)
+        assert re.search(r"logits\s+NaN/Inf\s+tensor\[4, 10\].*NaN!×\d+", out)
+        assert re.search(r"elsewhere\s+other device\s+tensor\[3\] meta", out)
+        assert re.search(r"model\.0\.weight\s+requires_grad\s+Parameter\[16, 8\]", out)
         assert "logits" in _run(child, "t")
 
         out = _run(child, "nan")

@@ -1,6 +1,6 @@
 """Debuggee for test_debugpy_renderers: a renderer failure injected for chosen values only.
 
-``describe`` (where the DAP views call it) and ``summary.objects.describe_module`` are patched here,
+``describe`` (where the DAP views call it) and ``describe_module`` are patched here,
 in the debugged program, to raise for objects marked ``_poison``; every other value renders normally.
 The poisoned names sort first, so they are the first values of their type pydevd renders (the
 case where pydevd would otherwise disable a provider for the whole type).
@@ -11,10 +11,10 @@ from torch import nn
 
 from tensor_dap.dap import expand as dap_children
 from tensor_dap.dap import values as dap_values
-from tensor_dap.summary import objects
+from tensor_dap.summary import modules, objects
 
 _describe = dap_values.describe
-_describe_module = objects.describe_module
+_describe_module = modules.describe_module
 
 
 def _poisoned_describe(x, **kwargs):
@@ -23,14 +23,14 @@ def _poisoned_describe(x, **kwargs):
     return _describe(x, **kwargs)
 
 
-def _poisoned_describe_module(m):
+def _poisoned_describe_module(m, **kwargs):
     if getattr(m, "_poison", False):
         raise RuntimeError("injected module failure")
-    return _describe_module(m)
+    return _describe_module(m, **kwargs)
 
 
 dap_values.describe = dap_children.describe = _poisoned_describe
-objects.describe_module = _poisoned_describe_module
+objects.describe_module = modules.describe_module = _poisoned_describe_module
 
 
 def main() -> None:

@@ -15,6 +15,17 @@ class Tagged(torch.Tensor):
         return super().__torch_function__(func, types, args, kwargs or {})
 
 
+class CountingTorchFunction(torch.Tensor):
+    """A __torch_function__ subclass that counts the calls into it: describe and explain must make none."""
+
+    calls = 0
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        cls.calls += 1
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
 def _fake():
     from torch._subclasses.fake_tensor import FakeTensorMode
 

@@ -3,6 +3,7 @@
 import pytest
 import torch
 from torch import nn
+from zoo import CountingTorchFunction
 
 from tensor_dap.probe.shape_errors import classify, explain
 
@@ -118,7 +119,7 @@ def test_load_state_dict_size_mismatch_lists_the_differing_tensors():
     assert "2.weight: checkpoint [3, 8] vs model [3, 16]" in hint
     assert "2.bias" not in hint
     module = next(o for o in ex.frames[-1].operands if o.kind == "module")
-    assert module.detail == "Sequential (131 parameters)"  # not an empty-looking "Sequential()"
+    assert module.detail == "Sequential(3) (131 parameters)"  # not an empty-looking "Sequential()"
 
 
 def test_view_hints_count_elements_and_contiguity():
@@ -170,3 +171,85 @@ def test_broadcast_inside_a_method_call_compares_the_operands():
     assert _ops(frame) == {"scores": (2, 4, 10, 10), "mask[:, None, None, :] == 0": (2, 1, 1, 12)}
     assert not [o for o in frame.operands if o.kind == "unknown"]  # float('-inf') is just a number
     assert "dim -1 is 10 vs 12" in frame.hint
+
+
+# ---------------------------------------------------------------------------- nothing runs twice
+
+
+def test_optimizer_step_in_the_failing_line_is_not_run_again():
+    model = nn.Linear(3, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    steps = []
+    opt.register_step_pre_hook(lambda *a: steps.append(1))
+    model(torch.randn(2, 3)).sum().backward()
+    a, b = torch.randn(2, 3), torch.randn(4, 5)
+
+    exc = _catch(lambda: (opt.step(), a @ b))
+    assert len(steps) == 1  # the real run
+    before = [p.detach().clone() for p in model.parameters()]
+    ex = explain(exc)
+    assert len(steps) == 1 and _ops(ex.frames[0]) == {"a": (2, 3), "b": (4, 5)}
+    assert all(torch.equal(p, q) for p, q in zip(before, model.parameters()))  # explain changed nothing
+
+
+def _catch(fn):
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - the point is to catch what the user's code raises
+        return exc
+    raise AssertionError("no exception")
+
+
+def test_properties_methods_and_getattr_are_never_evaluated():
+    class Source:
+        def __init__(self):
+            self.batches = [torch.randn(4, 7) for _ in range(3)]
+            self.calls = 0
+
+        @property
+        def batch(self):  # consumes a batch on every read
+            return self.batches.pop()
+
+        def scaled(self, t):
+            self.calls += 1
+            return t * 2
+
+        def __getattr__(self, name):
+            self.calls += 1
+            return torch.randn(4, 7)
+
+    class Slotted:
+        __slots__ = ("w",)
+
+        def __init__(self):
+            self.w = torch.randn(4, 3)
+
+    src, holder, x = Source(), Slotted(), torch.randn(2, 5)
+    ex = _explain(lambda: x @ src.batch)
+    assert len(src.batches) == 2  # the one real read
+    frame = ex.frames[0]
+    assert _ops(frame) == {"x": (2, 5)} and any(o.kind == "unknown" and o.expr == "src.batch" for o in frame.operands)
+    ex = _explain(lambda: src.scaled(x) @ src.dynamic)
+    assert src.calls == 2 and not _ops(ex.frames[0])  # one call each by the real run, none by explain
+    ex = _explain(lambda: x @ holder.w)  # a slot is plain data
+    assert _ops(ex.frames[0]) == {"x": (2, 5), "holder.w": (4, 3)}
+    assert "x has 5 columns" in ex.frames[0].hint
+
+
+def test_subclass_torch_function_never_runs_while_explaining():
+    x = torch.randn(4, 3).as_subclass(CountingTorchFunction)
+    w = torch.randn(4, 5)
+    exc = _catch(lambda: torch.nn.functional.linear(x.transpose(0, 1).mT, w.T))
+    CountingTorchFunction.calls = 0
+    ex = explain(exc)
+    assert CountingTorchFunction.calls == 0
+    assert _ops(ex.frames[0]) == {"x.transpose(0, 1).mT": (4, 3), "w.T": (5, 4)}
+
+
+def test_layer_norm_on_the_wrong_width():
+    norm = nn.LayerNorm(64)
+    x = torch.randn(4, 8, 32)
+    ex = _explain(lambda: norm(x))
+    assert ex.kind == "size mismatch"
+    assert any(_ops(f).get("x") == (4, 8, 32) for f in ex.frames)
+    assert any("ends in [32], but the norm normalizes over [64]" in f.hint for f in ex.frames)

@@ -17,12 +17,13 @@ def test_scalar_int_shows_value():
 
 def test_nonfinite_alarms_and_finite_range():
     x = torch.tensor([1.0, float("nan"), float("inf"), -2.0])
-    assert summarize(x) == "tensor[4] x∈[-2, 1] μ=nan NaN! +Inf! [1, nan, inf, -2]"
+    assert summarize(x) == "tensor[4] x∈[-2, 1] finite μ=-0.5 σ=2.121 NaN!×1 +Inf!×1 [1, nan, inf, -2]"
 
 
-def test_infinite_mean_drops_the_meaningless_std():
+def test_infinite_values_leave_the_moments_of_the_finite_ones():
     line = summarize(torch.tensor([[1.0, 2.0], [float("inf"), 3.0]] * 4))
-    assert line == "tensor[8, 2] n=16 (64 B) x∈[1, 3] μ=inf +Inf!"
+    assert line == "tensor[8, 2] n=16 (64 B) x∈[1, 3] finite μ=2 σ=0.8528 +Inf!×4"
+    assert summarize(torch.full((20,), float("nan"))) == "tensor[20] n=20 (80 B) NaN!×20"
 
 
 def test_empty_and_meta():
@@ -55,30 +56,34 @@ def test_sampled_line_says_so():
     assert "x≈[" in str(s) and "μ≈" in str(s)
 
 
-def test_debugger_stats_line_says_unknown_counts_honestly():
-    """When the time cap cuts the NaN count short, the stats child says 'yes'/'?' rather than a number."""
+def _half_nan_half_inf_cut_short():
     from tensor_dap import Budget
-    from tensor_dap.dap.values import stats_line
 
     x = torch.full((10_000,), float("nan"))
-    line = stats_line(describe(x, budget=Budget(exact_elements=None, scan_elements=None, chunk_elements=10,
-                                                max_ms=0)))
-    assert "NaN=yes" in line and "+Inf=?" in line and "-Inf=?" in line
+    x[::2] = float("inf")
+    return describe(x, budget=Budget(exact_elements=None, scan_elements=None, chunk_elements=100, max_ms=0))
+
+
+def test_debugger_stats_line_marks_estimated_counts():
+    """When the time cap cuts the pass short, counts are estimates from what was read, and say so."""
+    from tensor_dap.dap.values import stats_line
+
+    s = _half_nan_half_inf_cut_short()
+    assert not s.counts_exact and s.sampled and not s.range_exact
+    assert "NaN=≈5000 +Inf=≈5000 -Inf=≈0" in stats_line(s)
+    assert "NaN!×≈5000 +Inf!×≈5000" in str(s)
     assert "NaN=0 +Inf=1 -Inf=0" in stats_line(describe(torch.tensor([1.0, float("inf")])))
 
 
-def test_rich_table_says_unknown_counts_honestly():
-    """The pdb table agrees with the debugger's stats line: a count cut short is 'yes' or '?', never 'no'."""
+def test_rich_table_agrees_on_estimated_counts():
+    """The pdb table agrees with the debugger's stats line: estimated counts carry their ≈."""
     import io
     import re
 
-    from tensor_dap import Budget
     from tensor_dap.console import make_console
     from tensor_dap.summary.tables import summary_table
 
-    x = torch.full((10_000,), float("nan"))
-    s = describe(x, budget=Budget(exact_elements=None, scan_elements=None, chunk_elements=10, max_ms=0))
     out = io.StringIO()
-    make_console(out).print(summary_table(s))
+    make_console(out).print(summary_table(_half_nan_half_inf_cut_short()))
     rows = dict(re.findall(r"^(NaN|\+Inf|-Inf)\s+(\S+)", out.getvalue(), flags=re.M))
-    assert rows == {"NaN": "yes", "+Inf": "?", "-Inf": "?"}
+    assert rows == {"NaN": "≈5000", "+Inf": "≈5000", "-Inf": "≈0"}

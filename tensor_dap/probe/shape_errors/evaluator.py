@@ -1,24 +1,24 @@
 """Re-evaluate the safe parts of a failing statement, on ``meta`` copies of its tensors.
 
-Names, attributes and subscripts of built-in containers are read from the frame, and every
-tensor operation runs on ``meta`` tensors (shapes and dtypes only), so nothing is computed,
-allocated, mutated or sent to a device, and no user function or module forward runs again.
-Every value is remembered, so the explanation can show each operand's shape.
+Names, plain attributes and entries of built-in containers are read from the frame (``pure``
+says what is plain), and only the pure torch functions and tensor methods ``pure`` lists run,
+on ``meta`` tensors (shapes and dtypes only), so nothing is computed, allocated, mutated or sent
+to a device, and no user code, property, optimizer step or module forward runs again. Every
+value is remembered, so the explanation can show each operand's shape.
 """
 
 from __future__ import annotations
 
 import ast
 import builtins
-import re
+import warnings
 from typing import Any
 
-from ...kinds import is_module, is_tensor
+from ...kinds import is_tensor
+from ...summary.tensor import no_torch_function
+from . import pure
 
 _DEVICE_MOVES = {"cuda", "cpu", "to", "pin_memory", "mps", "xpu"}
-_NEVER_CALL = re.compile(r"^(save|load|manual_seed|seed|set_|use_|compile|backward|register|item$|tolist$|"
-                         r"numpy$|share_memory|record_stream|data_ptr|synchronize)")
-_CONTAINERS = (list, tuple, dict, str)
 _PURE_BUILTINS = (float, int, abs, round, min, max, bool)
 _COMPARE = {ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.Lt: lambda a, b: a < b,
             ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b}
@@ -123,7 +123,7 @@ class Evaluator:
             return slice(*parts), ""
         if isinstance(node, ast.Attribute):
             base = self.ev(node.value)
-            value = getattr(base, node.attr)  # a property raising only makes this unknown
+            value = self._attribute(base, node.attr)
             if is_tensor(value) and value.device.type != "meta":
                 return value, str(value.device)
             return value, self.device_of(node.value)
@@ -131,8 +131,7 @@ class Evaluator:
             base, index = self.ev_all([node.value, node.slice])
             if is_tensor(base):
                 return self._op(node, lambda: meta(base)[meta(index)], [node.value])
-            if isinstance(base, _CONTAINERS) or type(base).__name__ in (
-                    "Size", "ModuleList", "Sequential", "ModuleDict", "ParameterList", "ParameterDict"):
+            if pure.indexable(base) and not is_tensor(index):
                 value = base[index]
                 return value, str(value.device) if is_tensor(value) else ""
             raise Unknown()
@@ -161,7 +160,7 @@ class Evaluator:
         import torch
 
         try:
-            with torch.random.fork_rng(devices=[]), torch.device("meta"):
+            with torch.random.fork_rng(devices=[]), torch.device("meta"), no_torch_function():
                 return fn(), self._inputs_device(inputs)
         except Unknown:
             raise
@@ -170,6 +169,20 @@ class Evaluator:
         except Exception as exc:
             raise Failed(node, exc) from exc
 
+    @staticmethod
+    def _attribute(base: Any, name: str) -> Any:
+        """``base.name`` when it is plain data (see ``pure``), else Unknown."""
+        if is_tensor(base):
+            if not pure.tensor_attribute(name):
+                raise Unknown()
+            with no_torch_function(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # .grad of a non-leaf warns
+                return getattr(base, name)
+        try:
+            return pure.plain_attribute(base, name)
+        except (pure.NotPlain, AttributeError) as exc:
+            raise Unknown() from exc
+
     def _call(self, node: ast.Call, torch: Any) -> tuple[Any, str]:
         if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
             raise Unknown()
@@ -177,14 +190,14 @@ class Evaluator:
         if isinstance(func, ast.Attribute):
             base = self.ev(func.value)
             if is_tensor(base):
+                if func.attr not in _DEVICE_MOVES and not pure.tensor_method(func.attr):
+                    raise Unknown()
                 args = self.ev_all(node.args)
                 kwargs = dict(zip((k.arg for k in node.keywords), self.ev_all([k.value for k in node.keywords])))
                 if func.attr in _DEVICE_MOVES:  # shape-preserving; only a dtype change matters
                     dtypes = [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.dtype)]
                     return self._op(node, lambda: meta(base).to(dtypes[0]) if dtypes else meta(base),
                                     [func.value])
-                if _NEVER_CALL.match(func.attr):
-                    raise Unknown()
                 return self._op(node, lambda: getattr(meta(base), func.attr)(
                     *[meta(a) for a in args], **{k: meta(v) for k, v in kwargs.items()}),
                     [func.value, *node.args])
@@ -192,17 +205,12 @@ class Evaluator:
         kwargs = dict(zip((k.arg for k in node.keywords), self.ev_all([k.value for k in node.keywords])))
         if callee in _PURE_BUILTINS and all(isinstance(a, (int, float, str)) for a in [*args, *kwargs.values()]):
             return callee(*args, **kwargs), ""  # float('-inf'), int(d / 2): plain numbers
-        if is_module(callee) or not _is_torch_function(callee):
-            raise Unknown()  # never run a forward or user code again
+        if callee is len and len(args) == 1 and not kwargs and (is_tensor(args[0]) or pure.indexable(args[0])):
+            return len(args[0]), ""
+        if not pure.torch_function(callee):
+            raise Unknown()  # never run a forward, a step or any other user code again
         return self._op(node, lambda: callee(*[meta(a) for a in args],
                                              **{k: meta(v) for k, v in kwargs.items()}), list(node.args))
-
-
-def _is_torch_function(fn: Any) -> bool:
-    module = getattr(fn, "__module__", None) or ""
-    name = getattr(fn, "__name__", "") or ""
-    return callable(fn) and not isinstance(fn, type) and module.split(".")[0] == "torch" \
-        and not _NEVER_CALL.match(name)
 
 
 def _arith(op: ast.operator, a: Any, b: Any) -> Any:

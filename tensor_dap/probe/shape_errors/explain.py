@@ -13,6 +13,8 @@ import linecache
 from typing import Any
 
 from ...kinds import is_module, is_tensor
+from ...summary.modules import describe_module
+from ...summary.tensor import no_torch_function
 from ..display import short_repr
 from .evaluator import Evaluator
 from .hints import mismatch_hint
@@ -53,21 +55,28 @@ def _operand(ev: Evaluator, node: ast.AST) -> Operand:
                        device or real_device)
     if is_module(value):
         return Operand(text, "module", detail=_module_text(value))
-    return Operand(text, "value", detail=short_repr(value))
+    return Operand(text, "value", detail=_value_text(value))
 
 
 def _module_text(module: Any) -> str:
-    extra = ""
-    try:
-        extra = module.extra_repr()
-    except Exception:
-        pass
-    if not extra:  # a container (Sequential, a user's model): "Net()" would look empty
-        try:
-            return f"{type(module).__name__} ({sum(p.numel() for p in module.parameters()):,} parameters)"
-        except Exception:
-            return type(module).__name__
-    return f"{type(module).__name__}({extra})" if len(extra) < 100 else type(module).__name__
+    """``Linear(4→5)``, or ``Sequential(3) (124 parameters)`` for a container: from torch's own data, no user code."""
+    summary = describe_module(module, max_ms=50.0)
+    if summary.children == 0 and summary.signature != summary.kind:
+        return summary.signature  # a layer: its constructor-like name says it all
+    return f"{summary.signature} ({summary.params:,}{'' if summary.complete else '+'} parameters)"
+
+
+def _value_text(value: Any) -> str:
+    """A plain value by its repr; any other object by its type (its __repr__ is user code)."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    plain = (int, float, bool, str, bytes, type(None), slice)
+    plain += (torch.Size, torch.dtype, torch.device) if torch is not None else ()
+    if isinstance(value, plain) or (type(value) in (list, tuple) and len(value) <= 8
+                                    and all(isinstance(v, plain) for v in value)):
+        return short_repr(value)
+    return f"<{type(value).__name__}>"
 
 
 def explain_frame(tb: Any, kind: str = "", message: str = "") -> FrameExplanation | None:
@@ -121,7 +130,13 @@ def _entries(tb: Any) -> list[Any]:
 
 def explain(exc: BaseException, tb: Any = None) -> ShapeExplanation | None:
     """Explain ``exc`` if it is a shape error: the innermost frame with tensor operands, and the
-    innermost frame of the user's own code when that is a different one."""
+    innermost frame of the user's own code when that is a different one. No tensor subclass's
+    ``__torch_function__`` runs meanwhile."""
+    with no_torch_function():
+        return _explain(exc, tb)
+
+
+def _explain(exc: BaseException, tb: Any) -> ShapeExplanation | None:
     kind = classify(exc)
     if kind is None:
         return None

@@ -8,6 +8,7 @@ from typing import Any
 
 from ...format import fmt_shape
 from ...kinds import is_module, is_tensor
+from ...summary.modules import named_tensors
 from .evaluator import Evaluator
 from .model import Operand
 
@@ -94,8 +95,24 @@ def mismatch_hint(ev: Evaluator, node: ast.AST, operands: list[Operand], kind: s
     if kind == "dims":
         return _dims_hint(ev, node, tensors, message)
     if kind == "size mismatch":
-        return _state_dict_hint(ev, node) or _view_hint(ev, node, tensors, message)
+        return _state_dict_hint(ev, node) or _view_hint(ev, node, tensors, message) or _norm_hint(message)
     return ""
+
+
+_NORM = re.compile(r"normalized_shape=\[([\d, ]*)\], expected input with shape \[\*, [\d, ]*\], "
+                   r"but got input of size ?\[([\d, ]*)\]")
+
+
+def _norm_hint(message: str) -> str:
+    """layer_norm: the input's trailing dims against the normalized shape."""
+    found = _NORM.search(message)
+    if not found:
+        return ""
+    normalized, got = ([int(d) for d in g.replace(" ", "").split(",") if d] for g in found.groups())
+    tail = got[-len(normalized):] if normalized else []
+    return (f"the input {fmt_shape(tuple(got))} ends in {fmt_shape(tuple(tail))}, but the norm normalizes over "
+            f"{fmt_shape(tuple(normalized))}: its last {len(normalized)} dim{'s' if len(normalized) != 1 else ''} "
+            f"must be {fmt_shape(tuple(normalized))}")
 
 
 def _operation_hint(ev: Evaluator, node: ast.AST, operands: list[Operand]) -> str:
@@ -138,8 +155,7 @@ def _state_dict_hint(ev: Evaluator, node: ast.AST) -> str:
     loaded = args[0] if args else next((ev.value_of(k.value) for k in node.keywords if k.arg == "state_dict"), None)
     if not isinstance(loaded, Mapping):
         return ""
-    own = dict(module.named_parameters())
-    own.update((k, v) for k, v in module.named_buffers() if v is not None)
+    own = {name: t for name, t, _ in named_tensors(module, limit=100_000)}
     shared = [k for k in own if k in loaded and is_tensor(loaded[k])]
     differ = [k for k in shared if tuple(loaded[k].shape) != tuple(own[k].shape)]
     if not differ:

@@ -13,7 +13,7 @@ _KINDS = (
                              r"expanded size of the tensor", re.IGNORECASE)),
     ("size mismatch", re.compile(r"size mismatch|Sizes of tensors must match|is invalid for input of size|"
                                  r"to have \d+ channels|view size is not compatible|shape mismatch|"
-                                 r"must match|number of sizes provided", re.IGNORECASE)),
+                                 r"must match|number of sizes provided|expected input with shape", re.IGNORECASE)),
     ("dims", re.compile(r"Dimension out of range|Expected \d+D|expected \d+D|number of dimensions|"
                         r"\d+D (?:or \d+D )?(?:\w+ )?tensor expected|"
                         r"too many indices|dimensions? (?:of|but)|expected .* dims?\b|got \d+D", re.IGNORECASE)),

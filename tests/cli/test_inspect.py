@@ -1,0 +1,105 @@
+"""``tensor-dap inspect`` on hostile and odd checkpoints: real files, real subprocesses, a real terminal."""
+
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def inspect(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "tensor_dap", "inspect", *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, "NO_COLOR": "1"})
+
+
+def test_keys_cannot_drive_the_terminal_or_rich_markup(tmp_path):
+    keys = ["\x1b]0;pwned\x07title", "\x1b[2Jclear", "[bold red]markup[/]", "[/]close", "bidi\u202eevil", "a\nb"]
+    path = tmp_path / "keys.pt"
+    torch.save({k: torch.ones(2) for k in keys}, path)
+    r = inspect(path)
+    assert r.returncode == 0, r.stderr
+    assert "\x1b" not in r.stdout and "\u202e" not in r.stdout and "\x07" not in r.stdout
+    for shown in ("\\x1b]0;pwned\\x07title", "\\x1b[2Jclear", "[bold red]markup[/]", "[/]close", "bidi\\u202eevil",
+                  "a\\nb"):
+        assert shown in r.stdout, (shown, r.stdout)
+    assert len(r.stdout.strip().splitlines()) == 1 + len(keys)  # one line per tensor, whatever the key
+
+
+def test_self_referencing_list_is_listed_once(tmp_path):
+    loop = [torch.zeros(3)]
+    loop.append(loop)
+    path = tmp_path / "loop.pt"
+    torch.save({"loop": loop, "deep": [[[[torch.ones(1)]]]]}, path)
+    r = inspect(path)
+    assert r.returncode == 0, r.stderr
+    assert "loop[0]  " in r.stdout and "deep[0][0][0][0]" in r.stdout and r.stdout.count("tensor[3]") == 1
+
+
+def test_crafted_broadcast_tensors_list_fast(tmp_path):
+    """A few bytes of storage standing for 2^62 elements: a bounded summary, not a hang."""
+    path = tmp_path / "bomb.pt"
+    torch.save({"bomb": torch.tensor(1.0).expand(2**31, 2**31),
+                "mask": torch.ones(32, 1, 1, 2048).expand(32, 16, 2048, 2048),
+                "patches": torch.randn(3, 64, 64).unfold(1, 8, 1).unfold(2, 8, 1)}, path)
+    assert path.stat().st_size < 2_000_000
+    start = time.perf_counter()
+    r = inspect(path)
+    assert r.returncode == 0, r.stderr
+    assert time.perf_counter() - start < 60  # was: never returned
+    assert re.search(r"^bomb +tensor\[2147483648, 2147483648\] expanded n=4611686018427387904", r.stdout, re.M)
+    assert "x∈[1, 1] μ=1 σ=0" in r.stdout
+
+
+def test_broken_files_are_one_line_exit_1(tmp_path):
+    good = tmp_path / "good.pt"
+    torch.save({"w": torch.ones(100)}, good)
+    data = good.read_bytes()
+    cases = {"truncated.pt": data[: len(data) // 2], "empty.pt": b"", "junk.pt": b"\x1b[2Jnot a checkpoint"}
+    for name, content in cases.items():
+        (tmp_path / name).write_bytes(content)
+        r = inspect(tmp_path / name)
+        assert r.returncode == 1, (name, r.returncode, r.stderr)
+        assert r.stderr.startswith("tensor-dap: error: cannot load") and len(r.stderr.strip().splitlines()) == 1
+        assert "Traceback" not in r.stderr and "\x1b" not in r.stderr
+    r = inspect(tmp_path)  # a directory: a usage mistake
+    assert r.returncode == 2 and r.stderr.startswith("tensor-dap: error: no such file")
+
+
+def test_progress_bar_on_a_terminal_when_it_takes_a_while(tmp_path):
+    pexpect = pytest.importorskip("pexpect")
+    path = tmp_path / "many.pt"
+    torch.save({f"layer.{i}.w": torch.randn(8, 8) for i in range(20_000)}, path)
+    child = pexpect.spawn(sys.executable, ["-m", "tensor_dap", "inspect", str(path)], encoding="utf-8", timeout=180,
+                          dimensions=(40, 120))
+    seen = child.expect(["loading the checkpoint", "summarizing", pexpect.EOF])
+    child.expect(pexpect.EOF)
+    child.close()
+    assert seen in (0, 1) and child.exitstatus == 0
+    assert "layer.19999.w" in child.before
+
+
+def test_many_small_tensors_match_one_by_one():
+    """describe_many (what inspect uses) gives the summaries describe gives, for every small kind."""
+    from tensor_dap.summary import describe, describe_many
+
+    g = torch.Generator().manual_seed(0)
+    xs = [torch.randn(17, generator=g) * 1e-30, torch.randn(5, 6, generator=g).t(), torch.tensor([1.0, float("nan")]),
+          torch.tensor([float("inf"), -2.0, float("-inf")] * 5), torch.randint(0, 9, (40,), generator=g),
+          torch.rand(33, generator=g) > 0.5, torch.randn(300, generator=g).half(), torch.full((7,), float("nan")),
+          torch.randn(3000, generator=g, dtype=torch.float64) * 1e300, torch.zeros(0), torch.randn(8000, generator=g),
+          torch.tensor(2.5), torch.randn(4, 4, requires_grad=True)]
+    for x, many in zip(xs, describe_many(xs)):
+        one = describe(x)
+        assert str(many) == str(one) or _close(many, one), (str(many), str(one))
+        assert (many.nan, many.pos_inf, many.neg_inf, many.min, many.max) == (one.nan, one.pos_inf, one.neg_inf,
+                                                                              one.min, one.max)
+
+
+def _close(a, b):
+    return all(getattr(a, f) == getattr(b, f) or abs(getattr(a, f) - getattr(b, f)) <= 1e-5 * abs(getattr(b, f))
+               for f in ("mean", "std"))

@@ -1,0 +1,59 @@
+"""What the pdb prints for the objects around tensors, at a script's top level, in a narrow terminal (pexpect)."""
+
+import os
+import re
+import sys
+
+import pexpect
+import pytest
+
+SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "debuggees",
+                      "debuggee_pdb_toplevel.py")
+PROMPT = "(Pdb) "
+WIDTH = 80
+
+
+def _run(child, command):
+    child.sendline(command)
+    child.expect_exact(PROMPT)
+    return child.before.split("\n", 1)[1] if "\n" in child.before else ""
+
+
+@pytest.mark.timeout(120)
+def test_objects_grads_and_tensors_at_top_level():
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONBREAKPOINT", "COLUMNS")}
+    env.update(PYTHONBREAKPOINT="tensor_dap.set_trace", TERM="dumb", NO_COLOR="1")
+    child = pexpect.spawn(sys.executable, [SCRIPT], env=env, encoding="utf-8", timeout=60, dimensions=(50, WIDTH))
+    try:
+        child.expect_exact(PROMPT)
+        # inside step(): no module among the locals, so grads finds the global model; no backward yet
+        out = _run(child, "grads")
+        assert "no gradients yet: none of the 6 trainable parameters of model has a .grad" in " ".join(out.split())
+        assert "total norm" not in out
+
+        child.sendline("c")
+        child.expect_exact(PROMPT)
+        out = _run(child, "p model")
+        assert out.strip() == "Sequential(5) 4,996 params f32 cpu train"
+        assert _run(child, "p! model").startswith("Sequential(\r\n  (0): Linear(in_features=8, out_features=64")
+        assert re.fullmatch(r"AdamW lr=0\.001 1 group 4,996 params state \S+ KiB step=1", _run(child, "p opt").strip())
+        assert _run(child, "pp [model, 3]").startswith("[Sequential(")  # containers without tensors: pdb's own
+
+        out = _run(child, "t")
+        lines = out.rstrip().splitlines()
+        assert all(len(line) <= WIDTH for line in lines), lines  # one line per row, cut with …, never wrapped
+        assert "1 model (t NAME lists the parameters)" in out and re.search(r"^model +Sequential\(5\) 4,996", out, re.M)
+        assert "model.0.weight" not in out  # no wall of parameters
+        assert re.search(r"^x +tensor\[32, 8\]", out, re.M) and re.search(r"^mask +tensor\[32, 16, 2048, 2048\]",
+                                                                           out, re.M)
+        assert re.search(r"^inputs_of_the_batch\S*… +tensor\[32, 784\]", out, re.M)
+        assert re.search(r"^loss +requires_grad +tensor\[\] ", out, re.M)
+        assert "model.0.weight" in _run(child, "t model")  # named: its parameters
+
+        out = _run(child, "grads")
+        assert "gradients of model" in out and re.search(r"total norm \d", out)
+        child.sendline("c")
+        child.expect_exact("finished")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
