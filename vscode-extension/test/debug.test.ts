@@ -32,7 +32,7 @@ test('inspector: the real frame and tensor answers, through repr, parse into the
     const answers = json<{ frame: string; tensor: string }>('inspector.json');
     const frame = parseFrameTensors(decodeJsonResult(answers.frame));
     assert.deepEqual(frame.tensors.map((t) => [t.name, t.expr, t.dtype, t.shape]), [['x', 'x', 'float32', [4, 4]], ["batch['ids']", "batch['ids']", 'int64', [5]]]);
-    assert.match(frame.tensors[0].line!, /^tensor\[4, 4\] n=16 \(64 B\) x∈\[0, 15\] μ=nan NaN!$/);
+    assert.match(frame.tensors[0].line!, /^tensor\[4, 4\] n=16 \(64 B\) x∈\[0, 15\] finite μ=7\.6 σ=4\.911 NaN!×1$/);
     const detail = parseTensorDetail(decodeJsonResult(answers.tensor));
     assert.equal(detail.summary.nan, 1);
     assert.ok(detail.histogram);
