@@ -37,16 +37,22 @@ class Aftermath:
         self.count = 0  # non-finite steps seen, the reported ones included
         self.unprinted = 0
         self._last = float("-inf")
+        self._counted = -1  # the last step counted: a step's loss and gradients are read apart
 
-    def reported(self, step: int | None, bad_steps: int = 1) -> None:
+    def _add(self, steps: list[int]) -> None:
+        new = [s for s in steps if s > self._counted]
+        self.count += len(new)
+        self._counted = max([self._counted, *new])
+
+    def reported(self, step: int | None, failing: list[int] | None = None) -> None:
         if self.first is None:
             self.first = step
-        self.count += max(bad_steps, 1)
+        self._add(failing or ([step] if step is not None else []))
         self._last = time.monotonic()  # the report itself was just shown
 
-    def again(self, step: int, bad_steps: int = 1) -> None:
+    def again(self, step: int, failing: list[int] | None = None) -> None:
         """Another read found non-finite values while the report stands (the model stays NaN)."""
-        self.count += max(bad_steps, 1)
+        self._add(failing or [step])
         now = time.monotonic()
         if now - self._last < INTERVAL:
             self.unprinted += 1

@@ -72,13 +72,13 @@ class Investigation:
             return
         if self._latched:
             self.suppressed += 1
-            self._aftermath.again(index, self._sentinel.bad)
+            self._aftermath.again(index, self._sentinel.failing)
             return
         report, culprit, source = self._investigate(first, index, ctx, window)
         if report is None:
             return
         self._latched = True
-        self._aftermath.reported(report.step, self._sentinel.bad)
+        self._aftermath.reported(report.step, self._sentinel.failing)
         self._finish(report, culprit, source or (Source(ctx.outer or ctx, None, None) if ctx is not None else None))
 
     def _finish(self, report: Report, culprit: dict[str, Any], source: Source | None,
@@ -134,15 +134,7 @@ class Investigation:
 
     def _report(self, finding: Finding, step: int, index: int, window: Window | None, *,
                 first: int | None = None, kind: str = "nonfinite", headline: str | None = None) -> Report:
-        birth = finding.birth
-        line = finding.line
-        report = Report(kind=kind, headline=headline or finding.headline, step=step, phase=finding.phase,
-                        module=finding.module, module_type=finding.module_type, rank=current_rank(),
-                        notes=[finding.note], tensors=list(finding.tensors), op=finding.op,
-                        forward_op=birth.forward_op if birth is not None else None,
-                        source={"file": line.file, "line": line.line, "text": line.text} if line else None)
-        report.loss = next((float(s.values[0]) for sec, _, s in finding.tensors if sec == "loss" and s.values),
-                           None)
+        report = report_of(finding, step=step, kind=kind, headline=headline)
         self._enrich(report, finding)
         if window is not None:
             report.notes.append(f"the sentinel is read every {self.every} steps: detected at step {index}; "
@@ -180,23 +172,10 @@ class Investigation:
     def _max_abs(self, finding: Finding | None) -> float | None:
         """The largest finite magnitude: of the op's inputs when one overflowed, else of all gradients and
         parameters (a diverging run shows 1e30 long before it shows Inf)."""
-        birth = finding.birth if finding is not None else None
-        if birth is not None and birth.phase in ("forward", "loss") and birth.cause is None:
-            tensors = [t for _, t in birth.inputs if isinstance(t, torch.Tensor)]
-        else:
-            tensors = [p.grad for p in self._params if p.grad is not None] + list(self._params)
-        best = None
-        with torch.no_grad():
-            for t in tensors:
-                if t.is_sparse:
-                    t = t._values()
-                if not t.is_floating_point() or t.numel() == 0 or t.device.type == "meta":
-                    continue
-                finite = t[torch.isfinite(t)]
-                if finite.numel():
-                    value = float(finite.abs().max())
-                    best = value if best is None or value > best else best
-        return best if best is None or math.isfinite(best) else None
+        value = op_max_abs(finding)
+        if value is not None:
+            return value
+        return max_abs([p.grad for p in self._params if p.grad is not None] + list(self._params))
 
     # ------------------------------------------------------------ re-running steps
     def _localize_in_window(self, first: int, window: Window) -> tuple[Finding, Source] | None:
@@ -307,3 +286,41 @@ def _forward_state(f: Forward) -> dict[str, Any]:
     """One captured forward in safe types, for ``state.pt``."""
     line = tuple(f.line) if f.line is not None else None
     return {"args": f.args, "kwargs": f.kwargs, "rng": safe_rng(f.rng), "grads": list(f.grads), "line": line}
+
+
+def report_of(finding: Finding, *, step: int | None, kind: str = "nonfinite", headline: str | None = None) -> Report:
+    """The report of a finding: where, the op and the user's line, the tensors, a first diagnosis."""
+    birth, line = finding.birth, finding.line
+    report = Report(kind=kind, headline=headline or finding.headline, step=step, phase=finding.phase,
+                    module=finding.module, module_type=finding.module_type, rank=current_rank(),
+                    notes=[finding.note], tensors=list(finding.tensors), op=finding.op,
+                    forward_op=birth.forward_op if birth is not None else None,
+                    source={"file": line.file, "line": line.line, "text": line.text} if line else None)
+    report.loss = next((float(s.values[0]) for sec, _, s in finding.tensors if sec == "loss" and s.values), None)
+    report.max_abs = op_max_abs(finding)
+    report.diagnosis = diagnose(birth, phase=report.phase, kind=kind, max_abs=report.max_abs, loss_history=[])
+    return report
+
+
+def op_max_abs(finding: Finding | None) -> float | None:
+    """When an op overflowed from finite inputs: the largest magnitude among those inputs."""
+    birth = finding.birth if finding is not None else None
+    if birth is None or birth.phase not in ("forward", "loss") or birth.cause is not None:
+        return None
+    return max_abs([t for _, t in birth.inputs if isinstance(t, torch.Tensor)])
+
+
+def max_abs(tensors: list[torch.Tensor]) -> float | None:
+    """The largest finite magnitude among ``tensors`` (sparse ones by their stored values), or None."""
+    best = None
+    with torch.no_grad():
+        for t in tensors:
+            if t.layout == torch.sparse_coo:
+                t = t._values()
+            if t.layout != torch.strided or not t.is_floating_point() or t.numel() == 0 or t.device.type == "meta":
+                continue
+            finite = t[torch.isfinite(t)]
+            if finite.numel():
+                value = float(finite.abs().max())
+                best = value if best is None or value > best else best
+    return best if best is None or math.isfinite(best) else None

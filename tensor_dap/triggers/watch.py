@@ -189,9 +189,10 @@ class watch(Investigation):
             if self._loop is not None:
                 self._loop.enabled = True
 
-    def note_loss(self, value: Any) -> None:
-        """A loss seen by ``break_if`` inside this watch: kept for the reports' loss history."""
-        self._history.append(value)
+    def note_loss(self, value: float) -> None:
+        """A loss seen by ``break_if`` inside this watch: the reports' loss history when watch sees none itself."""
+        if self._last_loss[1] is None:
+            self._history.append(value)
 
     def adopt(self, report: Report) -> None:
         """A ``break_if`` inside this watch fired: complete its report and bundle the step now running."""

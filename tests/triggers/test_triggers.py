@@ -6,11 +6,8 @@ debugger tests). Everything here is real: real training loops, real NaNs, real f
 
 from __future__ import annotations
 
-import json
 import os
-import pickle
 import random
-from pathlib import Path
 
 import pytest
 import torch
@@ -32,16 +29,7 @@ EXPECTED = {
 
 def train(bug, steps=12, **watch_kwargs):
     """Train with watch; returns (watch handle, the NonFiniteError raised or None)."""
-    model, optimizer, batch, step_fn = planted.build(bug)
-    watch_kwargs.setdefault("capture", False)
-    w = tensor_dap.watch(model, optimizer, **watch_kwargs)
-    try:
-        with w:
-            for step in range(steps):
-                w.step(step_fn, *batch(step))
-    except NonFiniteError as exc:
-        return w, exc
-    return w, None
+    return planted.train(bug, steps, **watch_kwargs)
 
 
 @pytest.mark.parametrize("bug", sorted(EXPECTED))
@@ -225,6 +213,12 @@ def test_every_n_localizes_the_first_bad_step_itself_and_bundles_it(bug, every, 
     assert torch.equal(state["rng"]["torch"], one_state["rng"]["torch"])
 
 
+def assert_same_training_dict(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
 def test_every_n_failure_found_by_the_last_read_at_close_is_localized_too():
     w, exc = train("zero_variance", on="log", every=4, steps=planted.BUG_STEP + 2)  # no read due after the bug
     assert exc is None and w.step_count == planted.BUG_STEP + 2
@@ -309,93 +303,6 @@ def test_an_internal_failure_never_breaks_the_training_loop(monkeypatch, caplog)
     w, exc = train("inf_input", on="raise", steps=8)
     assert exc is None and not w.reports
     assert "internal error" in caplog.text and "ZeroDivisionError" in caplog.text
-
-
-# ------------------------------------------------------------------ bundles and replay
-
-def test_bundle_is_written_atomically_and_never_overwritten(tmp_path):
-    root = str(tmp_path / "incidents")
-    paths = []
-    for _ in range(2):
-        _, exc = train("inf_input", on="raise", capture=root)
-        paths.append(exc.report.bundle)
-    assert len(set(paths)) == 2 and all(os.path.dirname(p) == root for p in paths)
-    assert sorted(os.listdir(root)) == sorted(os.path.basename(p) for p in paths)  # no leftover temp dirs
-    assert os.path.basename(paths[0]).endswith(f"-step{planted.BUG_STEP}")
-    for path in paths:
-        assert sorted(os.listdir(path)) == ["report.json", "report.txt", "state.pt"]
-        data = json.loads(Path(path, "report.json").read_text())
-        assert (data["step"], data["phase"], data["module"]) == (planted.BUG_STEP, "input", "inp")
-        assert data["bundle"] == path
-        assert "tensor-dap replay " + path in Path(path, "report.txt").read_text()
-        state = torch.load(os.path.join(path, "state.pt"), weights_only=False)
-        assert state["step"] == planted.BUG_STEP and set(state["rng"]) >= {"python", "torch", "numpy"}
-        x = state["args"][0]
-        assert torch.isinf(x).any()  # the step's own batch
-        assert state["optimizer"]["state"]  # momentum buffers from before the step
-
-
-def test_a_failed_bundle_write_leaves_nothing_behind(tmp_path):
-    from tensor_dap.triggers.incident import write_bundle
-    from tensor_dap.triggers.report import Report
-
-    report = Report("nonfinite", "x", step=3)
-    with pytest.raises((pickle.PicklingError, AttributeError, TypeError)):
-        write_bundle(report, step=3, args=(lambda: None,), root=str(tmp_path))  # a lambda cannot be pickled
-    assert os.listdir(tmp_path) == [] and report.bundle is None
-
-
-@pytest.mark.filterwarnings("ignore::UserWarning")
-@pytest.mark.parametrize("bug", ["backward_nan", "log_zero"])
-def test_replay_reproduces_the_failure_from_the_bundle(tmp_path, bug):
-    _, exc = train(bug, on="raise", capture=str(tmp_path))
-    bundle = exc.report.bundle
-    model, optimizer, _, step_fn = planted.build(bug, seed=123)  # different weights: replay restores them
-    with pytest.raises(NonFiniteError) as info:
-        tensor_dap.replay(bundle, model, step_fn, optimizer, on="raise")
-    report = info.value.report
-    assert (report.step, report.phase, report.module) == (exc.report.step, exc.report.phase, exc.report.module)
-    if bug == "backward_nan":  # detect_anomaly names the autograd op behind the backward NaN
-        assert any("SqrtBackward0" in n for n in report.notes)
-    saved = torch.load(os.path.join(bundle, "state.pt"), weights_only=False)["model"]
-    assert_same_training_dict(model.state_dict(), saved)  # left in the pre-step state
-
-
-def assert_same_training_dict(a, b):
-    assert a.keys() == b.keys()
-    for k in a:
-        assert torch.equal(a[k], b[k]), k
-
-
-def test_cli_replay_prints_the_report(tmp_path, capsys):
-    from tensor_dap.cli import main
-
-    _, exc = train("zero_variance", on="raise", capture=str(tmp_path))
-    assert main(["replay", exc.report.bundle]) == 0
-    out = capsys.readouterr().out
-    assert "norm" in out and "Standardize" in out and f"step {planted.BUG_STEP}" in out and "NaN!" in out
-    assert main(["replay", "--json", exc.report.bundle]) == 0
-    assert json.loads(capsys.readouterr().out)["module"] == "norm"
-
-
-@pytest.mark.parametrize("path", ["does/not/exist", "."])
-def test_cli_replay_bad_bundle_is_one_line_and_exit_2(path, capsys):
-    from tensor_dap.cli import main
-
-    assert main(["replay", path]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("tensor-dap: error:") and err.count("\n") == 1 and "Traceback" not in err
-
-
-@pytest.mark.parametrize("content", ["[]", "{not json", '{"kind": "nonfinite"}',
-                                     '{"headline": "x", "kind": "x", "tensors": 5}'])
-def test_cli_replay_damaged_report_is_one_line_and_exit_2(tmp_path, content, capsys):
-    from tensor_dap.cli import main
-
-    (tmp_path / "report.json").write_text(content)
-    assert main(["replay", str(tmp_path)]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("tensor-dap: error:") and "report.json" in err and err.count("\n") == 1
 
 
 # ------------------------------------------------------------------ break_if
