@@ -68,7 +68,8 @@ def set_trace(frame: Any = None, *, header: str | None = None, hide_library: boo
         debugger.set_trace(frame)
 
 
-LIBRARY_MODULES = ["torch", "torch.*", "tensor_dap", "tensor_dap.*"]
+_PACKAGE = __name__.partition(".")[0]
+LIBRARY_MODULES = ["torch", "torch.*", _PACKAGE, f"{_PACKAGE}.*"]  # pdb's `skip`: never step into these
 
 
 def _stop_now(debugger: TensorPdb, frame: Any) -> None:

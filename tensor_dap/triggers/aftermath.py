@@ -1,9 +1,9 @@
 """After a report: training on NaN is never silent.
 
-Once a trigger has reported and the user continued (or ``on="log"``), every further step that is
-still non-finite prints one line on stderr, at most one every ``INTERVAL`` seconds (with how
-many were not printed), and the end of the run (``close``, the ``with`` block, interpreter exit)
-says how many steps were non-finite in all.
+Once a trigger has reported and the user continued (or ``on="log"``), the next step that is
+still non-finite prints one line on stderr, and so do later ones, at most one every ``INTERVAL``
+seconds (with how many were not printed); the end of the run (``close``, the ``with`` block,
+interpreter exit) says how many steps were non-finite in all.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class Aftermath:
         if self.first is None:
             self.first = step
         self._add(failing or ([step] if step is not None else []))
-        self._last = time.monotonic()  # the report itself was just shown
+        self._last = float("-inf")  # the first step after the report is always said
 
     def again(self, step: int, failing: list[int] | None = None) -> None:
         """Another read found non-finite values while the report stands (the model stays NaN)."""

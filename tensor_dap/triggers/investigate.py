@@ -84,6 +84,8 @@ class Investigation:
     def _finish(self, report: Report, culprit: dict[str, Any], source: Source | None,
                 error: type[TriggerError] = NonFiniteError) -> None:
         """Bundle the step, keep the report, and send it where ``on`` says."""
+        if source is not None:
+            report.mode = "loop" if source.ctx.forwards is not None else "step"
         if self.capture and source is not None:
             self._write_bundle(report, source)
         elif self.capture and report.bundle is None:
@@ -274,7 +276,6 @@ class Investigation:
                 report.notes.append(f"the bundle holds step {ctx.index}, the step running when this was "
                                     f"detected (the state before step {report.step} is gone)")
             forwards = [_forward_state(f) for f in ctx.forwards] if ctx.forwards is not None else None
-            report.mode = "loop" if forwards is not None else "step"
             write_bundle(report, step=ctx.index, args=ctx.args, kwargs=ctx.kwargs, model_state=state,
                          optimizer_state=opt_state, rng={**capture_rng(), **ctx.rng}, forwards=forwards,
                          root=self.capture if isinstance(self.capture, str) else None)

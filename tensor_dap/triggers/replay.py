@@ -118,7 +118,7 @@ class _UpdateGuard:
 
     @staticmethod
     def _stop(optimizer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        closure = kwargs.get("closure", args[0] if args else None)
+        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)  # args[0]: the optimizer
         if callable(closure):
             closure()
         raise StopRerun()

@@ -112,13 +112,33 @@ def _break_into_dap(frame: Any) -> None:
 
         py_db = pydevd.get_global_debugger()
         thread = threading.current_thread()
-        set_additional_thread_info(thread)
-        py_db.set_suspend(thread, CMD_SET_BREAK)
-        py_db.do_wait_suspend(thread, frame, "line", None)
+        info = set_additional_thread_info(thread)
+        # As pydevd does for a stop made from user code: no trace events on this thread while it waits,
+        # or evaluating the Variables would re-enter the suspension.
+        monitoring = _suspend_monitoring()
+        info.is_tracing += 1
+        try:
+            py_db.set_suspend(thread, CMD_SET_BREAK)
+            py_db.do_wait_suspend(thread, frame, "line", None)
+        finally:
+            info.is_tracing -= 1
+            if monitoring is not None:
+                monitoring.resume_current_thread_tracing()
         return
     except Exception as exc:  # noqa: BLE001 - an unknown pydevd: its public stop still works
         logger.debug("tensor_dap: direct suspension failed (%r); using settrace", exc)
     attached.break_into_dap(frame)
+
+
+def _suspend_monitoring() -> Any:
+    """Under ``sys.monitoring`` (Python 3.12+), pause pydevd's events for this thread; the module to resume them."""
+    from _pydevd_bundle.pydevd_constants import PYDEVD_USE_SYS_MONITORING
+
+    if not PYDEVD_USE_SYS_MONITORING:
+        return None
+    from _pydevd_sys_monitoring import pydevd_sys_monitoring
+
+    return pydevd_sys_monitoring if pydevd_sys_monitoring.suspend_current_thread_tracing() else None
 
 
 def _first_shown_frame(frame: Any) -> Any:

@@ -198,6 +198,8 @@ class watch(Investigation):
         """A ``break_if`` inside this watch fired: complete its report and bundle the step now running."""
         self._guard(self._enrich, report, None)
         source = self._guard(self._source_now)
+        if source is not None:
+            report.mode = "loop" if source.ctx.forwards is not None else "step"
         if self.capture and source is not None:
             self._write_bundle(report, source)
         self.reports.append(report)
@@ -253,8 +255,8 @@ class watch(Investigation):
             ctx.checked = True
             ctx.optimizer = self._stepper = optimizer
             self._mode, self._param_store = "optimizer", None
-        closure = kwargs.get("closure", args[0] if args else None)
-        if callable(closure):  # LBFGS & co: the gradients are computed inside step(), by the closure
+        closure = _closure(args, kwargs)
+        if closure is not None:  # LBFGS & co: the gradients are computed inside step(), by the closure
             if self._loop is not None:
                 self._loop.enabled = False
             return self._checked_closure(optimizer, closure, args, kwargs, ctx)
@@ -294,7 +296,7 @@ class watch(Investigation):
 
         if "closure" in kwargs:
             return args, {**kwargs, "closure": checked}
-        return (checked, *args[1:]), kwargs
+        return (args[0], checked, *args[2:]), kwargs  # args[0] is the optimizer itself
 
     # ------------------------------------------------------------ checks
     def _check(self, index: int, ctx: StepContext | None) -> None:
@@ -350,6 +352,12 @@ class watch(Investigation):
         self._latched = True
         self._aftermath.reported(index)
         self._finish(report, {**finding.culprit, "step": index}, Source(ctx, None, None) if ctx else None)
+
+
+def _closure(args: Any, kwargs: Any) -> Callable[[], Any] | None:
+    """The closure handed to ``optimizer.step(closure)`` (the hook's ``args`` start with the optimizer)."""
+    closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
+    return closure if callable(closure) else None
 
 
 def _stored(grad: torch.Tensor) -> torch.Tensor:
