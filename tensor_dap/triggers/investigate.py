@@ -119,11 +119,16 @@ class Investigation:
             if index == 0:
                 finding.note += " (already at the first watched step)"
         elif grads_bad or (loss_bad and loss_step == index):
-            finding = self._rerun(ctx) if can_rerun else None  # type: ignore[arg-type]
+            failed = None
+            try:
+                finding = self._rerun(ctx) if can_rerun else None  # type: ignore[arg-type]
+            except Exception as exc:  # noqa: BLE001 - the step raised when run again: report without the re-run
+                finding, failed = None, f"re-running the step failed ({type(exc).__name__}: {exc}); "
             if finding is None and grads_bad:
                 finding = nonfinite_gradients(self._inner)
                 if finding is not None and can_rerun:
-                    finding.note = (NOT_LOCAL if current_rank() is not None else NOT_REPRODUCED) + finding.note
+                    finding.note = (failed or (NOT_LOCAL if current_rank() is not None else NOT_REPRODUCED)) \
+                        + finding.note
         elif not loss_bad:
             return None, {}, None  # the sum of norms overflowed, but every value is finite: no alarm
         if finding is None:

@@ -140,8 +140,8 @@ def nonfinite_gradients(model: torch.nn.Module) -> Finding | None:
             if p.grad is not None and nonfinite(p.grad):
                 return Finding(
                     "backward", path, type(mod).__name__,
-                    f"gradient of {pname!r} is non-finite (found without a re-run: hand the step "
-                    "function to watch.step() to find the first module exactly)",
+                    f"gradient of {pname!r} is non-finite (found without a re-run: the module holding the "
+                    "gradient, not where it was born; see 'the two modes' in docs/triggers.md)",
                     _param_rows(mod), {"module": mod, "parameter": p})
     return None
 

@@ -73,8 +73,8 @@ _last: list[Culprit] = []
 
 
 def culprit() -> Culprit | None:
-    """The culprit of the trigger that stopped the debugger last: ``.module``, ``.inputs``, ``.output``,
-    ``.grad_input``/``.grad_output`` (backward), ``.loss``, ``.report``; None before any trigger."""
+    """While the debugger is stopped by a trigger, what it found: ``.module``, ``.inputs``, ``.output``,
+    ``.grad_input``/``.grad_output`` (backward), ``.loss``, ``.report``; None otherwise."""
     return _last[-1] if _last else None
 
 
@@ -82,16 +82,19 @@ def stop_in_debugger(report: Report, *, how: str, **found: Any) -> None:
     """Stop in the user's own frame (the training loop or step function that is running now).
 
     torch's and tensor_dap's frames are hidden from the terminal debugger's ``where``/``up``/
-    ``down``; VS Code gets the same frame selected. The culprit stays reachable through
-    ``tensor_dap.culprit()``. The stop happens now, before the optimizer applies the update.
+    ``down``; VS Code gets the same frame selected. The culprit is reachable through
+    ``tensor_dap.culprit()`` while stopped. The stop happens now, before the optimizer applies the update.
     """
     fields = {k: v for k, v in found.items() if k in Culprit.__dataclass_fields__}
     _last[:] = [Culprit(report, **{"step": report.step, **fields})]
     frame = user_frame(sys._getframe(1)) or sys._getframe(1)
-    if how == "dap":
-        _break_into_dap(frame)
-    else:
-        _open_pdb(frame, report)
+    try:
+        if how == "dap":
+            _break_into_dap(frame)
+        else:
+            _open_pdb(frame, report)
+    finally:
+        _last.clear()  # the culprit's tensors (activations) are not kept alive once training goes on
 
 
 def _break_into_dap(frame: Any) -> None:

@@ -292,7 +292,7 @@ def test_plain_loop_with_rerun_off_still_names_a_module():
             step_fn(*batch(step))
     assert info.value.report.step == planted.BUG_STEP
     assert info.value.report.phase == "backward" and info.value.report.module
-    assert any("watch.step" in n for n in info.value.report.notes)
+    assert any("without a re-run" in n for n in info.value.report.notes)
 
 
 def test_an_internal_failure_never_breaks_the_training_loop(monkeypatch, caplog):
@@ -611,3 +611,23 @@ def test_public_names_work_even_after_importing_their_modules():
             "print(type(w).__name__, callable(tensor_dap.replay))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.split() == ["watch", "True"]
+
+
+def test_a_step_that_fails_when_run_again_is_still_reported():
+    """A step function that refuses to run twice on the same batch raises in the re-run: the report
+    comes without the re-run, saying why, instead of being lost."""
+    model, optimizer, batch, step_fn = planted.build("backward_nan")
+    consumed = set()
+
+    def once(i):
+        if i in consumed:
+            raise ValueError(f"batch {i} was already consumed")
+        consumed.add(i)
+        return step_fn(*batch(i))
+
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False) as w:
+        for step in range(8):
+            w.step(once, step)
+    report = info.value.report
+    assert report.step == planted.BUG_STEP and report.phase == "backward" and report.module
+    assert report.notes[0].startswith("re-running the step failed (ValueError: batch 5 was already consumed)")
