@@ -74,6 +74,9 @@ class Investigation:
             self.suppressed += 1
             self._aftermath.again(index, self._sentinel.failing)
             return
+        if ctx is None:  # an unchanged loop: its forwards, if this step's update has not run yet
+            ctx = self._loop_context()
+            ctx = ctx if ctx is not None and not ctx.updated else None
         report, culprit, source = self._investigate(first, index, ctx, window)
         if report is None:
             return

@@ -41,13 +41,18 @@ class Forward:
 
 
 def output_tensors(output: Any) -> list[torch.Tensor]:
+    """The tensors among a forward's outputs, in a fixed order (a lone tensor or a flat tuple: no walk)."""
+    if isinstance(output, torch.Tensor):
+        return [output]
+    if type(output) in (tuple, list) and all(isinstance(t, torch.Tensor) for t in output):
+        return list(output)
     return [t for _, t in walk(output)]
 
 
-def loss_in(output: Any) -> torch.Tensor | None:
+def loss_in(tensors: list[torch.Tensor]) -> torch.Tensor | None:
     """A scalar floating tensor that requires grad among the model's outputs: a loss computed inside the model."""
-    for t in output_tensors(output):
-        if t.dim() == 0 and t.is_floating_point() and t.requires_grad:
+    for t in tensors:
+        if t.dim() == 0 and t.requires_grad and t.is_floating_point():
             return t.detach()
     return None
 
@@ -115,7 +120,8 @@ class LoopCapture:
         """The optimizer updated: the next forward starts a new step."""
         self._open = False
         self.updated = True
-        self._probe = next((p for p in self.params if p.grad is not None), None)
+        if self._probe is None:
+            self._probe = next((p for p in self.params if p.grad is not None), None)
 
     # ------------------------------------------------------------ hooks
     def _pre(self, module: torch.nn.Module, args: Any, kwargs: Any) -> None:
@@ -151,7 +157,7 @@ class LoopCapture:
         for i, t in enumerate(tensors):
             if t.requires_grad:
                 t.register_hook(partial(self._grad, f, i))
-        loss = loss_in(output)
+        loss = loss_in(tensors)
         if loss is not None:
             self.losses.append(loss)
 

@@ -206,10 +206,7 @@ class watch(Investigation):
 
     def _source_now(self) -> Source | None:
         """The step to bundle now: the w.step running (or the last one), else the unchanged loop's capture."""
-        ctx = self._ctx or self._last_ctx
-        if ctx is None and self._loop is not None and self._loop.replayable:
-            ctx = self._loop_context(self._stepper)
-            ctx.updated = self._loop.updated
+        ctx = self._ctx or self._last_ctx or self._loop_context()
         return Source(ctx, None, None) if ctx is not None else None
 
     # ------------------------------------------------------------ every > 1: the replay window
@@ -260,8 +257,8 @@ class watch(Investigation):
             if self._loop is not None:
                 self._loop.enabled = False
             return self._checked_closure(optimizer, closure, args, kwargs, ctx)
-        if ctx is None and self._loop is not None and self._loop.replayable:
-            ctx = self._loop_context(optimizer)
+        if ctx is None and self._loop is not None:
+            self._take_loop_losses()
         self._check(ctx.index if ctx else self.step_count, ctx)
         return None
 
@@ -305,26 +302,32 @@ class watch(Investigation):
         if self._sentinel.due():
             self._guard(self._read_and_fire, index, ctx)
 
-    def _loop_context(self, optimizer: Any) -> StepContext:
-        """The unchanged loop's step as a context to re-run: the model's forwards and backwards, replayed."""
+    def _take_loop_losses(self) -> None:
+        """Losses the model returned in this step (a loss computed inside forward): into the history and sentinel."""
         loop = self._loop
-        assert loop is not None and loop.start is not None
-        forwards = list(loop.forwards)
-        for loss in loop.losses:
-            self._history.append(loss)
-        if loop.losses:
-            self._last_loss = (self.step_count, loop.losses[-1])
-            self._guard(self._sentinel.observe_value, loop.losses[-1], self.step_count)
+        if loop is None or not loop.losses:
+            return
+        self._history.extend(loop.losses)
+        self._last_loss = (self.step_count, loop.losses[-1])
+        self._guard(self._sentinel.observe_value, loop.losses[-1], self.step_count)
         loop.losses = []
+
+    def _loop_context(self, optimizer: Any = None) -> StepContext | None:
+        """The unchanged loop's step as a context to re-run (its forwards and backwards, replayed), if it can be."""
+        loop = self._loop
+        if loop is None or not loop.replayable or loop.start is None:
+            return None
+        forwards = list(loop.forwards)
         return StepContext(self.step_count, lambda: replay_forwards(self._inner, forwards), (), {}, forwards[0].rng,
-                           loop.start, checked=True, optimizer=optimizer, forwards=forwards)
+                           loop.start, checked=True, optimizer=optimizer or self._stepper, forwards=forwards,
+                           updated=loop.updated)
 
     def _loop_unstepped(self) -> None:
         """The unchanged loop reset gradients with no update since its last backward: a skipped step."""
         if self._rerunning or self._replaying:
             return
-        ctx = self._loop_context(self._stepper) if self._loop is not None and self._loop.replayable else None
-        self._unstepped(self.step_count, ctx)
+        self._take_loop_losses()
+        self._unstepped(self.step_count, self._loop_context())
         self.step_count += 1
         self._watched += 1
 
