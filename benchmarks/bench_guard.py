@@ -71,13 +71,13 @@ def variants() -> dict[str, Callable[[int], None]]:
             for i in range(n):
                 w.step(step, *data[i % len(data)])
 
-    def watched_loop(n: int) -> None:  # the unchanged loop: no w.step, capture from hooks
-        with tensor_dap.watch(model, optimizer, on="raise", capture=False):
+    def watched_loop(n: int, rerun: bool = True) -> None:  # the unchanged loop: no w.step, capture from hooks
+        with tensor_dap.watch(model, optimizer, on="raise", capture=False, rerun=rerun):
             plain(n)
 
-    def break_if(n: int) -> None:
+    def break_if(n: int) -> None:  # the model memorizes its 16 batches: a real spike factor would fire on noise
         for i in range(n):
-            tensor_dap.break_if(step(*data[i % len(data)]), above=1e6, spike=10.0, on="raise")
+            tensor_dap.break_if(step(*data[i % len(data)]), above=1e6, spike=1e12, on="raise")
 
     def anomaly(n: int) -> None:
         with torch.autograd.set_detect_anomaly(True):
@@ -91,8 +91,9 @@ def variants() -> dict[str, Callable[[int], None]]:
             for h in handles:
                 h.remove()
 
-    return {"plain": plain, "watch (w.step)": watched, "watch (loop)": watched_loop, "break_if": break_if,
-            "detect_anomaly": anomaly, "naive isnan hooks": hooks}
+    return {"plain": plain, "watch (w.step)": watched, "watch (loop)": watched_loop,
+            "loop, rerun=False": lambda n: watched_loop(n, rerun=False),  # the sentinel alone: what capture adds
+            "break_if": break_if, "detect_anomaly": anomaly, "naive isnan hooks": hooks}
 
 
 def main() -> None:
@@ -140,6 +141,9 @@ def main() -> None:
     # is also measured on its own, against the plain step time.
     print(f"\n  break_if alone: {call_us:.2f} µs per call = {step_us / (step_us + call_us):.4f}× a plain step "
           f"of {step_us:.0f} µs")
+    capture_us = capture_alone_us()
+    print(f"  the unchanged loop's capture alone (rerun=True vs rerun=False, same watch, interleaved): "
+          f"{capture_us:.0f} µs per step = {step_us / (step_us + capture_us):.3f}× a plain step")
     check_numerics(steps=30)
 
 
@@ -164,14 +168,30 @@ def check_numerics(steps: int) -> None:
             raise SystemExit(f"watch ({mode}) changed the training numerics")
 
 
+def capture_alone_us(rounds: int = 30, steps: int = 50) -> float:
+    """What capturing for a re-run adds to the sentinel: one watch, its capture switched on and off per block."""
+    model, optimizer, data, step = make()
+    w = tensor_dap.watch(model, optimizer, on="raise", capture=False)
+    times: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(rounds):
+        for on in (True, False):
+            w._loop.enabled = on
+            start = time.perf_counter()
+            for i in range(steps):
+                step(*data[i % len(data)])
+            times[on].append((time.perf_counter() - start) / steps * 1e6)
+    w.close()
+    return statistics.median(times[True]) - statistics.median(times[False])
+
+
 def break_if_call_us(n: int = 20000) -> float:
     """The cost of one break_if call on a finite scalar loss (read, compare, spike average)."""
     loss = torch.tensor(1.0)
     for _ in range(1000):
-        tensor_dap.break_if(loss, above=1e6, spike=10.0, on="raise")
+        tensor_dap.break_if(loss, above=1e6, spike=1e12, on="raise")
     start = time.perf_counter()
     for _ in range(n):
-        tensor_dap.break_if(loss, above=1e6, spike=10.0, on="raise")
+        tensor_dap.break_if(loss, above=1e6, spike=1e12, on="raise")
     return (time.perf_counter() - start) / n * 1e6
 
 
