@@ -70,16 +70,18 @@ def fetching(bug, watched, steps=8, on="raise"):
         return rows[:, :-1], rows[:, 1:]
 
     w = tensor_dap.watch(model, optimizer, on=on, capture=False) if watched else None
-    x, y = get_batch()
-    for it in range(steps):
-        _, pad, _ = batch(it)
-        _, loss = model(x, pad, y)
+    try:
         x, y = get_batch()
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-    if w is not None:
-        w.close()
+        for it in range(steps):
+            _, pad, _ = batch(it)
+            _, loss = model(x, pad, y)
+            x, y = get_batch()
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    finally:
+        if w is not None:
+            w.close(flush=False)
     return model, w
 
 

@@ -378,7 +378,10 @@ def test_steps_drawing_from_python_and_numpy_rngs_stay_identical_and_reproduce()
         w = tensor_dap.watch(model, optimizer, on="log", capture=False) if watched else None
         for step in range(8):
             w.step(noisy_step, *batch(step)) if w else noisy_step(*batch(step))
-        return model, w, (random.random(), float(np.random.rand())), seen
+        draws = (random.random(), float(np.random.rand()))
+        if w:
+            w.close(flush=False)
+        return model, w, draws, seen
 
     plain, _, plain_draws, seen = run(False)
     watched, w, watched_draws, _ = run(True)
@@ -420,6 +423,8 @@ def test_a_manual_update_outside_torch_optim_is_not_applied_twice_by_the_rerun()
         w = tensor_dap.watch(model, on="log", capture=False) if watched else None
         for step in range(8):
             w.step(sgd_step, *batch(step)) if w else sgd_step(*batch(step))
+        if w:
+            w.close(flush=False)  # no optimizer given: its hooks are global, never leave them behind
         return model, w
 
     plain, _ = run(False)
