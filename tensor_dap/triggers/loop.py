@@ -27,6 +27,7 @@ from ..state import BufferSnapshot, Buffers, capture_rng, host_rngs_used, restor
 from .origin import Birth, Born, kind_of
 
 MAX_FORWARDS = 64  # forwards kept per step; more (a loop calling the model outside training) drops the capture
+_NO_BUFFERS = BufferSnapshot([], [])
 
 
 @dataclass
@@ -103,6 +104,7 @@ class LoopCapture:
         self._backward_seen = False
         self._probe: torch.Tensor | None = None  # a parameter whose .grad tells that zero_grad ran
         self._host_rngs: dict[str, bool] | None = None  # which host RNGs the model's forward draws from
+        self._line: SourceLine | None = None  # the line calling backward() in this step
         self._handles = [model.register_forward_pre_hook(self._pre, with_kwargs=True),
                          model.register_forward_hook(self._post, with_kwargs=True)]
 
@@ -133,16 +135,15 @@ class LoopCapture:
                 self.on_unstepped()
         if not self._open:
             self._open, self._backward_seen, self.updated, self.dropped = True, False, False, None
-            self.forwards, self.losses = [], []
-            self.start = self.buffers.save()
-        if len(self.forwards) >= MAX_FORWARDS:
+            self.forwards, self.losses, self._line = [], [], None
+            self.start = self.buffers.save() if self.buffers.names else _NO_BUFFERS
+        forwards = self.forwards
+        if len(forwards) >= MAX_FORWARDS:
             self.dropped = f"more than {MAX_FORWARDS} forwards between two optimizer steps"
             self.forwards = []
-            return
-        if self.dropped is None:
-            rngs = self._host_rngs or {}
-            self.forwards.append(Forward(args, kwargs, capture_rng(**rngs) if self._host_rngs is not None
-                                         else capture_rng()))
+        elif self.dropped is None:
+            host = self._host_rngs
+            forwards.append(Forward(args, kwargs, capture_rng(**host) if host is not None else capture_rng()))
 
     def _post(self, module: torch.nn.Module, args: Any, kwargs: Any, output: Any) -> None:
         if not self.enabled or not torch.is_grad_enabled() or not self.forwards or self.dropped is not None:
@@ -164,5 +165,5 @@ class LoopCapture:
     def _grad(self, f: Forward, i: int, grad: torch.Tensor) -> None:
         f.grads[i] = grad
         self._backward_seen = True
-        if f.line is None:
-            f.line = user_line()
+        if f.line is None:  # micro-batches call backward from one line: look it up once a step
+            f.line = self._line = self._line or user_line()
