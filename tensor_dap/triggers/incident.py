@@ -32,6 +32,7 @@ from .report import Report, to_json, to_text
 DEFAULT_DIR = os.path.join(".tensor_dap", "incidents")
 STATE_FILE, OBJECTS_FILE, JSON_FILE, TEXT_FILE = "state.pt", "objects.pt", "report.json", "report.txt"
 FORMAT = 2  # state.pt: 1 was one full pickle (numpy RNG arrays, any argument objects)
+MAX_REPORT_CHARS = 16 * 2**20
 _SAFE_LEAVES = (str, bytes, int, float, complex, bool, type(None), torch.dtype, torch.device, torch.Size)
 
 
@@ -152,8 +153,10 @@ def read_report(path: str) -> Report:
         raise BundleError(f"{path}: not an incident bundle (no {JSON_FILE})", file_problem=False)
     try:
         with open(json_path, encoding="utf-8") as f:
-            data = json.load(f)
-        return Report.from_dict(data)
+            text = f.read(MAX_REPORT_CHARS + 1)  # bounded: a report is kilobytes; a crafted one may not end
+        if len(text) > MAX_REPORT_CHARS:
+            raise ValueError(f"larger than {MAX_REPORT_CHARS // 2**20} MiB, not a report")
+        return Report.from_dict(json.loads(text))
     except RecursionError:
         raise BundleError(f"{path}: cannot read {JSON_FILE}: nested too deeply") from None
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:

@@ -116,6 +116,27 @@ def test_an_old_full_pickle_bundle_is_refused_unless_trusted(tmp_path):
     assert read_bundle(report.bundle, trusted=True).step == planted.BUG_STEP
 
 
+class _Planted:
+    def __reduce__(self):
+        return (open, (os.environ["TENSOR_DAP_TEST_MARKER"], "w"))  # unpickling would create this file
+
+
+def test_a_crafted_state_pt_runs_no_code(tmp_path, monkeypatch):
+    report = bundle_of("log_zero", tmp_path)
+    marker = tmp_path / "pwned"
+    monkeypatch.setenv("TENSOR_DAP_TEST_MARKER", str(marker))
+    torch.save({"format": 2, "step": 1, "args": (_Planted(),)}, os.path.join(report.bundle, "state.pt"))
+    with pytest.raises(BundleError, match="trusted=True"):
+        read_bundle(report.bundle)
+    assert not marker.exists()
+
+
+def test_a_report_json_that_never_ends_is_refused_in_bounded_memory(tmp_path, capsys):
+    (tmp_path / "report.json").write_text('{"kind": "x", "headline": "' + "a" * (17 * 2**20) + '"}')
+    assert main(["replay", str(tmp_path)]) == 1
+    assert "not a report" in capsys.readouterr().err
+
+
 def test_a_loop_bundle_replays_without_a_step_function(tmp_path):
     model, optimizer, batch, step_fn = planted.build("backward_nan")
     with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=str(tmp_path)):
