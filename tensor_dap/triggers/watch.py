@@ -344,7 +344,10 @@ class watch(Investigation):
             self._guard(self._read_and_fire, index, ctx)
 
     def _fire_scaler(self, scale: float, index: int, ctx: StepContext | None) -> None:
-        finding = self._rerun(ctx) if ctx is not None else None
+        try:
+            finding = self._rerun(ctx) if ctx is not None else None
+        except Exception:  # noqa: BLE001 - the step raised when run again: still report the collapse
+            finding = None
         if finding is None:
             finding = nonfinite_gradients(self._inner) or Finding(
                 "backward", None, None, "the gradients are non-finite at every scale", [])
