@@ -30,6 +30,8 @@ _EXPORTS = {
     "break_if": "tensor_dap.triggers.break_if",
     "watch": "tensor_dap.triggers.watch",
     "replay": "tensor_dap.triggers.replay",
+    "culprit": "tensor_dap.triggers.stop",
+    "attach": "tensor_dap.triggers.attach",
     "NonFiniteError": "tensor_dap.errors",
     "LossThresholdError": "tensor_dap.errors",
     # tensor-aware pdb

@@ -7,11 +7,13 @@ so a breakpoint never hangs a job nobody is watching.
 
 from __future__ import annotations
 
+import bdb
 import os
 import sys
 from typing import Any
 
 from ..dap.attached import break_into_dap, watching
+from .frames import is_library
 from .tensor_pdb import TensorPdb
 
 def _where(frame: Any) -> str:
@@ -32,11 +34,14 @@ def _note(text: str, header: str | None) -> None:
     console.print(Text(text, style="yellow"), soft_wrap=True)  # a log line: never wrapped
 
 
-def set_trace(frame: Any = None, *, header: str | None = None) -> None:
+def set_trace(frame: Any = None, *, header: str | None = None, hide_library: bool = False) -> None:
     """Open the tensor-aware debugger at ``frame`` (default: the caller), printing ``header`` first.
 
     With a DAP client (VS Code) attached it stops there instead; without a terminal on stdin
     it logs where it would have stopped and returns, so a batch job never hangs.
+    ``hide_library``: stop in ``frame`` right now (not at its next line) and leave torch's and
+    tensor_dap's frames out of ``where``/``up``/``down`` and stepping: a trigger firing deep in
+    an optimizer hook opens in the user's loop.
     """
     if frame is None:
         frame = sys._getframe().f_back
@@ -51,12 +56,40 @@ def set_trace(frame: Any = None, *, header: str | None = None) -> None:
         _note(f"tensor_dap: breakpoint at {_where(frame)} skipped: stdin is not a terminal "
               "(run in a terminal, or attach VS Code, to stop here)", header)
         return
-    debugger = TensorPdb()
+    debugger = TensorPdb(skip=LIBRARY_MODULES if hide_library else None)
     if header:
         from rich.text import Text
 
         debugger._print(Text(header))
-    debugger.set_trace(frame)
+    if hide_library:
+        debugger.hide_frame = lambda f: is_library(f.f_code.co_filename)
+        _stop_now(debugger, frame)
+    else:
+        debugger.set_trace(frame)
+
+
+_PACKAGE = __name__.partition(".")[0]
+LIBRARY_MODULES = ["torch", "torch.*", _PACKAGE, f"{_PACKAGE}.*"]  # pdb's `skip`: never step into these
+
+
+def _stop_now(debugger: TensorPdb, frame: Any) -> None:
+    """``set_trace`` whose first stop is ``frame`` as it is now, mid-call, instead of its next line.
+
+    The prompt opens at once (like a post-mortem, on a live frame); tracing is switched on only
+    if the user steps, so ``c`` costs nothing afterwards and ``q`` ends the program as in pdb.
+    """
+    debugger.reset()
+    f = frame
+    while f is not None:
+        f.f_trace = debugger.trace_dispatch
+        debugger.botframe = f
+        f = f.f_back
+    debugger.interaction(frame, None)
+    if debugger.quitting:
+        raise bdb.BdbQuit
+    if debugger.stoplineno == -1 and debugger.stopframe is debugger.botframe and not debugger.breaks:
+        return  # continue: set_continue already took the trace functions away
+    sys.settrace(debugger.trace_dispatch)
 
 
 def post_mortem(tb: Any = None) -> None:

@@ -49,6 +49,16 @@ class _Shown:
 class TensorPdb(pdb.Pdb):
     """pdb.Pdb that shows tensors as one-line summaries and adds tensors/nan/grads/shapes/mem/stats."""
 
+    hide_frame: Any = None  # a predicate: the frames it accepts are left out of where/up/down
+
+    def setup(self, f: Any, tb: Any) -> Any:
+        stop = super().setup(f, tb)
+        if self.hide_frame is not None:
+            current = self.stack[self.curindex]
+            self.stack = [e for e in self.stack if e is current or not self.hide_frame(e[0])]
+            self.curindex = self.stack.index(current)
+        return stop
+
     # ------------------------------------------------------------------ output
     def _print(self, renderable: Any) -> None:
         from ..console import make_console

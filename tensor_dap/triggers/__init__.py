@@ -1,8 +1,11 @@
 """Training triggers: stop on a bad loss or a non-finite value, say where it was born, keep the step to replay.
 
 ``break_if`` checks a loss against thresholds and spikes; ``watch`` keeps a cheap per-step
-``sentinel`` on gradients, losses and updates, and when it fires ``localize`` re-runs the step
-to find the first module, phase and op; ``incident`` writes a replayable bundle, ``report``
-renders what fired, ``stop`` sends it to the debugger the user is in, ``replay`` re-runs a
-bundle.
+``sentinel`` on gradients, losses and updates, capturing what a re-run needs (``capture`` for
+``w.step``, ``loop`` for an unchanged loop). When it fires, ``investigate`` re-runs the step and
+``localize`` watches it with ``origin``'s tracker to find the op, module and line where the first
+NaN/Inf was born (``ops`` names them, ``diagnose`` says the usual fix); ``incident`` writes a
+replayable bundle, ``report`` renders what fired (``schema`` reads it back safely), ``stop``
+sends it to the debugger the user is in, ``aftermath`` keeps saying so while training goes on
+non-finite, ``replay`` re-runs a bundle, ``attach`` puts a watch on a program from outside.
 """

@@ -3,7 +3,9 @@
 It reads the loss once (one host read per call: the same ``loss.item()`` most loops
 already do for logging) and compares it on the host, so it costs microseconds. State
 for ``spike`` (a running average) and the automatic step count is kept per call site,
-so two ``break_if`` lines in one program never mix their histories.
+so two ``break_if`` lines in one program never mix their histories. Inside a ``watch``, a
+firing ``break_if`` also writes the watch's incident bundle for the step, and its report gets
+the loss history, learning rates and a diagnosis.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from ..dist import current_rank
 from ..errors import LossThresholdError, NonFiniteError
+from . import active
 from .report import Report
 from .stop import check_mode, dispatch
 
@@ -64,6 +67,9 @@ def break_if(loss: Any, *, above: float | None = None, below: float | None = Non
     index = site.calls if step is None else step
     site.calls += 1
     value = _value(loss)
+    watching = active.current()
+    if watching is not None:
+        watching.note_loss(value)
 
     kind, headline = _verdict(site, value, above=above, below=below, nan=nan, spike=spike)
     if kind is None:
@@ -73,6 +79,8 @@ def break_if(loss: Any, *, above: float | None = None, below: float | None = Non
     report = Report(kind=kind, headline=headline, step=index, phase="loss", rank=current_rank(), loss=value)
     if hasattr(loss, "detach"):
         report.tensors.append(("loss", "loss", describe(loss)))
+    if watching is not None:  # inside a watch: the step is bundled, the report gets the loss history
+        watching.adopt(report)
     error = NonFiniteError if kind == "nonfinite" else LossThresholdError
     dispatch(report, on=on, error=error, ranks=ranks, culprit={"loss": loss, "inputs": None, "output": loss})
     return True

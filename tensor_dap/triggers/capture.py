@@ -34,6 +34,9 @@ class StepContext:
     checked: bool = False
     optimizer: torch.optim.Optimizer | None = None  # the one that stepped (found by the global hook)
     hyper: list[dict[str, Any]] | None = None  # every > 1: the optimizer's param_groups settings (lr...)
+    updated: bool = False  # the step's optimizer update has run (the parameters are those after it)
+    forwards: list[Any] | None = None  # an unchanged loop's step: the model's own forwards (see loop.py)
+    outer: StepContext | None = None  # a closure evaluated inside step(): the w.step it belongs to (bundled)
 
 
 @dataclass

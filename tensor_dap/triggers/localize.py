@@ -1,11 +1,14 @@
-"""Find the first module where a NaN/Inf appeared, by re-running one step with hooks on every module.
+"""Find where a NaN/Inf was born, by re-running one step with every op and module watched.
 
 The sentinel in ``watch`` only says *that* something went non-finite; this module says
-*where*. It runs only after the sentinel fired, so it may be slow and thorough: forward
-hooks on every module, full backward hooks on every module (falling back to tensor hooks
-when a model's in-place ops forbid them), and a hook on every parameter's gradient. The
-first hook that sees a non-finite tensor names the module, exactly as a hook left on
-every module for the whole run would have, and aborts the re-run.
+*where*. It runs only after the sentinel fired, so it may be slow and thorough: ``origin``'s
+tracker follows every op of the forward and every autograd node of the backward, and hooks on
+every module tell it which module's own code is running. The re-run stops at the first
+non-finite value that matters (a module's output, the loss, a gradient) and names the op, the
+innermost module and the user's line where it was born. Where the tracker cannot see (an op
+outside torch's Python API), the module hooks still name the first module, exactly as a hook
+left on every module for the whole run would have: forward hooks, full backward hooks (tensor
+hooks when a model's in-place ops forbid them) and a hook on every parameter's gradient.
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ from typing import Any, Callable
 
 import torch
 
+from ..debug.frames import SourceLine
 from ..nested import walk
 from ..summary import TensorSummary, describe
+from .origin import Birth, Born, Tracker, kind_of
 
 MAX_ROWS = 8  # tensors listed per report section
 
@@ -38,10 +43,28 @@ class Finding:
     note: str
     tensors: list[tuple[str, str, TensorSummary]] = field(default_factory=list)
     culprit: dict[str, Any] = field(default_factory=dict)  # module, inputs, output, grad_input, ...
+    birth: Birth | None = None  # the op where it was born, when the re-run's tracker saw it
+
+    @property
+    def op(self) -> str | None:
+        return self.birth.op if self.birth is not None else None
+
+    @property
+    def line(self) -> SourceLine | None:
+        return self.birth.line if self.birth is not None else None
 
     @property
     def headline(self) -> str:
         name = "<root>" if self.module == "" else self.module
+        birth = self.birth
+        if birth is not None and birth.op:
+            what = "NaN" if birth.kind == "nan" else "Inf"
+            op = f"{birth.op} (the backward of {birth.forward_op})" if birth.forward_op else birth.op
+            if self.phase == "input":
+                return f"non-finite input batch, first used by {op} in {name}" if self.module is not None \
+                    else f"non-finite input batch, first used by {op}"
+            place = f"in the {self.phase} of {name}" if self.module is not None else "outside any module"
+            return f"{what} born in {op}, {place}"
         if self.phase == "input":
             return f"non-finite input batch, first seen by {name}"
         if self.phase == "optimizer":
@@ -71,13 +94,8 @@ def tensors_in(obj: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]
 
 
 def nonfinite(t: Any) -> bool:
-    """True when a floating/complex tensor holds a NaN or Inf (one host read)."""
-    if not isinstance(t, torch.Tensor) or not (t.is_floating_point() or t.is_complex()):
-        return False
-    if t.is_sparse or t.device.type == "meta" or t.numel() == 0:
-        return False
-    with torch.no_grad():
-        return not bool(torch.isfinite(t).all())
+    """True when a floating/complex tensor (sparse: its stored values) holds a NaN or Inf (one host read)."""
+    return kind_of(t) is not None
 
 
 def any_nonfinite(obj: Any) -> bool:
@@ -122,23 +140,62 @@ def nonfinite_gradients(model: torch.nn.Module) -> Finding | None:
             if p.grad is not None and nonfinite(p.grad):
                 return Finding(
                     "backward", path, type(mod).__name__,
-                    f"gradient of {pname!r} is non-finite (found without a re-run: hand the step "
-                    "function to watch.step() to find the first module exactly)",
+                    f"gradient of {pname!r} is non-finite (found without a re-run: the module holding the "
+                    "gradient, not where it was born; see 'the two modes' in docs/triggers.md)",
                     _param_rows(mod), {"module": mod, "parameter": p})
     return None
 
 
-class _Hooks:
-    """Hooks on every module and parameter; the first non-finite tensor raises ``_Found``."""
+def from_birth(birth: Birth, model: torch.nn.Module, seen_at: str | None = None) -> Finding:
+    """A finding for the op where a non-finite value was born (``seen_at``: the module whose output showed it)."""
+    module = _submodule(model, birth.module)
+    what = "NaN" if birth.kind == "nan" else "Inf"
+    if birth.note:
+        note = birth.note
+    elif birth.phase == "backward":
+        note = f"{birth.op} turned finite gradients into {what} (the backward of {birth.forward_op or '?'})"
+    elif birth.cause is not None:
+        cause = birth.cause
+        note = f"{birth.op} made NaN from inputs holding Inf (from {cause.op}" + \
+            (f" at {cause.line}" if cause.line else "") + ")"
+    else:
+        note = f"{birth.op} made {what} from finite inputs"
+    if seen_at is not None and seen_at != birth.module:
+        note += f"; first seen at the output of {'<root>' if seen_at == '' else seen_at}"
+    out_section = "grad_input" if birth.phase == "backward" else "op output"
+    in_section = "grad_output" if birth.phase == "backward" else "op inputs"
+    rows = [(in_section, name, describe(t)) for name, t in birth.inputs[:MAX_ROWS] if isinstance(t, torch.Tensor)]
+    rows += _rows(out_section, birth.output, "output")
+    if module is not None:
+        rows += _param_rows(module)
+    culprit = {"module": module, "inputs": [t for _, t in birth.inputs], "output": birth.output}
+    if birth.phase == "backward":
+        culprit.update(grad_output=culprit["inputs"], grad_input=birth.output)
+    return Finding(birth.phase, birth.module, birth.module_type, note, rows, culprit, birth)
 
-    def __init__(self, model: torch.nn.Module, input_bad: bool, full_backward: bool) -> None:
+
+def _submodule(model: torch.nn.Module, path: str | None) -> torch.nn.Module | None:
+    if path is None:
+        return None
+    try:
+        return model.get_submodule(path)
+    except AttributeError:
+        return None
+
+
+class _Hooks:
+    """Hooks on every module and parameter; the first non-finite value that matters raises ``_Found``."""
+
+    def __init__(self, model: torch.nn.Module, input_bad: bool, full_backward: bool, tracker: Tracker) -> None:
         self.model = model
         self.input_bad = input_bad
         self.full_backward = full_backward
+        self.tracker = tracker
         self.last: dict[int, tuple[Any, Any, Any]] = {}  # id(module) -> (args, kwargs, output)
         self.handles: list[Any] = []
         self.owners = _owners(model)
         for path, mod in model.named_modules():
+            self.handles.append(mod.register_forward_pre_hook(self._enter(path), with_kwargs=True))
             self.handles.append(mod.register_forward_hook(self._forward(path), with_kwargs=True))
             if full_backward:
                 self.handles.append(mod.register_full_backward_hook(self._backward(path)))
@@ -152,28 +209,45 @@ class _Hooks:
         self.handles.clear()
         self.last.clear()
 
+    def _enter(self, path: str) -> Callable:
+        def hook(mod: torch.nn.Module, args: Any, kwargs: Any) -> None:
+            if path == "":
+                self.tracker.add_inputs((args, kwargs))
+            self.tracker.enter(mod)
+        return hook
+
     def _forward(self, path: str) -> Callable:
         def hook(mod: torch.nn.Module, args: Any, kwargs: Any, output: Any) -> None:
-            self.last[id(mod)] = (args, kwargs, output)
-            if not self.full_backward:
-                for _, t in tensors_in(output):
-                    if t.requires_grad:
-                        t.register_hook(self._output_grad(path, mod))
-            if not any_nonfinite(output):
-                return
-            fed = any_nonfinite((args, kwargs))
-            phase = "input" if fed and self.input_bad else "forward"
-            if phase == "input":
-                note = "the batch handed to the step is non-finite; this is the first module that received it"
-            elif fed:
-                note = "its inputs were already non-finite (produced by code outside any module)"
-            else:
-                note = "its output is non-finite while its inputs are finite"
-            rows = _rows("inputs", (args, kwargs) if kwargs else args, "args") + \
-                _rows("output", output, "output") + _param_rows(mod)
-            raise _Found(Finding(phase, path, type(mod).__name__, note, rows,
-                                 {"module": mod, "inputs": args, "output": output}))
+            self.tracker.leave(mod, output)
+            with self.tracker.quiet():
+                self._check_output(path, mod, args, kwargs, output)
         return hook
+
+    def _check_output(self, path: str, mod: torch.nn.Module, args: Any, kwargs: Any, output: Any) -> None:
+        self.last[id(mod)] = (args, kwargs, output)
+        if not self.full_backward:
+            for _, t in tensors_in(output):
+                if t.requires_grad:
+                    t.register_hook(self._output_grad(path, mod))
+        if not any_nonfinite(output):
+            return
+        matters, birth = (True, None) if self.tracker.broken else self.tracker.verdict(output)
+        if not matters:
+            return  # only a deliberate -inf (a mask) on its way
+        if birth is not None:
+            raise _Found(from_birth(birth, self.model, seen_at=path))
+        fed = any_nonfinite((args, kwargs))
+        phase = "input" if fed and self.input_bad else "forward"
+        if phase == "input":
+            note = "the batch handed to the step is non-finite; this is the first module that received it"
+        elif fed:
+            note = "its inputs were already non-finite (produced by code outside any module)"
+        else:
+            note = "its output is non-finite while its inputs are finite"
+        rows = _rows("inputs", (args, kwargs) if kwargs else args, "args") + \
+            _rows("output", output, "output") + _param_rows(mod)
+        raise _Found(Finding(phase, path, type(mod).__name__, note, rows,
+                             {"module": mod, "inputs": args, "output": output}))
 
     def _culprit(self, mod: torch.nn.Module, **extra: Any) -> dict[str, Any]:
         args, _, output = self.last.get(id(mod), (None, None, None))
@@ -219,19 +293,25 @@ class _Hooks:
 
 
 def localize_rerun(model: torch.nn.Module, rerun: Callable[[], Any], *, input_bad: bool,
-                   reset: Callable[[], None]) -> Finding | None:
-    """Re-run the step with hooks everywhere; None when it completes without a non-finite value.
+                   reset: Callable[[], None], inputs: Any = None) -> Finding | None:
+    """Re-run the step with every op and module watched; None when it completes without a non-finite value.
 
     ``reset`` puts the captured pre-step state back before each attempt (there are two when
-    the model's in-place ops forbid module backward hooks).
+    the model's in-place ops forbid module backward hooks). ``inputs``: the step's arguments.
     """
     for full_backward in (True, False):
         reset()
-        hooks = _Hooks(model, input_bad, full_backward)
+        tracker = Tracker(model)
+        tracker.add_inputs(inputs)
+        hooks = _Hooks(model, input_bad, full_backward, tracker)
         try:
-            rerun()
-        except _Found as found:
-            return found.finding
+            # anomaly mode records each node's forward stack: the line of a node no tracked op made
+            with tracker, torch.autograd.set_detect_anomaly(True, check_nan=False):
+                rerun()
+        except _Found as exc:
+            return exc.finding
+        except Born as exc:
+            return from_birth(exc.birth, model)
         except StopRerun:
             return None
         except RuntimeError as exc:
@@ -240,5 +320,6 @@ def localize_rerun(model: torch.nn.Module, rerun: Callable[[], Any], *, input_ba
             raise
         finally:
             hooks.remove()
+            tracker.close()
         return None
     return None

@@ -1,9 +1,11 @@
-"""``replay``: restore an incident bundle and run its step again, under hooks and ``detect_anomaly``.
+"""``replay``: restore an incident bundle and run its step again, with every op and module watched.
 
-The bundle holds everything the step depended on (its arguments, the model and optimizer
-state from before it, every RNG state), so the failure reproduces deterministically and
-stops in the debugger the same way the original trigger would have. The model is left in
-the restored pre-step state: the failing update is not applied.
+The bundle holds everything the step depended on (its arguments, or for an unchanged loop the
+model's own forwards and the gradients its outputs received, the model and optimizer state
+from before it, every RNG state), so the failure reproduces deterministically and stops in
+the debugger the same way the original trigger would have. The model is left in the restored
+pre-step state: the failing update is not applied. ``state.pt`` is read with
+``weights_only=True``; only ``trusted=True`` unpickles Python objects a bundle may also keep.
 """
 
 from __future__ import annotations
@@ -14,13 +16,15 @@ from typing import Any, Callable
 
 import torch
 
-from ..dist import current_rank, unwrap
+from ..debug.frames import SourceLine
+from ..dist import unwrap
 from ..errors import NonFiniteError
-from ..format import first_line
 from ..nested import map_tensors
 from ..state import restore_rng
 from .incident import Bundle, read_bundle
+from .investigate import report_of
 from .localize import StopRerun, any_nonfinite, localize_rerun, nonfinite_parameters
+from .loop import Forward, replay_forwards
 from .report import Report
 from .stop import check_mode, dispatch
 
@@ -34,20 +38,38 @@ def _restore(bundle: Bundle, model: torch.nn.Module, optimizer: torch.optim.Opti
         restore_rng(bundle.rng)
 
 
-def replay(bundle: str | Bundle, model: torch.nn.Module, step_fn: Callable[..., Any],
+def replay(bundle: str | Bundle, model: torch.nn.Module, step_fn: Callable[..., Any] | None = None,
            optimizer: torch.optim.Optimizer | None = None, *, on: str = "auto",
-           ranks: Collection[int] | None = None) -> Report | None:
+           ranks: Collection[int] | None = None, trusted: bool = False) -> Report | None:
     """Re-run the bundle's step on ``model``; returns the new report, or None if the step ran clean.
 
-    ``step_fn`` is the same step function handed to ``watch.step``: it is called with the
-    bundle's saved arguments (moved to the model's device). The report then goes where
-    ``on`` says (stop in the debugger, raise ``NonFiniteError``, or log).
+    A bundle from ``watch.step`` needs ``step_fn``, the same step function: it is called with
+    the bundle's saved arguments (moved to the model's device). A bundle from an unchanged loop
+    replays the model's own forwards and backwards and needs no step function. The report then
+    goes where ``on`` says (stop in the debugger, raise ``NonFiniteError``, or log).
+    ``trusted=True`` is needed for bundles that keep Python objects (``objects.pt``) or were
+    written before tensor_dap stored bundles in safe types: unpickling them can run code.
     """
     check_mode(on)
     if isinstance(bundle, str):
-        bundle = read_bundle(bundle)
+        bundle = read_bundle(bundle, trusted=trusted)
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
-    args, kwargs = map_tensors((bundle.args, bundle.kwargs), lambda t: t.to(device))
+    inner = unwrap(model)
+    if bundle.forwards:
+        forwards = [_forward(f, device) for f in bundle.forwards]
+        inputs: Any = [(f.args, f.kwargs) for f in forwards]
+
+        def run() -> Any:
+            return replay_forwards(inner, forwards)
+    else:
+        if step_fn is None:
+            raise ValueError(f"{bundle.path}: this bundle holds a watch.step step: pass its step function, "
+                             "tensor_dap.replay(bundle, model, step_fn, optimizer)")
+        args, kwargs = map_tensors((bundle.args, bundle.kwargs), lambda t: t.to(device))
+        inputs = (args, kwargs)
+
+        def run() -> Any:
+            return step_fn(*args, **kwargs)
     guard = _UpdateGuard(optimizer)
 
     def reset() -> None:
@@ -55,67 +77,50 @@ def replay(bundle: str | Bundle, model: torch.nn.Module, step_fn: Callable[..., 
         for p in model.parameters():
             p.grad = None
 
-    def run() -> Any:
-        return step_fn(*args, **kwargs)
-
     try:
         reset()
-        finding = nonfinite_parameters(unwrap(model))
+        finding = nonfinite_parameters(inner)
         if finding is None:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                finding = localize_rerun(unwrap(model), run, input_bad=any_nonfinite((args, kwargs)), reset=reset)
-        anomaly = _anomaly_trace(run, reset) if finding is not None and finding.phase == "backward" else None
+                finding = localize_rerun(inner, run, input_bad=any_nonfinite(inputs), reset=reset, inputs=inputs)
     finally:
         guard.remove()
         reset()  # leave the model as the bundle had it, before the failing step
     if finding is None:
         return None
-    report = Report(kind="nonfinite", headline=f"replay: {bundle.report.headline}",
-                    step=bundle.step, phase=finding.phase, module=finding.module, module_type=finding.module_type,
-                    rank=current_rank(), notes=[finding.note], tensors=list(finding.tensors), bundle=bundle.path)
-    if (finding.phase, finding.module) != (bundle.report.phase, bundle.report.module):
-        report.notes.append(f"the original report said {bundle.report.where or 'something else'}")
-    if anomaly:
-        report.notes.append("detect_anomaly: " + anomaly)
+    report = report_of(finding, step=bundle.step, headline=f"replay: {bundle.report.headline}")
+    report.bundle = bundle.path
+    if (finding.phase, finding.module, finding.op) != (bundle.report.phase, bundle.report.module, bundle.report.op):
+        report.notes.append(f"the original report said {bundle.report.where or 'something else'}"
+                            + (f", {bundle.report.origin}" if bundle.report.origin else ""))
     dispatch(report, on=on, error=NonFiniteError, ranks=ranks, culprit={**finding.culprit, "step": bundle.step})
     return report
 
 
-def _anomaly_trace(run: Callable[[], Any], reset: Callable[[], None]) -> str | None:
-    """Run once more under ``detect_anomaly``: its error names the autograd op that produced the NaN."""
-    reset()
-    try:
-        with warnings.catch_warnings(record=True) as caught, torch.autograd.detect_anomaly(check_nan=True):
-            warnings.simplefilter("always")
-            run()
-    except StopRerun:
-        return None
-    except RuntimeError as exc:
-        origin = _forward_origin(caught)
-        return f"{first_line(exc)}{origin}"
-    return None
-
-
-def _forward_origin(caught: Any) -> str:
-    """The user's line in the forward traceback that anomaly mode prints as a warning."""
-    for w in caught:
-        text = str(w.message)
-        if "Traceback of forward call" in text:
-            lines = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("File ")]
-            if lines:
-                return f" (forward: {lines[-1]})"
-    return ""
+def _forward(saved: dict[str, Any], device: torch.device) -> Forward:
+    args, kwargs, grads = map_tensors((tuple(saved.get("args", ())), dict(saved.get("kwargs", {})),
+                                       list(saved.get("grads", []))), lambda t: t.to(device))
+    line = saved.get("line")
+    return Forward(args, kwargs, dict(saved.get("rng") or {}), grads,
+                   SourceLine(*line) if isinstance(line, (list, tuple)) and len(line) == 3 else None)
 
 
 class _UpdateGuard:
-    """While replaying, the optimizer update never runs: the first call to step() stops the re-run."""
+    """While replaying, the optimizer update never runs: the first call to step() stops the re-run.
+
+    An optimizer stepping with a closure (LBFGS) computes its gradients inside step(): the
+    closure runs once, watched, before the re-run stops.
+    """
 
     def __init__(self, optimizer: torch.optim.Optimizer | None) -> None:
         self.handle = optimizer.register_step_pre_hook(self._stop) if optimizer is not None else None
 
     @staticmethod
     def _stop(optimizer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)  # args[0]: the optimizer
+        if callable(closure):
+            closure()
         raise StopRerun()
 
     def remove(self) -> None:

@@ -3,6 +3,10 @@
 Triggers and localization fill a ``Report`` with ``TensorSummary`` objects; the renderers
 here only lay them out. ``emit`` is the one place a report leaves the process: the
 ``tensor_dap.triggers`` logger always, the console when a person may be watching.
+``report.json`` is the JSON form, versioned (``version``); ``schema.from_dict`` reads any
+version back and refuses a damaged file with one clear message. Every string a renderer shows
+goes through ``format.printable`` (a report read from a file may hold escape sequences) and
+into ``rich.text.Text`` (a module named ``blocks[/x]`` is not markup).
 """
 
 from __future__ import annotations
@@ -10,12 +14,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import random
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..summary import TensorSummary, from_json_number, jsonable
+from ..format import fmt_num, printable
+from ..summary import TensorSummary, jsonable
 
 logger = logging.getLogger("tensor_dap.triggers")
 # A library must not print through logging's last-resort handler: the console shows the
@@ -23,13 +29,14 @@ logger = logging.getLogger("tensor_dap.triggers")
 logger.addHandler(logging.NullHandler())
 
 PHASES = ("input", "forward", "backward", "optimizer", "loss")
+VERSION = 2  # report.json schema: 1 had no version field and none of the fields below `created`
 
 
 @dataclass
 class Report:
     """What fired, where, and the summaries of the tensors involved. Pure data."""
 
-    kind: str  # "nonfinite", "above", "below", "spike"
+    kind: str  # "nonfinite", "above", "below", "spike", "scaler"
     headline: str
     step: int | None = None
     phase: str | None = None  # one of PHASES
@@ -41,6 +48,16 @@ class Report:
     tensors: list[tuple[str, str, TensorSummary]] = field(default_factory=list)  # (section, name, summary)
     bundle: str | None = None
     created: float = field(default_factory=time.time)
+    # version 2
+    op: str | None = None  # where the first non-finite value was born: "softmax", "SqrtBackward0"
+    forward_op: str | None = None  # for a backward op: the forward op that created it ("sqrt")
+    source: dict[str, Any] | None = None  # the user's line: {"file": str, "line": int, "text": str}
+    diagnosis: str | None = None  # the likely cause and the usual fix, one line
+    loss_history: list[float] = field(default_factory=list)  # the last losses seen, oldest first
+    lr: list[float] = field(default_factory=list)  # the learning rate of each param group
+    max_abs: float | None = None  # the largest finite magnitude among the tensors involved
+    mode: str | None = None  # how the bundle replays: "step" (with the step function) or "loop" (the model's forwards)
+    version: int = VERSION
 
     @property
     def where(self) -> str:
@@ -52,22 +69,53 @@ class Report:
             name = self.module or "<root>"
             typ = f" ({self.module_type})" if self.module_type else ""
             parts.append(f"{'of ' if self.phase else ''}{name}{typ}")
+        elif self.phase in ("forward", "backward", "loss") and self.op:
+            parts.append("outside any module")
         return " ".join(parts)
+
+    @property
+    def origin(self) -> str:
+        """'SqrtBackward0 (the backward of sqrt) at model.py:41  y = torch.sqrt(x)', or ''."""
+        text = self.op or ""
+        if self.op and self.forward_op:
+            text += f" (the backward of {self.forward_op})"
+        src = self.source or {}
+        if src.get("file"):
+            text += f"{' at ' if text else ''}{os.path.basename(str(src['file']))}:{src.get('line')}"
+            if src.get("text"):
+                text += f"  {src['text']}"
+        return text
 
     def to_dict(self) -> dict[str, Any]:
         return jsonable(dataclasses.asdict(self))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Report:
-        fields = {f.name for f in dataclasses.fields(cls)}
-        kwargs = {k: v for k, v in data.items() if k in fields}
-        kwargs["tensors"] = [(sec, name, TensorSummary.from_dict(s)) for sec, name, s in data.get("tensors", [])]
-        kwargs["loss"] = from_json_number(data.get("loss"))
-        kwargs["notes"] = list(data.get("notes", []))
-        return cls(**kwargs)
+        """A report from its JSON form, any version; ``ValueError`` names the first field that is wrong."""
+        from .schema import report_fields
+
+        return cls(**report_fields(data, {f.name for f in dataclasses.fields(cls)}))
 
 
 # ------------------------------------------------------------------ renderers
+
+def safe(report: Report) -> Report:
+    """A copy whose every string is safe on a terminal (escape sequences shown, not obeyed)."""
+    def clean(value: Any) -> Any:
+        if isinstance(value, str):
+            return printable(value)
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(clean(v) for v in value)
+        if isinstance(value, TensorSummary):
+            return dataclasses.replace(value, **{f.name: clean(getattr(value, f.name))
+                                                 for f in dataclasses.fields(value)
+                                                 if isinstance(getattr(value, f.name), (str, tuple, TensorSummary))})
+        return value
+
+    return dataclasses.replace(report, **{f.name: clean(getattr(report, f.name)) for f in dataclasses.fields(report)})
+
 
 def title(report: Report) -> str:
     rank = f"rank {report.rank} · " if report.rank is not None else ""
@@ -75,13 +123,33 @@ def title(report: Report) -> str:
     return f"tensor_dap trigger · {rank}{step}{report.headline}"
 
 
+def _facts(report: Report) -> list[tuple[str, str]]:
+    """(label, value) lines under the title: where, the op and line, the diagnosis, the numbers."""
+    facts = []
+    if report.where:
+        facts.append(("where", report.where))
+    if report.origin:
+        facts.append(("op", report.origin))
+    if report.diagnosis:
+        facts.append(("diagnosis", report.diagnosis))
+    if report.loss is not None or report.loss_history:
+        loss = fmt_num(report.loss) if report.loss is not None else "?"
+        recent = ", ".join(fmt_num(v) for v in report.loss_history[-8:])
+        facts.append(("loss", f"{loss}" + (f" (last {min(8, len(report.loss_history))}: {recent})" if recent else "")))
+    if report.lr:
+        facts.append(("lr", ", ".join(fmt_num(v) for v in report.lr)))
+    if report.max_abs is not None:
+        facts.append(("max |value|", fmt_num(report.max_abs)))
+    return facts
+
+
 def to_text(report: Report) -> str:
     """The plain-text form: log records, exception messages, report.txt."""
     from ..summary.line import one_line
 
+    report = safe(report)
     lines = [title(report)]
-    if report.where:
-        lines.append(f"  where: {report.where}")
+    lines += [f"  {label}: {value}" for label, value in _facts(report)]
     for note in report.notes:
         lines.append(f"  note: {note}")
     section = None
@@ -91,13 +159,15 @@ def to_text(report: Report) -> str:
             section = sec
         lines.append(f"    {name}: {one_line(s)}")
     if report.bundle:
-        lines.extend(f"  {line}" for line in _bundle_lines(report.bundle))
+        lines.extend(f"  {line}" for line in _bundle_lines(report))
     return "\n".join(lines)
 
 
-def _bundle_lines(bundle: str) -> list[str]:
+def _bundle_lines(report: Report) -> list[str]:
+    bundle = report.bundle
+    call = "model, optimizer=optimizer" if report.mode == "loop" else "model, step_fn, optimizer"
     return [f"incident bundle: {bundle}",
-            f"reproduce it: tensor_dap.replay({bundle!r}, model, step_fn, optimizer)",
+            f"reproduce it: tensor_dap.replay({bundle!r}, {call})",
             f"show this report again: tensor-dap replay {bundle}"]
 
 
@@ -106,26 +176,28 @@ def to_json(report: Report) -> str:
 
 
 def to_rich(report: Report) -> Any:
-    """A rich Panel: where it happened, then one table row per tensor."""
+    """A rich Panel: where it happened, then one table row per tensor. Every string is plain Text."""
     from rich.console import Group
     from rich.panel import Panel
     from rich.text import Text
 
     from ..summary.tables import summaries_table
 
+    report = safe(report)
     parts: list[Any] = []
-    if report.where:
-        parts.append(Text.assemble(("where: ", "bold"), (report.where, "bold red")))
+    for label, value in _facts(report):
+        style = "bold red" if label in ("where", "op") else "bold yellow" if label == "diagnosis" else ""
+        parts.append(Text.assemble((f"{label}: ", "bold"), (value, style)))
     for note in report.notes:
         parts.append(Text(f"note: {note}", style="yellow"))
     sections: dict[str, list[tuple[str, TensorSummary]]] = {}
     for sec, name, s in report.tensors:
         sections.setdefault(sec, []).append((name, s))
     for sec, rows in sections.items():
-        parts.append(summaries_table(rows, title=sec))
+        parts.append(summaries_table(((Text(name), s) for name, s in rows), title=Text(sec)))  # type: ignore[misc]
     if report.bundle:
-        parts.append(Text("\n".join(_bundle_lines(report.bundle))))
-    return Panel(Group(*parts), title=title(report), title_align="left", border_style="red")
+        parts.append(Text("\n".join(_bundle_lines(report))))
+    return Panel(Group(*parts), title=Text(title(report)), title_align="left", border_style="red")
 
 
 def emit(report: Report, *, show: bool = True) -> None:

@@ -67,6 +67,7 @@ class Sentinel:
     def __init__(self, every: int = 1) -> None:
         self.every = every
         self.reads = 0  # host reads so far: what the tests count
+        self.failing: list[int] = []  # the steps with a non-finite value found by the last read
         self._checks = 0
         self._pending: list[tuple[int, list[torch.Tensor]]] = []  # (step, 0-dim device tensors)
         self._count = 0
@@ -111,9 +112,9 @@ class Sentinel:
             total = sum(t.item() for t in flat)
         else:  # the one device-to-host read per `every` checks
             total = (flat[0] if len(flat) == 1 else torch.stack(flat).sum()).item()
+        self.failing = []
         if math.isfinite(total):
             return None
-        for step, values in pending:  # fired: find the first failing step (reads only now)
-            if not all(math.isfinite(v.item()) for v in values):
-                return step
-        return pending[-1][0]  # only the sum overflowed; watch's exact re-check decides
+        self.failing = sorted({step for step, values in pending  # fired: find the failing steps (reads only now)
+                               if not all(math.isfinite(v.item()) for v in values)})
+        return self.failing[0] if self.failing else pending[-1][0]  # only a sum overflowed: watch re-checks

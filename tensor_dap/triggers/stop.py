@@ -10,9 +10,11 @@ from __future__ import annotations
 import bdb
 import sys
 from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any
 
 from ..dap import attached
+from ..debug.frames import user_frame
 from ..dist import may_stop
 from ..errors import TriggerError
 from .report import Report, emit, logger, to_text
@@ -51,33 +53,95 @@ def dispatch(report: Report, *, on: str, error: type[TriggerError], ranks: Colle
     raise error(to_text(report), report)
 
 
-def stop_in_debugger(report: Report, *, how: str, module: Any = None, inputs: Any = None,
-                     output: Any = None, **extra: Any) -> None:
-    """Stop *in this frame*: its locals are what the user inspects (module, inputs, output, step, report).
+@dataclass(frozen=True)
+class Culprit:
+    """What the last trigger found, for the debugger: ``tensor_dap.culprit()`` in the frame it stopped in."""
 
-    debugpy.breakpoint() stops at the line after the call in the caller's frame, which is this
-    one; pdb is opened on this frame for the same reason. ``up`` leads back to the training loop.
+    report: Report
+    step: int | None = None
+    module: Any = None
+    inputs: Any = None
+    output: Any = None
+    grad_input: Any = None
+    grad_output: Any = None
+    loss: Any = None
+    parameter: Any = None
+    grad: Any = None
+
+
+_last: list[Culprit] = []
+
+
+def culprit() -> Culprit | None:
+    """While the debugger is stopped by a trigger, what it found: ``.module``, ``.inputs``, ``.output``,
+    ``.grad_input``/``.grad_output`` (backward), ``.loss``, ``.report``; None otherwise."""
+    return _last[-1] if _last else None
+
+
+def stop_in_debugger(report: Report, *, how: str, **found: Any) -> None:
+    """Stop in the user's own frame (the training loop or step function that is running now).
+
+    torch's and tensor_dap's frames are hidden from the terminal debugger's ``where``/``up``/
+    ``down``; VS Code gets the same frame selected. The culprit is reachable through
+    ``tensor_dap.culprit()`` while stopped. The stop happens now, before the optimizer applies the update.
     """
-    # Unused here on purpose: these locals are what the debugger shows.
-    step = report.step  # noqa: F841
-    grad_input, grad_output = extra.get("grad_input"), extra.get("grad_output")  # noqa: F841
-    loss = extra.get("loss")  # noqa: F841
-    if how == "dap":
-        _break_into_dap(sys._getframe())
-    else:
-        _open_pdb(sys._getframe(), report)
-    return None  # noqa: RET501, PLR1711 - the debugger stops on this line, culprit in the locals
+    fields = {k: v for k, v in found.items() if k in Culprit.__dataclass_fields__}
+    _last[:] = [Culprit(report, **{"step": report.step, **fields})]
+    frame = user_frame(sys._getframe(1)) or sys._getframe(1)
+    try:
+        if how == "dap":
+            _break_into_dap(frame)
+        else:
+            _open_pdb(frame, report)
+    finally:
+        _last.clear()  # the culprit's tensors (activations) are not kept alive once training goes on
 
 
 def _break_into_dap(frame: Any) -> None:
-    """Stop the DAP client in ``frame`` (what debugpy.breakpoint() does for its caller's frame).
+    """Suspend this thread in VS Code now, with ``frame`` as the top of the stack it shows.
 
-    With VS Code's default justMyCode, pydevd never stops in library code, which tensor_dap is
-    once installed into site-packages: then the stop goes to the nearest user frame up the
-    stack (the training step, on the line after the optimizer call) instead of being lost,
-    with the report in the debug console.
+    pydevd's ``settrace(stop_at_frame=...)`` would stop only when that frame runs its next line
+    (after the optimizer applied the update); suspending through pydevd's own wait loop with the
+    user's frame stops before it. Under ``justMyCode`` the frame must also be one pydevd shows.
+    If that private entry point is missing, fall back to the public stop.
     """
-    attached.break_into_dap(_first_shown_frame(frame))
+    frame = _first_shown_frame(frame)
+    try:
+        import threading
+
+        pydevd = sys.modules["pydevd"]
+        from _pydevd_bundle.pydevd_additional_thread_info import set_additional_thread_info
+        from _pydevd_bundle.pydevd_comm_constants import CMD_SET_BREAK
+
+        py_db = pydevd.get_global_debugger()
+        thread = threading.current_thread()
+        info = set_additional_thread_info(thread)
+        # As pydevd does for a stop made from user code: no trace events on this thread while it waits,
+        # or evaluating the Variables would re-enter the suspension.
+        monitoring = _suspend_monitoring()
+        info.is_tracing += 1
+        try:
+            py_db.set_suspend(thread, CMD_SET_BREAK)
+            py_db.do_wait_suspend(thread, frame, "line", None)
+        finally:
+            info.is_tracing -= 1
+            if monitoring is not None:
+                monitoring.resume_current_thread_tracing()
+        return
+    except Exception as exc:  # noqa: BLE001 - an unknown pydevd: its public stop still works
+        logger.debug("tensor_dap: direct suspension failed (%r); using settrace", exc)
+    attached.break_into_dap(frame)
+
+
+def _suspend_monitoring() -> Any:
+    """Under ``sys.monitoring`` (Python 3.12+), pause pydevd's events for this thread; the module to resume them."""
+    from _pydevd_bundle.pydevd_constants import PYDEVD_USE_SYS_MONITORING
+
+    if not PYDEVD_USE_SYS_MONITORING:
+        return None
+    from _pydevd_sys_monitoring import pydevd_sys_monitoring
+
+    return pydevd_sys_monitoring if pydevd_sys_monitoring.suspend_current_thread_tracing() else None
 
 
 def _first_shown_frame(frame: Any) -> Any:
@@ -90,16 +154,17 @@ def _first_shown_frame(frame: Any) -> Any:
         while f is not None and py_db.apply_files_filter(f, f.f_code.co_filename, False):
             f = f.f_back
         return f if f is not None else frame
-    except Exception:  # noqa: BLE001 - unknown pydevd: assume our frame is shown
+    except Exception:  # noqa: BLE001 - unknown pydevd: assume the frame is shown
         return frame
 
 
 def _open_pdb(frame: Any, report: Report) -> None:
-    header = f"{report.headline} (step {report.step}); `up` returns to your training loop"
+    header = (f"{report.headline} (step {report.step}): stopped in your code before the update; "
+              "tensor_dap.culprit() holds the module, its inputs and output")
     try:
         from ..debug.session import set_trace
 
-        set_trace(frame, header=header)
+        set_trace(frame, header=header, hide_library=True)
         return
     except bdb.BdbQuit:  # the user quit the debugger: that ends the program, as in pdb
         raise

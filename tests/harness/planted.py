@@ -126,6 +126,22 @@ def build(bug: str, seed: int = 0):
     return model, optimizer, batch, train_step
 
 
+def train(bug: str, steps: int = 12, **watch_kwargs):
+    """Train with ``tensor_dap.watch`` and ``w.step``; returns (watch handle, the NonFiniteError raised or None)."""
+    import tensor_dap
+
+    model, optimizer, batch, step_fn = build(bug)
+    watch_kwargs.setdefault("capture", False)
+    w = tensor_dap.watch(model, optimizer, **watch_kwargs)
+    try:
+        with w:
+            for step in range(steps):
+                w.step(step_fn, *batch(step))
+    except tensor_dap.NonFiniteError as exc:
+        return w, exc
+    return w, None
+
+
 def main(argv=None) -> int:
     import tensor_dap
     from tensor_dap import NonFiniteError

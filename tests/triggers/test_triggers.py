@@ -6,11 +6,8 @@ debugger tests). Everything here is real: real training loops, real NaNs, real f
 
 from __future__ import annotations
 
-import json
 import os
-import pickle
 import random
-from pathlib import Path
 
 import pytest
 import torch
@@ -32,16 +29,7 @@ EXPECTED = {
 
 def train(bug, steps=12, **watch_kwargs):
     """Train with watch; returns (watch handle, the NonFiniteError raised or None)."""
-    model, optimizer, batch, step_fn = planted.build(bug)
-    watch_kwargs.setdefault("capture", False)
-    w = tensor_dap.watch(model, optimizer, **watch_kwargs)
-    try:
-        with w:
-            for step in range(steps):
-                w.step(step_fn, *batch(step))
-    except NonFiniteError as exc:
-        return w, exc
-    return w, None
+    return planted.train(bug, steps, **watch_kwargs)
 
 
 @pytest.mark.parametrize("bug", sorted(EXPECTED))
@@ -225,6 +213,12 @@ def test_every_n_localizes_the_first_bad_step_itself_and_bundles_it(bug, every, 
     assert torch.equal(state["rng"]["torch"], one_state["rng"]["torch"])
 
 
+def assert_same_training_dict(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
 def test_every_n_failure_found_by_the_last_read_at_close_is_localized_too():
     w, exc = train("zero_variance", on="log", every=4, steps=planted.BUG_STEP + 2)  # no read due after the bug
     assert exc is None and w.step_count == planted.BUG_STEP + 2
@@ -238,8 +232,9 @@ def test_every_n_replays_learning_rate_changes_made_between_steps(every, start):
     so the first bad step and its module are those that hooks on every module see. The loss
     overflows at step 9: with every=5 that is a read step, whose loss is only read at the next read."""
     _, exc = train("exploding_lr", on="raise", every=every, steps=16)
-    step, phase, module = oracle("exploding_lr", until=exc.report.step)
-    assert (exc.report.step, exc.report.phase, exc.report.module) == (step, phase, module)
+    step, _, _ = oracle("exploding_lr", until=exc.report.step)  # module hooks see the same step...
+    # ...but the overflow is born in the loss, before any module's backward sees it
+    assert (exc.report.step, exc.report.phase, exc.report.module, exc.report.op) == (step, "loss", None, "mse_loss")
     if every == 5:
         assert step == start  # a read step's own loss: read only by the next read, still localized
     assert any(f"re-run from the state saved at the start of step {start}" in n for n in exc.report.notes)
@@ -276,111 +271,38 @@ def test_a_loss_caught_at_the_next_step_says_which_step_the_bundle_holds(tmp_pat
     assert any(f"the bundle holds step {bundle_step}" in n for n in report.notes)
 
 
-def test_plain_loop_without_step_still_catches_and_names_a_module():
-    model, optimizer, batch, step_fn = planted.build("backward_nan")
+@pytest.mark.parametrize("bug", sorted(EXPECTED))
+def test_plain_loop_without_step_names_what_w_step_names(bug):
+    """No w.step: the model's forwards are captured from hooks and replayed; same report as w.step mode."""
+    model, optimizer, batch, step_fn = planted.build(bug)
     with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False):
+        for step in range(10):
+            step_fn(*batch(step))
+    _, exc = train(bug, on="raise")
+    got, want = info.value.report, exc.report
+    assert (got.step, got.phase, got.module, got.op, got.source) == (want.step, want.phase, want.module, want.op,
+                                                                      want.source)
+
+
+def test_plain_loop_with_rerun_off_still_names_a_module():
+    model, optimizer, batch, step_fn = planted.build("backward_nan")
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False,
+                                                                   rerun=False):
         for step in range(10):
             step_fn(*batch(step))
     assert info.value.report.step == planted.BUG_STEP
     assert info.value.report.phase == "backward" and info.value.report.module
-    assert any("watch.step" in n for n in info.value.report.notes)
+    assert any("without a re-run" in n for n in info.value.report.notes)
 
 
 def test_an_internal_failure_never_breaks_the_training_loop(monkeypatch, caplog):
     import sys
 
-    monkeypatch.setattr(sys.modules["tensor_dap.triggers.watch"], "nonfinite_parameters",
+    monkeypatch.setattr(sys.modules["tensor_dap.triggers.investigate"], "nonfinite_parameters",
                         lambda model: 1 / 0)
     w, exc = train("inf_input", on="raise", steps=8)
     assert exc is None and not w.reports
     assert "internal error" in caplog.text and "ZeroDivisionError" in caplog.text
-
-
-# ------------------------------------------------------------------ bundles and replay
-
-def test_bundle_is_written_atomically_and_never_overwritten(tmp_path):
-    root = str(tmp_path / "incidents")
-    paths = []
-    for _ in range(2):
-        _, exc = train("inf_input", on="raise", capture=root)
-        paths.append(exc.report.bundle)
-    assert len(set(paths)) == 2 and all(os.path.dirname(p) == root for p in paths)
-    assert sorted(os.listdir(root)) == sorted(os.path.basename(p) for p in paths)  # no leftover temp dirs
-    assert os.path.basename(paths[0]).endswith(f"-step{planted.BUG_STEP}")
-    for path in paths:
-        assert sorted(os.listdir(path)) == ["report.json", "report.txt", "state.pt"]
-        data = json.loads(Path(path, "report.json").read_text())
-        assert (data["step"], data["phase"], data["module"]) == (planted.BUG_STEP, "input", "inp")
-        assert data["bundle"] == path
-        assert "tensor-dap replay " + path in Path(path, "report.txt").read_text()
-        state = torch.load(os.path.join(path, "state.pt"), weights_only=False)
-        assert state["step"] == planted.BUG_STEP and set(state["rng"]) >= {"python", "torch", "numpy"}
-        x = state["args"][0]
-        assert torch.isinf(x).any()  # the step's own batch
-        assert state["optimizer"]["state"]  # momentum buffers from before the step
-
-
-def test_a_failed_bundle_write_leaves_nothing_behind(tmp_path):
-    from tensor_dap.triggers.incident import write_bundle
-    from tensor_dap.triggers.report import Report
-
-    report = Report("nonfinite", "x", step=3)
-    with pytest.raises((pickle.PicklingError, AttributeError, TypeError)):
-        write_bundle(report, step=3, args=(lambda: None,), root=str(tmp_path))  # a lambda cannot be pickled
-    assert os.listdir(tmp_path) == [] and report.bundle is None
-
-
-@pytest.mark.filterwarnings("ignore::UserWarning")
-@pytest.mark.parametrize("bug", ["backward_nan", "log_zero"])
-def test_replay_reproduces_the_failure_from_the_bundle(tmp_path, bug):
-    _, exc = train(bug, on="raise", capture=str(tmp_path))
-    bundle = exc.report.bundle
-    model, optimizer, _, step_fn = planted.build(bug, seed=123)  # different weights: replay restores them
-    with pytest.raises(NonFiniteError) as info:
-        tensor_dap.replay(bundle, model, step_fn, optimizer, on="raise")
-    report = info.value.report
-    assert (report.step, report.phase, report.module) == (exc.report.step, exc.report.phase, exc.report.module)
-    if bug == "backward_nan":  # detect_anomaly names the autograd op behind the backward NaN
-        assert any("SqrtBackward0" in n for n in report.notes)
-    saved = torch.load(os.path.join(bundle, "state.pt"), weights_only=False)["model"]
-    assert_same_training_dict(model.state_dict(), saved)  # left in the pre-step state
-
-
-def assert_same_training_dict(a, b):
-    assert a.keys() == b.keys()
-    for k in a:
-        assert torch.equal(a[k], b[k]), k
-
-
-def test_cli_replay_prints_the_report(tmp_path, capsys):
-    from tensor_dap.cli import main
-
-    _, exc = train("zero_variance", on="raise", capture=str(tmp_path))
-    assert main(["replay", exc.report.bundle]) == 0
-    out = capsys.readouterr().out
-    assert "norm" in out and "Standardize" in out and f"step {planted.BUG_STEP}" in out and "NaN!" in out
-    assert main(["replay", "--json", exc.report.bundle]) == 0
-    assert json.loads(capsys.readouterr().out)["module"] == "norm"
-
-
-@pytest.mark.parametrize("path", ["does/not/exist", "."])
-def test_cli_replay_bad_bundle_is_one_line_and_exit_2(path, capsys):
-    from tensor_dap.cli import main
-
-    assert main(["replay", path]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("tensor-dap: error:") and err.count("\n") == 1 and "Traceback" not in err
-
-
-@pytest.mark.parametrize("content", ["[]", "{not json", '{"kind": "nonfinite"}',
-                                     '{"headline": "x", "kind": "x", "tensors": 5}'])
-def test_cli_replay_damaged_report_is_one_line_and_exit_2(tmp_path, content, capsys):
-    from tensor_dap.cli import main
-
-    (tmp_path / "report.json").write_text(content)
-    assert main(["replay", str(tmp_path)]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("tensor-dap: error:") and "report.json" in err and err.count("\n") == 1
 
 
 # ------------------------------------------------------------------ break_if
@@ -446,8 +368,9 @@ def test_steps_drawing_from_python_and_numpy_rngs_stay_identical_and_reproduce()
         np.random.seed(1)
         model, optimizer, batch, step_fn = planted.build("log_zero")
         seen = []
-        if not watched:  # record what the culprit module received in the original step
-            model.encoder.layers[1].act.register_forward_hook(lambda m, a, o: seen.append(tensor_dap.describe(a[0])))
+        if not watched:  # record what the culprit op (log of softplus) received in the original step
+            model.encoder.layers[1].act.register_forward_hook(
+                lambda m, a, o: seen.append(tensor_dap.describe(torch.nn.functional.softplus(a[0]))))
 
         def noisy_step(x, y):  # random scaling drawn from both host RNGs, inside the step
             return step_fn(x * (1 + random.random()) * (1 + float(np.random.rand())), y)
@@ -455,13 +378,17 @@ def test_steps_drawing_from_python_and_numpy_rngs_stay_identical_and_reproduce()
         w = tensor_dap.watch(model, optimizer, on="log", capture=False) if watched else None
         for step in range(8):
             w.step(noisy_step, *batch(step)) if w else noisy_step(*batch(step))
-        return model, w, (random.random(), float(np.random.rand())), seen
+        draws = (random.random(), float(np.random.rand()))
+        if w:
+            w.close(flush=False)
+        return model, w, draws, seen
 
     plain, _, plain_draws, seen = run(False)
     watched, w, watched_draws, _ = run(True)
     [report] = w.reports
     assert (report.step, report.phase, report.module) == (planted.BUG_STEP, "forward", "encoder.layers.1.act")
-    rerun_input = next(s for sec, _, s in report.tensors if sec == "inputs")
+    assert report.op == "log"
+    rerun_input = next(s for sec, _, s in report.tensors if sec == "op inputs")
     original_input = seen[planted.BUG_STEP]
     assert (rerun_input.min, rerun_input.max, rerun_input.mean) == (
         original_input.min, original_input.max, original_input.mean)
@@ -496,6 +423,8 @@ def test_a_manual_update_outside_torch_optim_is_not_applied_twice_by_the_rerun()
         w = tensor_dap.watch(model, on="log", capture=False) if watched else None
         for step in range(8):
             w.step(sgd_step, *batch(step)) if w else sgd_step(*batch(step))
+        if w:
+            w.close(flush=False)  # no optimizer given: its hooks are global, never leave them behind
         return model, w
 
     plain, _ = run(False)
@@ -652,8 +581,7 @@ def test_in_place_ops_fall_back_to_tensor_hooks_and_still_localize_the_backward(
         for step in range(4):
             w.step(step_fn, torch.randn(5, 6), step)
     report = info.value.report
-    assert (report.step, report.phase) == (2, "backward")
-    assert report.module in ("1", "2") and "in-place" in report.notes[0]
+    assert (report.step, report.phase, report.module, report.op) == (2, "backward", "2", "_PoisonGradBackward")
 
 
 @pytest.mark.parametrize("give_optimizer", [True, False])
@@ -688,3 +616,23 @@ def test_public_names_work_even_after_importing_their_modules():
             "print(type(w).__name__, callable(tensor_dap.replay))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.split() == ["watch", "True"]
+
+
+def test_a_step_that_fails_when_run_again_is_still_reported():
+    """A step function that refuses to run twice on the same batch raises in the re-run: the report
+    comes without the re-run, saying why, instead of being lost."""
+    model, optimizer, batch, step_fn = planted.build("backward_nan")
+    consumed = set()
+
+    def once(i):
+        if i in consumed:
+            raise ValueError(f"batch {i} was already consumed")
+        consumed.add(i)
+        return step_fn(*batch(i))
+
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False) as w:
+        for step in range(8):
+            w.step(once, step)
+    report = info.value.report
+    assert report.step == planted.BUG_STEP and report.phase == "backward" and report.module
+    assert report.notes[0].startswith("re-running the step failed (ValueError: batch 5 was already consumed)")

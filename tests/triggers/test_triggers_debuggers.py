@@ -30,20 +30,22 @@ def test_batch_job_raises_with_the_report():
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("bug,module_type,step", [("backward_nan", "RowNormalize", 5), ("log_zero", "LogSoftplus", 5)])
-def test_vscode_stops_in_a_frame_holding_the_culprit(bug, module_type, step):
+@pytest.mark.parametrize("bug,module_type,op", [("backward_nan", "RowNormalize", "SqrtBackward0"),
+                                                ("log_zero", "LogSoftplus", "log")])
+def test_vscode_stops_in_the_users_frame_before_the_update(bug, module_type, op):
     with DapClient.launch(DEBUGGEE, args=[bug], timeout=60) as dap:
         dap.configuration_done()
         ev = dap.wait_for_event("stopped", timeout=90)
         top = dap.stack_trace(ev["threadId"])[0]
-        assert top["name"] == "stop_in_debugger"
-        local_vars = dap.frame_locals()
-        assert {"module", "inputs", "output", "step", "report"} <= set(local_vars)
-        assert local_vars["step"]["value"] == str(step)
-        assert local_vars["module"]["type"] == module_type
-        assert dap.evaluate("report.phase", top["id"])["result"] in ("'forward'", "'backward'")
-        assert dap.evaluate("bool(output.isfinite().all())", top["id"])["result"] == (
-            "True" if bug == "backward_nan" else "False")  # backward NaN: the forward output was fine
+        assert top["name"] == "train_step" and top["source"]["path"].endswith("planted.py")  # the user's frame
+        assert {"x", "y", "model", "optimizer"} <= set(dap.frame_locals())
+        culprit = "__import__('tensor_dap').culprit()"
+        assert dap.evaluate(f"type({culprit}.module).__name__", top["id"])["result"] == f"'{module_type}'"
+        assert dap.evaluate(f"({culprit}.step, {culprit}.report.op)", top["id"])["result"] == f"(5, '{op}')"
+        # stopped before the update: the parameters are still finite
+        assert dap.evaluate("all(bool(p.isfinite().all()) for p in model.parameters())", top["id"])["result"] == "True"
+        dap.request("next", {"threadId": ev["threadId"]})  # stepping works from there
+        dap.wait_for_event("stopped", timeout=60)
         dap.continue_()
         dap.wait_for_output("TRAINING-DONE", timeout=60)  # continuing resumes training
 
@@ -51,7 +53,7 @@ def test_vscode_stops_in_a_frame_holding_the_culprit(bug, module_type, step):
 @pytest.mark.timeout(120)
 def test_vscode_still_stops_when_tensor_dap_is_library_code_under_just_my_code():
     """Installed into site-packages, tensor_dap is library code that justMyCode hides; a launch
-    rule marking it so stands in for that install. The stop must land in the user's step."""
+    rule marking it so stands in for that install. The stop lands in the same user frame."""
     rules = {"rules": [{"module": "tensor_dap", "include": False}]}
     with DapClient.launch(DEBUGGEE, args=["inf_input"], timeout=60, just_my_code=True, extra=rules) as dap:
         dap.configuration_done()
@@ -65,11 +67,12 @@ def test_vscode_still_stops_when_tensor_dap_is_library_code_under_just_my_code()
 
 
 @pytest.mark.timeout(120)
-def test_vscode_stops_on_break_if_with_the_loss_in_the_locals():
+def test_vscode_stops_on_break_if_in_the_callers_frame():
     with DapClient.launch(DEBUGGEE, args=["break_if"], timeout=60) as dap:
         dap.configuration_done()
         ev = dap.wait_for_event("stopped", timeout=90)
         top = dap.stack_trace(ev["threadId"])[0]
+        assert top["name"] == "main"
         local_vars = dap.frame_locals()
         assert local_vars["step"]["value"] == "4"
         assert dap.evaluate("float(loss)", top["id"])["result"] == "50.0"
@@ -84,24 +87,52 @@ def spawn(arg):
 
 
 @pytest.mark.timeout(120)
-def test_terminal_opens_pdb_with_the_report():
+def test_terminal_opens_pdb_in_the_users_frame_with_library_frames_hidden():
     child = spawn("backward_nan")
     try:
         child.expect(PROMPT)
         shown = child.before
-        assert "step 5" in shown and "backward of pre" in shown and "NaN!" in shown
-        child.sendline("p step")
+        assert "step 5" in shown and "SqrtBackward0" in shown and "NaN!" in shown and "planted.py" in shown
+        child.sendline("where")
         child.expect(PROMPT)
-        assert "5" in child.before.splitlines()[-1]
-        child.sendline("p type(module).__name__")
+        stack = child.before
+        assert "train_step" in stack and "debuggee_triggers_auto.py" in stack
+        assert "tensor_dap" + os.sep not in stack and os.sep + "torch" + os.sep not in stack
+        child.sendline("p type(__import__('tensor_dap').culprit().module).__name__")
         child.expect(PROMPT)
         assert "'RowNormalize'" in child.before
+        child.sendline("up")  # straight to the training loop: w.step and torch's frames are hidden
+        child.expect(PROMPT)
+        child.sendline("p step")
+        child.expect(PROMPT)
+        assert child.before.strip().splitlines()[-1].strip() == "5"
+        child.sendline("down")
+        child.expect(PROMPT)
+        child.sendline("n")  # stepping over the update lands on the next line of the step
+        child.expect(PROMPT)
+        assert "return loss" in child.before
         child.sendline("c")
         child.expect("TRAINING-DONE")
+        after = child.before
         child.expect(pexpect.EOF)
     finally:
         child.close(force=True)
     assert child.exitstatus == 0
+    # never silently: the NaN the update wrote makes every later step non-finite, and the end says so
+    assert "is non-finite too" in after and "steps watched were non-finite (the first at step 5)" in after
+
+
+@pytest.mark.timeout(120)
+def test_terminal_quit_ends_the_program():
+    child = spawn("backward_nan")
+    try:
+        child.expect(PROMPT)
+        child.sendline("q")
+        child.expect(pexpect.EOF)
+        assert "TRAINING-DONE" not in child.before
+    finally:
+        child.close(force=True)
+    assert child.exitstatus != 0 or child.signalstatus is not None
 
 
 @pytest.mark.timeout(120)
@@ -110,7 +141,7 @@ def test_terminal_opens_pdb_on_break_if():
     try:
         child.expect(PROMPT)
         assert "loss 50 is above 10" in child.before
-        child.sendline("p step, float(loss)")
+        child.sendline("p step, float(loss)")  # the caller's frame: main's own locals
         child.expect(PROMPT)
         assert "(4, 50.0)" in child.before
         child.sendline("c")

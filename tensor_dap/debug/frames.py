@@ -1,0 +1,74 @@
+"""Which frames are the user's: everything outside torch and tensor_dap.
+
+A trigger fires deep inside torch's optimizer hooks and tensor_dap's own code; the user wants to
+land in their training loop or model code, and a report should name their line, not ours. One
+predicate serves both: the debugger hides library frames from ``where``/``up``/``down``, and
+localization names the first user frame as the source line of an op.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+from types import FrameType
+from typing import NamedTuple, Optional
+
+
+def _package_dir(name: str) -> Optional[str]:
+    module = sys.modules.get(name)
+    path = getattr(module, "__file__", None)
+    return os.path.dirname(os.path.realpath(path)) + os.sep if path else None
+
+
+_TENSOR_DAP = os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep
+_cache: dict[str, bool] = {}
+
+
+def is_library(filename: str) -> bool:
+    """True for code inside torch or tensor_dap (and Python's own frozen import machinery)."""
+    hit = _cache.get(filename)
+    if hit is None:
+        if filename.startswith("<frozen"):
+            hit = True
+        else:
+            real = os.path.realpath(filename) if os.path.isabs(filename) else filename
+            torch_dir = _package_dir("torch")
+            hit = real.startswith(_TENSOR_DAP) or bool(torch_dir and real.startswith(torch_dir))
+        if len(_cache) < 10_000:
+            _cache[filename] = hit
+    return hit
+
+
+def user_frame(frame: Optional[FrameType]) -> Optional[FrameType]:
+    """``frame`` or the nearest caller outside torch and tensor_dap; None when every frame is library code."""
+    while frame is not None and is_library(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
+
+
+class SourceLine(NamedTuple):
+    """A line of the user's code: where an op ran, where a step called backward."""
+
+    file: str
+    line: int
+    function: str = ""
+
+    @property
+    def text(self) -> str:
+        """The line itself, stripped ('' when the file cannot be read, e.g. code typed at a prompt)."""
+        try:
+            return linecache.getline(self.file, self.line).strip()
+        except Exception:  # noqa: BLE001 - an unreadable file just has no text
+            return ""
+
+    def __str__(self) -> str:
+        return f"{os.path.basename(self.file)}:{self.line}"
+
+
+def user_line(frame: Optional[FrameType] = None) -> Optional[SourceLine]:
+    """The user's line that is running now (``frame`` defaults to the caller's)."""
+    found = user_frame(frame if frame is not None else sys._getframe(1))
+    if found is None:
+        return None
+    return SourceLine(found.f_code.co_filename, found.f_lineno, found.f_code.co_name)

@@ -1,0 +1,21 @@
+"""Which ``watch`` is active: ``break_if`` inside a watch hands its report to it (for a bundle and the loss history)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_active: list[Any] = []
+
+
+def push(w: Any) -> None:
+    _active.append(w)
+
+
+def remove(w: Any) -> None:
+    if w in _active:
+        _active.remove(w)
+
+
+def current() -> Any:
+    """The most recently started watch still open, or None."""
+    return _active[-1] if _active else None

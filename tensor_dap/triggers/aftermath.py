@@ -1,0 +1,69 @@
+"""After a report: training on NaN is never silent.
+
+Once a trigger has reported and the user continued (or ``on="log"``), the next step that is
+still non-finite prints one line on stderr, and so do later ones, at most one every ``INTERVAL``
+seconds (with how many were not printed); the end of the run (``close``, the ``with`` block,
+interpreter exit) says how many steps were non-finite in all.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from ..format import printable
+
+log = logging.getLogger("tensor_dap.triggers")
+INTERVAL = 5.0  # seconds between two "still non-finite" lines
+
+
+def _say(text: str) -> None:
+    log.warning("%s", text)
+    try:
+        from rich.text import Text
+
+        from ..console import make_console
+
+        make_console(stderr=True).print(Text(printable(text), style="yellow"), soft_wrap=True)
+    except Exception as exc:  # noqa: BLE001 - a broken terminal must not break training
+        log.debug("could not print: %r", exc)
+
+
+class Aftermath:
+    """Counts non-finite steps after the first report; rate-limited lines while training goes on."""
+
+    def __init__(self) -> None:
+        self.first: int | None = None  # the step of the first report
+        self.count = 0  # non-finite steps seen, the reported ones included
+        self.unprinted = 0
+        self._last = float("-inf")
+        self._counted = -1  # the last step counted: a step's loss and gradients are read apart
+
+    def _add(self, steps: list[int]) -> None:
+        new = [s for s in steps if s > self._counted]
+        self.count += len(new)
+        self._counted = max([self._counted, *new])
+
+    def reported(self, step: int | None, failing: list[int] | None = None) -> None:
+        if self.first is None:
+            self.first = step
+        self._add(failing or ([step] if step is not None else []))
+        self._last = float("-inf")  # the first step after the report is always said
+
+    def again(self, step: int, failing: list[int] | None = None) -> None:
+        """Another read found non-finite values while the report stands (the model stays NaN)."""
+        self._add(failing or [step])
+        now = time.monotonic()
+        if now - self._last < INTERVAL:
+            self.unprinted += 1
+            return
+        more = f"; {self.unprinted} more not shown" if self.unprinted else ""
+        _say(f"tensor_dap: step {step} is non-finite too: training goes on with NaN/Inf "
+             f"({self.count} non-finite steps since step {self.first}{more})")
+        self._last, self.unprinted = now, 0
+
+    def summary(self, steps: int) -> None:
+        """The end of the run: how many steps were non-finite."""
+        if self.count:
+            _say(f"tensor_dap.watch: {self.count} of the {steps} steps watched were non-finite "
+                 f"(the first at step {self.first})")

@@ -1,0 +1,126 @@
+"""One line that says what probably went wrong and the usual fix, from where a NaN/Inf was born.
+
+Pure rules over the finding (the op, its inputs, the phase) and the report's numbers (the
+largest magnitude seen, the loss history): a fully masked softmax row, a log/sqrt/division of
+zero, a float16 overflow, bad data, a diverging run. None when no rule applies: a guess that
+does not fit would send the user the wrong way.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from .origin import Birth
+
+FP16_MAX = 65504.0
+DIVERGED_ABS = 1e15  # float32 values this large in a model are a run going off, not data
+
+_SOFTMAX = {"softmax", "log_softmax", "_softmax", "_log_softmax", "scaled_dot_product_attention", "softmin"}
+_LOG = {"log", "log2", "log10", "log_", "log2_", "log10_", "xlogy", "lgamma", "digamma", "log1p"}
+_SQRT = {"sqrt", "rsqrt", "sqrt_", "rsqrt_", "pow", "pow_", "float_power"}
+_DIV = {"div", "div_", "true_divide", "reciprocal", "reciprocal_", "floor_divide", "remainder", "fmod", "norm",
+        "normalize"}
+_EXP = {"exp", "exp_", "exp2", "expm1", "sinh", "cosh"}
+
+DIAGNOSES = {
+    "masked_softmax": "a softmax row whose entries are all -inf (a fully masked row) gives NaN: mask with a "
+                      "large negative number (torch.finfo(dtype).min) instead of -inf, or guard rows with "
+                      "nothing to attend to",
+    "log": "log of zero is -inf (and of a negative number NaN): add an epsilon (log(x + eps)) or clamp "
+           "(x.clamp_min(eps)) first",
+    "sqrt": "sqrt has an infinite gradient at 0 and is NaN below it, and torch.where does not stop the unused "
+            "branch's NaN gradient: clamp the input first (torch.sqrt(x.clamp_min(eps)))",
+    "div": "division by zero: add an epsilon to the denominator (x / (norm + eps)) or clamp it (norm.clamp_min(eps))",
+    "exp": "exp overflowed: subtract the maximum first (torch.logsumexp, softmax) or clamp its input",
+    "fp16": "float16 overflow (its largest value is 65504): compute in bfloat16 "
+            "(torch.autocast(dtype=torch.bfloat16)), keep this op in float32, or scale the loss with "
+            "torch.amp.GradScaler",
+    "input": "the batch itself holds NaN/Inf: check the data pipeline (assert torch.isfinite(batch).all() where it "
+             "is made) or skip such batches",
+    "divergence": "the training diverged: lower the learning rate or clip gradients "
+                  "(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))",
+    "scaler": "the GradScaler's scale collapsed: the gradients are non-finite even unscaled, so this is not an "
+              "fp16 overflow the scaler can skip; look at the op named here",
+}
+
+
+def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: float | None,
+             loss_history: list[float]) -> str | None:
+    """The likeliest cause and fix, or None. ``kind`` is the report's ("nonfinite", "above", "spike"...)."""
+    if kind == "scaler":
+        return DIAGNOSES["scaler"]
+    if kind in ("above", "spike") or phase == "optimizer":
+        return _divergence(max_abs, loss_history, force=True)
+    if phase == "input":
+        return DIAGNOSES["input"]
+    if birth is None:
+        return _divergence(max_abs, loss_history, force=phase == "loss" and _rising(loss_history))
+    op = (birth.forward_op if birth.phase == "backward" else birth.op) or ""
+    op = op.rstrip("_") if op not in ("_softmax", "_log_softmax") else op
+    if birth.kind == "inf" and _half(birth.inputs) and _finite_inputs(birth.inputs):
+        return DIAGNOSES["fp16"]
+    if op in _SOFTMAX and birth.kind == "nan" and _masked_row(birth):
+        return DIAGNOSES["masked_softmax"]
+    for names, key in ((_LOG, "log"), (_SQRT, "sqrt"), (_DIV, "div")):
+        if op in names or op.rstrip("_") in names:
+            if key == "sqrt" and op.startswith("pow") and not _fractional_power(birth):
+                break
+            return DIAGNOSES[key]
+    diverged = _divergence(max_abs, loss_history, force=False)
+    if diverged:
+        return diverged
+    if op in _EXP:
+        return DIAGNOSES["exp"]
+    return None
+
+
+def _divergence(max_abs: float | None, history: list[float], *, force: bool) -> str | None:
+    big = max_abs is not None and max_abs >= DIVERGED_ABS
+    if not (force or big or _rising(history)):
+        return None
+    detail = []
+    if big:
+        detail.append(f"values up to {max_abs:.3g}")
+    finite = [v for v in history if math.isfinite(v)]
+    if len(finite) >= 2 and finite[0] > 0 and finite[-1] > 4 * finite[0]:
+        detail.append(f"the loss went from {finite[0]:.4g} to {finite[-1]:.4g}")
+    text = DIAGNOSES["divergence"]
+    return f"{text} ({'; '.join(detail)})" if detail else text
+
+
+def _rising(history: list[float]) -> bool:
+    """The loss grew tenfold over the kept history, or went from finite to Inf: a run going off."""
+    finite = [v for v in history if math.isfinite(v)]
+    return len(finite) >= 2 and finite[0] > 0 and (finite[-1] > 10 * finite[0] or
+                                                   (len(finite) < len(history) and finite[-1] > 2 * finite[0]))
+
+
+def _tensors(named: list[tuple[str, Any]]) -> list[torch.Tensor]:
+    return [t for _, t in named if isinstance(t, torch.Tensor)]
+
+
+def _half(named: list[tuple[str, Any]]) -> bool:
+    return any(t.dtype == torch.float16 for t in _tensors(named))
+
+
+def _finite_inputs(named: list[tuple[str, Any]]) -> bool:
+    with torch.no_grad():
+        return all(bool(torch.isfinite(t).all()) for t in _tensors(named) if t.is_floating_point())
+
+
+def _masked_row(birth: Birth) -> bool:
+    """The softmax input has a row (along its last dim) that is entirely -inf."""
+    x = next(iter(_tensors(birth.inputs)), None)
+    if x is None or x.dim() == 0 or not x.is_floating_point():
+        return birth.cause is not None  # NaN from Infs, shape unknown: still the likely story
+    with torch.no_grad():
+        return bool(torch.isneginf(x).all(dim=-1).any()) or birth.cause is not None
+
+
+def _fractional_power(birth: Birth) -> bool:
+    """pow with an exponent below 1 (x ** 0.5) behaves like sqrt at 0."""
+    args = [t for _, t in birth.inputs]
+    return len(args) < 2 or not isinstance(args[1], torch.Tensor) or bool((args[1] < 1).any())

@@ -1,0 +1,335 @@
+"""The expensive half of ``watch``: once the sentinel fires, find where, report, bundle, stop.
+
+Runs only when a read found a non-finite value (or a ``break_if`` inside the watch fired). It
+confirms what is non-finite now, re-runs the failing step from its captured state with every
+op and module watched (``localize``), fills the report (op, line, diagnosis, loss history,
+learning rates, the largest magnitude), writes the bundle and sends the report where ``on``
+says. Every re-run and replay puts gradients, buffers, RNG states (and a known GradScaler's
+state) back, so training continues bit-identically.
+"""
+
+from __future__ import annotations
+
+import bdb
+import contextlib
+import logging
+import math
+import warnings
+from collections.abc import Iterator
+from typing import Any, Callable
+
+import torch
+
+from ..dist import current_rank, no_collectives
+from ..errors import NonFiniteError, TriggerError
+from ..state import capture_rng, cloned, kept, load_optimizer_state, optimizer_kept, restore_rng, set_hyper
+from ..summary import describe
+from .capture import Source, StepContext, Window
+from .diagnose import diagnose
+from .incident import safe_rng, write_bundle
+from .localize import (
+    NOT_LOCAL,
+    NOT_REPRODUCED,
+    Finding,
+    any_nonfinite,
+    localize_rerun,
+    nonfinite,
+    nonfinite_gradients,
+    nonfinite_parameters,
+)
+from .loop import Forward
+from .report import Report
+from .stop import dispatch
+
+log = logging.getLogger("tensor_dap.triggers")
+
+
+class Investigation:
+    """Mixed into ``watch``: the state it reads is the watch's own (see watch.__init__)."""
+
+    # ------------------------------------------------------------ sentinel → report
+    def _guard(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run our own code so that a failure of tensor_dap never breaks the training loop."""
+        try:
+            return fn(*args)
+        except (TriggerError, bdb.BdbQuit, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # noqa: BLE001 - tensor_dap's failure must not stop training
+            log.warning("tensor_dap.watch: internal error, check skipped: %s: %s", type(exc).__name__, exc)
+            return None
+
+    def _read_and_fire(self, index: int, ctx: StepContext | None) -> None:
+        first = self._sentinel.read()
+        window, self._window = self._window or None, None
+        if first is None:
+            self._latched = False  # clean again: the next failure is news
+            if ctx is not None and ctx.hyper is not None and ctx.checked and self._windowed():
+                # Checked before the update: the state now is this step's pre-step state, and its
+                # loss is not read yet. The next window starts here, so it covers that loss too.
+                self._window = self._new_window(ctx.index)
+                if isinstance(self._window, Window):
+                    self._add_to_window(self._window, ctx)
+            return
+        if self._latched:
+            self.suppressed += 1
+            self._aftermath.again(index, self._sentinel.failing)
+            return
+        if ctx is None:  # an unchanged loop: its forwards, if this step's update has not run yet
+            ctx = self._loop_context()
+            ctx = ctx if ctx is not None and not ctx.updated else None
+        report, culprit, source = self._investigate(first, index, ctx, window)
+        if report is None:
+            return
+        self._latched = True
+        self._aftermath.reported(report.step, self._sentinel.failing)
+        self._finish(report, culprit, source or (Source(ctx.outer or ctx, None, None) if ctx is not None else None))
+
+    def _finish(self, report: Report, culprit: dict[str, Any], source: Source | None,
+                error: type[TriggerError] = NonFiniteError) -> None:
+        """Bundle the step, keep the report, and send it where ``on`` says."""
+        if source is not None:
+            report.mode = "loop" if source.ctx.forwards is not None else "step"
+        if self.capture and source is not None:
+            self._write_bundle(report, source)
+        elif self.capture and report.bundle is None:
+            report.notes.append("no bundle: this step cannot be re-run (hand it to watch.step, or let the "
+                                "watched model run its forward inside the step)")
+        self.reports.append(report)
+        dispatch(report, on=self.on, error=error, ranks=self.ranks, culprit=culprit)
+
+    def _investigate(self, first: int, index: int, ctx: StepContext | None, window: Window | None
+                     ) -> tuple[Report | None, dict[str, Any], Source | None]:
+        """Confirm exactly what is non-finite now, and localize it (re-running the step if needed)."""
+        if first != index and window is not None and first >= window.start:
+            try:
+                found = self._localize_in_window(first, window)
+            except Exception as exc:  # noqa: BLE001 - e.g. the step raised when replayed: localize as before
+                log.warning("tensor_dap.watch: replaying steps %d-%d failed (%s: %s); localizing on step %d",
+                            window.start, first, type(exc).__name__, exc, index)
+                found = None
+            if found is not None:
+                finding, source = found
+                return self._report(finding, first, index, window), {**finding.culprit, "step": first}, source
+        grads_bad = any(nonfinite(p.grad) for p in self._params if p.grad is not None)
+        loss_step, loss = self._last_loss
+        loss_bad = loss is not None and loss_step >= first and nonfinite(loss)
+        can_rerun = ctx is not None and ctx.index == index
+        pre_update = ctx is None or ctx.checked  # else the step's own update already ran
+        finding = nonfinite_parameters(self._inner) if pre_update else None
+        step = index
+        if finding is not None:
+            step = index - 1 if self.every == 1 else first
+            if index == 0:
+                finding.note += " (already at the first watched step)"
+        elif grads_bad or (loss_bad and loss_step == index):
+            failed = None
+            try:
+                finding = self._rerun(ctx) if can_rerun else None  # type: ignore[arg-type]
+            except Exception as exc:  # noqa: BLE001 - the step raised when run again: report without the re-run
+                finding, failed = None, f"re-running the step failed ({type(exc).__name__}: {exc}); "
+            if finding is None and grads_bad:
+                finding = nonfinite_gradients(self._inner)
+                if finding is not None and can_rerun:
+                    finding.note = (failed or (NOT_LOCAL if current_rank() is not None else NOT_REPRODUCED)) \
+                        + finding.note
+        elif not loss_bad:
+            return None, {}, None  # the sum of norms overflowed, but every value is finite: no alarm
+        if finding is None:
+            step = loss_step
+            finding = Finding("loss", None, None, "the loss is non-finite while every gradient and parameter "
+                              "is finite: the loss computation overflowed, or a term no parameter depends on "
+                              "is non-finite", [("loss", "loss", describe(loss))], {"loss": loss})
+        report = self._report(finding, step, index, None, first=first)
+        return report, {**finding.culprit, "step": step}, None
+
+    def _report(self, finding: Finding, step: int, index: int, window: Window | None, *,
+                first: int | None = None, kind: str = "nonfinite", headline: str | None = None) -> Report:
+        report = report_of(finding, step=step, kind=kind, headline=headline)
+        self._enrich(report, finding)
+        if window is not None:
+            report.notes.append(f"the sentinel is read every {self.every} steps: detected at step {index}; "
+                                f"step {step} was re-run from the state saved at the start of step {window.start}")
+        elif self.every > 1 and first is not None and first != index:
+            report.notes.append(f"the sentinel is read every {self.every} steps: first non-finite at step "
+                                f"{first}, detected at step {index}, localized on the state of step {index} "
+                                f"(no replay window: see WINDOW_BYTES in docs/triggers.md); use every=1 "
+                                "for exact localization")
+        elif step != index and first is not None:
+            report.notes.append(f"detected at step {index}: the loss of a step is checked with the next "
+                                "step's gradients")
+        return report
+
+    def _enrich(self, report: Report, finding: Finding | None) -> None:
+        """Loss history, learning rates, the largest magnitude and a diagnosis: what tells a bug from a divergence."""
+        report.loss_history = self._loss_history()
+        if report.loss is None and report.loss_history:
+            report.loss = report.loss_history[-1]
+        optimizer = self.optimizer or self._stepper
+        if optimizer is not None:
+            report.lr = [float(g["lr"]) for g in optimizer.param_groups if "lr" in g]
+        report.max_abs = self._max_abs(finding)
+        birth = finding.birth if finding is not None else None
+        report.diagnosis = diagnose(birth, phase=report.phase, kind=report.kind, max_abs=report.max_abs,
+                                    loss_history=report.loss_history)
+
+    def _loss_history(self) -> list[float]:
+        values = []
+        for v in list(self._history):
+            with contextlib.suppress(Exception):
+                values.append(float(v))
+        return values
+
+    def _max_abs(self, finding: Finding | None) -> float | None:
+        """The largest finite magnitude: of the op's inputs when one overflowed, else of all gradients and
+        parameters (a diverging run shows 1e30 long before it shows Inf)."""
+        value = op_max_abs(finding)
+        if value is not None:
+            return value
+        return max_abs([p.grad for p in self._params if p.grad is not None] + list(self._params))
+
+    # ------------------------------------------------------------ re-running steps
+    def _localize_in_window(self, first: int, window: Window) -> tuple[Finding, Source] | None:
+        """Replay the window's steps before ``first`` (updates included), localize ``first``, put everything back."""
+        target = next((c for c in window.steps if c.index == first), None)
+        if target is None or target.hyper is None:
+            return None
+        optimizer = window.optimizer
+        with kept(self._params, self._buffers) as saved_rng, optimizer_kept(optimizer), self._scaler_kept():
+            with torch.no_grad():
+                torch._foreach_copy_(self._params, window.params)
+            load_optimizer_state(optimizer, window.optimizer_state)
+            for p in self._params:
+                p.grad = None
+            self._replaying = True
+            try:
+                for c in window.steps:
+                    if c.index == first:
+                        break
+                    restore_rng({**saved_rng, **c.rng})
+                    self._buffers.restore(c.buffers)
+                    set_hyper(optimizer, c.hyper or [])
+                    c.fn(*c.args, **c.kwargs)
+            finally:
+                self._replaying = False
+            set_hyper(optimizer, target.hyper)
+            state = self._buffers.into({k: v.detach().clone() for k, v in self._inner.state_dict().items()},
+                                       target.buffers)
+            source = Source(target, state, cloned(optimizer.state_dict()))
+            finding = self._rerun(target)
+            return (finding, source) if finding is not None else None
+
+    def _rerun(self, ctx: StepContext) -> Finding | None:
+        """Run the step again from its captured state with everything watched, then put everything back."""
+        start_params = self._param_store if not ctx.checked else None
+        inputs = (ctx.args, ctx.kwargs) if ctx.forwards is None else [(f.args, f.kwargs) for f in ctx.forwards]
+        input_bad = any_nonfinite(inputs)
+
+        def reset() -> None:
+            restore_rng(start_rng)
+            self._buffers.restore(ctx.buffers)
+            if start_params is not None:
+                with torch.no_grad():
+                    torch._foreach_copy_(self._params, start_params)
+            for p in self._params:
+                p.grad = None
+
+        # Checked after the step: an update outside torch.optim may run again in the re-run.
+        with kept(self._params, self._buffers, params_too=not ctx.checked) as saved_rng, self._scaler_kept():
+            start_rng = {**saved_rng, **ctx.rng}  # host RNGs the step does not use are unchanged since its start
+            self._rerunning = True
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # e.g. "full backward hook is firing..." on the first layer
+                    with no_collectives(self.model):  # each rank re-runs alone
+                        return localize_rerun(self._inner, lambda: ctx.fn(*ctx.args, **ctx.kwargs),
+                                              input_bad=input_bad, reset=reset, inputs=inputs)
+            finally:
+                self._rerunning = False
+
+    @contextlib.contextmanager
+    def _scaler_kept(self) -> Iterator[None]:
+        """A re-run through ``scaler.step``/``update`` must not move a known GradScaler's scale."""
+        scaler = self.scaler
+        saved = None
+        if scaler is not None:
+            with contextlib.suppress(Exception):
+                saved = (scaler._scale.clone() if scaler._scale is not None else None,
+                         scaler._growth_tracker.clone() if scaler._growth_tracker is not None else None,
+                         {k: dict(v) for k, v in scaler._per_optimizer_states.items()})
+        try:
+            yield
+        finally:
+            if saved is not None:
+                scale, tracker, states = saved
+                if scale is not None:
+                    scaler._scale.copy_(scale)
+                if tracker is not None:
+                    scaler._growth_tracker.copy_(tracker)
+                scaler._per_optimizer_states.clear()
+                scaler._per_optimizer_states.update(states)
+
+    def _write_bundle(self, report: Report, source: Source) -> None:
+        ctx = source.ctx
+        try:
+            state = source.model_state
+            if state is None:  # the buffers as they were before the step's forward
+                state = self._buffers.into(self._inner.state_dict(), ctx.buffers)
+            optimizer = self.optimizer or ctx.optimizer
+            opt_state = source.optimizer_state
+            if opt_state is None and optimizer is not None:
+                opt_state = optimizer.state_dict()
+            if ctx.updated or not ctx.checked:
+                report.notes.append("the step's update had already run: the saved parameters are those after it")
+            if report.step != ctx.index:
+                report.notes.append(f"the bundle holds step {ctx.index}, the step running when this was "
+                                    f"detected (the state before step {report.step} is gone)")
+            forwards = [_forward_state(f) for f in ctx.forwards] if ctx.forwards is not None else None
+            write_bundle(report, step=ctx.index, args=ctx.args, kwargs=ctx.kwargs, model_state=state,
+                         optimizer_state=opt_state, rng={**capture_rng(), **ctx.rng}, forwards=forwards,
+                         root=self.capture if isinstance(self.capture, str) else None)
+        except Exception as exc:  # noqa: BLE001 - a full disk must not hide the report itself
+            report.notes.append(f"could not write the incident bundle: {type(exc).__name__}: {exc}")
+
+
+def _forward_state(f: Forward) -> dict[str, Any]:
+    """One captured forward in safe types, for ``state.pt``."""
+    line = tuple(f.line) if f.line is not None else None
+    return {"args": f.args, "kwargs": f.kwargs, "rng": safe_rng(f.rng), "grads": list(f.grads), "line": line}
+
+
+def report_of(finding: Finding, *, step: int | None, kind: str = "nonfinite", headline: str | None = None) -> Report:
+    """The report of a finding: where, the op and the user's line, the tensors, a first diagnosis."""
+    birth, line = finding.birth, finding.line
+    report = Report(kind=kind, headline=headline or finding.headline, step=step, phase=finding.phase,
+                    module=finding.module, module_type=finding.module_type, rank=current_rank(),
+                    notes=[finding.note], tensors=list(finding.tensors), op=finding.op,
+                    forward_op=birth.forward_op if birth is not None else None,
+                    source={"file": line.file, "line": line.line, "text": line.text} if line else None)
+    report.loss = next((float(s.values[0]) for sec, _, s in finding.tensors if sec == "loss" and s.values), None)
+    report.max_abs = op_max_abs(finding)
+    report.diagnosis = diagnose(birth, phase=report.phase, kind=kind, max_abs=report.max_abs, loss_history=[])
+    return report
+
+
+def op_max_abs(finding: Finding | None) -> float | None:
+    """When an op overflowed from finite inputs: the largest magnitude among those inputs."""
+    birth = finding.birth if finding is not None else None
+    if birth is None or birth.phase not in ("forward", "loss") or birth.cause is not None:
+        return None
+    return max_abs([t for _, t in birth.inputs if isinstance(t, torch.Tensor)])
+
+
+def max_abs(tensors: list[torch.Tensor]) -> float | None:
+    """The largest finite magnitude among ``tensors`` (sparse ones by their stored values), or None."""
+    best = None
+    with torch.no_grad():
+        for t in tensors:
+            if t.layout == torch.sparse_coo:
+                t = t._values()
+            if t.layout != torch.strided or not t.is_floating_point() or t.numel() == 0 or t.device.type == "meta":
+                continue
+            finite = t[torch.isfinite(t)]
+            if finite.numel():
+                value = float(finite.abs().max())
+                best = value if best is None or value > best else best
+    return best if best is None or math.isfinite(best) else None

@@ -1,0 +1,169 @@
+"""The unchanged loop: what ``watch`` keeps from hooks to re-run a step nobody handed it.
+
+``with tensor_dap.watch(model, optimizer):`` around an existing loop gives watch no step
+function, so it keeps what the model itself saw between two optimizer steps: the root module's
+forward inputs (references, no copy) and RNG states for every forward (gradient accumulation
+runs several), the gradient that reached the model's outputs (from a hook on each output), the
+buffers at the first forward, and the line that called ``backward``. That is enough to run the
+model's forward and backward again exactly (``replay_forwards``); the loss function itself,
+outside the model, is not re-run: a NaN born there is named as a non-finite gradient arriving at
+the model's outputs, with the line of the ``backward()`` call.
+
+A step starts at the first forward after an optimizer step or after the gradients were reset
+(``zero_grad``), so a step a ``GradScaler`` skipped does not run into the next one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Callable
+
+import torch
+
+from ..debug.frames import SourceLine, user_line
+from ..nested import walk
+from ..state import BufferSnapshot, Buffers, capture_rng, host_rngs_used, restore_rng
+from .origin import Birth, Born, kind_of
+
+MAX_FORWARDS = 64  # forwards kept per step; more (a loop calling the model outside training) drops the capture
+_NO_BUFFERS = BufferSnapshot([], [])
+
+
+@dataclass
+class Forward:
+    """One forward of the root module: its arguments, RNG states, and the gradients its outputs received."""
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    rng: dict[str, Any]
+    grads: list[torch.Tensor | None] = field(default_factory=list)  # by output tensor, in walk order
+    line: SourceLine | None = None  # the user's line running when the output gradient arrived (backward())
+
+
+def output_tensors(output: Any) -> list[torch.Tensor]:
+    """The tensors among a forward's outputs, in a fixed order (a lone tensor or a flat tuple: no walk)."""
+    if isinstance(output, torch.Tensor):
+        return [output]
+    if type(output) in (tuple, list) and all(isinstance(t, torch.Tensor) for t in output):
+        return list(output)
+    return [t for _, t in walk(output)]
+
+
+def loss_in(tensors: list[torch.Tensor]) -> torch.Tensor | None:
+    """A scalar floating tensor that requires grad among the model's outputs: a loss computed inside the model."""
+    for t in tensors:
+        if t.dim() == 0 and t.requires_grad and t.is_floating_point():
+            return t.detach()
+    return None
+
+
+def replay_forwards(model: torch.nn.Module, forwards: list[Forward], rng: dict[str, Any] | None = None) -> None:
+    """Run each forward again with its RNG states, then its backward from the gradients its outputs got.
+
+    ``rng``: every RNG state at the step's start, for the streams a forward did not save (host RNGs).
+    Raises ``Born`` when a gradient arriving at the outputs is already non-finite: the loss
+    computation outside the model produced it.
+    """
+    for f in forwards:
+        restore_rng({**(rng or {}), **f.rng})
+        out = model(*f.args, **f.kwargs)
+        pairs = [(t, g) for t, g in zip(output_tensors(out), f.grads) if g is not None and t.requires_grad]
+        if not pairs:
+            continue
+        bad = next(((t, g, k) for t, g in pairs if (k := kind_of(g)) is not None), None)
+        if bad is not None:
+            raise Born(Birth("loss", None, bad[2], line=f.line, inputs=[("grad at the model's output", bad[1])],
+                             output=bad[1], note="the gradient arriving at the model's outputs is non-finite: the "
+                             "loss computation outside the model made it (the unchanged loop does not re-run "
+                             "the loss function; hand the step to watch.step to find the op)"))
+        torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
+
+
+class LoopCapture:
+    """Hooks on the root module that keep each step's forwards; ``steps`` tells it when an update happened.
+
+    ``on_unstepped()`` is called when a step ended without an optimizer update (a ``GradScaler``
+    skipped it, or the loop is accumulating in a way that resets gradients): watch checks
+    the scaler and the loss there.
+    """
+
+    def __init__(self, model: torch.nn.Module, buffers: Buffers, params: list[torch.Tensor],
+                 on_unstepped: Callable[[], None]) -> None:
+        self.model = model
+        self.buffers = buffers
+        self.params = params
+        self.on_unstepped = on_unstepped
+        self.enabled = True  # off while watch re-runs the model itself
+        self.forwards: list[Forward] = []
+        self.start: BufferSnapshot | None = None  # buffers at the step's first forward
+        self.losses: list[torch.Tensor] = []  # losses the model returned in this step
+        self.dropped: str | None = None  # why this step cannot be replayed
+        self.updated = False  # the step's optimizer update ran
+        self._open = False
+        self._backward_seen = False
+        self._probe: torch.Tensor | None = None  # a parameter whose .grad tells that zero_grad ran
+        self._host_rngs: dict[str, bool] | None = None  # which host RNGs the model's forward draws from
+        self._line: SourceLine | None = None  # the line calling backward() in this step
+        self._handles = [model.register_forward_pre_hook(self._pre, with_kwargs=True),
+                         model.register_forward_hook(self._post, with_kwargs=True)]
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        self.forwards, self.losses = [], []
+
+    @property
+    def replayable(self) -> bool:
+        return bool(self.forwards) and self.dropped is None
+
+    def stepped(self) -> None:
+        """The optimizer updated: the next forward starts a new step."""
+        self._open = False
+        self.updated = True
+        if self._probe is None:
+            self._probe = next((p for p in self.params if p.grad is not None), None)
+
+    # ------------------------------------------------------------ hooks
+    def _pre(self, module: torch.nn.Module, args: Any, kwargs: Any) -> None:
+        if not self.enabled or not torch.is_grad_enabled():
+            return  # validation under no_grad is not part of a training step
+        if self._open and self._backward_seen and self._probe is not None and self._probe.grad is None:
+            self._open = False  # gradients were reset with no update in between: a skipped step
+            if not self.updated:
+                self.on_unstepped()
+        if not self._open:
+            self._open, self._backward_seen, self.updated, self.dropped = True, False, False, None
+            self.forwards, self.losses, self._line = [], [], None
+            self.start = self.buffers.save() if self.buffers.names else _NO_BUFFERS
+        forwards = self.forwards
+        if len(forwards) >= MAX_FORWARDS:
+            self.dropped = f"more than {MAX_FORWARDS} forwards between two optimizer steps"
+            self.forwards = []
+        elif self.dropped is None:
+            host = self._host_rngs
+            forwards.append(Forward(args, kwargs, capture_rng(**host) if host is not None else capture_rng()))
+
+    def _post(self, module: torch.nn.Module, args: Any, kwargs: Any, output: Any) -> None:
+        if not self.enabled or not torch.is_grad_enabled() or not self.forwards or self.dropped is not None:
+            return
+        f = self.forwards[-1]
+        if f.args is not args:
+            return  # a nested call of the root module
+        if self._host_rngs is None:  # the first forward shows which host RNGs the model draws from
+            self._host_rngs = host_rngs_used(f.rng)
+        tensors = output_tensors(output)
+        f.grads = [None] * len(tensors)
+        for i, t in enumerate(tensors):
+            if t.requires_grad:
+                t.register_hook(partial(self._grad, f, i))
+        loss = loss_in(tensors)
+        if loss is not None:
+            self.losses.append(loss)
+
+    def _grad(self, f: Forward, i: int, grad: torch.Tensor) -> None:
+        f.grads[i] = grad
+        self._backward_seen = True
+        if f.line is None:  # micro-batches call backward from one line: look it up once a step
+            f.line = self._line = self._line or user_line()

@@ -1,0 +1,60 @@
+"""Names of ops and autograd nodes as users know them, and the line that created a node.
+
+``op_name(torch.Tensor.__truediv__)`` is ``div``; ``forward_name('SqrtBackward0')`` is ``sqrt``;
+a custom ``autograd.Function``'s node ``ClampGradBackward`` comes from ``ClampGrad.apply``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..debug.frames import SourceLine, is_library
+
+_RENAMED = {"truediv": "div", "rtruediv": "div", "itruediv": "div", "floordiv": "floor_divide",
+            "rsub": "sub", "isub": "sub", "iadd": "add", "radd": "add", "imul": "mul", "rmul": "mul",
+            "rpow": "pow", "ipow": "pow", "rmatmul": "matmul"}
+
+
+def op_name(func: Any) -> str:
+    """'softmax', 'div' (for __truediv__), 'masked_fill_': the name users know an op by."""
+    name = getattr(func, "__name__", None) or type(func).__name__
+    if name.startswith("__") and name.endswith("__"):
+        name = name[2:-2]
+        name = _RENAMED.get(name, name)
+    return name
+
+
+_INPLACE_DUNDERS = {"__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__ipow__", "__imod__",
+                    "__imatmul__", "__setitem__"}
+
+
+def inplace(raw: str) -> bool:
+    """``masked_fill_``, ``x += 1``, ``x[i] = v``: ops that change their first argument."""
+    return (raw.endswith("_") and not raw.startswith("_")) or raw in _INPLACE_DUNDERS
+
+
+def forward_name(node_name: str) -> str:
+    """'SqrtBackward0' -> 'sqrt', 'NativeLayerNormBackward0' -> 'native_layer_norm'; a custom
+    ``autograd.Function`` node 'ClampGradBackward' -> 'ClampGrad.apply'."""
+    base = node_name.split("::")[-1]
+    if base.endswith("Backward") and not base[-9:-8].isdigit():
+        return f"{base[:-len('Backward')]}.apply"
+    base = re.sub(r"Backward\d*$", "", base)
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", base).lower()
+
+
+def anomaly_line(node: Any) -> SourceLine | None:
+    """The user's line that created ``node``, from the forward stack anomaly mode keeps in its metadata."""
+    try:
+        stack = node.metadata.get("traceback_")
+    except Exception:  # noqa: BLE001 - a node without metadata
+        return None
+    for entry in reversed(stack or []):
+        m = _FRAME.match(entry)
+        if m and not is_library(m.group(1)):
+            return SourceLine(m.group(1), int(m.group(2)), m.group(3))
+    return None
+
+
+_FRAME = re.compile(r'\s*File "(.*)", line (\d+), in (.*)')

@@ -1,0 +1,358 @@
+"""Where a NaN/Inf was born: the op, the innermost module whose own code ran it, and the user's line.
+
+Runs only inside localization's re-run of one failing step, so it may be thorough: a
+``TorchFunctionMode`` sees every torch call of the forward (``softmax``, ``div``, ``linear``...),
+checks its outputs, and keeps a *lineage* for each non-finite tensor: the birth it descends from.
+A birth is an op whose output holds NaN while no input does, or Inf while every input is finite.
+Each autograd node the forward creates is remembered with the op, module and line that made it,
+and a hook on the node names it when its backward turns finite gradients into non-finite ones
+(``SqrtBackward0``, the backward of ``sqrt`` at ``model.py:41``).
+
+Not every Inf is a bug: ``masked_fill(mask, -inf)`` and ``-inf`` mask buffers are deliberate, and
+they only matter once they make a NaN (a fully masked softmax row). Births from a non-finite
+Python constant, and Inf-only tensors that existed before the step (buffers, constants), are
+marked ``deliberate``; ``root`` follows a NaN back to the first accidental birth, stopping at
+deliberate ones, so the report names the op where things actually went wrong.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import sys
+import weakref
+from dataclasses import dataclass, field
+from itertools import islice
+from collections.abc import Iterator
+from typing import Any, Callable
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from ..debug.frames import SourceLine, user_line
+from ..nested import walk
+from .ops import anomaly_line, forward_name, inplace, op_name
+
+log = logging.getLogger("tensor_dap.triggers")
+
+MAX_TENSORS = 64  # tensors looked at in one op's arguments or outputs
+MAX_NODES = 256  # autograd nodes discovered behind one op's output (the inside of composite ops)
+_BACKWARD = ("backward", "grad")  # Tensor.backward, torch.autograd.backward / grad: the loss is known here
+
+
+@dataclass
+class Birth:
+    """One op that produced the first NaN (or Inf) of a lineage. Live references, for the report and the debugger."""
+
+    phase: str  # "forward", "backward", "input" (the batch itself), "loss" (outside any module, after the model)
+    op: str | None  # "softmax", "SqrtBackward0"; for "input", the first op that consumed the batch
+    kind: str  # "nan" or "inf"
+    module: str | None = None  # dotted path of the innermost module running the op; None: outside any module
+    module_type: str | None = None
+    line: SourceLine | None = None
+    forward_op: str | None = None  # backward births: the forward op that created the node ("sqrt")
+    inputs: list[tuple[str, Any]] = field(default_factory=list)  # the op's tensor inputs (backward: grad_output)
+    output: Any = None  # the op's output (backward: grad_input)
+    cause: Birth | None = None  # a NaN born from an Inf: the Inf's birth (e.g. masked_fill before softmax)
+    deliberate: bool = False  # an Inf put there on purpose (a -inf mask), not a bug by itself
+    note: str = ""
+
+
+class Born(Exception):
+    """Raised to stop a re-run at a birth that matters (by the tracker, or by a replay that sees one itself)."""
+
+    def __init__(self, birth: Birth) -> None:
+        super().__init__(birth.op or birth.phase)
+        self.birth = birth
+
+
+def root(birth: Birth) -> Birth:
+    """The first accidental birth behind ``birth``: a NaN from an accidental Inf goes back to that Inf."""
+    while birth.cause is not None and not birth.cause.deliberate:
+        birth = birth.cause
+    return birth
+
+
+def _tensors(obj: Any) -> list[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    return [t for _, t in islice(walk(obj, max_depth=4), MAX_TENSORS)]
+
+
+def _float(t: torch.Tensor) -> bool:
+    return (t.is_floating_point() or t.is_complex()) and t.layout == torch.strided and t.device.type != "meta" \
+        and t.numel() > 0
+
+
+def kind_of(t: Any) -> str | None:
+    """"nan", "inf", or None for a finite (or non-float) tensor. Sparse tensors by their stored values."""
+    if not isinstance(t, torch.Tensor):
+        return None
+    if t.layout == torch.sparse_coo:
+        t = t._values()
+    elif t.layout in (torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc):
+        t = t.values()
+    if not _float(t):
+        return None
+    with torch.no_grad():
+        if bool(torch.isfinite(t).all()):
+            return None
+        return "nan" if bool(torch.isnan(t).any()) else "inf"
+
+
+def _scalar_kind(args: Any, kwargs: Any) -> str | None:
+    """A non-finite Python number among the arguments (``masked_fill(m, float('-inf'))``)."""
+    for value in list(args) + list(kwargs.values()):
+        if isinstance(value, float) and not math.isfinite(value):
+            return "nan" if math.isnan(value) else "inf"
+    return None
+
+
+class Tracker(TorchFunctionMode):
+    """Install with ``with tracker:`` around the re-run; modules report entry/exit via ``enter``/``leave``.
+
+    It raises ``Born`` at a birth that matters, to stop the re-run: from a node hook when a
+    backward node makes the first non-finite gradient, and when ``backward`` starts from a
+    non-finite loss. Forward births are only recorded here; whether one matters (a module's
+    output carries it) is asked through ``verdict``.
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.names = {id(m): path for path, m in model.named_modules()}
+        self.stack: list[torch.nn.Module] = []
+        self.model_done = False  # the root module's forward has returned once: ops outside modules are the loss
+        self.inputs: set[int] = set()
+        self._lineage: dict[int, tuple[Any, str, Birth]] = {}  # id(tensor) -> (weakref, kind now, birth)
+        self._nodes: dict[Any, tuple[str | None, str | None, str, SourceLine | None]] = {}
+        self._handles: list[Any] = []
+        self._busy = False  # our own checks must not be tracked as the user's ops
+        self.broken = False  # an internal failure: localization falls back to module hooks
+
+    # ------------------------------------------------------------ set-up from localize
+    def add_inputs(self, obj: Any) -> None:
+        """Tensors handed to the step or to the model: their non-finite values are the batch's fault."""
+        self.inputs.update(id(t) for t in _tensors(obj))
+
+    def enter(self, module: torch.nn.Module) -> None:
+        self.stack.append(module)
+
+    def leave(self, module: torch.nn.Module, output: Any) -> None:
+        """``module``'s forward returned ``output``: autograd nodes behind it that no tracked op made
+        (a custom ``autograd.Function``) were made by this module's own code."""
+        if self.stack and self.stack[-1] is module:
+            self.stack.pop()
+        if not self.stack and self.names.get(id(module)) == "":
+            self.model_done = True
+        if not self.broken:
+            self._guarded(lambda: self._tag(module, output))
+
+    def _tag(self, module: torch.nn.Module, output: Any) -> None:
+        path = self.names.get(id(module))
+        for t in _tensors(output):
+            node = t.grad_fn if isinstance(t, torch.Tensor) and t.requires_grad else None
+            if node is not None and node not in self._nodes:
+                self._record(node, (path, type(module).__name__, None, None))
+
+    @contextlib.contextmanager
+    def quiet(self) -> Iterator[None]:
+        """Within, torch calls are tensor_dap's own (the module hooks' checks), not the user's ops."""
+        busy, self._busy = self._busy, True
+        try:
+            yield
+        finally:
+            self._busy = busy
+
+    def close(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        self._nodes.clear()
+        self._lineage.clear()
+
+    # ------------------------------------------------------------ queries
+    def lineage(self, t: Any) -> tuple[str, Birth] | None:
+        entry = self._lineage.get(id(t))
+        if entry is None or entry[0]() is not t:
+            return None
+        return entry[1], entry[2]
+
+    def verdict(self, obj: Any) -> tuple[bool, Birth | None]:
+        """Does a non-finite value in ``obj`` (a module's output, the loss) matter, and where was it born?
+
+        (False, None): finite, or only deliberate Infs (a -inf mask on its way); (True, birth):
+        report it; (True, None): non-finite with no known lineage (an op this mode cannot see).
+        """
+        unknown = False
+        for t in _tensors(obj):
+            kind = kind_of(t)
+            if kind is None:
+                continue
+            known = self.lineage(t)
+            if known is None:
+                unknown = True
+                continue
+            first = root(known[1])
+            if first.deliberate and kind == "inf":
+                continue
+            return True, first
+        return unknown, None
+
+    # ------------------------------------------------------------ the mode
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        raw = getattr(func, "__name__", "")
+        if self._busy or self.broken or raw == "__get__":
+            return func(*args, **kwargs)
+        name = op_name(func)
+        if name in _BACKWARD:
+            loss = args[0] if args else kwargs.get("tensors", kwargs.get("outputs"))
+            birth = self._guarded(lambda: self._loss_birth(loss))
+            if birth is not None:
+                raise Born(birth)
+            return func(*args, **kwargs)
+        before = None
+        if inplace(raw) and args and isinstance(args[0], torch.Tensor):
+            target = args[0]  # its state before the op is gone after it
+            before = self._guarded(lambda: (target, self._input_kind(target)))
+        out = func(*args, **kwargs)
+        self._guarded(lambda: self._after(name, args, kwargs, out, before))
+        return out
+
+    def _guarded(self, fn: Callable[[], Any]) -> Any:
+        self._busy = True
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001 - our failure must not change the user's step
+            self.broken = True
+            log.debug("tensor_dap: op tracking stopped: %r", exc)
+            return None
+        finally:
+            self._busy = False
+
+    def _loss_birth(self, loss: Any) -> Birth | None:
+        """``backward`` starts from a non-finite loss: the forward's trouble matters here, if not before."""
+        matters, birth = self.verdict(loss)
+        if not matters or birth is not None:
+            return birth
+        bad = next((t for t in _tensors(loss) if kind_of(t) is not None), None)
+        return Birth("loss", None, kind_of(bad) or "nan", line=user_line(sys._getframe()), inputs=[("loss", bad)],
+                     output=bad, note="backward() starts from a non-finite loss that no tracked op produced")
+
+    def _input_kind(self, t: Any) -> tuple[str, Birth | None] | None:
+        """(kind, birth) of a non-finite argument; the birth is None when it came from outside the step's ops."""
+        if not isinstance(t, torch.Tensor):
+            return None
+        known = self.lineage(t)
+        if known is not None:
+            return known
+        kind = kind_of(t)
+        return (kind, None) if kind is not None else None
+
+    def _after(self, name: str, args: Any, kwargs: Any, out: Any, before: Any) -> None:
+        outs = [t for t in _tensors(out) if isinstance(t, torch.Tensor)]
+        if before is not None and not any(t is before[0] for t in outs):
+            outs.append(before[0])  # x[i] = v returns None: the target is the output
+        origin = None
+        for t in outs:
+            if t.requires_grad and t.grad_fn is not None and t.grad_fn not in self._nodes:
+                origin = origin or self._origin(name)
+                self._record(t.grad_fn, origin)
+        for t in outs:
+            kind = kind_of(t)
+            if kind is None:
+                self._lineage.pop(id(t), None)
+                continue
+            birth = self._classify(name, kind, t, args, kwargs, before)
+            self._lineage[id(t)] = (weakref.ref(t), kind, birth)
+
+    def _classify(self, name: str, kind: str, out: torch.Tensor, args: Any, kwargs: Any, before: Any) -> Birth:
+        """The birth ``out`` descends from: an input's (propagated) or a new one made by this op."""
+        seen: list[tuple[str, Birth | None, torch.Tensor]] = []
+        for t in _tensors((args, kwargs)):
+            found = before[1] if before is not None and t is before[0] else self._input_kind(t)
+            if found is not None:
+                seen.append((found[0], found[1], t))
+        for in_kind, birth, t in seen:
+            if in_kind == "nan" or kind == "inf":  # NaN from a NaN, Inf from a non-finite: passed on
+                return birth or self._external(name, in_kind, t)
+        cause = None
+        if seen:  # a NaN made from Infs: e.g. softmax over a row that is entirely -inf
+            in_kind, birth, t = seen[0]
+            cause = birth or self._external(name, in_kind, t)
+        path, typ = self._module()
+        return Birth(self._phase(), name, kind, path, typ, user_line(sys._getframe()),
+                     inputs=self._named_inputs(args, kwargs), output=out, cause=cause,
+                     deliberate=cause is None and _scalar_kind(args, kwargs) is not None)
+
+    def _module(self) -> tuple[str | None, str | None]:
+        module = self.stack[-1] if self.stack else None
+        if module is None:
+            return None, None
+        return self.names.get(id(module)), type(module).__name__
+
+    def _phase(self) -> str:
+        return "forward" if self.stack or not self.model_done else "loss"
+
+    def _external(self, name: str, kind: str, t: torch.Tensor) -> Birth:
+        """A non-finite tensor no tracked op made: the batch (phase input), or state from before the step."""
+        path, typ = self._module()
+        line = user_line(sys._getframe())
+        if id(t) in self.inputs:
+            birth = Birth("input", name, kind, path, typ, line, inputs=[("input", t)], output=t,
+                          note="the batch handed to the step is already non-finite")
+        else:  # a buffer or constant: an Inf there is a mask put on purpose; a NaN is not
+            birth = Birth(self._phase(), name, kind, path, typ, line, inputs=[("input", t)], output=t,
+                          deliberate=kind == "inf",
+                          note="one of its inputs was non-finite before the step began (a buffer or constant)")
+        self._lineage[id(t)] = (weakref.ref(t), kind, birth)
+        return birth
+
+    @staticmethod
+    def _named_inputs(args: Any, kwargs: Any) -> list[tuple[str, Any]]:
+        named = [(f"args[{i}]", a) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        named += [(k, v) for k, v in kwargs.items() if isinstance(v, torch.Tensor)]
+        return named[:8]
+
+    # ------------------------------------------------------------ autograd nodes
+    def _origin(self, name: str) -> tuple[str | None, str | None, str, SourceLine | None]:
+        path, typ = self._module()
+        return path, typ, name, user_line(sys._getframe())
+
+    def _record(self, node: Any, origin: tuple[str | None, str | None, str | None, SourceLine | None]) -> None:
+        """Remember ``node`` and the nodes behind it that no tracked op made (the inside of a composite op,
+        a custom ``autograd.Function``): their op is named after the node, their line read from anomaly
+        mode's record of the forward stack."""
+        todo, count = [node], 0
+        while todo and count < MAX_NODES:
+            n = todo.pop()
+            if n is None or n in self._nodes or type(n).__name__ == "AccumulateGrad":
+                continue
+            count += 1
+            if n is node and origin[2] is not None:
+                self._nodes[n] = origin
+            else:
+                self._nodes[n] = (origin[0], origin[1], forward_name(n.name()), anomaly_line(n) or origin[3])
+            self._handles.append(n.register_hook(self._node_hook(n)))
+            todo.extend(m for m, _ in n.next_functions)
+
+    def _node_hook(self, node: Any) -> Callable[..., None]:
+        def hook(grad_inputs: Any, grad_outputs: Any) -> None:
+            if self.broken:
+                return
+            birth = self._guarded(lambda: self._backward_birth(node, grad_inputs, grad_outputs))
+            if birth is not None:
+                raise Born(birth)
+        return hook
+
+    def _backward_birth(self, node: Any, grad_inputs: Any, grad_outputs: Any) -> Birth | None:
+        kinds = [k for g in grad_inputs if (k := kind_of(g)) is not None]
+        if not kinds or any(kind_of(g) is not None for g in grad_outputs):
+            return None  # finite, or only passing on a non-finite gradient it received
+        path, typ, forward_op, line = self._nodes.get(node, (None, None, None, None))
+        named_in = [(f"grad_output[{i}]", g) for i, g in enumerate(grad_outputs) if isinstance(g, torch.Tensor)]
+        named_out = [g for g in grad_inputs if isinstance(g, torch.Tensor)]
+        return Birth("backward", node.name(), "nan" if "nan" in kinds else "inf", path, typ, line,
+                     forward_op=forward_op, inputs=named_in[:8],
+                     output=named_out[0] if len(named_out) == 1 else tuple(named_out[:8]))

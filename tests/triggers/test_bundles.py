@@ -1,0 +1,245 @@
+"""Incident bundles and replay: atomic writes, safe loading (weights_only), hostile report.json files.
+
+A bundle is a file from disk that may come from anywhere: ``tensor-dap replay`` must show any
+string in it escaped (no terminal escape sequence acts, no ``[/...]`` is parsed as markup) and
+refuse a damaged file in one line (exit 1); ``tensor_dap.replay`` must load it without running
+pickled code unless told ``trusted=True``.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import pickle
+from pathlib import Path
+
+import planted
+import pytest
+import torch
+
+import tensor_dap
+from tensor_dap import NonFiniteError
+from tensor_dap.cli import main
+from tensor_dap.triggers.incident import BundleError, read_bundle
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def assert_same_state(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+def bundle_of(bug, tmp_path, **kw):
+    _, exc = planted.train(bug, on="raise", capture=str(tmp_path), **kw)
+    assert exc is not None and exc.report.bundle
+    return exc.report
+
+
+def test_bundle_is_written_atomically_and_never_overwritten(tmp_path):
+    root = tmp_path / "incidents"
+    paths = [bundle_of("inf_input", root).bundle for _ in range(2)]
+    assert len(set(paths)) == 2 and all(os.path.dirname(p) == str(root) for p in paths)
+    assert sorted(os.listdir(root)) == sorted(os.path.basename(p) for p in paths)  # no leftover temp dirs
+    assert os.path.basename(paths[0]).endswith(f"-step{planted.BUG_STEP}")
+    for path in paths:
+        assert sorted(os.listdir(path)) == ["report.json", "report.txt", "state.pt"]
+        data = json.loads(Path(path, "report.json").read_text())
+        assert (data["step"], data["phase"], data["module"], data["version"]) == (planted.BUG_STEP, "input", "inp", 2)
+        assert data["bundle"] == path and data["mode"] == "step"
+        assert "tensor-dap replay " + path in Path(path, "report.txt").read_text()
+        state = torch.load(os.path.join(path, "state.pt"), weights_only=True)  # no pickled code in a bundle
+        assert state["step"] == planted.BUG_STEP and set(state["rng"]) >= {"python", "torch", "numpy"}
+        assert torch.isinf(state["args"][0]).any()  # the step's own batch
+        assert state["optimizer"]["state"]  # momentum buffers from before the step
+
+
+def test_a_failed_bundle_write_leaves_nothing_behind(tmp_path):
+    from tensor_dap.triggers.incident import write_bundle
+    from tensor_dap.triggers.report import Report
+
+    report = Report("nonfinite", "x", step=3)
+    with pytest.raises((pickle.PicklingError, AttributeError, TypeError)):
+        write_bundle(report, step=3, args=(lambda: None,), root=str(tmp_path))  # a lambda cannot be pickled
+    assert os.listdir(tmp_path) == [] and report.bundle is None
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("bug", ["backward_nan", "log_zero"])
+def test_replay_reproduces_the_failure_from_the_bundle(tmp_path, bug):
+    original = bundle_of(bug, tmp_path)
+    model, optimizer, _, step_fn = planted.build(bug, seed=123)  # different weights: replay restores them
+    with pytest.raises(NonFiniteError) as info:
+        tensor_dap.replay(original.bundle, model, step_fn, optimizer, on="raise")
+    report = info.value.report
+    assert (report.step, report.phase, report.module, report.op, report.source) == (
+        original.step, original.phase, original.module, original.op, original.source)
+    assert report.op == ("SqrtBackward0" if bug == "backward_nan" else "log")
+    saved = torch.load(os.path.join(original.bundle, "state.pt"), weights_only=True)["model"]
+    assert_same_state(model.state_dict(), saved)  # left in the pre-step state
+
+
+Batch = collections.namedtuple("Batch", "x y")
+
+
+def test_a_bundle_holding_python_objects_needs_trusted(tmp_path):
+    """A namedtuple batch cannot be stored in safe types: it goes to objects.pt, loaded only when trusted."""
+    model, optimizer, batch, step_fn = planted.build("log_zero")
+    with pytest.raises(NonFiniteError) as info, \
+            tensor_dap.watch(model, optimizer, on="raise", capture=str(tmp_path)) as w:
+        for step in range(8):
+            w.step(lambda b: step_fn(b.x, b.y), Batch(*batch(step)))
+    path = info.value.report.bundle
+    assert "objects.pt" in os.listdir(path) and any("trusted=True" in n for n in info.value.report.notes)
+    assert torch.load(os.path.join(path, "state.pt"), weights_only=True)["objects"] == ["args"]
+    with pytest.raises(BundleError, match="trusted=True"):
+        tensor_dap.replay(path, model, lambda b: step_fn(b.x, b.y), optimizer, on="raise")
+    with pytest.raises(NonFiniteError) as again:
+        tensor_dap.replay(path, model, lambda b: step_fn(b.x, b.y), optimizer, on="raise", trusted=True)
+    assert again.value.report.op == "log"
+
+
+def test_an_old_full_pickle_bundle_is_refused_unless_trusted(tmp_path):
+    """Format-1 bundles were one full pickle (numpy RNG arrays): read only with trusted=True."""
+    import numpy as np
+
+    report = bundle_of("log_zero", tmp_path)
+    state_path = os.path.join(report.bundle, "state.pt")
+    state = torch.load(state_path, weights_only=True)
+    state["rng"]["numpy"] = np.random.get_state()  # what format 1 stored
+    del state["format"], state["objects"]
+    torch.save(state, state_path)
+    with pytest.raises(BundleError, match="trusted=True"):
+        read_bundle(report.bundle)
+    assert read_bundle(report.bundle, trusted=True).step == planted.BUG_STEP
+
+
+class _Planted:
+    def __reduce__(self):
+        return (open, (os.environ["TENSOR_DAP_TEST_MARKER"], "w"))  # unpickling would create this file
+
+
+def test_a_crafted_state_pt_runs_no_code(tmp_path, monkeypatch):
+    report = bundle_of("log_zero", tmp_path)
+    marker = tmp_path / "pwned"
+    monkeypatch.setenv("TENSOR_DAP_TEST_MARKER", str(marker))
+    torch.save({"format": 2, "step": 1, "args": (_Planted(),)}, os.path.join(report.bundle, "state.pt"))
+    with pytest.raises(BundleError, match="trusted=True"):
+        read_bundle(report.bundle)
+    assert not marker.exists()
+
+
+def test_a_report_json_that_never_ends_is_refused_in_bounded_memory(tmp_path, capsys):
+    (tmp_path / "report.json").write_text('{"kind": "x", "headline": "' + "a" * (17 * 2**20) + '"}')
+    assert main(["replay", str(tmp_path)]) == 1
+    assert "not a report" in capsys.readouterr().err
+
+
+def test_a_loop_bundle_replays_without_a_step_function(tmp_path):
+    model, optimizer, batch, step_fn = planted.build("backward_nan")
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=str(tmp_path)):
+        for step in range(8):
+            step_fn(*batch(step))
+    original = info.value.report
+    assert original.mode == "loop" and "model, optimizer=optimizer" in Path(original.bundle, "report.txt").read_text()
+    model2, optimizer2, _, _ = planted.build("backward_nan", seed=7)
+    with pytest.raises(NonFiniteError) as again:
+        tensor_dap.replay(original.bundle, model2, optimizer=optimizer2, on="raise")
+    got = again.value.report
+    assert (got.phase, got.module, got.op, got.source) == (original.phase, original.module, original.op,
+                                                           original.source)
+    with pytest.raises(ValueError, match="step function"):
+        tensor_dap.replay(bundle_of("log_zero", tmp_path / "s").bundle, model2, optimizer=optimizer2)
+
+
+# ------------------------------------------------------------------ tensor-dap replay: the CLI
+
+def test_cli_replay_prints_the_report(tmp_path, capsys):
+    report = bundle_of("zero_variance", tmp_path)
+    assert main(["replay", report.bundle]) == 0
+    out = capsys.readouterr().out
+    assert "norm" in out and "Standardize" in out and f"step {planted.BUG_STEP}" in out and "NaN!" in out
+    assert "op: div" in out and "planted.py:" in out and "diagnosis: division by zero" in out
+    assert main(["replay", "--json", report.bundle]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["module"], data["op"], data["source"]["text"]) == ("norm", "div", "return (x - x.mean(0)) / x.std(0)")
+
+
+@pytest.mark.parametrize("path", ["does/not/exist", "."])
+def test_cli_replay_bad_bundle_is_one_line_and_exit_2(path, capsys):
+    assert main(["replay", path]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tensor-dap: error:") and err.count("\n") == 1 and "Traceback" not in err
+
+
+GOOD = {"kind": "nonfinite", "headline": "x", "step": 3, "tensors": [], "notes": []}
+SUMMARY = {"kind": "tensor", "shape": [2], "dtype": "torch.float32", "device": "cpu", "numel": 2, "nbytes": 8}
+DAMAGED = {
+    "not an object": "[]",
+    "not json": "{not json",
+    "missing headline": '{"kind": "nonfinite"}',
+    "tensors not a list": json.dumps({**GOOD, "tensors": 5}),
+    "step a string": json.dumps({**GOOD, "step": "five"}),
+    "step a bool": json.dumps({**GOOD, "step": True}),
+    "notes a string": json.dumps({**GOOD, "notes": "abc"}),
+    "a note a number": json.dumps({**GOOD, "notes": [1]}),
+    "source line a string": json.dumps({**GOOD, "source": {"file": "a.py", "line": "x", "text": ""}}),
+    "lr a dict": json.dumps({**GOOD, "lr": {"a": 1}}),
+    "loss a list": json.dumps({**GOOD, "loss": [1]}),
+    "row too short": json.dumps({**GOOD, "tensors": [["a", "b"]]}),
+    "summary numel a string": json.dumps({**GOOD, "tensors": [["a", "b", {**SUMMARY, "numel": "x"}]]}),
+    "summary min a string": json.dumps({**GOOD, "tensors": [["a", "b", {**SUMMARY, "min": "x"}]]}),
+    "gradient of a gradient": json.dumps({**GOOD, "tensors": [["a", "b", {**SUMMARY, "grad": {
+        **SUMMARY, "grad": SUMMARY}}]]}),
+    "nested 100000 deep": '{"kind": "x", "headline": "x", "notes": ' + "[" * 100000 + "]" * 100000 + "}",
+    "too many notes": json.dumps({**GOOD, "notes": ["n"] * 20000}),
+}
+
+
+@pytest.mark.parametrize("content", list(DAMAGED.values()), ids=list(DAMAGED))
+def test_cli_replay_damaged_report_is_one_line_and_exit_1(tmp_path, content, capsys):
+    """The file is the problem: exit 1, one line naming report.json, never a traceback."""
+    (tmp_path / "report.json").write_text(content)
+    assert main(["replay", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("tensor-dap: error:") and "report.json" in err and err.count("\n") == 1
+    with pytest.raises(BundleError):
+        read_bundle(str(tmp_path))
+
+
+HOSTILE = "\x1b]0;pwned\x07\x1b[2J\u202eevil[/bold][link=http://x]blocks[/link]"
+
+
+def test_cli_replay_shows_hostile_strings_escaped_and_literal(tmp_path, capsys):
+    """Escape sequences from the file are shown as text, never sent to the terminal; markup stays literal."""
+    report = {**GOOD, "headline": HOSTILE, "module": "blocks[/x]" + HOSTILE, "module_type": "[bold]T",
+              "phase": "forward", "op": HOSTILE, "source": {"file": "\x1b[31m.py", "line": 3, "text": HOSTILE},
+              "diagnosis": HOSTILE, "notes": [HOSTILE], "lr": [0.1], "loss_history": ["nan", 1.5],
+              "tensors": [[HOSTILE, "[/]" + HOSTILE, {**SUMMARY, "kind": HOSTILE, "device": "\x1b[2J",
+                                                      "notes": [HOSTILE], "error": HOSTILE}]]}
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    assert main(["replay", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out
+    assert "\\x1b]0;pwned" in out and "blocks[/x]" in out and "[/bold]" in out and "[link=http://x]" in out
+    assert main(["replay", "--json", str(tmp_path)]) == 0
+    raw = capsys.readouterr().out
+    assert "\x1b" not in raw and json.loads(raw)["module"] == report["module"]  # JSON keeps the data, escaped
+
+
+def test_version_1_reports_still_read(tmp_path, capsys):
+    """A report.json written before version 2: no version, op, source, history... fields."""
+    v1 = {"kind": "nonfinite", "headline": "first non-finite value in the forward of norm", "step": 5,
+          "phase": "forward", "module": "norm", "module_type": "Standardize", "rank": None, "loss": "nan",
+          "notes": ["its output is non-finite while its inputs are finite"], "bundle": str(tmp_path),
+          "created": 1.0, "tensors": [["output", "output", {**SUMMARY, "has_nan": True, "nan": 1}]]}
+    (tmp_path / "report.json").write_text(json.dumps(v1))
+    assert main(["replay", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "forward of norm (Standardize)" in out and "NaN!" in out
+    from tensor_dap.triggers.incident import read_report
+
+    report = read_report(str(tmp_path))
+    assert report.version == 1 and report.op is None and report.loss_history == []

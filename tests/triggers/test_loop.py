@@ -1,0 +1,310 @@
+"""``watch`` around an unchanged loop: gradient accumulation, data fetched inside the step, AMP,
+sparse gradients, closure optimizers, ``break_if`` inside a watch, and what happens after a report.
+
+Every loop here is written as users write them, with no ``w.step``; where the exact mode can run
+the same training, the test asserts that both name the same place.
+"""
+
+from __future__ import annotations
+
+import math
+
+import origins
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import tensor_dap
+from tensor_dap import LossThresholdError, NonFiniteError
+
+pytestmark = [pytest.mark.timeout(90), pytest.mark.filterwarnings("ignore::UserWarning")]
+MICRO = 4
+
+
+def where(report):
+    return report.step, report.phase, report.module, report.op, report.source
+
+
+# ------------------------------------------------------------------ gradient accumulation
+
+def accumulation(bug, loop):
+    """4 micro-batches per optimizer step; the bug is in the third micro-batch of step 1."""
+    model, optimizer, batch, _ = origins.build(bug)
+
+    def micro_step(k):
+        _, loss = model(*batch(k - 2))  # micro-batch k - 2 == BUG_STEP is step 1's third one
+        (loss / MICRO).backward()
+        return loss
+
+    def whole_step(step):
+        for i in range(MICRO):
+            loss = micro_step(step * MICRO + i)
+        optimizer.step()
+        optimizer.zero_grad()
+        return loss
+
+    with pytest.raises(NonFiniteError) as info, \
+            tensor_dap.watch(model, optimizer, on="raise", capture=False) as w:
+        for step in range(3):
+            whole_step(step) if loop else w.step(whole_step, step)
+    return info.value.report
+
+
+@pytest.mark.parametrize("bug", ["masked_softmax", "where_sqrt"])
+def test_gradient_accumulation_loop_names_what_w_step_names(bug):
+    loop, exact = accumulation(bug, loop=True), accumulation(bug, loop=False)
+    assert where(loop) == where(exact)
+    assert (loop.step, loop.module, loop.op) == (1, *[origins.EXPECTED[bug][i] for i in (0, 2)])
+
+
+# ------------------------------------------------------------------ data fetched inside the step
+
+def fetching(bug, watched, steps=8, on="raise"):
+    """nanoGPT's loop: the next batch is drawn (from torch's RNG) between forward and backward."""
+    model, optimizer, batch, _ = origins.build(bug)
+    data = torch.randint(0, 32, (64, 9), generator=torch.Generator().manual_seed(3))
+
+    def get_batch():
+        rows = data[torch.randint(0, 64, (4,))]
+        return rows[:, :-1], rows[:, 1:]
+
+    w = tensor_dap.watch(model, optimizer, on=on, capture=False) if watched else None
+    try:
+        x, y = get_batch()
+        for it in range(steps):
+            _, pad, _ = batch(it)
+            _, loss = model(x, pad, y)
+            x, y = get_batch()
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    finally:
+        if w is not None:
+            w.close(flush=False)
+    return model, w
+
+
+@pytest.mark.parametrize("bug", ["masked_softmax", "where_sqrt"])
+def test_a_loop_fetching_data_inside_the_step_is_localized_exactly(bug):
+    with pytest.raises(NonFiniteError) as info:
+        fetching(bug, watched=True)
+    report = info.value.report
+    module, phase, op = origins.EXPECTED[bug]
+    assert (report.step, report.module, report.phase, report.op) == (origins.BUG_STEP, module, phase, op)
+    assert report.source["line"] == origins.birth_line(bug) and report.mode == "loop"
+
+
+def test_unchanged_loop_numerics_and_rng_are_bit_identical_even_after_a_report():
+    torch.manual_seed(11)
+    plain, _ = fetching("masked_softmax", watched=False)
+    plain_draw = torch.rand(3)
+    torch.manual_seed(11)
+    watched, w = fetching("masked_softmax", watched=True, on="log")
+    assert len(w.reports) == 1 and w.reports[0].op == "softmax"
+    for k, v in plain.state_dict().items():
+        assert torch.equal(v.nan_to_num(), watched.state_dict()[k].nan_to_num()), k
+    assert torch.equal(plain_draw, torch.rand(3))
+
+
+def test_the_capture_keeps_references_not_copies_and_rerun_false_keeps_nothing():
+    model, optimizer, batch, step_fn = origins.build("zero_norm")
+    x, y = batch(0)
+    with tensor_dap.watch(model, optimizer, capture=False) as w:
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        assert w._loop.forwards[0].args[0] is x  # the batch itself, not a copy
+        optimizer.step()
+    with tensor_dap.watch(model, optimizer, capture=False, rerun=False) as w:
+        assert w._loop is None
+        step_fn(x, y)
+
+
+def test_a_model_called_many_times_in_a_step_drops_the_capture_not_the_run():
+    from tensor_dap.triggers.loop import MAX_FORWARDS
+
+    model, optimizer, batch, step_fn = origins.build("zero_norm")
+    x, y = batch(0)
+    with tensor_dap.watch(model, optimizer, capture=False) as w:
+        for _ in range(MAX_FORWARDS + 5):
+            model(x)
+        assert w._loop.dropped and not w._loop.replayable
+        step_fn(x, y)  # the next step captures again
+        step_fn(x, y)
+        assert w._loop.replayable
+
+
+# ------------------------------------------------------------------ AMP: GradScaler
+
+def amp_loop(bug, init_scale, steps, boost=1.0, **watch_kw):
+    model, optimizer, batch, _ = origins.build(bug)
+    scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=1000)
+    with tensor_dap.watch(model, optimizer, capture=False, **watch_kw) as w:
+        for step in range(steps):
+            optimizer.zero_grad()
+            _, loss = model(*batch(step))
+            scaler.scale(loss * boost).backward()
+            scaler.step(optimizer)
+            scaler.update()
+    return w, scaler
+
+
+def test_amp_overflow_skips_are_not_alarms_in_an_unchanged_loop():
+    w, scaler = amp_loop("masked_softmax", 2.0 ** 127, origins.BUG_STEP, boost=1e3)  # the early steps overflow
+    assert scaler.get_scale() < 2.0 ** 127 and w.reports == []
+
+
+def test_a_collapsing_grad_scaler_fires_and_names_the_op():
+    """After clean steps the scaler is found on the stack; a real backward NaN makes every step skip."""
+    with pytest.raises(NonFiniteError) as info:
+        amp_loop("where_sqrt", 8.0, origins.BUG_STEP + 8, on="raise")
+    report = info.value.report
+    assert report.kind == "scaler" and "collapsed" in report.headline and "collapsed" in report.diagnosis
+    assert (report.phase, report.module, report.op) == ("backward", "blocks.1.mlp", "SqrtBackward0")
+
+
+def test_a_non_finite_loss_fires_even_when_the_scaler_skips_the_step():
+    def run(watched):
+        model, optimizer, batch, _ = origins.build("log_zero_loss")
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10)
+
+        def amp_step(x, y, scale):
+            optimizer.zero_grad()
+            loss = origins.soft_target_loss(model(x) * scale, y)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            return loss
+
+        w = tensor_dap.watch(model, optimizer, on="log", capture=False) if watched else None
+        for step in range(origins.BUG_STEP + 1):
+            w.step(amp_step, *batch(step)) if w else amp_step(*batch(step))
+        if w:
+            w.close()
+        return w, scaler.get_scale()
+
+    w, scale = run(True)
+    [report] = w.reports
+    assert (report.step, report.phase, report.op) == (origins.BUG_STEP, "loss", "log")
+    assert scale == run(False)[1] < 2.0 ** 10  # it skipped; the re-run through scaler.step/update changed nothing
+
+
+# ------------------------------------------------------------------ sparse gradients, closures
+
+class SparseNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 8, sparse=True)
+        self.head = nn.Linear(8, 1)
+
+    def forward(self, idx):
+        h = self.emb(idx)
+        return self.head(torch.where(h > 0, torch.sqrt(h.abs()), h) * (h != 0))  # sqrt'(0) in backward
+
+
+def test_a_nan_in_a_sparse_gradient_is_caught_before_the_update():
+    torch.manual_seed(0)
+    model = SparseNet()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False):
+        for step in range(6):
+            idx = torch.tensor([1, 2, 3])
+            if step == 3:
+                with torch.no_grad():
+                    model.emb.weight[5] = 0.0  # a zero embedding row: sqrt's gradient at 0 is Inf
+                idx = torch.tensor([1, 5, 3])
+            optimizer.zero_grad()
+            model(idx).sum().backward()
+            assert model.emb.weight.grad.is_sparse
+            optimizer.step()
+    report = info.value.report
+    assert (report.step, report.phase, report.op) == (3, "backward", "SqrtBackward0")
+    assert torch.isfinite(model.emb.weight).all()  # the NaN update was never applied
+
+
+@pytest.mark.parametrize("loop", [True, False])
+def test_lbfgs_closure_is_checked_before_its_update(loop):
+    model, _, batch, _ = origins.build("nan_batch")
+    optimizer = torch.optim.LBFGS(model.parameters(), lr=0.1, max_iter=3)
+
+    def step_fn(x, y, scale):
+        def closure():
+            optimizer.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            return loss
+        return optimizer.step(closure)
+
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False) as w:
+        for step in range(origins.BUG_STEP + 2):
+            step_fn(*batch(step)) if loop else w.step(step_fn, *batch(step))
+    report = info.value.report
+    assert (report.step, report.phase, report.module, report.op) == (origins.BUG_STEP, "input", "inp", "linear")
+    assert all(torch.isfinite(p).all() for p in model.parameters())  # caught before LBFGS updated anything
+
+
+# ------------------------------------------------------------------ break_if inside watch; after a report
+
+@pytest.mark.parametrize("loop", [True, False])
+def test_break_if_inside_watch_writes_a_bundle_that_replays(tmp_path, loop):
+    model, optimizer, batch, step_fn = origins.build("exploding_lr")
+    with pytest.raises(LossThresholdError) as info, \
+            tensor_dap.watch(model, optimizer, on="raise", capture=str(tmp_path)) as w:
+        for step in range(origins.BUG_STEP + 8):
+            loss = step_fn(*batch(step)) if loop else w.step(step_fn, *batch(step))
+            tensor_dap.break_if(loss, above=100.0, on="raise")
+    report = info.value.report
+    assert report.bundle and report.kind == "above" and "diverged" in report.diagnosis
+    assert report.lr and report.lr[0] > 0.01 and len(report.loss_history) >= 3
+    assert report.mode == ("loop" if loop else "step") and report in w.reports
+    step_arg = None if loop else step_fn
+    assert tensor_dap.replay(report.bundle, model, step_arg, optimizer, on="raise") is None  # finite: it runs clean
+
+
+def test_after_a_report_each_non_finite_step_says_so_and_the_end_counts_them(monkeypatch, capsys):
+    from tensor_dap.triggers import aftermath
+
+    monkeypatch.setattr(aftermath, "INTERVAL", 0.0)
+    model, optimizer, batch, step_fn = origins.build("nan_batch")
+    with tensor_dap.watch(model, optimizer, on="log", capture=False) as w:
+        for step in range(origins.BUG_STEP + 4):
+            step_fn(*batch(step))  # after the NaN batch the parameters stay NaN
+    err = capsys.readouterr().err
+    assert len(w.reports) == 1
+    assert err.count("is non-finite too") == 3
+    assert f"4 of the {origins.BUG_STEP + 4} steps watched were non-finite (the first at step {origins.BUG_STEP})" \
+        in err
+
+
+def test_the_follow_up_lines_are_rate_limited(capsys):
+    model, optimizer, batch, step_fn = origins.build("nan_batch")
+    with tensor_dap.watch(model, optimizer, on="log", capture=False):
+        for step in range(origins.BUG_STEP + 30):
+            step_fn(*batch(step))
+    err = capsys.readouterr().err
+    assert err.count("is non-finite too") <= 2 and "30 of the" in err
+
+
+def test_the_scaler_threshold_is_documented_value():
+    from tensor_dap.triggers.watch import MIN_SCALE
+
+    assert math.isfinite(MIN_SCALE) and MIN_SCALE == 1.0
+
+
+# ------------------------------------------------------------------ attach: for tensor-dap run --guard
+
+def test_attach_finds_the_model_from_the_optimizer_and_localizes():
+    """What `tensor-dap run --guard` does: only the optimizer is known; the model is found at its first forward."""
+    model, optimizer, batch, step_fn = origins.build("zero_norm")
+    attached = tensor_dap.attach(optimizer, on="raise", capture=False)
+    try:
+        assert attached.watch is None
+        with pytest.raises(NonFiniteError) as info:
+            for step in range(origins.BUG_STEP + 2):
+                step_fn(*batch(step))
+        assert attached.watch is not None and attached.watch.model is model
+    finally:
+        attached.close()
+    report = info.value.report
+    assert (report.step, report.module, report.op) == (origins.BUG_STEP, "norm", "div")
+    assert not model._forward_pre_hooks and not model._forward_hooks  # close() took every hook away

@@ -1,0 +1,117 @@
+"""The birthplace of a NaN/Inf: seven planted bugs in a small transformer, an MLP and a CNN.
+
+Each report must name the module whose own code produced the first non-finite value, the phase,
+the op, and the user's line (looked up from the ``# BIRTH:`` marker in harness/origins.py), in
+the exact ``w.step`` mode and, for bugs inside the model, in the unchanged-loop mode too.
+"""
+
+from __future__ import annotations
+
+import os
+
+import origins
+import pytest
+import torch
+
+import tensor_dap
+from tensor_dap import NonFiniteError
+
+pytestmark = [pytest.mark.timeout(90), pytest.mark.filterwarnings("ignore::UserWarning")]
+
+STEPS = origins.BUG_STEP + 8
+DIAGNOSIS = {"masked_softmax": "fully masked row", "where_sqrt": "torch.where does not stop",
+             "log_zero_loss": "log of zero", "zero_norm": "division by zero", "exploding_lr": "diverged",
+             "fp16_matmul": "float16 overflow", "nan_batch": "the batch itself"}
+IN_MODEL = [b for b, (module, _, _) in origins.EXPECTED.items() if module is not None]
+
+
+def run(bug, loop=False, **kw):
+    model, optimizer, batch, step_fn = origins.build(bug)
+    with pytest.raises(NonFiniteError) as info, \
+            tensor_dap.watch(model, optimizer, on="raise", capture=False, **kw) as w:
+        for step in range(STEPS):
+            step_fn(*batch(step)) if loop else w.step(step_fn, *batch(step))
+    return info.value.report
+
+
+def assert_names_the_birthplace(report, bug):
+    module, phase, op = origins.EXPECTED[bug]
+    assert (report.module, report.phase, report.op) == (module, phase, op), report.headline
+    line = origins.birth_line(bug)
+    with open(origins.__file__, encoding="utf-8") as f:
+        text = f.read().splitlines()[line - 1].strip()
+    assert report.source is not None, "no source line"
+    assert os.path.samefile(report.source["file"], origins.__file__)
+    assert (report.source["line"], report.source["text"]) == (line, text)
+
+
+@pytest.mark.parametrize("bug", origins.BUGS)
+def test_w_step_names_module_phase_op_and_line(bug):
+    report = run(bug)
+    assert_names_the_birthplace(report, bug)
+    assert report.step == origins.BUG_STEP or (bug == "exploding_lr" and report.step > origins.BUG_STEP)
+    assert DIAGNOSIS[bug] in (report.diagnosis or ""), report.diagnosis
+    assert report.version == 2 and report.lr and report.loss_history  # the numbers that tell bug from divergence
+
+
+@pytest.mark.parametrize("bug", IN_MODEL)
+def test_unchanged_loop_names_the_same_place_as_w_step(bug):
+    report = run(bug, loop=True)
+    assert_names_the_birthplace(report, bug)
+    assert report.step == origins.BUG_STEP
+
+
+def test_the_masked_softmax_is_blamed_not_the_dropout_that_saw_it_first():
+    report = run("masked_softmax")
+    assert report.module_type == "Attention" and "attn_dropout" in report.notes[0]  # seen there, born here
+    assert "masked_fill" in report.notes[0]  # the -inf it came from
+
+
+def test_the_backward_finding_names_the_autograd_node_and_its_forward_op():
+    report = run("where_sqrt")
+    assert (report.op, report.forward_op) == ("SqrtBackward0", "sqrt")
+    assert "SqrtBackward0 (the backward of sqrt)" in report.headline
+
+
+def test_exploding_learning_rate_reports_growing_lr_loss_history_and_max_value():
+    report = run("exploding_lr")
+    assert report.lr and report.lr[0] > 1.0  # 0.01 × 100 per step
+    assert report.max_abs is not None and report.max_abs > 1e15
+    finite = [v for v in report.loss_history if v == v and abs(v) != float("inf")]
+    assert len(finite) >= 3 and finite[-1] > finite[0]
+
+
+def test_deliberate_minus_inf_masks_are_not_alarms():
+    """A causal mask with -inf every step trains clean: no report, and the tracker lets it through."""
+    model, optimizer, batch, step_fn = origins.build("where_sqrt")  # where_sqrt is off before BUG_STEP
+    with tensor_dap.watch(model, optimizer, on="raise", capture=False) as w:
+        for step in range(origins.BUG_STEP):
+            w.step(step_fn, *batch(step))
+    assert w.reports == []
+
+
+def test_when_the_tracker_cannot_see_the_module_hooks_still_name_the_module(monkeypatch):
+    """An op hidden from the function mode (here: the tracker is switched off) falls back to module hooks."""
+    from tensor_dap.triggers import origin
+
+    monkeypatch.setattr(origin.Tracker, "__torch_function__",
+                        lambda self, func, types, args=(), kwargs=None: func(*args, **(kwargs or {})))
+    report = run("zero_norm")
+    assert (report.module, report.phase, report.op) == ("norm", "forward", None)
+
+
+def test_numerics_are_bit_identical_with_the_tracker_rerun():
+    """on='log' keeps training after a report: same parameters as a run without watch."""
+    def train(watched):
+        model, optimizer, batch, step_fn = origins.build("masked_softmax")
+        w = tensor_dap.watch(model, optimizer, on="log", capture=False) if watched else None
+        for step in range(origins.BUG_STEP + 2):
+            w.step(step_fn, *batch(step)) if w else step_fn(*batch(step))
+        if w:
+            w.close()
+            assert len(w.reports) == 1
+        return model.state_dict(), torch.rand(2)
+
+    (plain, draw), (watched, draw2) = train(False), train(True)
+    assert all(torch.equal(plain[k].nan_to_num(), watched[k].nan_to_num()) for k in plain)
+    assert torch.equal(draw, draw2)
