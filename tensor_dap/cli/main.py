@@ -50,5 +50,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except UsageError as exc:
         print(f"tensor-dap: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        if getattr(exc, "program_interrupted", False):  # the program's own Ctrl-C: end as python would
+            raise
         return 130

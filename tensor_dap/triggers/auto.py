@@ -1,0 +1,210 @@
+"""Triggers on a program nobody edited: ``tensor-dap run --break-on-nan / --loss-above X / --guard``.
+
+Written against the public ``watch`` and ``break_if``; what it adds is *finding* their arguments:
+
+- The optimizer: a global optimizer step pre-hook sees every ``torch.optim`` optimizer at its
+  first ``step()``.
+- The model: until that first step a global forward pre-hook notes which modules ran; the
+  model is the root one among them (not a submodule of another) holding most of the
+  optimizer's parameters. ``watch(model, optimizer)`` is attached there, before the update of
+  that first step. The forward hook is then removed, so later steps pay only for ``watch``.
+- The loss: the scalar tensor ``.backward()`` is called on (``torch.autograd.backward`` is
+  wrapped; ``Tensor.backward`` goes through it). A GradScaler's scaled loss is traced back to
+  the loss it scaled, so thresholds compare the real value.
+
+Where it cannot apply (no ``torch.optim`` optimizer, parameters no called module holds, a
+custom update loop) it says so once and checks the loss at ``.backward()`` instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import weakref
+from collections.abc import Collection
+from typing import Any, Optional
+
+import torch
+
+from .break_if import break_if
+
+log = logging.getLogger("tensor_dap.triggers")
+
+
+def find_model(modules: Collection[torch.nn.Module], optimizer: torch.optim.Optimizer
+               ) -> tuple[Optional[torch.nn.Module], list[torch.nn.Module]]:
+    """The root module among ``modules`` holding most of ``optimizer``'s parameters, and other roots holding some."""
+    wanted = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    inner: set[int] = set()
+    for m in modules:
+        inner.update(id(sub) for sub in m.modules() if sub is not m)
+    scored = []
+    for m in modules:
+        if id(m) in inner:
+            continue
+        held = sum(1 for p in m.parameters() if id(p) in wanted)
+        if held:
+            scored.append((held, m))
+    scored.sort(key=lambda pair: -pair[0])
+    if not scored:
+        return None, []
+    return scored[0][1], [m for _, m in scored[1:]]
+
+
+class AutoTriggers:
+    """The triggers ``tensor-dap run`` switched on; ``close()`` removes every hook and wrapper."""
+
+    def __init__(self, *, nan: bool = False, loss_above: Optional[float] = None,
+                 ranks: Optional[Collection[int]] = None, on: str = "auto") -> None:
+        self.nan, self.loss_above, self.ranks, self.on = nan, loss_above, ranks, on
+        self.watches: list[Any] = []
+        self.steps = 0  # optimizer steps so far: the step number break_if reports
+        self._seen: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
+        self._optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
+        self._scaled: dict[int, tuple[weakref.ref, weakref.ref]] = {}
+        self._loss_nan = False  # checking the loss for NaN at .backward(): watch could not apply
+        self._handles: list[Any] = []
+        self._restore: list[tuple[Any, str, Any]] = []
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+        self._handles.append(register_optimizer_step_post_hook(self._after_step))
+        if nan:
+            self._forward = torch.nn.modules.module.register_module_forward_pre_hook(self._note_module)
+            self._handles.append(register_optimizer_step_pre_hook(self._before_step))
+        if loss_above is not None:
+            self._read_losses()
+
+    def close(self) -> None:
+        for w in self.watches:
+            _quietly(w.close)
+        self.watches.clear()
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        self._stop_noting()
+        for owner, name, original in reversed(self._restore):
+            setattr(owner, name, original)
+        self._restore.clear()
+
+    def __enter__(self) -> AutoTriggers:  # noqa: PYI034 - no typing_extensions dependency
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ finding model and optimizer
+    def _note_module(self, module: torch.nn.Module, _args: Any) -> None:
+        try:
+            self._seen.add(module)
+        except TypeError:  # an unhashable module (a custom __eq__ without __hash__): it cannot be a key
+            pass
+
+    def _stop_noting(self) -> None:
+        forward = getattr(self, "_forward", None)
+        if forward is not None:
+            forward.remove()
+            self._forward = None
+
+    def _before_step(self, optimizer: torch.optim.Optimizer, _args: Any, _kwargs: Any) -> None:
+        if optimizer in self._optimizers:
+            return
+        self._optimizers.add(optimizer)
+        try:
+            self._attach(optimizer)
+        except Exception as exc:  # noqa: BLE001 - a failure here must never stop the program's step
+            log.warning("tensor_dap: could not attach watch to %s (%s: %s); checking the loss instead",
+                        type(optimizer).__name__, type(exc).__name__, exc)
+            self._fall_back_to_loss()
+        finally:
+            self._stop_noting()  # the model is known (or never will be): later steps pay nothing for it
+
+    def _attach(self, optimizer: torch.optim.Optimizer) -> None:
+        from .watch import watch
+
+        model, others = find_model(list(self._seen), optimizer)
+        name = type(optimizer).__name__
+        if model is None:
+            _say(f"--break-on-nan: no module that ran a forward holds the parameters of {name}; "
+                 "checking the loss at .backward() for NaN/Inf instead")
+            self._fall_back_to_loss()
+            return
+        if others:
+            _say(f"--break-on-nan: {name} also updates {', '.join(type(m).__name__ for m in others)}; "
+                 f"watching {type(model).__name__}, the module holding most of its parameters")
+        # The watch's own pre-step hook is registered now, inside this step's hooks: torch calls it
+        # for this very step, so the first update is checked too.
+        self.watches.append(watch(model, optimizer, ranks=self.ranks, on=self.on))
+
+    def _fall_back_to_loss(self) -> None:
+        self._loss_nan = True
+        self._read_losses()
+
+    def _after_step(self, _optimizer: Any, _args: Any, _kwargs: Any) -> None:
+        self.steps += 1
+
+    # ------------------------------------------------------------ the loss
+    def _read_losses(self) -> None:
+        """Wrap ``torch.autograd.backward`` (and GradScaler.scale, to see through loss scaling), once."""
+        if any(name == "backward" for _, name, _ in self._restore):
+            return
+        import torch.autograd
+
+        original = torch.autograd.backward
+
+        @functools.wraps(original)
+        def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+            self._check_loss(tensors, args, kwargs)
+            return original(tensors, *args, **kwargs)
+
+        self._restore.append((torch.autograd, "backward", original))
+        torch.autograd.backward = backward
+        scaler = getattr(getattr(torch, "amp", None), "GradScaler", None)
+        if scaler is not None:
+            scale = scaler.scale
+
+            @functools.wraps(scale)
+            def traced_scale(scaler_self: Any, outputs: Any) -> Any:
+                scaled = scale(scaler_self, outputs)
+                self._remember_scaled(scaled, outputs)
+                return scaled
+
+            self._restore.append((scaler, "scale", scale))
+            scaler.scale = traced_scale
+
+    def _remember_scaled(self, scaled: Any, loss: Any) -> None:
+        if isinstance(scaled, torch.Tensor) and isinstance(loss, torch.Tensor) and scaled is not loss:
+            self._scaled = {k: v for k, v in self._scaled.items() if v[0]() is not None}  # drop the dead
+            self._scaled[id(scaled)] = (weakref.ref(scaled), weakref.ref(loss))
+
+    def _check_loss(self, tensors: Any, args: tuple, kwargs: dict) -> None:
+        loss = tensors[0] if isinstance(tensors, (list, tuple)) and len(tensors) == 1 else tensors
+        explicit_grad = (args and args[0] is not None) or kwargs.get("grad_tensors") is not None
+        if not isinstance(loss, torch.Tensor) or explicit_grad or loss.numel() != 1:
+            return  # not a loss: a vector-Jacobian product, or several roots at once
+        pair = self._scaled.get(id(loss))
+        if pair is not None and pair[0]() is loss and pair[1]() is not None:
+            loss = pair[1]()
+        try:
+            break_if(loss, above=self.loss_above, nan=self._loss_nan or not self.nan, step=self.steps,
+                     on=self.on, ranks=self.ranks)
+        except Exception as exc:  # noqa: BLE001 - a trigger's own error is raised; ours never is
+            from ..errors import TriggerError
+
+            if isinstance(exc, TriggerError):
+                raise
+            log.warning("tensor_dap: loss check skipped (%s: %s)", type(exc).__name__, exc)
+
+
+def _say(text: str) -> None:
+    from rich.text import Text
+
+    from ..console import make_console
+
+    make_console(stderr=True).print(Text(f"tensor_dap: {text}", style="yellow"), soft_wrap=True)
+
+
+def _quietly(fn: Any) -> None:
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - closing at exit: a report was already given
+        log.debug("tensor_dap: %s", exc)
