@@ -97,8 +97,14 @@ def all_registered() -> list[Registered]:
     except OSError:
         return []
     pids = sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
-    found = [registered(pid) for pid in pids if _alive(pid)]
-    return [r for r in found if r is not None]
+    found = []
+    for pid in pids:
+        reg = registered(pid) if _alive(pid) else None
+        if reg is None:  # the process died without its atexit (SIGKILL, SIGTERM): forget it
+            _unregister(runtime_dir(), pid)
+        else:
+            found.append(reg)
+    return found
 
 
 def _alive(pid: int) -> bool:

@@ -12,8 +12,9 @@ Written against the public ``watch`` and ``break_if``; what it adds is *finding*
   wrapped; ``Tensor.backward`` goes through it). A GradScaler's scaled loss is traced back to
   the loss it scaled, so thresholds compare the real value.
 
-Where it cannot apply (no ``torch.optim`` optimizer, parameters no called module holds, a
-custom update loop) it says so once and checks the loss at ``.backward()`` instead.
+Until a watch is attached the loss is checked for NaN/Inf at each ``.backward()``; where a
+watch cannot apply (no ``torch.optim`` optimizer, a custom update loop, parameters no called
+module holds) that loss check stays on for the whole run instead.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ class AutoTriggers:
         self.nan, self.loss_above, self.ranks, self.on = nan, loss_above, ranks, on
         self.watches: list[Any] = []
         self.steps = 0  # optimizer steps so far: the step number break_if reports
+        self.backwards = 0  # .backward() calls on a loss: the step number when no optimizer ever steps
         self._seen: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
         self._optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
         self._scaled: dict[int, tuple[weakref.ref, weakref.ref]] = {}
@@ -71,8 +73,7 @@ class AutoTriggers:
         if nan:
             self._forward = torch.nn.modules.module.register_module_forward_pre_hook(self._note_module)
             self._handles.append(register_optimizer_step_pre_hook(self._before_step))
-        if loss_above is not None:
-            self._read_losses()
+        self._read_losses()  # until a watch is attached (or for good, without torch.optim), the loss is checked
 
     def close(self) -> None:
         for w in self.watches:
@@ -181,16 +182,22 @@ class AutoTriggers:
         explicit_grad = (args and args[0] is not None) or kwargs.get("grad_tensors") is not None
         if not isinstance(loss, torch.Tensor) or explicit_grad or loss.numel() != 1:
             return  # not a loss: a vector-Jacobian product, or several roots at once
+        self.backwards += 1
+        nan = self._loss_nan or not self.watches  # once a watch runs, NaN is its job (one report, not two)
+        if self.loss_above is None and not nan:
+            return  # nothing to compare: no host read of the loss
         pair = self._scaled.get(id(loss))
         if pair is not None and pair[0]() is loss and pair[1]() is not None:
             loss = pair[1]()
         try:
-            break_if(loss, above=self.loss_above, nan=self._loss_nan or not self.nan, step=self.steps,
-                     on=self.on, ranks=self.ranks)
+            step = self.steps if self.steps else self.backwards - 1
+            break_if(loss, above=self.loss_above, nan=nan, step=step, on=self.on, ranks=self.ranks)
         except Exception as exc:  # noqa: BLE001 - a trigger's own error is raised; ours never is
+            import bdb
+
             from ..errors import TriggerError
 
-            if isinstance(exc, TriggerError):
+            if isinstance(exc, (TriggerError, bdb.BdbQuit)):
                 raise
             log.warning("tensor_dap: loss check skipped (%s: %s)", type(exc).__name__, exc)
 
