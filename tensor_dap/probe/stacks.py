@@ -126,7 +126,8 @@ def where(stack: ThreadStack) -> str:
     """``all_reduce (torch.distributed) at train.py:14 in step: dist.all_reduce(t)``, or the innermost user line."""
     if not stack.frames:
         return "no Python frames (in native code, or idle)"
-    collective: Optional[Frame] = next((f for f in reversed(stack.frames) if f.file.endswith(_COLLECTIVES)), None)
+    # the outermost frame there is the public call (all_reduce), not the helpers it calls
+    collective: Optional[Frame] = next((f for f in stack.frames if f.file.endswith(_COLLECTIVES)), None)
     user: Optional[Frame] = next((f for f in reversed(stack.frames) if not library(f.file)), None)
     innermost = stack.frames[-1]
     place = user or innermost

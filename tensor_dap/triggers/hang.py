@@ -3,7 +3,8 @@
 A multi-GPU hang gives no error: one rank waits in a collective for another that is stuck
 elsewhere (a data loader, an ``if rank == 0`` branch, a deadlock). ``watchdog(hang_after)``
 runs a daemon thread per process; each ``torch.optim`` step (a global post-step hook) resets
-its clock. When the clock passes ``hang_after`` seconds, each rank writes
+its clock (start-up, before the first step, gets ``startup`` seconds, at least
+``hang_after``). When the clock passes ``hang_after`` seconds, each rank writes
 ``.tensor_dap/incidents/<UTC time>-hang/rank<N>.txt`` (all its threads' Python stacks) and one
 line saying where its main thread is; rank 0 then gathers every rank's line into
 ``summary.txt``. Nothing is stopped: the run goes on, and the watchdog re-arms at the next step.
@@ -32,6 +33,7 @@ from ..format import printable
 log = logging.getLogger("tensor_dap.triggers")
 
 GATHER_SECONDS = 10.0  # how long rank 0 waits for the other ranks' reports before summarizing
+STARTUP_SECONDS = 300.0  # before the first step: imports, data loading and init_process_group get this long
 SUGGEST_AFTER = 50  # steps measured before a suggested --hang-after is printed
 _DEFAULT_DIR = os.path.join(".tensor_dap", "incidents")
 
@@ -45,10 +47,12 @@ class Watchdog:
     """See the module docstring. ``hang_after=None`` only measures steps and suggests a value once."""
 
     def __init__(self, hang_after: Optional[float], *, root: Optional[str] = None,
-                 rank: Optional[LaunchRank] = None, suggest: bool = True) -> None:
+                 rank: Optional[LaunchRank] = None, suggest: bool = True,
+                 startup: float = STARTUP_SECONDS) -> None:
         if hang_after is not None and not (isinstance(hang_after, (int, float)) and hang_after > 0):
             raise ValueError(f"hang_after={hang_after!r}: expected a positive number of seconds")
         self.hang_after = hang_after
+        self.startup = max(startup, hang_after or 0.0)  # the allowance before the first step completes
         self.root = os.path.abspath(root or _DEFAULT_DIR)
         self.rank = rank or launch_rank()
         self.steps = 0
@@ -101,13 +105,14 @@ class Watchdog:
             if fired_at is not None and self.steps != fired_at:
                 fired_at = None
             idle = time.monotonic() - self._last
-            if fired_at is None and idle >= self.hang_after:
+            limit = self.hang_after if self.steps else self.startup
+            if fired_at is None and idle >= limit:
                 fired_at = self.steps
                 try:
                     self._fire(idle)
                 except Exception as exc:  # noqa: BLE001 - the watchdog must never take the run down
                     log.warning("tensor_dap: hang report failed: %s: %s", type(exc).__name__, exc)
-            wait = self.hang_after - idle if fired_at is None else self.hang_after
+            wait = limit - idle if fired_at is None else self.hang_after
             self._stop.wait(max(0.05, min(wait, self.hang_after)))
 
     def _fire(self, idle: float) -> None:

@@ -1,0 +1,95 @@
+"""Triggers switched on from the command line, on a training loop nobody changed (``tensor-dap run --guard``)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+from tensor_dap.triggers.auto import AutoTriggers, find_model
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRAIN = os.path.join(HERE, "debuggees", "debuggee_launch_train.py")
+TENSOR_DAP = [sys.executable, "-m", "tensor_dap", "run"]
+
+
+def _run(cmd, tmp_path):
+    return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+
+
+# ---------------------------------------------------------------- finding the model
+
+def test_find_model_picks_the_root_module_holding_the_parameters():
+    encoder, head = nn.Linear(4, 4), nn.Linear(4, 2)
+    model = nn.Sequential(encoder, nn.ReLU(), head)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    # every module that ran a forward is seen; the root is the one no other contains
+    assert find_model([encoder, head, model], optimizer) == (model, [])
+    assert find_model([encoder, head], optimizer) == (encoder, [head])  # roots only: submodules ran alone
+    assert find_model([nn.Linear(2, 2)], optimizer) == (None, [])  # holds none of the optimizer's parameters
+
+
+def test_several_models_sharing_one_optimizer_watch_the_largest():
+    small, large = nn.Linear(2, 2), nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 4))
+    optimizer = torch.optim.SGD([*small.parameters(), *large.parameters()], lr=0.1)
+    assert find_model([small, large], optimizer) == (large, [small])
+
+
+def test_attached_at_the_first_step_and_removed_on_close():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    original_backward = torch.autograd.backward
+    with AutoTriggers(nan=True) as auto:
+        assert torch.autograd.backward is not original_backward
+        for _ in range(3):
+            optimizer.zero_grad()
+            model(torch.randn(4, 3)).sum().backward()
+            optimizer.step()
+        assert len(auto.watches) == 1 and auto.watches[0].model is model and auto.steps == 3
+        assert auto.watches[0].optimizer is optimizer
+        assert auto._forward is None  # the global forward hook is gone after the first step
+    assert torch.autograd.backward is original_backward
+    assert not torch.nn.modules.module._global_forward_pre_hooks
+    assert not torch.optim.optimizer._global_optimizer_pre_hooks
+
+
+# ---------------------------------------------------------------- end to end, in batch mode (no terminal, no IDE)
+
+def test_guard_keeps_numerics_bit_identical(tmp_path):
+    plain = _run([sys.executable, TRAIN, "clean"], tmp_path)
+    guarded = _run([*TENSOR_DAP, "--guard", "--loss-above", "1e9", TRAIN, "clean"], tmp_path)
+    assert plain.returncode == guarded.returncode == 0
+    assert guarded.stdout == plain.stdout and "TRAINING-DONE" in plain.stdout
+
+
+def test_break_on_nan_stops_at_the_step_of_the_nan(tmp_path):
+    done = _run([*TENSOR_DAP, "--break-on-nan", TRAIN, "nan"], tmp_path)
+    assert done.returncode == 1 and "STEP 2 " in done.stdout and "STEP 3" not in done.stdout
+    assert "NonFiniteError: tensor_dap trigger · step 3" in done.stderr
+    assert "TRAINING-DONE" not in done.stdout
+
+
+def test_loss_above_reads_the_loss_at_backward(tmp_path):
+    done = _run([*TENSOR_DAP, "--loss-above", "100", TRAIN, "loss"], tmp_path)
+    assert done.returncode == 1 and "STEP 2 " in done.stdout and "STEP 3" not in done.stdout
+    assert "LossThresholdError: tensor_dap trigger · step 3 · loss 7.97" in done.stderr
+
+
+def test_loss_above_sees_through_a_grad_scaler(tmp_path):
+    """The scaled loss is what .backward() gets; the threshold compares the loss the scaler was given."""
+    done = _run([*TENSOR_DAP, "--loss-above", "100", TRAIN, "scaled"], tmp_path)
+    assert "LossThresholdError: tensor_dap trigger · step 3 · loss 7.97" in done.stderr
+
+
+def test_without_torch_optim_the_loss_is_checked_instead(tmp_path):
+    done = _run([*TENSOR_DAP, "--guard", TRAIN, "manual"], tmp_path)
+    assert done.returncode == 1 and "NonFiniteError: tensor_dap trigger · step 3 · loss is nan" in done.stderr
+
+
+@pytest.mark.parametrize("flags", [["--guard"], ["--loss-above", "5"]])
+def test_clean_runs_never_fire(tmp_path, flags):
+    done = _run([*TENSOR_DAP, *flags, TRAIN, "clean"], tmp_path)
+    assert done.returncode == 0 and "TRAINING-DONE" in done.stdout and "trigger" not in done.stderr
