@@ -3,7 +3,7 @@
 ``python debuggee_launch_train.py MODE [--steps N]``: ``clean`` trains normally; ``nan`` feeds a
 NaN batch at step 3; ``loss`` multiplies the targets by 1000 at step 3 (the loss jumps);
 ``manual`` updates parameters by hand (no torch.optim) and gets a NaN batch at step 3;
-``scaled`` runs the loss through a GradScaler (disabled on CPU, so the scale is 1) and jumps at 3.
+``scaled`` runs the loss through a GradScaler (scale 1024) and jumps at 3.
 Prints ``STEP i loss`` per step and ``TRAINING-DONE`` at the end.
 """
 
@@ -22,7 +22,7 @@ def main() -> int:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01) if args.mode != "manual" else None
-    scaler = torch.amp.GradScaler("cpu", enabled=False) if args.mode == "scaled" else None
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0) if args.mode == "scaled" else None
     for step in range(args.steps):
         x, y = torch.randn(16, 4), torch.randn(16, 1)
         if step == 3 and args.mode in ("nan", "manual"):
