@@ -34,7 +34,8 @@ def _check(args: argparse.Namespace) -> None:
     if not os.path.isdir(args.folder):
         raise UsageError(f"no such folder: {args.folder}")
     if args.remote_root is not None and not (args.remote_root.startswith("/") or ntpath.isabs(args.remote_root)):
-        raise UsageError(f"--remote-root {args.remote_root}: expected an absolute path on the GPU box, e.g. /home/me/project")
+        raise UsageError(f"--remote-root {args.remote_root}: expected an absolute path on the GPU box, "
+                         "e.g. /home/me/project")
     if args.port is not None and not 1 <= args.port <= 65535:
         raise UsageError(f"--port {args.port}: expected a port from 1 to 65535")
     if args.remote_host is not None and (not args.remote_host.strip() or any(c.isspace() for c in args.remote_host)):

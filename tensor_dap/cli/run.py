@@ -16,6 +16,7 @@ import sys
 from typing import Any, Optional
 
 from .. import runner
+from ..console import note
 from ..errors import UsageError
 
 _TORCHRUN = ("torch.distributed.run", "torch.distributed.launch", "torchrun")
@@ -114,21 +115,11 @@ def start_listening(args: argparse.Namespace) -> Optional[frozenset]:
     if not listen.selected(ranks, rank):
         return ranks
     host, port = listen.start(address, rank, subprocesses=args.subprocesses)
-    _say(listen.instructions(host, port, rank, ranks, waiting=args.wait))
+    note("\n".join(listen.instructions(host, port, rank, ranks, waiting=args.wait)), style="")
     if args.wait:
         listen.wait_for_client()
-        _say([f"tensor_dap: debugger attached on port {port}; running the program"])
+        note(f"tensor_dap: debugger attached on port {port}; running the program", style="")
     return ranks
-
-
-def _say(lines: list[str], style: str = "") -> None:
-    from rich.text import Text
-
-    from ..console import make_console
-
-    console = make_console(stderr=True)
-    for line in lines:
-        console.print(Text(line, style=style), soft_wrap=True)
 
 
 def start_helpers(args: argparse.Namespace, ranks: Optional[frozenset]) -> list[Any]:
@@ -155,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
     target, program_args = target_of(args)
     warning = check_options(args)
     if warning:
-        _say([f"tensor_dap: {warning}"], style="yellow")
+        note(f"tensor_dap: {warning}")
     route_breakpoints()
     ranks = start_listening(args) if args.listen is not None else None
     opened = start_helpers(args, ranks)

@@ -27,6 +27,7 @@ from typing import Any, Optional
 
 import torch
 
+from ..console import note
 from .break_if import break_if
 
 log = logging.getLogger("tensor_dap.triggers")
@@ -125,12 +126,12 @@ class AutoTriggers:
         model, others = find_model(list(self._seen), optimizer)
         name = type(optimizer).__name__
         if model is None:
-            _say(f"--break-on-nan: no module that ran a forward holds the parameters of {name}; "
+            note(f"tensor_dap: --break-on-nan: no module that ran a forward holds the parameters of {name}; "
                  "checking the loss at .backward() for NaN/Inf instead")
             self._fall_back_to_loss()
             return
         if others:
-            _say(f"--break-on-nan: {name} also updates {', '.join(type(m).__name__ for m in others)}; "
+            note(f"tensor_dap: --break-on-nan: {name} also updates {', '.join(type(m).__name__ for m in others)}; "
                  f"watching {type(model).__name__}, the module holding most of its parameters")
         # The watch's own pre-step hook is registered now, inside this step's hooks: torch calls it
         # for this very step, so the first update is checked too.
@@ -202,12 +203,6 @@ class AutoTriggers:
             log.warning("tensor_dap: loss check skipped (%s: %s)", type(exc).__name__, exc)
 
 
-def _say(text: str) -> None:
-    from rich.text import Text
-
-    from ..console import make_console
-
-    make_console(stderr=True).print(Text(f"tensor_dap: {text}", style="yellow"), soft_wrap=True)
 
 
 def _quietly(fn: Any) -> None:

@@ -1,4 +1,4 @@
-"""Hang watchdog: when no optimizer step completes for a while, write every thread's stack and say where each rank waits.
+"""Hang watchdog: no optimizer step for a while → every thread's stack on disk, and where each rank waits.
 
 A multi-GPU hang gives no error: one rank waits in a collective for another that is stuck
 elsewhere (a data loader, an ``if rank == 0`` branch, a deadlock). ``watchdog(hang_after)``
@@ -28,6 +28,7 @@ from collections import deque
 from typing import Any, Optional
 
 from ..dist import LaunchRank, launch_rank
+from ..console import note
 from ..format import printable
 
 log = logging.getLogger("tensor_dap.triggers")
@@ -133,7 +134,7 @@ class Watchdog:
                        "idle_s": round(idle, 3), "steps": self.steps}, f)
         self.reports.append(folder)
         who = f"rank {r.rank}: " if r.distributed else ""
-        _say(f"tensor_dap: {who}no optimizer step for {idle:.0f} s; stacks of every thread in {path}\n"
+        note(f"tensor_dap: {who}no optimizer step for {idle:.0f} s; stacks of every thread in {path}\n"
              f"  {who or 'main thread: '}{here}")
         if r.rank == 0 and r.distributed:
             self._summarize(folder)
@@ -181,7 +182,7 @@ class Watchdog:
                  for r in range(world)]
         with open(os.path.join(folder, "summary.txt"), "w") as f:
             f.write("\n".join(lines) + "\n")
-        _say("tensor_dap: where each rank is (" + os.path.join(folder, "summary.txt") + ")\n  " + "\n  ".join(lines))
+        note("tensor_dap: where each rank is (" + os.path.join(folder, "summary.txt") + ")\n  " + "\n  ".join(lines))
 
     def _say_suggestion(self) -> None:
         median = self.median_step()
@@ -190,21 +191,13 @@ class Watchdog:
         value = suggested(median)
         if self.hang_after is None:
             if self.rank.distributed:
-                _say(f"tensor_dap: median step {median:.3g} s; --hang-after {value} would write every rank's "
+                note(f"tensor_dap: median step {median:.3g} s; --hang-after {value} would write every rank's "
                      "stacks if the job stops making steps")
         elif self.hang_after < 5 * median:
-            _say(f"tensor_dap: --hang-after {self.hang_after:g} is under 5 median steps ({median:.3g} s each): "
+            note(f"tensor_dap: --hang-after {self.hang_after:g} is under 5 median steps ({median:.3g} s each): "
                  f"slow steps may be reported as hangs; {value} is a safer value")
 
 
 def watchdog(hang_after: Optional[float], **kwargs: Any) -> Watchdog:
     """Start a hang watchdog for this process (see ``Watchdog``); ``close()`` it, or use it as a context manager."""
     return Watchdog(hang_after, **kwargs)
-
-
-def _say(text: str) -> None:
-    from rich.text import Text
-
-    from ..console import make_console
-
-    make_console(stderr=True).print(Text(text, style="yellow"), soft_wrap=True)

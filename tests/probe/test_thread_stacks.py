@@ -4,6 +4,7 @@ import faulthandler
 import os
 import tempfile
 import threading
+from pathlib import Path
 
 from tensor_dap.probe.stacks import Frame, ThreadStack, library, live_stacks, parse_dump, render, where
 
@@ -15,7 +16,8 @@ def _parked(event):
     event.wait()  # PARKED
 
 
-PARKED = next(i for i, line in enumerate(open(__file__), 1) if line.strip() == "event.wait()  # PARKED")
+PARKED = next(i for i, line in enumerate(Path(__file__).read_text().splitlines(), 1)
+              if line.strip() == "event.wait()  # PARKED")
 
 
 def _with_a_parked_thread(fn):
@@ -35,7 +37,8 @@ def test_live_stacks_name_threads_and_lines():
     parked = next(s for s in stacks if s.name == "parked")
     assert where(parked) == f"test_thread_stacks.py:{PARKED} in _parked: event.wait()  # PARKED (inside threading.wait)"
     text = render([parked])
-    assert text.startswith(f"Thread 'parked': test_thread_stacks.py:{PARKED}") and "Traceback (most recent call last):" in text
+    assert text.startswith(f"Thread 'parked': test_thread_stacks.py:{PARKED}")
+    assert "Traceback (most recent call last):" in text
     assert "    event.wait()  # PARKED" in text
     assert all(s.name != "MainThread" for s in live_stacks(skip_current=True))  # the caller left out
 
