@@ -115,7 +115,7 @@ def start_listening(args: argparse.Namespace) -> Optional[frozenset]:
     if not listen.selected(ranks, rank):
         return ranks
     host, port = listen.start(address, rank, subprocesses=args.subprocesses)
-    note("\n".join(listen.instructions(host, port, rank, ranks, waiting=args.wait)), style="")
+    note("\n".join(listen.instructions(host, port, rank, ranks, waiting=args.wait, base=address.port)), style="")
     if args.wait:
         listen.wait_for_client()
         note(f"tensor_dap: debugger attached on port {port}; running the program", style="")

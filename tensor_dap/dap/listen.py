@@ -150,16 +150,19 @@ def tunnel_command(ports: Collection[int], host: str = "") -> str:
 
 
 def instructions(host: str, port: int, rank: LaunchRank, ranks: Optional[Collection[int]], *,
-                 waiting: bool) -> list[str]:
-    """What to print: this rank's line, and (on the first listening rank) how to attach, tunnel included."""
+                 waiting: bool, base: Optional[int] = None) -> list[str]:
+    """What to print: this rank's line, and how to attach, tunnel included (once per machine when the
+    ports are ``base + LOCAL_RANK``; by every rank when each picked a free port, ``base`` 0)."""
     who = f"rank {rank.rank} " if rank.distributed else ""
     state = "waiting for a debugger to attach" if waiting else "the program runs; attach any time"
     lines = [f"tensor_dap: {who}debugpy listening on {host}:{port} ({state})"]
-    listening = [r for r in range(rank.local_world_size)
-                 if ranks is None or rank.rank - rank.local_rank + r in ranks]
-    if listening and rank.local_rank != listening[0]:
-        return lines  # the first listening rank on this machine prints the how-to once
-    ports = [port] if port == 0 or not rank.distributed else [port - rank.local_rank + r for r in listening]
+    ports = [port]
+    if base and rank.distributed:
+        listening = [r for r in range(rank.local_world_size)
+                     if ranks is None or rank.rank - rank.local_rank + r in ranks]
+        if listening and rank.local_rank != listening[0]:
+            return lines  # the first listening rank on this machine prints the how-to once
+        ports = [base + r for r in listening]
     config = attach_configuration(ports[0], os.getcwd())
     lines += [
         f"  VS Code: run \"{ATTACH_NAME}\" (tensor-dap init-vscode adds it to .vscode/launch.json), or add:",
@@ -167,14 +170,14 @@ def instructions(host: str, port: int, rank: LaunchRank, ranks: Optional[Collect
     ]
     if len(ports) > 1:
         lines.append(f"    (one attach per rank: ports {', '.join(map(str, ports))})")
-    if ipaddress_is_any(host) or not loopback(host):
+    if _unspecified(host) or not loopback(host):
         lines.append(f"  from another machine: connect to this machine's address, port {port}")
     else:
         lines.append(f"  from another machine: {tunnel_command(ports)}   (then attach to 127.0.0.1)")
     return lines
 
 
-def ipaddress_is_any(host: str) -> bool:
+def _unspecified(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_unspecified
     except ValueError:

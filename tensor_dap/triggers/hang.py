@@ -150,6 +150,7 @@ class Watchdog:
                             os.environ.get("MASTER_PORT", ""), str(os.getppid()), self.root])
             key = hashlib.sha1(job.encode()).hexdigest()[:16]
             marker = os.path.join(runtime_dir(), f"hang-{key}-{self._episode}")
+            _forget_old_markers(runtime_dir())
             try:
                 fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
                 with os.fdopen(fd, "w") as f:
@@ -201,3 +202,16 @@ class Watchdog:
 def watchdog(hang_after: Optional[float], **kwargs: Any) -> Watchdog:
     """Start a hang watchdog for this process (see ``Watchdog``); ``close()`` it, or use it as a context manager."""
     return Watchdog(hang_after, **kwargs)
+
+
+def _forget_old_markers(folder: str, age: float = 86400.0) -> None:
+    """Markers of jobs long gone (a day old) are removed, so the folder does not grow run after run."""
+    now = time.time()
+    for name in os.listdir(folder):
+        if name.startswith("hang-"):
+            path = os.path.join(folder, name)
+            try:
+                if now - os.path.getmtime(path) > age:
+                    os.remove(path)
+            except OSError:
+                pass

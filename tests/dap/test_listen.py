@@ -66,7 +66,7 @@ def test_ranks_and_ports():
 
 def test_instructions_print_the_attach_configuration_and_the_tunnel_once_per_machine():
     rank0 = LaunchRank(rank=4, local_rank=0, world_size=8, local_world_size=4)
-    lines = listen.instructions("127.0.0.1", 5678, rank0, None, waiting=True)
+    lines = listen.instructions("127.0.0.1", 5678, rank0, None, waiting=True, base=5678)
     assert lines[0] == "tensor_dap: rank 4 debugpy listening on 127.0.0.1:5678 (waiting for a debugger to attach)"
     config = json.loads(lines[2].strip())
     assert config["connect"] == {"host": "127.0.0.1", "port": 5678} and config["type"] == "debugpy"
@@ -74,9 +74,12 @@ def test_instructions_print_the_attach_configuration_and_the_tunnel_once_per_mac
     assert "-L 5678:127.0.0.1:5678 -L 5679:127.0.0.1:5679 -L 5680:127.0.0.1:5680 -L 5681:127.0.0.1:5681" \
         in lines[-1]
     rank1 = LaunchRank(rank=5, local_rank=1, world_size=8, local_world_size=4)
-    assert len(listen.instructions("127.0.0.1", 5679, rank1, None, waiting=False)) == 1  # its own line only
-    only2 = listen.instructions("127.0.0.1", 5680, LaunchRank(6, 2, 8, 4), {6}, waiting=False)
+    assert len(listen.instructions("127.0.0.1", 5679, rank1, None, waiting=False, base=5678)) == 1  # its line only
+    only2 = listen.instructions("127.0.0.1", 5680, LaunchRank(6, 2, 8, 4), {6}, waiting=False, base=5678)
     assert "-L 5680:127.0.0.1:5680 " in only2[-1] and "5678" not in only2[-1]  # the first *listening* rank
+    free = listen.instructions("127.0.0.1", 41234, rank1, None, waiting=False, base=0)  # port 0: each its own
+    assert json.loads(free[2].strip())["connect"]["port"] == 41234 and "-L 41234:127.0.0.1:41234 " in free[-1]
+    assert "41233" not in "".join(free)
 
 
 def _script(tmp_path, body):
