@@ -107,11 +107,13 @@ def check_options(args: argparse.Namespace) -> Optional[str]:
 
 
 def start_listening(args: argparse.Namespace) -> Optional[frozenset]:
-    """debugpy for this rank if it is chosen; returns the ranks that may stop (None: all)."""
+    """debugpy for this rank if it is chosen; returns the ranks that listen, which are those a trigger may stop."""
     from ..dap import listen
     from ..dist import launch_rank
 
     address, ranks, rank = listen.parse_address(args.listen), listen.parse_ranks(args.ranks), launch_rank()
+    if ranks is None:
+        ranks = frozenset(range(rank.world_size))  # every rank has a debugger to stop in
     if not listen.selected(ranks, rank):
         return ranks
     host, port = listen.start(address, rank, subprocesses=args.subprocesses)
@@ -132,7 +134,10 @@ def start_helpers(args: argparse.Namespace, ranks: Optional[frozenset]) -> list[
     opened: list[Any] = []
     nan = args.break_on_nan or args.guard
     if nan or args.loss_above is not None:
-        from ..triggers.auto import AutoTriggers
+        try:
+            from ..triggers.auto import AutoTriggers
+        except ImportError as exc:
+            raise UsageError(f"the triggers need torch ({exc})") from None
 
         opened.append(AutoTriggers(nan=nan, loss_above=args.loss_above, ranks=ranks))
     if args.hang_after is not None or rank.distributed:

@@ -91,3 +91,27 @@ def test_loss_above_reads_the_loss_at_backward_and_sees_through_a_grad_scaler(tm
 def test_without_torch_optim_the_loss_is_checked_instead(tmp_path):
     done = _run([*TENSOR_DAP, "--guard", TRAIN, "manual"], tmp_path)
     assert done.returncode == 1 and "NonFiniteError: tensor_dap trigger · step 3 · loss is nan" in done.stderr
+
+
+def test_f5_debug_training_stops_in_vscode_and_continues(tmp_path):
+    """The "Debug Training (tensor_dap)" template as VS Code runs it (debugpy launch of ``-m tensor_dap`` with the
+    template's args, ``${file}`` = the training script): the NaN stops the IDE with the culprit in the locals."""
+    from dapclient import DapClient
+
+    from tensor_dap.dap.launch import templates
+
+    config = templates().configurations[0]
+    assert config["module"] == "tensor_dap" and config["justMyCode"] is False
+    args = [TRAIN if a == "${file}" else a for a in config["args"]] + ["nan"]
+    main = os.path.join(os.path.dirname(HERE), "tensor_dap", "__main__.py")  # = -m tensor_dap
+    client = DapClient.launch(main, args=args, just_my_code=config["justMyCode"], timeout=120, cwd=str(tmp_path))
+    try:
+        client.configuration_done()
+        assert client.wait_for_event("stopped", timeout=120)["reason"] == "breakpoint"
+        local = client.frame_locals()
+        assert local["step"]["value"] == "3" and local["module"]["value"].startswith("Linear(8→1)")
+        client.continue_()
+        client.wait_for_output("TRAINING-DONE", timeout=120)
+        assert client.wait_for_event("exited", timeout=60)["exitCode"] == 0
+    finally:
+        client.close()
