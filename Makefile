@@ -25,9 +25,9 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_summary.py
+	$(PY) benchmarks/bench_launch.py
 	$(PY) benchmarks/bench_debugger.py
 	$(PY) benchmarks/bench_guard.py
-	$(PY) benchmarks/bench_launch.py
 
 lint: $(STAMP)
 	$(PY) -m ruff check tensor_dap pydevd_plugins tests benchmarks

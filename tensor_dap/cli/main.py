@@ -17,12 +17,11 @@ from ..errors import UsageError
 # subcommand -> (module, one-line help). Modules must import lightly (no torch at import).
 COMMANDS = {
     "demo": ("tensor_dap.cli.demo", "print summaries of a zoo of tensors"),
-    "inspect": ("tensor_dap.cli.inspect", "summarize every tensor in a saved .pt/.pth file"),
-    "run": ("tensor_dap.cli.run", "run a script or -m module with tensor-aware breakpoints, crash reports, "
-                                  "triggers and --listen for VS Code"),
-    "replay": ("tensor_dap.cli.replay", "print the report of an incident bundle"),
     "init-vscode": ("tensor_dap.cli.init_vscode", "add tensor_dap's debug configurations to .vscode/launch.json"),
     "stacks": ("tensor_dap.cli.stacks", "print every thread's stack of a running process (hung ranks)"),
+    "inspect": ("tensor_dap.cli.inspect", "summarize every tensor in a saved .pt/.pth file"),
+    "run": ("tensor_dap.cli.run", "run a script with tensor-aware breakpoints and crash reports"),
+    "replay": ("tensor_dap.cli.replay", "print the report of an incident bundle"),
 }
 
 class _Parser(argparse.ArgumentParser):
