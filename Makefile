@@ -27,6 +27,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_summary.py
+	$(PY) benchmarks/bench_launch.py
 	$(PY) benchmarks/bench_debugger.py
 	$(PY) benchmarks/bench_checks.py
 	$(PY) benchmarks/bench_guard.py

@@ -29,3 +29,10 @@ def make_console(file: Optional[IO[str]] = None, *, stderr: bool = False) -> Con
         emoji=False,
         markup=False,
     )
+
+
+def note(text: str, *, style: str = "yellow") -> None:
+    """One message for whoever reads stderr (a terminal, a batch log, torchrun's merged output), never wrapped."""
+    from rich.text import Text
+
+    make_console(stderr=True).print(Text(text, style=style), soft_wrap=True)

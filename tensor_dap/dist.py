@@ -9,9 +9,13 @@ each other forever.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Collection, Iterator
+import os
+from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # launch_rank() is read before the program starts: importing torch here would cost seconds
+    import torch
 
 
 def current_rank() -> int | None:
@@ -59,3 +63,38 @@ def no_collectives(model: torch.nn.Module) -> Iterator[None]:
             yield
         finally:
             model.require_forward_param_sync = saved
+
+
+@dataclass(frozen=True)
+class LaunchRank:
+    """Where the launcher (torchrun, or srun under SLURM) placed this process, read from its environment."""
+
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    local_world_size: int = 1
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def launch_rank(environ: Mapping[str, str] | None = None) -> LaunchRank:
+    """This process's rank as torchrun (``RANK``, ``LOCAL_RANK``...) or SLURM set it; rank 0 of 1 otherwise.
+
+    Read from the environment, not ``torch.distributed``: it is needed before the program
+    starts (which port to listen on) and while a collective hangs.
+    """
+    env = os.environ if environ is None else environ
+
+    def number(*names: str, default: int) -> int:
+        for name in names:
+            value = env.get(name, "").strip()
+            if value.isdigit():
+                return int(value)
+        return default
+
+    world = number("WORLD_SIZE", "SLURM_NTASKS", default=1)
+    return LaunchRank(rank=number("RANK", "SLURM_PROCID", default=0),
+                      local_rank=number("LOCAL_RANK", "SLURM_LOCALID", default=0),
+                      world_size=world, local_world_size=number("LOCAL_WORLD_SIZE", default=world))

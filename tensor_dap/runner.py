@@ -30,6 +30,7 @@ class Target:
 
     path: Optional[str] = None
     module: Optional[str] = None
+    argv0: Optional[str] = None  # the script as the user typed it: what python puts in sys.argv[0]
 
     @property
     def label(self) -> str:
@@ -40,12 +41,12 @@ class Target:
 
 
 def script_target(path: Optional[str]) -> Target:
-    """A script that must exist; its absolute path (what ``python script.py`` puts in ``sys.argv[0]``)."""
+    """A script that must exist: run from its absolute path (``__file__``), shown as typed (``sys.argv[0]``)."""
     if not path:
         raise ScriptNotFound("missing script (usage: tensor-dap run script.py [args ...] or -m module [args ...])")
     if not os.path.isfile(path):
         raise ScriptNotFound(f"no such script: {path}")
-    return Target(path=os.path.abspath(path))
+    return Target(path=os.path.abspath(path), argv0=path)
 
 
 def module_target(name: str) -> Target:
@@ -64,25 +65,29 @@ def module_target(name: str) -> Target:
     return Target(module=name)
 
 
-def run(target: Target, argv: Sequence[str], on_crash: Optional[OnCrash] = None) -> int:
+def run(target: Target, argv: Sequence[str], on_crash: Optional[OnCrash] = None, *,
+        reraise_interrupt: bool = False) -> int:
     """Run ``target`` as __main__ with ``argv``; return its exit code.
 
     An uncaught exception goes to ``on_crash`` (which returns the exit code), else it is
-    printed as Python would and the code is 1.
+    printed as Python would and the code is 1. Ctrl-C returns 130, or with
+    ``reraise_interrupt`` propagates (see ``exit_like_python``).
     """
     saved_argv = sys.argv[:]
     folder = os.path.dirname(target.path) if target.path else os.getcwd()
-    sys.argv = [target.path or target.module or "", *argv]
+    sys.argv = [target.argv0 or target.path or target.module or "", *argv]
     sys.path.insert(0, folder)
     try:
         if target.module:  # alter_sys: sys.argv[0] becomes the module's file, as with python -m
             runpy.run_module(target.module, run_name="__main__", alter_sys=True)
         else:
-            runpy.run_path(target.path or "", run_name="__main__")
+            _run_script(target.path or "")
         return 0
     except SystemExit as exc:
         return exit_code(exc)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        if reraise_interrupt:
+            raise exit_like_python(exc) from None
         return 130
     except bdb.BdbQuit:  # `q` at a breakpoint: the user ended the run, nothing crashed
         return 1
@@ -99,6 +104,29 @@ def run(target: Target, argv: Sequence[str], on_crash: Optional[OnCrash] = None)
             sys.path.pop(0)
 
 
+def _run_script(path: str) -> None:
+    """Run a script file as ``__main__``: what runpy.run_path does, minus resetting ``sys.argv[0]`` to the path
+    (python keeps it as typed while ``__file__`` is absolute). Zip applications still go to runpy."""
+    import io
+    import types
+    import zipfile
+
+    if zipfile.is_zipfile(path):
+        runpy.run_path(path, run_name="__main__")
+        return
+    with io.open_code(path) as f:
+        code = compile(f.read(), path, "exec", dont_inherit=True)
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=path, __cached__=None, __loader__=None, __package__=None, __spec__=None)
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = main  # pickling (multiprocessing spawn, DataLoader workers) finds the program here
+    try:
+        exec(code, main.__dict__)
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved
+
+
 def exit_code(exc: SystemExit) -> int:
     """The process exit code ``sys.exit(code)`` asks for (a message means 1, printed as Python does)."""
     code: Any = exc.code
@@ -107,3 +135,33 @@ def exit_code(exc: SystemExit) -> int:
     print(code, file=sys.stderr)
     return 1
 
+
+
+def exit_like_python(exc: KeyboardInterrupt) -> KeyboardInterrupt:
+    """``exc``, marked to leave ``tensor-dap`` uncaught, so the process ends as ``python script.py`` does on Ctrl-C.
+
+    An uncaught KeyboardInterrupt makes the interpreter run atexit handlers, join threads,
+    then kill itself with SIGINT (a parent such as torchrun or a shell sees "killed by
+    SIGINT", not exit code 130). The traceback shows the program's frames only.
+    """
+    exc.program_interrupted = True  # type: ignore[attr-defined]
+    tb = exc.__traceback__
+    while tb is not None and _ours(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    user_tb = tb
+
+    def hook(kind: type, value: BaseException, _tb: object) -> None:
+        import traceback
+
+        if value is exc:
+            traceback.print_exception(kind, value, user_tb)
+        else:
+            sys.__excepthook__(kind, value, _tb)  # type: ignore[arg-type]
+
+    sys.excepthook = hook
+    return exc
+
+
+def _ours(filename: str) -> bool:
+    """Frames of the runner itself and of ``runpy`` (hidden from the program's traceback, as python hides them)."""
+    return filename in (__file__, runpy.__file__) or filename.endswith(("<frozen runpy>",))

@@ -18,6 +18,8 @@ from ..errors import UsageError
 # subcommand -> (module, one-line help). Modules must import lightly (no torch at import).
 COMMANDS = {
     "demo": ("tensor_dap.cli.demo", "print summaries of a zoo of tensors"),
+    "init-vscode": ("tensor_dap.cli.init_vscode", "add tensor_dap's debug configurations to .vscode/launch.json"),
+    "stacks": ("tensor_dap.cli.stacks", "print every thread's stack of a running process (hung ranks)"),
     "inspect": ("tensor_dap.cli.inspect", "summarize every tensor in a saved .pt/.pth file"),
     "run": ("tensor_dap.cli.run", "run a script with tensor-aware breakpoints and crash reports"),
     "replay": ("tensor_dap.cli.replay", "print the report of an incident bundle"),
@@ -57,7 +59,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except UsageError as exc:
         print(f"tensor-dap: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        if getattr(exc, "program_interrupted", False):  # the program's own Ctrl-C: end as python would
+            raise
         return 130
     except BrokenPipeError:  # `tensor-dap doctor --json | head`: the reader left; say nothing more
         devnull = os.open(os.devnull, os.O_WRONLY)

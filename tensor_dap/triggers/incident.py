@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections import OrderedDict
@@ -93,6 +94,8 @@ def write_bundle(report: Report, *, step: int | None, args: tuple[Any, ...] = ()
                  optimizer_state: dict[str, Any] | None = None, rng: dict[str, Any] | None = None,
                  forwards: list[dict[str, Any]] | None = None, root: str | None = None) -> str:
     """Write a bundle atomically and return its path; ``report.bundle`` is set to it."""
+    if report.program is None:
+        report.program, report.args = _program()
     root = root or DEFAULT_DIR
     os.makedirs(root, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
@@ -192,3 +195,11 @@ def _load(path: str, name: str, trusted: bool) -> Any:
                               "tensor_dap, or not ours); pass trusted=True only if you wrote it",
                               file_problem=False) from None
         raise BundleError(f"{path}: cannot load {name}: {type(exc).__name__}: {str(exc).splitlines()[0]}") from None
+
+
+def _program() -> tuple[str | None, list[str]]:
+    """The script this process runs and its arguments (``sys.argv``), when it is a file: what a replay reruns."""
+    argv = list(getattr(sys, "argv", None) or [])
+    if not argv or not argv[0] or not os.path.isfile(argv[0]):
+        return None, []
+    return os.path.abspath(argv[0]), [str(a) for a in argv[1:256]]

@@ -57,6 +57,8 @@ class Report:
     lr: list[float] = field(default_factory=list)  # the learning rate of each param group
     max_abs: float | None = None  # the largest finite magnitude among the tensors involved
     mode: str | None = None  # how the bundle replays: "step" (with the step function) or "loop" (the model's forwards)
+    program: str | None = None  # the script that was training (absolute path) and its arguments: what a replay reruns
+    args: list[str] = field(default_factory=list)
     version: int = VERSION
 
     @property
@@ -87,7 +89,13 @@ class Report:
         return text
 
     def to_dict(self) -> dict[str, Any]:
-        return jsonable(dataclasses.asdict(self))
+        """JSON data; each tensor row also carries its one-line summary, so readers never re-render it."""
+        from ..summary.line import one_line
+
+        data = jsonable(dataclasses.asdict(self))
+        data["tensors"] = [[sec, name, summary, one_line(s)]
+                           for (sec, name, summary), (_, _, s) in zip(data["tensors"], self.tensors)]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Report:

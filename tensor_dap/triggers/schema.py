@@ -46,7 +46,7 @@ FIELDS: dict[str, Any] = {
     "kind": str, "headline": str, "step": (int, None), "phase": (str, None), "module": (str, None),
     "module_type": (str, None), "rank": (int, None), "loss": (NUMBER, None), "bundle": (str, None),
     "created": NUMBER, "op": (str, None), "forward_op": (str, None), "diagnosis": (str, None),
-    "max_abs": (NUMBER, None), "mode": (str, None), "version": int,
+    "max_abs": (NUMBER, None), "mode": (str, None), "program": (str, None), "version": int,
 }
 
 
@@ -63,6 +63,7 @@ def report_fields(data: Any, known: set[str]) -> dict[str, Any]:
             out[name] = _check(name, data[name], kind)
     out["version"] = out.get("version", 1)
     out["notes"] = [_check(f"notes[{i}]", v, str) for i, v in enumerate(_list("notes", data.get("notes", [])))]
+    out["args"] = [_check(f"args[{i}]", v, str) for i, v in enumerate(_list("args", data.get("args", [])))]
     for name in ("loss_history", "lr"):
         out[name] = [_check(f"{name}[{i}]", v, NUMBER) for i, v in enumerate(_list(name, data.get(name, [])))]
     out["source"] = _source(data.get("source"))
@@ -90,9 +91,9 @@ def _source(value: Any) -> dict[str, Any] | None:
 
 def _tensor_row(i: int, row: Any) -> tuple[str, str, TensorSummary]:
     where = f"tensors[{i}]"
-    if not isinstance(row, list) or len(row) != 3:
-        raise ValueError(f"field {where!r}: expected [section, name, summary]")
-    section, name, data = row
+    if not isinstance(row, list) or len(row) not in (3, 4):  # the 4th, the one-line text, is for other readers
+        raise ValueError(f"field {where!r}: expected [section, name, summary, line]")
+    section, name, data = row[:3]
     _check(f"{where}[0]", section, str)
     _check(f"{where}[1]", name, str)
     return section, name, summary(where, data)

@@ -41,6 +41,7 @@ from .localize import Finding, StopRerun, nonfinite_gradients
 from .loop import LoopCapture, replay_forwards
 from .report import Report
 from .sentinel import Sentinel, group
+from .hang import watchdog
 from .stop import check_mode
 
 LOSS_HISTORY = 32  # losses kept for the report (0-dim tensors: read only when a report is made)
@@ -58,13 +59,16 @@ class watch(Investigation):
     it on GPU; detection is then up to every-1 steps late). ``capture`` writes incident bundles
     (True: ``.tensor_dap/incidents``, or a folder). ``scaler``: the ``torch.amp.GradScaler`` in
     use, if any (found by itself when it calls ``optimizer.step``). ``on`` and ``ranks``: see
-    docs/triggers.md. The handle is active on creation; ``close()``, leaving the ``with`` block
-    or the end of the program removes its hooks and says how many steps were non-finite.
+    docs/triggers.md. ``hang_after``: seconds without a finished optimizer step before every
+    thread's stack is written and where each rank waits is said (``hang``). The handle is active
+    on creation; ``close()``, leaving the ``with`` block or the end of the program removes its
+    hooks and says how many steps were non-finite.
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
                  on: str = "auto", every: int = 1, capture: bool | str = True,
-                 ranks: Collection[int] | None = None, scaler: Any = None, rerun: bool = True) -> None:
+                 ranks: Collection[int] | None = None, scaler: Any = None, rerun: bool = True,
+                 hang_after: float | None = None) -> None:
         check_mode(on)
         if not isinstance(every, int) or every < 1:
             raise ValueError(f"every={every!r}: expected a positive integer")
@@ -103,6 +107,7 @@ class watch(Investigation):
         self._param_store: list[torch.Tensor] | None = None
         self._last_loss: tuple[int, torch.Tensor | None] = (-1, None)
         self._loop = LoopCapture(self._inner, self._buffers, self._params, self._loop_unstepped) if rerun else None
+        self._hang = watchdog(hang_after) if hang_after is not None else None
         self._handles: list[Any] = []
         if optimizer is not None:
             self._handles.append(optimizer.register_step_pre_hook(self._before_update))
@@ -143,6 +148,8 @@ class watch(Investigation):
             self._handles.clear()
             if self._loop is not None:
                 self._loop.remove()
+            if self._hang is not None:
+                self._hang.close()
             active.remove(self)
             atexit.unregister(self._at_exit)
             self._aftermath.summary(self._watched)

@@ -19,10 +19,9 @@ const WS = process.env.E2E_WORKSPACE;
 const SHOTS = process.env.E2E_SHOTS;
 
 // What F5 runs to stop at the breakpoint: the path through "Run and Debug: Select and Start
-// Debugging". tensor_dap's "Debug Training (tensor_dap)" runs `tensor-dap run --guard`, which is
-// not merged yet; once it is, this one line becomes
-//   const LAUNCH = ['Python Debugger (test stand-in)', 'Debug Training (tensor_dap)'];
-const LAUNCH = ['Python: current file (e2e)'];
+// Debugging" to the dynamic entry our DebugConfigurationProvider offers, "Debug Training
+// (tensor_dap)" (`python -m tensor_dap run --guard ${file}` under the real debugpy adapter).
+const LAUNCH = ['Python Debugger (test stand-in)', 'Debug Training (tensor_dap)'];
 
 const timings = [];
 let page;

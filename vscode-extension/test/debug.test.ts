@@ -8,7 +8,7 @@ import { parse } from 'jsonc-parser';
 import { frameExpression, parseFrameTensors, parseTensorDetail, tensorExpression, explainEvaluateError } from '../src/debug/inspectorModel';
 import { inputIds, mergeLaunchJson, parseTemplates } from '../src/debug/launchTemplates';
 import { decodeJsonResult, decodePyStr, ReprError } from '../src/debug/pyRepr';
-import { REPLAY_ENV, replayConfiguration } from '../src/debug/replayConfig';
+import { replayConfiguration } from '../src/debug/replayConfig';
 import { parseIncidentReport } from '../src/parsers/incident';
 import { json } from './_fixtures';
 
@@ -138,10 +138,10 @@ test('replay: the user\'s script under debugpy with the bundle named in its envi
     const report = parseIncidentReport(JSON.stringify({ kind: 'nonfinite', headline: 'x', program: '/ws/train.py', args: ['--lr', '3e-4'] }));
     const c = replayConfiguration('/ws/.tensor_dap/incidents/20260101-120000-step42', report, '/ws/train.py', '/ws');
     assert.deepEqual(c, {
-        name: 'Replay incident 20260101-120000-step42', type: 'debugpy', request: 'launch', program: '/ws/train.py',
-        args: ['--lr', '3e-4'], cwd: '/ws', env: { [REPLAY_ENV]: '/ws/.tensor_dap/incidents/20260101-120000-step42' },
-        console: 'integratedTerminal', justMyCode: false,
+        name: 'Replay incident 20260101-120000-step42', type: 'debugpy', request: 'launch', module: 'tensor_dap',
+        args: ['run', '--replay', '/ws/.tensor_dap/incidents/20260101-120000-step42', '/ws/train.py', '--lr', '3e-4'],
+        cwd: '/ws', console: 'integratedTerminal', justMyCode: false,
     });
-    assert.equal(REPLAY_ENV, 'TENSOR_DAP_REPLAY');
-    assert.deepEqual(replayConfiguration('/b', report, '/ws/other.py', '/ws').args, [], 'the report\'s arguments belong to its own program');
+    assert.deepEqual(replayConfiguration('/b', report, '/ws/other.py', '/ws').args, ['run', '--replay', '/b', '/ws/other.py'],
+        'the report\'s arguments belong to its own program');
 });

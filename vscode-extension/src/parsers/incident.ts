@@ -150,12 +150,14 @@ function tensorsOf(v: unknown): IncidentTensor[] {
             continue;
         }
         const s = item[2];
-        out.push({ section: String(item[0]), name: String(item[1]), line: summaryLine(s), nonfinite: !!(s.has_nan || s.has_pos_inf || s.has_neg_inf) });
+        // The one-line form Python rendered (reports since 0.1 store it); older reports get a compact rebuild.
+        const line = typeof item[3] === 'string' ? item[3] : summaryLine(s);
+        out.push({ section: String(item[0]), name: String(item[1]), line, nonfinite: !!(s.has_nan || s.has_pos_inf || s.has_neg_inf) });
     }
     return out;
 }
 
-/** A compact line from TensorSummary.to_dict fields (the Python one-line form is not stored). */
+/** A compact line from TensorSummary.to_dict fields, for reports written before the one-line form was stored. */
 export function summaryLine(s: Record<string, unknown>): string {
     const parts: string[] = [];
     const shape = Array.isArray(s.shape) ? `[${s.shape.map((d) => (d === null ? '?' : String(d))).join(', ')}]` : '';

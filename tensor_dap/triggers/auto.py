@@ -1,0 +1,227 @@
+"""Triggers on a program nobody edited: ``tensor-dap run --break-on-nan / --loss-above X / --guard``.
+
+Written against the public ``watch`` and ``break_if``; what it adds is *finding* their arguments:
+
+- The optimizer: a global optimizer step pre-hook sees every ``torch.optim`` optimizer at its
+  first ``step()``.
+- The model: until that first step a global forward pre-hook notes which modules ran, and
+  ``attach`` (the one way to find a model from its optimizer) picks it among them and attaches
+  ``watch`` before the update of that first step. The forward hook is then removed, so later
+  steps pay only for ``watch``.
+- The loss: the scalar tensor ``.backward()`` is called on (``torch.autograd.backward`` is
+  wrapped; ``Tensor.backward`` goes through it). A GradScaler's scaled loss is traced back to
+  the loss it scaled, so thresholds compare the real value.
+
+Until a watch is attached the loss is checked for NaN/Inf at each ``.backward()``; where a
+watch cannot apply (no ``torch.optim`` optimizer, a custom update loop, parameters no called
+module holds) that loss check stays on for the whole run instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import weakref
+from collections.abc import Collection
+from typing import Any, Optional
+
+import torch
+
+from ..console import note
+from .break_if import break_if
+
+log = logging.getLogger("tensor_dap.triggers")
+
+
+class AutoTriggers:
+    """The triggers ``tensor-dap run`` switched on; ``close()`` removes every hook and wrapper."""
+
+    def __init__(self, *, nan: bool = False, loss_above: Optional[float] = None,
+                 ranks: Optional[Collection[int]] = None, on: str = "auto", replay: Optional[str] = None) -> None:
+        self.nan, self.loss_above, self.ranks, self.on, self.replay = nan, loss_above, ranks, on, replay
+        self.watches: list[Any] = []
+        self.steps = 0  # optimizer steps so far: the step number break_if reports
+        self.backwards = 0  # .backward() calls on a loss: the step number when no optimizer ever steps
+        self._seen: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
+        self._optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
+        self._scaled: dict[int, tuple[weakref.ref, weakref.ref]] = {}
+        self._loss_nan = False  # checking the loss for NaN at .backward(): watch could not apply
+        self._handles: list[Any] = []
+        self._restore: list[tuple[Any, str, Any]] = []
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+        self._handles.append(register_optimizer_step_post_hook(self._after_step))
+        if nan or replay:
+            self._forward = torch.nn.modules.module.register_module_forward_pre_hook(self._note_module)
+            self._handles.append(register_optimizer_step_pre_hook(self._before_step))
+        self._read_losses()  # until a watch is attached (or for good, without torch.optim), the loss is checked
+
+    def close(self) -> None:
+        for w in self.watches:
+            _quietly(w.close)
+        self.watches.clear()
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        self._stop_noting()
+        for owner, name, original in reversed(self._restore):
+            setattr(owner, name, original)
+        self._restore.clear()
+
+    def __enter__(self) -> AutoTriggers:  # noqa: PYI034 - no typing_extensions dependency
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ finding model and optimizer
+    def _note_module(self, module: torch.nn.Module, _args: Any) -> None:
+        try:
+            self._seen.add(module)
+        except TypeError:  # an unhashable module (a custom __eq__ without __hash__): it cannot be a key
+            pass
+
+    def _stop_noting(self) -> None:
+        forward = getattr(self, "_forward", None)
+        if forward is not None:
+            forward.remove()
+            self._forward = None
+
+    def _before_step(self, optimizer: torch.optim.Optimizer, _args: Any, _kwargs: Any) -> None:
+        if optimizer in self._optimizers:
+            return
+        self._optimizers.add(optimizer)
+        if self.replay:
+            self._stop_noting()
+            self._replay(optimizer)
+        try:
+            self._attach(optimizer)
+        except Exception as exc:  # noqa: BLE001 - a failure here must never stop the program's step
+            log.warning("tensor_dap: could not attach watch to %s (%s: %s); checking the loss instead",
+                        type(optimizer).__name__, type(exc).__name__, exc)
+            self._fall_back_to_loss()
+        finally:
+            self._stop_noting()  # the model is known (or never will be): later steps pay nothing for it
+
+    def _attach(self, optimizer: torch.optim.Optimizer) -> None:
+        from .attach import attach
+
+        attached = attach(optimizer, seen=list(self._seen), ranks=self.ranks, on=self.on)
+        model, others = (attached.watch.model if attached.watch else None), attached.others
+        name = type(optimizer).__name__
+        if model is None:
+            note(f"tensor_dap: --break-on-nan: no module that ran a forward holds the parameters of {name}; "
+                 "checking the loss at .backward() for NaN/Inf instead")
+            self._fall_back_to_loss()
+            return
+        if others:
+            note(f"tensor_dap: --break-on-nan: {name} also updates {', '.join(type(m).__name__ for m in others)}; "
+                 f"watching {type(model).__name__}, the module holding most of its parameters")
+        # The watch's own pre-step hook is registered now, inside this step's hooks: torch calls it
+        # for this very step, so the first update is checked too.
+        self.watches.append(attached.watch)
+
+    def _replay(self, optimizer: torch.optim.Optimizer) -> None:
+        """``--replay BUNDLE``: the program built its model and optimizer; re-run the bundle's step on them, then end.
+
+        It stops where the NaN was born, in the debugger the user is in; the program does not
+        train on (exit code 0 when the failure reproduced, 1 when the step ran clean).
+        """
+        from ..errors import TriggerError
+        from .attach import find_model
+        from .replay import replay
+
+        model, _ = find_model(list(self._seen), optimizer)
+        if model is None:
+            note(f"tensor_dap: --replay: no module that ran before the first step holds the parameters of "
+                 f"{type(optimizer).__name__}; nothing to replay on")
+            raise SystemExit(2)
+        note(f"tensor_dap: replaying {self.replay} on the program's {type(model).__name__} and "
+             f"{type(optimizer).__name__}", style="")
+        try:
+            report = replay(self.replay, model, optimizer=optimizer, on=self.on)
+        except TriggerError as exc:  # nobody to stop for: the report is shown, the program ends
+            from .report import emit
+
+            emit(exc.report)
+            report = exc.report
+        except ValueError as exc:  # not a bundle, or a watch.step bundle that needs its step function
+            note(f"tensor_dap: --replay: {exc}")
+            raise SystemExit(2) from None
+        if report is None:
+            note("tensor_dap: --replay: the step ran clean: the failure did not reproduce")
+        raise SystemExit(0 if report is not None else 1)
+
+    def _fall_back_to_loss(self) -> None:
+        self._loss_nan = True
+        self._read_losses()
+
+    def _after_step(self, _optimizer: Any, _args: Any, _kwargs: Any) -> None:
+        self.steps += 1
+
+    # ------------------------------------------------------------ the loss
+    def _read_losses(self) -> None:
+        """Wrap ``torch.autograd.backward`` (and GradScaler.scale, to see through loss scaling), once."""
+        if any(name == "backward" for _, name, _ in self._restore):
+            return
+        import torch.autograd
+
+        original = torch.autograd.backward
+
+        @functools.wraps(original)
+        def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+            self._check_loss(tensors, args, kwargs)
+            return original(tensors, *args, **kwargs)
+
+        self._restore.append((torch.autograd, "backward", original))
+        torch.autograd.backward = backward
+        scaler = getattr(getattr(torch, "amp", None), "GradScaler", None)
+        if scaler is not None:
+            scale = scaler.scale
+
+            @functools.wraps(scale)
+            def traced_scale(scaler_self: Any, outputs: Any) -> Any:
+                scaled = scale(scaler_self, outputs)
+                self._remember_scaled(scaled, outputs)
+                return scaled
+
+            self._restore.append((scaler, "scale", scale))
+            scaler.scale = traced_scale
+
+    def _remember_scaled(self, scaled: Any, loss: Any) -> None:
+        if isinstance(scaled, torch.Tensor) and isinstance(loss, torch.Tensor) and scaled is not loss:
+            self._scaled = {k: v for k, v in self._scaled.items() if v[0]() is not None}  # drop the dead
+            self._scaled[id(scaled)] = (weakref.ref(scaled), weakref.ref(loss))
+
+    def _check_loss(self, tensors: Any, args: tuple, kwargs: dict) -> None:
+        loss = tensors[0] if isinstance(tensors, (list, tuple)) and len(tensors) == 1 else tensors
+        explicit_grad = (args and args[0] is not None) or kwargs.get("grad_tensors") is not None
+        if not isinstance(loss, torch.Tensor) or explicit_grad or loss.numel() != 1:
+            return  # not a loss: a vector-Jacobian product, or several roots at once
+        self.backwards += 1
+        nan = self._loss_nan or not self.watches  # once a watch runs, NaN is its job (one report, not two)
+        if self.loss_above is None and not nan:
+            return  # nothing to compare: no host read of the loss
+        pair = self._scaled.get(id(loss))
+        if pair is not None and pair[0]() is loss and pair[1]() is not None:
+            loss = pair[1]()
+        try:
+            step = self.steps if self.steps else self.backwards - 1
+            break_if(loss, above=self.loss_above, nan=nan, step=step, on=self.on, ranks=self.ranks)
+        except Exception as exc:  # noqa: BLE001 - a trigger's own error is raised; ours never is
+            import bdb
+
+            from ..errors import TriggerError
+
+            if isinstance(exc, (TriggerError, bdb.BdbQuit)):
+                raise
+            log.warning("tensor_dap: loss check skipped (%s: %s)", type(exc).__name__, exc)
+
+
+
+
+def _quietly(fn: Any) -> None:
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - closing at exit: a report was already given
+        log.debug("tensor_dap: %s", exc)

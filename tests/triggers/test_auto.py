@@ -1,0 +1,133 @@
+"""Triggers switched on from the command line, on a training loop nobody changed (``tensor-dap run --guard``)."""
+
+import os
+import re
+import subprocess
+import sys
+
+import torch
+from torch import nn
+
+from tensor_dap.triggers.attach import find_model
+from tensor_dap.triggers.auto import AutoTriggers
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRAIN = os.path.join(HERE, "debuggees", "debuggee_launch_train.py")
+TENSOR_DAP = [sys.executable, "-m", "tensor_dap", "run"]
+
+
+def _run(cmd, tmp_path):
+    return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+
+
+# ---------------------------------------------------------------- finding the model
+
+def test_find_model_picks_the_root_module_holding_the_parameters():
+    encoder, head = nn.Linear(4, 4), nn.Linear(4, 2)
+    model = nn.Sequential(encoder, nn.ReLU(), head)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    # every module that ran a forward is seen; the root is the one no other contains
+    assert find_model([encoder, head, model], optimizer) == (model, [])
+    assert find_model([encoder, head], optimizer) == (encoder, [head])  # roots only: submodules ran alone
+    assert find_model([nn.Linear(2, 2)], optimizer) == (None, [])  # holds none of the optimizer's parameters
+
+
+def test_several_models_sharing_one_optimizer_watch_the_largest():
+    small, large = nn.Linear(2, 2), nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 4))
+    optimizer = torch.optim.SGD([*small.parameters(), *large.parameters()], lr=0.1)
+    assert find_model([small, large], optimizer) == (large, [small])
+
+
+def test_attached_at_the_first_step_and_removed_on_close():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    original_backward = torch.autograd.backward
+    with AutoTriggers(nan=True) as auto:
+        assert torch.autograd.backward is not original_backward
+        for _ in range(3):
+            optimizer.zero_grad()
+            model(torch.randn(4, 3)).sum().backward()
+            optimizer.step()
+        assert len(auto.watches) == 1 and auto.watches[0].model is model and auto.steps == 3
+        assert auto.watches[0].optimizer is optimizer
+        assert auto._forward is None  # the global forward hook is gone after the first step
+    assert torch.autograd.backward is original_backward
+    assert not torch.nn.modules.module._global_forward_pre_hooks
+    from torch.optim import optimizer as optim_module
+
+    assert not optim_module._global_optimizer_pre_hooks and not optim_module._global_optimizer_post_hooks
+
+
+# ---------------------------------------------------------------- end to end, in batch mode (no terminal, no IDE)
+
+def test_guard_keeps_numerics_bit_identical_and_never_fires_on_a_clean_run(tmp_path):
+    plain = _run([sys.executable, TRAIN, "clean"], tmp_path)
+    guarded = _run([*TENSOR_DAP, "--guard", "--loss-above", "5", TRAIN, "clean"], tmp_path)
+    assert plain.returncode == guarded.returncode == 0
+    assert guarded.stdout == plain.stdout and "TRAINING-DONE" in plain.stdout
+    assert "trigger" not in guarded.stderr
+
+
+def test_break_on_nan_stops_at_the_step_of_the_nan(tmp_path):
+    done = _run([*TENSOR_DAP, "--break-on-nan", TRAIN, "nan"], tmp_path)
+    assert done.returncode == 1 and "STEP 2 " in done.stdout and "STEP 3" not in done.stdout
+    assert "NonFiniteError: tensor_dap trigger · step 3" in done.stderr
+    assert "TRAINING-DONE" not in done.stdout
+
+
+HEADLINE = re.compile(r"LossThresholdError: (tensor_dap trigger · step 3 · loss (\d+) is above 100)")
+
+
+def test_loss_above_reads_the_loss_at_backward_and_sees_through_a_grad_scaler(tmp_path):
+    """The scaled loss (× 1024) is what .backward() gets; the threshold compares the loss the scaler was given."""
+    plain = _run([*TENSOR_DAP, "--loss-above", "100", TRAIN, "loss"], tmp_path)
+    assert plain.returncode == 1 and "STEP 2 " in plain.stdout and "STEP 3" not in plain.stdout
+    loss = HEADLINE.search(plain.stderr)
+    assert loss and 1e5 < int(loss.group(2)) < 1e7
+    scaled = _run([*TENSOR_DAP, "--loss-above", "100", TRAIN, "scaled"], tmp_path)
+    assert HEADLINE.search(scaled.stderr).group(1) == loss.group(1)
+
+
+def test_without_torch_optim_the_loss_is_checked_instead(tmp_path):
+    done = _run([*TENSOR_DAP, "--guard", TRAIN, "manual"], tmp_path)
+    assert done.returncode == 1 and "NonFiniteError: tensor_dap trigger · step 3 · loss is nan" in done.stderr
+
+
+def test_f5_debug_training_stops_in_vscode_and_continues(tmp_path):
+    """The "Debug Training (tensor_dap)" template as VS Code runs it (debugpy launch of ``-m tensor_dap`` with the
+    template's args, ``${file}`` = the training script): the NaN stops the IDE with the culprit in the locals."""
+    from dapclient import DapClient
+
+    from tensor_dap.dap.launch import templates
+
+    config = templates().configurations[0]
+    assert config["module"] == "tensor_dap" and config["justMyCode"] is False
+    args = [TRAIN if a == "${file}" else a for a in config["args"]] + ["nan"]
+    main = os.path.join(os.path.dirname(HERE), "tensor_dap", "__main__.py")  # = -m tensor_dap
+    client = DapClient.launch(main, args=args, just_my_code=config["justMyCode"], timeout=120, cwd=str(tmp_path))
+    try:
+        client.configuration_done()
+        assert client.wait_for_event("stopped", timeout=120)["reason"] == "breakpoint"
+        local = client.frame_locals()
+        assert local["step"]["value"] == "3" and local["module"]["value"].startswith("Linear(8→1)")
+        client.continue_()
+        client.wait_for_output("TRAINING-DONE", timeout=120)
+        assert client.wait_for_event("exited", timeout=60)["exitCode"] == 0
+    finally:
+        client.close()
+
+
+def test_replay_reruns_a_bundle_on_the_programs_own_model_then_ends(tmp_path):
+    """`tensor-dap run --replay BUNDLE train.py` (VS Code's Replay button): the program builds its model and
+    optimizer, the bundle's step is re-run on them at the first step, the report names where it was born again."""
+    first = _run([*TENSOR_DAP, "--break-on-nan", TRAIN, "nan"], tmp_path)
+    bundles = sorted((tmp_path / ".tensor_dap" / "incidents").iterdir())
+    assert first.returncode == 1 and len(bundles) == 1, first.stderr
+    again = _run([*TENSOR_DAP, "--replay", str(bundles[0]), TRAIN, "nan"], tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "replaying" in again.stderr and "step 3 · replay:" in again.stderr
+    assert "STEP 1" not in again.stdout and "TRAINING-DONE" not in again.stdout  # it ends at the first step
+    missing = _run([*TENSOR_DAP, "--replay", str(tmp_path / "nope"), TRAIN, "nan"], tmp_path)
+    assert missing.returncode == 2 and "not an incident bundle" in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1
