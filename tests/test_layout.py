@@ -16,13 +16,13 @@ PLUGIN = PACKAGE.parent / "pydevd_plugins" / "extensions" / "pydevd_plugin_tenso
 
 # From the bottom: shared atoms, pure data, probing of live objects, the surfaces, the debugger, triggers, CLI.
 LAYERS = [
-    {"version", "errors", "format", "console", "kinds", "nested", "state", "dist", "runner"},
+    {"version", "errors", "format", "console", "kinds", "nested", "state", "dist", "runner", "libraries"},
     {"summary"},
     {"probe"},
     {"checks", "profiling", "dap"},
     {"debug"},
     {"triggers"},
-    {"cli"},
+    {"cli", "demo"},
 ]
 # Modules allowed past MAX_LINES, each with the reason.
 LONG_MODULES: dict[str, str] = {}
@@ -77,7 +77,8 @@ def imports_of(module: str) -> set[str]:
                 target = _known(f"{base}.{alias.name}") if f"{base}.{alias.name}" in MODULES else _known(base)
                 if target:
                     out.add(target)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in MODULES:
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in MODULES \
+                and node.value != "tensor_dap":  # the bare name is a word in messages, not an import
             if module != "tensor_dap":  # the root's lazy export table is the public API, at the top
                 out.add(node.value)
     out.discard(module)

@@ -16,13 +16,12 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from ..probe.shape_errors import ShapeExplanation, explain, is_user_file
-from ..probe.shape_errors.source import library_of
+from ..libraries import is_user_file, library_of
+from ..probe.shape_errors import ShapeExplanation, explain
 from ..summary import TensorSummary
 
 MAX_TENSORS = 16  # with the traceback and the explanation, a report fits on one screen
 FULL_TRACEBACK = "TENSOR_DAP_FULL_TRACEBACK"
-_RUNNER_FILES = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep, os.path.abspath(runpy.__file__))
 
 
 @dataclass(frozen=True)
@@ -42,7 +41,9 @@ def _trim(tb: Any) -> Any:
 
 
 def _is_runner(filename: str) -> bool:
-    return filename.startswith("<frozen runpy") or os.path.abspath(filename).startswith(_RUNNER_FILES)
+    """tensor_dap's runner and runpy: the frames above the user's script."""
+    return filename.startswith("<frozen runpy") or library_of(filename) == "tensor_dap" \
+        or os.path.abspath(filename) == os.path.abspath(runpy.__file__)
 
 
 def failing_frame(tb: Any) -> Any:

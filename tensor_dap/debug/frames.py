@@ -1,4 +1,4 @@
-"""Which frames are the user's: everything outside torch and tensor_dap.
+"""Which frames are the user's: everything outside Python, torch and tensor_dap.
 
 A trigger fires deep inside torch's optimizer hooks and tensor_dap's own code; the user wants to
 land in their training loop or model code, and a report should name their line, not ours. One
@@ -14,30 +14,12 @@ import sys
 from types import FrameType
 from typing import NamedTuple, Optional
 
-
-def _package_dir(name: str) -> Optional[str]:
-    module = sys.modules.get(name)
-    path = getattr(module, "__file__", None)
-    return os.path.dirname(os.path.realpath(path)) + os.sep if path else None
-
-
-_TENSOR_DAP = os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep
-_cache: dict[str, bool] = {}
+from ..libraries import is_framework
 
 
 def is_library(filename: str) -> bool:
-    """True for code inside torch or tensor_dap (and Python's own frozen import machinery)."""
-    hit = _cache.get(filename)
-    if hit is None:
-        if filename.startswith("<frozen"):
-            hit = True
-        else:
-            real = os.path.realpath(filename) if os.path.isabs(filename) else filename
-            torch_dir = _package_dir("torch")
-            hit = real.startswith(_TENSOR_DAP) or bool(torch_dir and real.startswith(torch_dir))
-        if len(_cache) < 10_000:
-            _cache[filename] = hit
-    return hit
+    """True for Python's, torch's and tensor_dap's own code (``libraries.is_framework``)."""
+    return is_framework(filename)
 
 
 def user_frame(frame: Optional[FrameType]) -> Optional[FrameType]:

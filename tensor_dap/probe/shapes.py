@@ -190,7 +190,8 @@ def _failure(exc: BaseException) -> tuple[str, Any]:
     """The innermost line of user code the exception went through, and its shape explanation if any."""
     import linecache
 
-    from .shape_errors import explain, is_user_file
+    from ..libraries import is_user_file
+    from .shape_errors import explain
 
     where, tb = "", exc.__traceback__
     while tb is not None:

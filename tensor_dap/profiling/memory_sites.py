@@ -12,15 +12,13 @@ import ast
 import os
 import re
 import sys
-import sysconfig
 import tracemalloc
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Optional
 
-_LIBRARY_DIRS = tuple({os.path.abspath(p) + os.sep for p in (
-    sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("purelib"), sysconfig.get_paths().get("platlib"),
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) if p})
+from ..libraries import is_user_file
+
 _PY_EVENT = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<function>.+)$")  # torch's python-stack events
 
 
@@ -44,7 +42,7 @@ class Site:
 
 
 def _is_library(file: str) -> bool:
-    return file.startswith("<") or os.path.abspath(file).startswith(_LIBRARY_DIRS)
+    return not is_user_file(file)
 
 
 @lru_cache(maxsize=256)

@@ -6,6 +6,5 @@ operation, ``hints`` names the mismatch in one sentence, ``explain`` puts them t
 
 from .explain import explain, explain_frame
 from .model import FrameExplanation, Operand, ShapeExplanation, classify
-from .source import is_user_file
 
-__all__ = ["FrameExplanation", "Operand", "ShapeExplanation", "classify", "explain", "explain_frame", "is_user_file"]
+__all__ = ["FrameExplanation", "Operand", "ShapeExplanation", "classify", "explain", "explain_frame"]

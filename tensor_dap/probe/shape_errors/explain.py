@@ -19,7 +19,8 @@ from ..display import short_repr
 from .evaluator import Evaluator
 from .hints import mismatch_hint
 from .model import FrameExplanation, Operand, ShapeExplanation, classify
-from .source import find_node, header_exprs, is_user_file, position_of, source_text, statement_at, tree_of
+from ...libraries import is_user_file
+from .source import find_node, header_exprs, position_of, source_text, statement_at, tree_of
 
 def _operand_nodes(node: ast.AST) -> tuple[list[ast.AST], list[ast.AST]]:
     """(callee-side nodes, argument nodes) of an operation."""

@@ -3,36 +3,7 @@
 from __future__ import annotations
 
 import ast
-import os
-import sysconfig
 from typing import Any
-
-_PACKAGE_DIR = os.path.realpath(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-_STDLIB = os.path.realpath(sysconfig.get_paths().get("stdlib", ""))
-_LIB_DIRS = tuple(os.path.realpath(p) + os.sep for p in {
-    sysconfig.get_paths().get("stdlib", ""), sysconfig.get_paths().get("purelib", ""),
-    sysconfig.get_paths().get("platlib", ""), _PACKAGE_DIR,
-} if p)
-
-
-def is_user_file(filename: str) -> bool:
-    """Not the standard library, not an installed package, not tensor_dap itself."""
-    return library_of(filename) is None
-
-
-def library_of(filename: str) -> str | None:
-    """The installed package (``torch``, ``tensor_dap``) or ``python`` (the standard library, frozen
-    modules) a file belongs to; None for the user's own code."""
-    if not filename or filename.startswith("<"):
-        return "python"
-    path = os.path.realpath(filename)
-    if path.startswith(_PACKAGE_DIR + os.sep):
-        return __name__.partition(".")[0]  # tensor_dap itself
-    for lib in _LIB_DIRS:
-        if path.startswith(lib):
-            top = path[len(lib):].split(os.sep)[0]
-            return "python" if lib.rstrip(os.sep) == _STDLIB else top.split(".")[0] or "python"
-    return None
 
 
 _TREES: dict[tuple[str, int], ast.Module | None] = {}  # keyed by the source too: files change

@@ -1,0 +1,63 @@
+"""Whose code a source file is: the user's, Python's own, torch's, tensor_dap's, or another installed package's.
+
+Crash reports start at the user's frames, shape errors explain the user's line, a NaN's birth is
+named by the user's line, the debugger hides library frames, memory sites are charged to the
+user's line: all of them ask here. The demo's training script (``tensor_dap/demo``) plays a
+user's program, so it counts as the user's code although it ships inside the package.
+"""
+
+from __future__ import annotations
+
+import os
+import sysconfig
+from typing import Optional
+
+_PACKAGE = os.path.dirname(os.path.realpath(__file__))  # tensor_dap/
+_DEMO = os.path.join(_PACKAGE, "demo") + os.sep
+_STDLIB = os.path.realpath(sysconfig.get_paths().get("stdlib", "")) + os.sep
+_SITE = tuple({os.path.realpath(p) + os.sep for p in (sysconfig.get_paths().get("purelib"),
+                                                       sysconfig.get_paths().get("platlib")) if p})
+_cache: dict[str, Optional[str]] = {}
+_CACHE_MAX = 10_000
+FRAMEWORK = ("python", "torch", "tensor_dap")  # what the debugger hides and a report's user line skips
+
+
+def library_of(filename: str) -> Optional[str]:
+    """``"tensor_dap"``, ``"torch"``, another package's top-level name, or ``"python"`` (the standard
+    library, frozen modules, code typed at a prompt); None for the user's own code."""
+    if filename in _cache:
+        return _cache[filename]
+    owner = _owner(filename)
+    if len(_cache) < _CACHE_MAX:
+        _cache[filename] = owner
+    return owner
+
+
+def _owner(filename: str) -> Optional[str]:
+    if not filename or filename.startswith("<"):
+        return "python"
+    path = os.path.realpath(filename)
+    if path.startswith(_DEMO):
+        return None
+    if path.startswith(_PACKAGE + os.sep):
+        return "tensor_dap"
+    for site in _SITE:  # site-packages lives inside the standard library folder on some layouts: first
+        if path.startswith(site):
+            return path[len(site):].split(os.sep)[0].split(".")[0] or "python"
+    if path.startswith(_STDLIB):
+        return "python"
+    return None
+
+
+def is_user_file(filename: str) -> bool:
+    """Not the standard library, not an installed package, not tensor_dap itself."""
+    return library_of(filename) is None
+
+
+def is_framework(filename: str) -> bool:
+    """Python's, torch's or tensor_dap's own code: what stands between the user and their frame.
+
+    Other installed packages stay visible (a model from ``transformers`` is the user's model code
+    as far as a NaN or a debugger stop is concerned).
+    """
+    return library_of(filename) in FRAMEWORK
