@@ -1,49 +1,34 @@
-"""``tensor-dap demo``: a tour of the summary on the tensors that bite in training."""
+"""``tensor-dap demo [NAME ...]``: bugs planted on purpose, caught by the real tools, narrated.
+
+``--list`` names the scenarios; with no name every scenario runs. The exit code is 0 only when
+every planted bug was caught. Files go under ``DIR/.tensor_dap/`` (the current folder by default):
+the incident bundle in ``incidents/``, the rest in ``demo/<time>/``.
+"""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+from ..errors import UsageError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--exact", action="store_true", help="exact stats for every tensor (no sampling)")
-
-
-def zoo() -> list:
-    """Named example tensors, including the ones that signal a bug."""
-    import torch
-
-    torch.manual_seed(0)
-    layer = torch.nn.Linear(784, 256)
-    layer(torch.randn(64, 784)).sum().backward()
-    logits = torch.randn(4, 10)
-    logits[1, 3] = float("nan")
-    logits[2, 0] = float("inf")
-    return [
-        ("batch", torch.randn(32, 784)),
-        ("labels", torch.randint(0, 10, (32,))),
-        ("step", torch.tensor(7)),
-        ("weight", layer.weight),
-        ("weight.grad", layer.weight.grad),
-        ("logits (NaN/Inf planted)", logits),
-        ("mask", torch.rand(5) > 0.5),
-        ("half", torch.randn(3, 4).half()),
-        ("transposed", torch.randn(64, 32).t()),
-        ("spectrum", torch.fft.rfft(torch.randn(8))),
-        ("sparse", torch.eye(5).to_sparse()),
-        ("empty", torch.empty(0, 3)),
-        ("meta", torch.empty(1024, 1024, device="meta")),
-        ("dead relu", torch.zeros(128)),
-        ("big (1e7)", torch.randn(10_000_000)),
-    ]
+    parser.add_argument("names", nargs="*", metavar="NAME", help="scenarios to run (default: all; see --list)")
+    parser.add_argument("--list", action="store_true", help="name the scenarios and what each plants")
+    parser.add_argument("--dir", default=".", help="where .tensor_dap/ is written (default: the current folder)")
 
 
 def run(args: argparse.Namespace) -> int:
     from ..console import make_console
-    from ..summary import Budget, describe
-    from ..summary.tables import summaries_table
+    from ..demo import tour
 
-    budget = Budget.exact() if args.exact else None
-    rows = [(name, describe(x, budget=budget)) for name, x in zoo()]
-    make_console().print(summaries_table(rows, title="tensor_dap.describe()"))
-    return 0
+    console = make_console()
+    if args.list:
+        console.print(tour.listing())
+        return 0
+    chosen = tour.choose(args.names)
+    root = Path(args.dir)
+    if not root.is_dir():
+        raise UsageError(f"--dir {args.dir}: no such folder")
+    return tour.run(chosen, root, console)

@@ -2,7 +2,10 @@
 
 ``nodes`` says which view renders which type, ``values`` gives the one-line value, ``expand``
 the ordered, watchable children, ``pacing`` keeps every render and every burst inside its time
-budget, ``attached`` answers who is watching (VS Code, a terminal, nobody). The debugpy plugin
+budget, ``attached`` answers who is watching (VS Code, a terminal, nobody), ``inspector`` answers the
+VS Code extension's tensor inspector. ``listen`` starts debugpy for ``tensor-dap run --listen`` (one
+port per rank, loopback unless told otherwise); ``launch`` writes the launch.json templates
+(``launch_templates.json``) into a project, merging with ``jsonc`` so comments survive. The debugpy plugin
 (``pydevd_plugins/extensions``) is a thin adapter over the names exported here; nothing here
 imports torch.
 """

@@ -12,8 +12,8 @@ def tensor_dap(*args, cwd=None):
                           cwd=cwd, timeout=120, env={"NO_COLOR": "1", "PATH": "/usr/bin:/bin"})
 
 
-def test_demo_prints_summaries_with_alarms():
-    r = tensor_dap("demo")
+def test_demo_prints_summaries_with_alarms(tmp_path):
+    r = tensor_dap("demo", "tensors", "--dir", str(tmp_path))
     assert r.returncode == 0, r.stderr
     assert "logits (NaN/Inf planted)" in r.stdout and re.search(r"NaN!×\d+ \+Inf!×\d+", r.stdout)
     assert "Parameter[256, 784]" in r.stdout and "\x1b[" not in r.stdout  # plain when piped
