@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import tensor_dap
+from _paired import paired_ratios, spread  # noqa: E402 - the benchmarks' shared timing, beside this script
 
 TARGETS = {"watch (w.step)": 0.95, "watch (loop)": 0.95, "break_if": 0.99}
 
@@ -104,26 +105,7 @@ def main() -> None:
     args = ap.parse_args()
     rounds = args.rounds or (2 if args.quick else 20)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; MLP 784-256-256-10, batch 64, Adam, CPU")
-    runs = variants()
-    for run in runs.values():
-        run(10)  # warm-up: allocator, thread pool, Adam state
-    rates: dict[str, list[float]] = {n: [] for n in runs}
-    ratios: dict[str, list[float]] = {n: [] for n in runs if n != "plain"}
-
-    def rate(name: str) -> float:
-        start = time.perf_counter()
-        runs[name](args.steps)
-        value = args.steps / (time.perf_counter() - start)
-        rates[name].append(value)
-        return value
-
-    for r in range(rounds):
-        for name in list(ratios):  # each variant against a plain block right next to it, in both orders
-            if r % 2:
-                ours, plain = rate(name), rate("plain")
-            else:
-                plain, ours = rate("plain"), rate(name)
-            ratios[name].append(ours / plain)
+    rates, ratios = paired_ratios(variants(), rounds, args.steps)
 
     call_us = break_if_call_us()
     step_us = 1e6 / statistics.median(rates["plain"])
@@ -131,8 +113,7 @@ def main() -> None:
     print(f"  {'variant':<20}{'steps/s':>10}{'× plain':>10}{'middle half':>16}{'target':>16}")
     print(f"  {'plain':<20}{statistics.median(rates['plain']):>10.1f}{1.0:>10.3f}")
     for name, values in ratios.items():
-        ratio = statistics.median(values)
-        q1, _, q3 = statistics.quantiles(values, n=4)  # the noise of this machine, visible
+        ratio, q1, q3 = spread(values)  # the middle half: the noise of this machine, visible
         target = TARGETS.get(name)
         verdict = "" if target is None else f"≥{target:.2f} {'PASS' if ratio >= target else 'FAIL'}"
         print(f"  {name:<20}{statistics.median(rates[name]):>10.1f}{ratio:>10.3f}{f'{q1:.3f}–{q3:.3f}':>16}"

@@ -29,6 +29,7 @@ import tensor_dap
 from tensor_dap.dist import LaunchRank
 from tensor_dap.triggers.auto import AutoTriggers
 from tensor_dap.triggers.hang import watchdog
+from _paired import paired_ratios, spread  # noqa: E402 - the benchmarks' shared timing, beside this script
 
 
 def make():
@@ -114,34 +115,14 @@ def main() -> None:
     args = ap.parse_args()
     rounds = args.rounds or (2 if args.quick else 8)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; MLP 784-256-256-10, batch 64, Adam, CPU")
-    runs = variants()
-    for run in runs.values():
-        run(10)  # warm-up: allocator, thread pool, Adam state
-    rates: dict[str, list[float]] = {n: [] for n in runs}
-    ratios: dict[str, list[float]] = {n: [] for n in runs if n != "plain"}
-
-    def rate(name: str) -> float:
-        start = time.perf_counter()
-        runs[name](args.steps)
-        value = args.steps / (time.perf_counter() - start)
-        rates[name].append(value)
-        return value
-
-    for r in range(rounds):
-        for name in list(ratios):
-            if r % 2:
-                ours, plain = rate(name), rate("plain")
-            else:
-                plain, ours = rate("plain"), rate(name)
-            ratios[name].append(ours / plain)
+    rates, ratios = paired_ratios(variants(), rounds, args.steps)
 
     print(f"\n{rounds} rounds × {args.steps} steps per block (medians of adjacent-pair ratios)")
     print(f"  {'variant':<16}{'steps/s':>10}{'× plain':>10}{'middle half':>16}")
     print(f"  {'plain':<16}{statistics.median(rates['plain']):>10.1f}{1.0:>10.3f}")
     medians = {}
     for name, values in ratios.items():
-        medians[name] = statistics.median(values)
-        q1, _, q3 = statistics.quantiles(values, n=4) if len(values) > 1 else (values[0],) * 3
+        medians[name], q1, q3 = spread(values)
         print(f"  {name:<16}{statistics.median(rates[name]):>10.1f}{medians[name]:>10.3f}{f'{q1:.3f}–{q3:.3f}':>16}")
     # Pair ratios cannot resolve a few percent where the machine's noise is larger (a shared CPU);
     # what each option adds to a step is also timed on its own, against the plain step time.

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
-import time
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +22,7 @@ from torch import nn
 from torch.utils.tensorboard import SummaryWriter
 
 import tensor_dap
+from _paired import paired_ratios, spread  # noqa: E402 - the benchmarks' shared timing, beside this script
 
 TARGET = 0.95
 
@@ -50,55 +50,37 @@ def main() -> None:
         opt.step()
         return loss
 
-    def plain(n: int) -> float:
-        start = time.perf_counter()
+    def plain(n: int) -> None:
         for i in range(n):
             step(i)
-        return time.perf_counter() - start
 
-    def monitored(n: int) -> float:
-        monitor = tensor_dap.Monitor(f"{logdir}/monitor", model=model, optimizer=opt, every=100)
-        start = time.perf_counter()
+    monitor = tensor_dap.Monitor(f"{logdir}/monitor", model=model, optimizer=opt, every=100)  # lives the whole run
+
+    def monitored(n: int) -> None:
         for i in range(n):
             step_no[0] += 1
             monitor.log(step_no[0], loss=step(i))
-        elapsed = time.perf_counter() - start
-        monitor.close()
-        return elapsed
 
     writer = SummaryWriter(f"{logdir}/naive")
 
-    def naive(n: int) -> float:
-        start = time.perf_counter()
+    def naive(n: int) -> None:
         for i in range(n):
             step_no[0] += 1
             loss = step(i)
             writer.add_scalar("loss", loss.item(), step_no[0])
             for name, p in model.named_parameters():
                 writer.add_scalar(f"grad_norm/{name}", p.grad.norm().item(), step_no[0])
-        return time.perf_counter() - start
 
-    variants = {"monitor": monitored, "naive add_scalar": naive}
-    for run in (plain, *variants.values()):
-        run(20)  # warm-up
-    ratios: dict[str, list[float]] = {name: [] for name in variants}
-    plain_times: list[float] = []
-    for r in range(rounds):
-        for name, run in variants.items():
-            if r % 2:
-                ours, base = run(args.steps), plain(args.steps)
-            else:
-                base, ours = plain(args.steps), run(args.steps)
-            plain_times.append(base)
-            ratios[name].append(base / ours)  # speed relative to plain: 1.0 = free
+    rates, ratios = paired_ratios({"plain": plain, "monitor": monitored, "naive add_scalar": naive}, rounds,
+                                  args.steps, warmup=20)
+    monitor.close()
     writer.close()
-    step_us = statistics.median(plain_times) / args.steps * 1e6
+    step_us = 1e6 / statistics.median(rates["plain"])
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; MLP 784-256-256-10, batch 64, Adam, CPU; "
           f"plain step {step_us:.0f} µs")
     print(f"{rounds} rounds × {args.steps} steps per block (medians of adjacent-pair ratios, speed × plain)")
     for name, values in ratios.items():
-        ratio = statistics.median(values)
-        q1, _, q3 = statistics.quantiles(values, n=4) if len(values) > 1 else (ratio, ratio, ratio)
+        ratio, q1, q3 = spread(values)
         verdict = f"≥{TARGET:.2f} {'PASS' if ratio >= TARGET else 'FAIL'}" if name == "monitor" else ""
         print(f"  {name:<18}{ratio:>8.3f}  middle half {q1:.3f}–{q3:.3f}  {verdict}")
 
