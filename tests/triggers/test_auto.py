@@ -108,9 +108,13 @@ def test_f5_debug_training_stops_in_vscode_and_continues(tmp_path):
     client = DapClient.launch(main, args=args, just_my_code=config["justMyCode"], timeout=120, cwd=str(tmp_path))
     try:
         client.configuration_done()
-        assert client.wait_for_event("stopped", timeout=120)["reason"] == "breakpoint"
-        local = client.frame_locals()
-        assert local["step"]["value"] == "3" and local["module"]["value"].startswith("Linear(8→1)")
+        stopped = client.wait_for_event("stopped", timeout=120)
+        assert stopped["reason"] == "breakpoint"
+        top = client.stack_trace(stopped["threadId"], levels=1)[0]
+        assert top["source"]["path"] == TRAIN and top["name"] == "main"  # the user's loop, before the update
+        assert client.frame_locals()["step"]["value"] == "3"
+        found = client.evaluate("__import__('tensor_dap').culprit().report.where", frame_id=top["id"])
+        assert found["result"] == "'input of 0 (Linear)'"  # the NaN came in with the batch, first seen by layer 0
         client.continue_()
         client.wait_for_output("TRAINING-DONE", timeout=120)
         assert client.wait_for_event("exited", timeout=60)["exitCode"] == 0
