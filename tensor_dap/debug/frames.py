@@ -12,7 +12,7 @@ import linecache
 import os
 import sys
 from types import FrameType
-from typing import NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 from ..libraries import is_framework
 
@@ -48,9 +48,25 @@ class SourceLine(NamedTuple):
         return f"{os.path.basename(self.file)}:{self.line}"
 
 
+_STAND_INS: dict[Any, Callable[[FrameType], Optional[SourceLine]]] = {}
+
+
+def stand_in(code: Any, line_of: Callable[[FrameType], Optional[SourceLine]]) -> None:
+    """Frames running ``code`` re-run the user's code from tensor_dap: above them, the user's line is
+    the one ``line_of(frame)`` recorded when that code first ran (not the hook the re-run started in)."""
+    _STAND_INS[code] = line_of
+
+
 def user_line(frame: Optional[FrameType] = None) -> Optional[SourceLine]:
     """The user's line that is running now (``frame`` defaults to the caller's)."""
-    found = user_frame(frame if frame is not None else sys._getframe(1))
-    if found is None:
-        return None
-    return SourceLine(found.f_code.co_filename, found.f_lineno, found.f_code.co_name)
+    f = frame if frame is not None else sys._getframe(1)
+    while f is not None:
+        line_of = _STAND_INS.get(f.f_code)
+        if line_of is not None:
+            recorded = line_of(f)
+            if recorded is not None:
+                return recorded
+        if not is_library(f.f_code.co_filename):
+            return SourceLine(f.f_code.co_filename, f.f_lineno, f.f_code.co_name)
+        f = f.f_back
+    return None

@@ -1,16 +1,18 @@
 """``attach``: put a ``watch`` on a training program that was not written for tensor_dap.
 
-``tensor-dap run --guard`` sees optimizers, not the user's model; ``attach`` takes the optimizer
-and finds the model itself: the modules called until the optimizer's first ``step()`` are noted,
-and the model is the root one among them (not a submodule of another) holding most of the
-optimizer's parameters. The watch is attached inside that first step, before its update, so the
-first update is checked too; from then on it is an ordinary unchanged-loop ``watch``. Call
-``close()`` when the program ends (the watch also closes itself at interpreter exit).
+``tensor-dap run --guard`` sees optimizers being created, not the user's model; ``attach`` takes
+the optimizer and finds the model itself: the first module called with gradients on whose
+parameters the optimizer updates (a training loop calls the whole model, the outermost module,
+first). The watch is attached inside that first forward and captures it, so even a NaN in the
+very first step is localized. From then on it is an ordinary unchanged-loop ``watch``.
+
+An optimizer first seen when it already steps (created before tensor_dap was switched on) is
+handled by ``find_model`` over the modules the caller noted (``seen``): the root one holding most
+of its parameters. Call ``close()`` when the program ends (the watch also closes itself at exit).
 """
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Collection, Iterable
 from typing import Any, Optional
 
@@ -22,7 +24,7 @@ from .watch import watch
 def find_model(modules: Collection[torch.nn.Module], optimizer: torch.optim.Optimizer
                ) -> tuple[Optional[torch.nn.Module], list[torch.nn.Module]]:
     """The root module among ``modules`` holding most of ``optimizer``'s parameters, and other roots holding some."""
-    wanted = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    wanted = _params_of(optimizer)
     inner: set[int] = set()
     for m in modules:
         inner.update(id(sub) for sub in m.modules() if sub is not m)
@@ -39,12 +41,15 @@ def find_model(modules: Collection[torch.nn.Module], optimizer: torch.optim.Opti
     return scored[0][1], [m for _, m in scored[1:]]
 
 
-class Attachment:
-    """A watch attached from outside; ``.watch`` is None until the optimizer's first step names the model.
+def _params_of(optimizer: torch.optim.Optimizer) -> set[int]:
+    return {id(p) for group in optimizer.param_groups for p in group["params"]}
 
-    ``others``: further root modules the optimizer also updates (not watched: they are named so the
-    user knows). After the first step ``.watch`` stays None only when no called module holds the
-    optimizer's parameters.
+
+class Attachment:
+    """A watch attached from outside; ``.watch`` is None until the model has run its first forward.
+
+    ``others``: further root modules the optimizer also updates, when the model was chosen among
+    noted modules (they are named, not watched).
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, model: Optional[torch.nn.Module], options: dict[str, Any],
@@ -52,9 +57,8 @@ class Attachment:
         self.optimizer, self.options = optimizer, options
         self.watch: Optional[watch] = None
         self.others: list[torch.nn.Module] = []
-        self._noting: Any = None
-        self._stepping: Any = None
-        if model is None and seen is not None:  # the caller noted the modules already (tensor-dap run)
+        self._hook: Any = None
+        if model is None and seen is not None:  # the optimizer already steps: choose among what ran
             model, self.others = find_model(list(seen), optimizer)
             if model is None:
                 return
@@ -62,34 +66,24 @@ class Attachment:
             self.watch = watch(model, optimizer, **options)
             return
         from torch.nn.modules.module import register_module_forward_pre_hook
-        from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-        self._seen: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
-        self._noting = register_module_forward_pre_hook(self._note)
-        # global, so the watch's own pre-step hook (on the optimizer) is still called for this very step
-        self._stepping = register_optimizer_step_pre_hook(self._first_step)
+        self._params = _params_of(optimizer)
+        self._hook = register_module_forward_pre_hook(self._called)
 
-    def _note(self, module: torch.nn.Module, _args: Any) -> None:
-        try:
-            self._seen.add(module)
-        except TypeError:  # an unhashable module (a custom __eq__ without __hash__)
-            pass
-
-    def _first_step(self, optimizer: torch.optim.Optimizer, _args: Any, _kwargs: Any) -> None:
-        if optimizer is not self.optimizer or self._noting is None:
-            return  # (the hook stays registered: torch is iterating over the dict that holds it)
-        self._noting.remove()
-        self._noting = None
-        model, self.others = find_model(list(self._seen), optimizer)
-        self._seen = weakref.WeakSet()
-        if model is not None:
-            self.watch = watch(model, optimizer, **self.options)
+    def _called(self, module: torch.nn.Module, args: Any) -> None:
+        if self.watch is not None or not torch.is_grad_enabled():
+            return  # (evaluation under no_grad is not training: wait for a training forward)
+        if not any(id(p) in self._params for p in module.parameters()):
+            return
+        self._hook.remove()  # removing a global hook from inside it is safe: torch iterates over a copy
+        self._hook = None
+        self.watch = watch(module, self.optimizer, **self.options)
+        self.watch.begin_forward(module, args)  # its own pre-hook missed the call already running
 
     def close(self) -> None:
-        for handle in (self._noting, self._stepping):
-            if handle is not None:
-                handle.remove()
-        self._noting = self._stepping = None
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
         if self.watch is not None:
             self.watch.close()
 
@@ -98,7 +92,7 @@ def attach(optimizer: torch.optim.Optimizer, model: Optional[torch.nn.Module] = 
            seen: Optional[Iterable[torch.nn.Module]] = None, **options: Any) -> Attachment:
     """Watch the model ``optimizer`` trains, without changing the program; ``options`` are ``watch``'s.
 
-    ``model=None``: found at the optimizer's first step among the modules called before it (or
-    among ``seen``, modules the caller noted, when the optimizer is already stepping).
+    ``model=None``: the first module called (with gradients on) whose parameters ``optimizer``
+    updates; ``seen``: choose among these modules now instead (the optimizer is already stepping).
     """
     return Attachment(optimizer, model, options, seen)

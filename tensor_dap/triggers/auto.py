@@ -39,11 +39,12 @@ class AutoTriggers:
     def __init__(self, *, nan: bool = False, loss_above: Optional[float] = None,
                  ranks: Optional[Collection[int]] = None, on: str = "auto", replay: Optional[str] = None) -> None:
         self.nan, self.loss_above, self.ranks, self.on, self.replay = nan, loss_above, ranks, on, replay
-        self.watches: list[Any] = []
+        self._attachments: list[Any] = []
         self.steps = 0  # optimizer steps so far: the step number break_if reports
         self.backwards = 0  # .backward() calls on a loss: the step number when no optimizer ever steps
         self._seen: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
         self._optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
+        self._unwatched: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()  # its model never ran
         self._scaled: dict[int, tuple[weakref.ref, weakref.ref]] = {}
         self._loss_nan = False  # checking the loss for NaN at .backward(): watch could not apply
         self._handles: list[Any] = []
@@ -54,12 +55,19 @@ class AutoTriggers:
         if nan or replay:
             self._forward = torch.nn.modules.module.register_module_forward_pre_hook(self._note_module)
             self._handles.append(register_optimizer_step_pre_hook(self._before_step))
+        if nan and not replay:
+            self._see_new_optimizers()
         self._read_losses()  # until a watch is attached (or for good, without torch.optim), the loss is checked
 
+    @property
+    def watches(self) -> list[Any]:
+        """The watches attached so far (one per optimizer whose model has run)."""
+        return [a.watch for a in self._attachments if a.watch is not None]
+
     def close(self) -> None:
-        for w in self.watches:
-            _quietly(w.close)
-        self.watches.clear()
+        for a in self._attachments:
+            _quietly(a.close)
+        self._attachments.clear()
         for h in self._handles:
             h.remove()
         self._handles.clear()
@@ -75,6 +83,30 @@ class AutoTriggers:
         self.close()
 
     # ------------------------------------------------------------ finding model and optimizer
+    def _see_new_optimizers(self) -> None:
+        """Wrap ``Optimizer.__init__``: each optimizer is attached when it is created, so the model is
+        watched from its first forward and even a NaN in the first step is localized."""
+        original = torch.optim.Optimizer.__init__
+
+        @functools.wraps(original)
+        def init(optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> None:
+            original(optimizer, *args, **kwargs)
+            if optimizer not in self._optimizers:
+                self._optimizers.add(optimizer)
+                try:
+                    self._attachments.append(self._attach_to(optimizer, seen=None))
+                except Exception as exc:  # noqa: BLE001 - never stop the program from building its optimizer
+                    log.warning("tensor_dap: could not attach watch to %s (%s: %s)", type(optimizer).__name__,
+                                type(exc).__name__, exc)
+
+        self._restore.append((torch.optim.Optimizer, "__init__", original))
+        torch.optim.Optimizer.__init__ = init
+
+    def _attach_to(self, optimizer: torch.optim.Optimizer, seen: Any) -> Any:
+        from .attach import attach
+
+        return attach(optimizer, seen=seen, ranks=self.ranks, on=self.on)
+
     def _note_module(self, module: torch.nn.Module, _args: Any) -> None:
         try:
             self._seen.add(module)
@@ -89,6 +121,8 @@ class AutoTriggers:
 
     def _before_step(self, optimizer: torch.optim.Optimizer, _args: Any, _kwargs: Any) -> None:
         if optimizer in self._optimizers:
+            self._stop_noting()  # every optimizer since start-up is known from its creation
+            self._first_step_of(optimizer)
             return
         self._optimizers.add(optimizer)
         if self.replay:
@@ -103,10 +137,19 @@ class AutoTriggers:
         finally:
             self._stop_noting()  # the model is known (or never will be): later steps pay nothing for it
 
-    def _attach(self, optimizer: torch.optim.Optimizer) -> None:
-        from .attach import attach
+    def _first_step_of(self, optimizer: torch.optim.Optimizer) -> None:
+        """An optimizer attached at its creation steps: if its model never ran, its loss is checked instead."""
+        attached = next((a for a in self._attachments if a.optimizer is optimizer), None)
+        if attached is None or attached.watch is not None or optimizer in self._unwatched:
+            return
+        self._unwatched.add(optimizer)
+        note(f"tensor_dap: --break-on-nan: no module run with gradients holds the parameters of "
+             f"{type(optimizer).__name__}; checking the loss at .backward() for NaN/Inf instead")
+        self._fall_back_to_loss()
 
-        attached = attach(optimizer, seen=list(self._seen), ranks=self.ranks, on=self.on)
+    def _attach(self, optimizer: torch.optim.Optimizer) -> None:
+        attached = self._attach_to(optimizer, seen=list(self._seen))
+        self._attachments.append(attached)
         model, others = (attached.watch.model if attached.watch else None), attached.others
         name = type(optimizer).__name__
         if model is None:
@@ -119,7 +162,6 @@ class AutoTriggers:
                  f"watching {type(model).__name__}, the module holding most of its parameters")
         # The watch's own pre-step hook is registered now, inside this step's hooks: torch calls it
         # for this very step, so the first update is checked too.
-        self.watches.append(attached.watch)
 
     def _replay(self, optimizer: torch.optim.Optimizer) -> None:
         """``--replay BUNDLE``: the program built its model and optimizer; re-run the bundle's step on them, then end.

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..debug.frames import SourceLine, user_line
+from ..debug.frames import SourceLine, stand_in, user_line
 from ..nested import walk
 from ..state import BufferSnapshot, Buffers, capture_rng, host_rngs_used, restore_rng
 from .origin import Birth, Born, kind_of
@@ -39,6 +39,7 @@ class Forward:
     rng: dict[str, Any]
     grads: list[torch.Tensor | None] = field(default_factory=list)  # by output tensor, in walk order
     line: SourceLine | None = None  # the user's line running when the output gradient arrived (backward())
+    call: SourceLine | None = None  # the user's line that called the model (``model(x)``)
 
 
 def output_tensors(output: Any) -> list[torch.Tensor]:
@@ -78,6 +79,11 @@ def replay_forwards(model: torch.nn.Module, forwards: list[Forward], rng: dict[s
                              "loss computation outside the model made it (the unchanged loop does not re-run "
                              "the loss function; hand the step to watch.step to find the op)"))
         torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
+
+
+# An op re-run by replay_forwards that has no user frame of its own (a torch layer called by the loop)
+# is charged to the line that called the model, not to the optimizer hook the replay runs in.
+stand_in(replay_forwards.__code__, lambda frame: getattr(frame.f_locals.get("f"), "call", None))
 
 
 class LoopCapture:
@@ -143,7 +149,8 @@ class LoopCapture:
             self.forwards = []
         elif self.dropped is None:
             host = self._host_rngs
-            forwards.append(Forward(args, kwargs, capture_rng(**host) if host is not None else capture_rng()))
+            forwards.append(Forward(args, kwargs, capture_rng(**host) if host is not None else capture_rng(),
+                                    call=user_line()))
 
     def _post(self, module: torch.nn.Module, args: Any, kwargs: Any, output: Any) -> None:
         if not self.enabled or not torch.is_grad_enabled() or not self.forwards or self.dropped is not None:
@@ -151,6 +158,8 @@ class LoopCapture:
         f = self.forwards[-1]
         if f.args is not args:
             return  # a nested call of the root module
+        if f.kwargs is None:  # captured from a global pre-hook, which torch gives no keyword arguments
+            f.kwargs = kwargs
         if self._host_rngs is None:  # the first forward shows which host RNGs the model draws from
             self._host_rngs = host_rngs_used(f.rng)
         tensors = output_tensors(output)

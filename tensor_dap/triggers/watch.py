@@ -152,7 +152,13 @@ class watch(Investigation):
                 self._hang.close()
             active.remove(self)
             atexit.unregister(self._at_exit)
-            self._aftermath.summary(self._watched)
+            self._aftermath.summary(max(self._watched, self._aftermath.count))  # a step that raised counts too
+
+    def begin_forward(self, module: torch.nn.Module, args: Any) -> None:
+        """Capture the model's forward already running (a watch attached from inside it: ``attach``);
+        its keyword arguments are taken when it returns."""
+        if self._loop is not None:
+            self._loop._pre(module, args, None)
 
     def _at_exit(self) -> None:
         self.close(flush=False)

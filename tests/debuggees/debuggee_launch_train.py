@@ -1,7 +1,7 @@
 """A plain training loop nobody changed for tensor_dap, for ``tensor-dap run`` tests.
 
-``python debuggee_launch_train.py MODE [--steps N]``: ``clean`` trains normally; ``nan`` feeds a
-NaN batch at step 3; ``loss`` multiplies the targets by 1000 at step 3 (the loss jumps);
+``python debuggee_launch_train.py MODE [--steps N] [--bug-step K]``: ``clean`` trains normally; ``nan`` feeds a
+NaN batch at step 3 (or K); ``loss`` multiplies the targets by 1000 at step 3 (the loss jumps);
 ``manual`` updates parameters by hand (no torch.optim) and gets a NaN batch at step 3;
 ``scaled`` runs the loss through a GradScaler (scale 1024) and jumps at 3.
 Prints ``STEP i loss`` per step and ``TRAINING-DONE`` at the end.
@@ -18,6 +18,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("mode", choices=["clean", "nan", "loss", "manual", "scaled"])
     parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--bug-step", type=int, default=3)
     args = parser.parse_args()
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
@@ -25,7 +26,7 @@ def main() -> int:
     scaler = torch.amp.GradScaler("cpu", init_scale=1024.0) if args.mode == "scaled" else None
     for step in range(args.steps):
         x, y = torch.randn(16, 4), torch.randn(16, 1)
-        if step == 3 and args.mode in ("nan", "manual"):
+        if step == args.bug_step and args.mode in ("nan", "manual"):
             x[0, 0] = float("nan")
         if step == 3 and args.mode in ("loss", "scaled"):
             y = y * 1000

@@ -76,6 +76,17 @@ def test_break_on_nan_stops_at_the_step_of_the_nan(tmp_path):
     assert "TRAINING-DONE" not in done.stdout
 
 
+def test_a_nan_in_the_very_first_step_is_localized_and_bundled(tmp_path):
+    """Optimizers are attached when they are created, so the model is watched from its first forward."""
+    done = _run([*TENSOR_DAP, "--break-on-nan", TRAIN, "nan", "--bug-step", "0"], tmp_path)
+    assert done.returncode == 1 and "STEP 0" not in done.stdout
+    assert "tensor_dap trigger · step 0 · non-finite input batch, first used by linear in 0" in done.stderr
+    assert "incident bundle: .tensor_dap/incidents/" in done.stderr and "cannot be re-run" not in done.stderr
+    # the op ran inside torch's Linear: it is charged to the line that called the model, not to optimizer.step()
+    assert re.search(r"op: linear at debuggee_launch_train.py:\d+  loss = nn.functional.mse_loss\(model\(x\), y\)",
+                     done.stderr)
+
+
 HEADLINE = re.compile(r"LossThresholdError: (tensor_dap trigger · step 3 · loss (\d+) is above 100)")
 
 
