@@ -24,7 +24,6 @@ replayable incident bundle. After reporting, the update goes ahead exactly as it
 from __future__ import annotations
 
 import atexit
-import sys
 from collections import deque
 from collections.abc import Collection
 from typing import Any, Callable
@@ -38,6 +37,7 @@ from .aftermath import Aftermath
 from .capture import Source, StepContext, Window, add_to_window, loss_of, open_window
 from .investigate import Investigation
 from .localize import Finding, StopRerun, nonfinite_gradients
+from .optimizer_call import MIN_SCALE, SCALER_PROBE_STEPS, closure_of, scaler_calling, stored_values
 from .loop import LoopCapture, replay_forwards
 from .report import Report
 from .sentinel import Sentinel, group
@@ -45,8 +45,6 @@ from .hang import watchdog
 from .stop import check_mode
 
 LOSS_HISTORY = 32  # losses kept for the report (0-dim tensors: read only when a report is made)
-MIN_SCALE = 1.0  # a GradScaler scale below this: gradients overflow even unscaled
-SCALER_PROBE_STEPS = 20  # optimizer steps during which watch looks for a GradScaler calling them
 
 
 class watch(Investigation):
@@ -259,13 +257,13 @@ class watch(Investigation):
             raise StopRerun()  # localization re-runs forward and backward, never the update
         if self.scaler is None and self._scaler_probes < SCALER_PROBE_STEPS:
             self._scaler_probes += 1
-            self.scaler = _scaler_calling(optimizer)
+            self.scaler = scaler_calling(optimizer)
         ctx = self._ctx
         if ctx is not None:
             ctx.checked = True
             ctx.optimizer = self._stepper = optimizer
             self._mode, self._param_store = "optimizer", None
-        closure = _closure(args, kwargs)
+        closure = closure_of(args, kwargs)
         if closure is not None:  # LBFGS & co: the gradients are computed inside step(), by the closure
             if self._loop is not None:
                 self._loop.enabled = False
@@ -310,7 +308,7 @@ class watch(Investigation):
 
     # ------------------------------------------------------------ checks
     def _check(self, index: int, ctx: StepContext | None) -> None:
-        grads = [[_stored(gr) for p in g if (gr := p.grad) is not None] for g in self._groups]
+        grads = [[stored_values(gr) for p in g if (gr := p.grad) is not None] for g in self._groups]
         self._guard(self._sentinel.observe, grads, index)
         if self._sentinel.due():
             self._guard(self._read_and_fire, index, ctx)
@@ -371,33 +369,4 @@ class watch(Investigation):
         self._latched = True
         self._aftermath.reported(index)
         self._finish(report, {**finding.culprit, "step": index}, Source(ctx, None, None) if ctx else None)
-
-
-def _closure(args: Any, kwargs: Any) -> Callable[[], Any] | None:
-    """The closure handed to ``optimizer.step(closure)`` (the hook's ``args`` start with the optimizer)."""
-    closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
-    return closure if callable(closure) else None
-
-
-def _stored(grad: torch.Tensor) -> torch.Tensor:
-    """A sparse gradient (``nn.Embedding(sparse=True)``) by its stored values: NaN there is NaN in the update."""
-    if grad.layout == torch.sparse_coo:
-        return grad._values()
-    if grad.layout != torch.strided:
-        return grad.values()
-    return grad
-
-
-def _scaler_calling(optimizer: Any) -> Any:
-    """The GradScaler whose ``step`` is calling ``optimizer.step`` right now, if any (a look up the stack)."""
-    frame = sys._getframe(2)
-    for _ in range(8):
-        if frame is None:
-            return None
-        if frame.f_code.co_name in ("_maybe_opt_step", "step"):
-            owner = frame.f_locals.get("self")
-            if owner is not None and type(owner).__name__ == "GradScaler" and hasattr(owner, "get_scale"):
-                return owner
-        frame = frame.f_back
-    return None
 

@@ -1,0 +1,42 @@
+"""What one ``optimizer.step`` call carries, read from inside its hooks: the closure (LBFGS & co), the
+GradScaler calling it (so ``watch`` finds the scaler by itself) and gradients by their stored values."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable
+
+import torch
+
+MIN_SCALE = 1.0  # a GradScaler scale below this: gradients overflow even unscaled
+SCALER_PROBE_STEPS = 20  # optimizer steps during which watch looks for a GradScaler calling them
+
+
+def closure_of(args: Any, kwargs: Any) -> Callable[[], Any] | None:
+    """The closure handed to ``optimizer.step(closure)`` (the hook's ``args`` start with the optimizer)."""
+    closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
+    return closure if callable(closure) else None
+
+
+def stored_values(grad: torch.Tensor) -> torch.Tensor:
+    """A sparse gradient (``nn.Embedding(sparse=True)``) by its stored values: NaN there is NaN in the update."""
+    if grad.layout == torch.sparse_coo:
+        return grad._values()
+    if grad.layout != torch.strided:
+        return grad.values()
+    return grad
+
+
+def scaler_calling(optimizer: Any) -> Any:
+    """The GradScaler whose ``step`` is calling ``optimizer.step`` right now, if any (a look up the stack)."""
+    frame = sys._getframe(2)  # past this function and watch's hook
+    for _ in range(8):
+        if frame is None:
+            return None
+        if frame.f_code.co_name in ("_maybe_opt_step", "step"):
+            owner = frame.f_locals.get("self")
+            if owner is not None and type(owner).__name__ == "GradScaler" and hasattr(owner, "get_scale"):
+                return owner
+        frame = frame.f_back
+    return None
+
