@@ -10,8 +10,9 @@ if [ ! -x "$PYTHON" ] && ! command -v "$PYTHON" >/dev/null; then
     echo "fixtures: no Python at $PYTHON (run 'make test' at the top level, or set PYTHON)" >&2
     exit 1
 fi
-stamp="$(cat "$HERE/test/fixtures/make_fixtures.py" "$HERE/test/fixtures/train_small.py" \
-    "$HERE/../tensor_dap/profiling/export.py" "$HERE/../tensor_dap/dap/inspector.py" | sha256sum | cut -c1-16)-$("$PYTHON" -c 'import sys; print(sys.version_info[:2])' | tr -dc 0-9)"
+# the whole package is hashed: a report's wording comes from triggers/, a summary line from summary/...
+stamp="$( (cat "$HERE/test/fixtures/make_fixtures.py" "$HERE/test/fixtures/train_small.py";
+    find "$HERE/../tensor_dap" -name '*.py' -print0 | LC_ALL=C sort -z | xargs -0 cat) | sha256sum | cut -c1-16)-$("$PYTHON" -c 'import sys; print(sys.version_info[:2])' | tr -dc 0-9)"
 if [ -f "$OUT/.stamp" ] && [ "$(cat "$OUT/.stamp")" = "$stamp" ]; then
     exit 0
 fi

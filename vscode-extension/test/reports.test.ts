@@ -16,14 +16,19 @@ test('incident: a real report written by tensor_dap.watch', () => {
     assert.equal(r.moduleType, 'Boom');
     assert.equal(where(r), 'forward of 1 (Boom)');
     assert.equal(r.loss, undefined);
-    assert.match(r.headline, /first non-finite value in the forward of 1/);
-    const output = r.tensors.find((t) => t.section === 'output')!;
+    assert.equal(r.headline, 'Inf born in div, in the forward of 1');
+    assert.equal(r.op, 'div');
+    assert.match(r.diagnosis.join(' '), /division by zero/);
+    const output = r.tensors.find((t) => t.section === 'op output')!;
     assert.equal(output.nonfinite, true);
-    assert.match(output.line, /^tensor\[3, 4\] .*NaN!/);
-    assert.ok(r.tensors.some((t) => t.section === 'inputs' && !t.nonfinite));
+    assert.match(output.line, /^tensor\[3, 4\] .*\+Inf!×\d+ -Inf!×\d+/);
+    const inputs = r.tensors.filter((t) => t.section === 'op inputs');
+    assert.deepEqual(inputs.map((t) => [t.name, t.nonfinite]), [['args[0]', false], ['args[1]', false]]);
+    assert.match(inputs[1].line, /all zeros/, 'the zero denominator is visible in the report');
     assert.ok(typeof r.created === 'number' && r.created > 1.5e9);
     assert.deepEqual(r.lossHistory, []);
-    assert.equal(r.source, undefined);
+    assert.ok(r.source && r.source.file.endsWith('make_fixtures.py'), 'the line that divided is named');
+    assert.match(r.source!.text, /x \/ torch\.zeros_like\(x\)/);
 });
 
 test('incident: the newer fields are read when present, bad ones ignored', () => {
