@@ -256,14 +256,16 @@ async function run(dialogs) {
 
     await step('the Incidents view lists the bundle and opens its report', async () => {
         await runCommand('Explorer: Focus on tensor_dap Incidents View');
-        const item = page.locator('.monaco-list-row', { hasText: 'first non-finite value in the forward of 1' }).first();
+        const item = page.locator('.monaco-list-row', { hasText: 'Inf born in div, in the forward of 1' }).first();
         await item.waitFor();
         await item.click();
         const view = webview();
-        await view.locator('h1', { hasText: 'first non-finite value in the forward of 1' }).waitFor();
+        await view.locator('h1', { hasText: 'Inf born in div, in the forward of 1' }).waitFor();
         await view.locator('table.facts td', { hasText: 'forward of 1 (Boom)' }).waitFor();
+        await view.locator('pre.code', { hasText: 'x / torch.zeros_like(x)' }).waitFor();  // the line that divided
+        await view.locator('li', { hasText: 'division by zero' }).waitFor();  // the diagnosis
         await view.locator('button', { hasText: 'Replay in Debugger' }).waitFor();
-        await view.locator('table.tensors tr.nonfinite', { hasText: 'NaN!' }).first().waitFor();
+        await view.locator('table.tensors tr.nonfinite', { hasText: 'Inf!' }).first().waitFor();
         await shot('incident');
         await closeEditors();
     });

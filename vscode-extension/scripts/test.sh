@@ -8,7 +8,8 @@ cd "$HERE"
 export PYTHON="${PYTHON:-$HERE/../.venv/bin/python}"
 started=$SECONDS
 scripts/deps.sh
-npx tsc -p . && npx tsc -p ui
+npx tsc -p .  # on separate lines: set -e ignores a failure on the left of &&
+npx tsc -p ui
 node build.mjs --tests
 scripts/fixtures.sh
 node --test --test-reporter=spec out/test/

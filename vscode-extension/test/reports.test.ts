@@ -28,7 +28,7 @@ test('incident: a real report written by tensor_dap.watch', () => {
     assert.ok(typeof r.created === 'number' && r.created > 1.5e9);
     assert.deepEqual(r.lossHistory, []);
     assert.ok(r.source && r.source.file.endsWith('make_fixtures.py'), 'the line that divided is named');
-    assert.match(r.source!.text, /x \/ torch\.zeros_like\(x\)/);
+    assert.match(r.source!.text ?? '', /x \/ torch\.zeros_like\(x\)/);
 });
 
 test('incident: the newer fields are read when present, bad ones ignored', () => {
