@@ -45,7 +45,7 @@ test-extension: $(STAMP)
 	PYTHON=$(abspath $(PY)) $(EXT)/scripts/test.sh
 
 screenshots: $(STAMP)
-	PYTHON=$(abspath $(PY)) $(EXT)/scripts/e2e.sh --screenshots $(EXT)/media/screenshots
+	PYTHON=$(abspath $(PY)) $(EXT)/scripts/e2e.sh --screenshots $(abspath $(EXT)/media/screenshots)
 
 bench-extension: $(STAMP)
 	PYTHON=$(abspath $(PY)) $(EXT)/scripts/bench.sh

@@ -64,7 +64,9 @@ function tensors(r: IncidentReport): HTMLElement {
 function lossChart(r: IncidentReport): HTMLElement {
     const points = r.lossHistory;
     if (!points.length) {
-        return h('p', { class: 'muted' }, 'This report has no loss history (newer tensor_dap versions record it).');
+        return h('p', { class: 'muted' }, (r.version ?? 1) >= 2
+            ? 'No loss was seen before this fired (the value went non-finite inside the first forward, or the step returns no loss).'
+            : 'This report has no loss history (tensor_dap records it since report version 2).');
     }
     const W = 560, H = 160, pad = 34;
     const finite = points.filter(([, l]) => Number.isFinite(l));
