@@ -166,10 +166,19 @@ class LoopCapture:
         f.grads = [None] * len(tensors)
         for i, t in enumerate(tensors):
             if t.requires_grad:
-                t.register_hook(partial(self._grad, f, i))
+                node = t.grad_fn
+                if node is None:  # a leaf returned as it is (a parameter): only a tensor hook sees its gradient
+                    t.register_hook(partial(self._grad, f, i))
+                else:  # the same gradient, seen by the node that made t: ~7 µs against ~40 for a tensor hook
+                    node.register_prehook(partial(self._node_grad, f, i, t.output_nr))
         loss = loss_in(tensors)
         if loss is not None:
             self.losses.append(loss)
+
+    def _node_grad(self, f: Forward, i: int, nr: int, grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
+        grad = grad_outputs[nr] if nr < len(grad_outputs) else None
+        if grad is not None:
+            self._grad(f, i, grad)
 
     def _grad(self, f: Forward, i: int, grad: torch.Tensor) -> None:
         f.grads[i] = grad

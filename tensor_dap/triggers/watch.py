@@ -308,7 +308,9 @@ class watch(Investigation):
 
     # ------------------------------------------------------------ checks
     def _check(self, index: int, ctx: StepContext | None) -> None:
-        grads = [[stored_values(gr) for p in g if (gr := p.grad) is not None] for g in self._groups]
+        strided = torch.strided
+        grads = [[gr if gr.layout is strided else stored_values(gr) for p in g if (gr := p.grad) is not None]
+                 for g in self._groups]
         self._guard(self._sentinel.observe, grads, index)
         if self._sentinel.due():
             self._guard(self._read_and_fire, index, ctx)
