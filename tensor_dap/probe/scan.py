@@ -8,6 +8,7 @@ is listed once, under the first name that reaches it.
 from __future__ import annotations
 
 import sys
+import time
 import types
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -21,6 +22,7 @@ from .display import MAX_DEPTH
 
 MAX_TENSORS = 500  # enough for any frame a person reads; a giant model is cut, and says so
 _COUNT_PAST_LIMIT = 10_000
+SEARCH_SECONDS = 3.0  # the nan command's patient budget, over all tensors; past it, the default one
 
 
 def _walk(name: str, value: Any, grads: bool, modules: bool) -> Iterator[tuple[str, Any]]:
@@ -159,11 +161,15 @@ def nonfinite_rows(found: list[tuple[str, Any]]) -> list[NonFiniteRow]:
 
     A tensor too large to count exactly within the summary's budget is ranked by the share its
     summary estimated from an even sample, so a huge embedding full of NaN still comes before a
-    single bad element elsewhere.
+    single bad element elsewhere. The user asked and waits, so each tensor's range pass may take up to
+    a second (a NaN in the middle of 1e8 values is found on a busy machine), for SEARCH_SECONDS in all.
     """
+    from ..summary import tensor as summaries  # read at call time: the default budget is configurable
+
+    patient, deadline = summaries.DEFAULT_BUDGET.patient(), time.perf_counter() + SEARCH_SECONDS
     rows = []
     for name, tensor in found:
-        s = describe(tensor, grad=False)
+        s = describe(tensor, grad=False, budget=patient if time.perf_counter() < deadline else None)
         if s.nonfinite:
             bad, fraction = _badness(s)
             rows.append(NonFiniteRow(name, s, bad, fraction, estimated=not s.counts_exact))

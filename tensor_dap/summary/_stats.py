@@ -16,11 +16,10 @@ right; views that overlap in memory from a sample, saying so. The device path is
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 import torch
 
@@ -187,7 +186,9 @@ class _Scan:
     moment_read: int = 0  # elements read by moment chunks (an even spread)
     moment_counts: List[int] = field(default_factory=lambda: [0, 0, 0])
 
-    def chunk(self, c: torch.Tensor, moment: bool) -> None:
+    def chunk(self, c: torch.Tensor, moment: bool, ranged: bool = True) -> None:
+        """Read one chunk: its range and NaN/Inf counts, and its moments when ``moment``; ``ranged=False``
+        for a chunk whose range the pass has already read (moments only, nothing counted twice)."""
         v = self.ws.values(c, range_only=not moment)
         lo, hi = (float(t) for t in torch.aminmax(v))
         counts = (0, 0, 0)
@@ -197,9 +198,10 @@ class _Scan:
             if moment and math.isfinite(lo):  # NaN/Inf become the mid-range, then are taken back out
                 fill = (sum(counts), (lo + hi) / 2)
                 v = torch.nan_to_num(v, nan=fill[1], posinf=fill[1], neginf=fill[1], out=self.ws.buffer(v))
-        self.lo, self.hi = min(self.lo, lo), max(self.hi, hi)
-        self.read += c.numel()
-        self.counts = [a + b for a, b in zip(self.counts, counts)]
+        if ranged:
+            self.lo, self.hi = min(self.lo, lo), max(self.hi, hi)
+            self.read += c.numel()
+            self.counts = [a + b for a, b in zip(self.counts, counts)]
         if moment:
             self.moment_read += c.numel()
             self.moment_counts = [a + b for a, b in zip(self.moment_counts, counts)]
@@ -207,10 +209,36 @@ class _Scan:
                 self.rows.append(self.ws.moments(v, lo, hi, fill))
 
 
+FIRST_SAMPLE = 4  # moment chunks read before the range pass: μ≈ σ≈ from a few spread places, then every element
+
+
+def _schedule(n: int, taken: List[int], sampled: bool, scan_all: bool
+              ) -> Iterator[Tuple[int, bool, bool]]:
+    """(chunk, moment, ranged) in reading order.
+
+    Exact: every chunk once, with moments. Sampled: a few spread moment chunks first, then the range of
+    every other chunk, then the rest of the moment sample (moments only, its range already read), so a
+    pass cut short by the time cap has spent its time on the range and NaN/Inf presence of as much of
+    the tensor as it could, not on a finer mean.
+    """
+    order = [taken[j] for j in spread(len(taken))]
+    if not sampled:
+        yield from ((i, True, True) for i in order)
+        return
+    first, later = order[:FIRST_SAMPLE], order[FIRST_SAMPLE:]
+    yield from ((i, True, True) for i in first)
+    if not scan_all:  # no range pass: the sample is all the range there is
+        yield from ((i, True, True) for i in later)
+        return
+    done = set(first)
+    yield from ((i, False, True) for i in range(n) if i not in done)
+    yield from ((i, True, False) for i in later)
+
+
 def _passes(x: torch.Tensor, budget: Budget, deadline: Optional[float], moments: bool = True,
             reorder: bool = True) -> Tuple[_Scan, bool]:
-    """Moment chunks spread over ``x`` (all of them within the exact budget), then a range-only scan of
-    the rest within the scan budget. Returns the scan and whether the moments are a sample."""
+    """Moment chunks spread over ``x`` (all of them within the exact budget) and a range-only scan of
+    the rest within the scan budget (see ``_schedule``). Returns the scan and whether the moments are a sample."""
     numel = x.numel()
     exact, scan_cap = budget.exact_elements, budget.scan_elements
     sampled = not moments or (exact is not None and numel > exact)
@@ -220,17 +248,16 @@ def _passes(x: torch.Tensor, budget: Budget, deadline: Optional[float], moments:
     chunks = Chunks(x, size, reorder)
     n = len(chunks)
     every = max(1, math.ceil(numel / exact)) if sampled and moments else 1
-    taken = range(0, n, every) if moments else range(0)
+    taken = list(range(0, n, every)) if moments else []
     scan_all = not sampled or scan_cap is None or numel <= scan_cap
     scan = _Scan(_Workspace(work_dtype(x.dtype), budget.chunk_elements))
     if n == 1:  # most tensors: one chunk, no schedule to make
         scan.chunk(chunks[0], moments)
         return scan, not moments
-    rest = (i for i in range(n) if not moments or i % every) if scan_all else iter(())
-    for i, moment in itertools.chain(((taken[j], True) for j in spread(len(taken))), ((i, False) for i in rest)):
+    for i, moment, ranged in _schedule(n, taken, sampled, scan_all):
         if deadline is not None and scan.read and time.perf_counter() > deadline:
             return scan, True
-        scan.chunk(chunks[i], moment)
+        scan.chunk(chunks[i], moment, ranged)
     return scan, sampled
 
 

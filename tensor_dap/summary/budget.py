@@ -46,6 +46,12 @@ class Budget:
     def exact(cls) -> "Budget":
         return cls(exact_elements=None, scan_elements=None, max_ms=None)
 
+    def patient(self, max_ms: float = 1000.0) -> "Budget":
+        """This budget with a longer time cap, for a command the user asked for and waits on (pdb ``nan``):
+        the element budgets still bound the work, but a busy machine no longer cuts the range pass short."""
+        return Budget(self.exact_elements, self.scan_elements, self.chunk_elements,
+                      None if self.max_ms is None else max(self.max_ms, max_ms))
+
     @classmethod
     def from_env(cls) -> "Budget":
         """The default budget, overridable with TENSOR_DAP_EXACT_ELEMENTS / TENSOR_DAP_SCAN_ELEMENTS."""

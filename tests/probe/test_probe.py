@@ -264,3 +264,19 @@ def test_mem_counts_what_a_broadcast_view_holds():
     largest = dict((name, size) for name, size, _, _ in memory_report([("mask", mask), ("x", torch.randn(100_000))])
                    .largest)
     assert largest == {"x": 400_000, "mask": 262_144}  # its 256 KiB of storage, not 8 GiB
+
+
+def test_nan_command_reads_past_the_time_cap_of_a_summary(monkeypatch):
+    """The summary line may stop at its time cap; `nan`, which the user asked for, reads every element's range."""
+    from tensor_dap.summary import Budget
+
+    summary = sys.modules["tensor_dap.summary.tensor"]
+    cut_short = Budget(exact_elements=2**16, scan_elements=2**24, chunk_elements=2**14, max_ms=0.001)
+    monkeypatch.setattr(summary, "DEFAULT_BUDGET", cut_short)
+    x = torch.randn(2**22)
+    x[3 * 2**20 + 5] = float("nan")
+    from tensor_dap import describe
+
+    assert not describe(x).has_nan  # the default budget stops long before it
+    rows = nonfinite_rows([("x", x)])
+    assert [r.name for r in rows] == ["x"] and rows[0].summary.range_exact and rows[0].bad == 1

@@ -150,3 +150,35 @@ def test_device_path_reduces_views_the_same_way():
     assert stats.sampled and not stats.counts_exact and stats.count <= 10_000
     stats, _ = packed_stats(torch.full((5,), float("nan")), EXACT)
     assert stats.count == 0 and stats.mean is None and stats.nan == 5
+
+
+def test_a_sampled_pass_reads_every_range_before_refining_the_mean():
+    """A pass cut short by the time cap must have spent it on the range and NaN/Inf presence: after a few
+    spread moment chunks, every chunk's range comes before the rest of the moment sample."""
+    from tensor_dap.summary._stats import FIRST_SAMPLE, _schedule
+
+    n, taken = 96, list(range(0, 96, 6))
+    order = list(_schedule(n, taken, sampled=True, scan_all=True))
+    ranged = [i for i, _, r in order if r]
+    assert sorted(ranged) == list(range(n))  # every chunk's range read exactly once
+    assert sorted(i for i, m, _ in order if m) == taken  # the whole moment sample, once each
+    first = order[:FIRST_SAMPLE]
+    assert all(m and r for _, m, r in first) and len({i // 24 for i, _, _ in first}) == 4  # spread, not the start
+    last_ranged = max(k for k, (_, _, r) in enumerate(order) if r)
+    assert all(m and not r for _, m, r in order[last_ranged + 1:])  # afterwards: moments alone
+    # past the scan budget there is no range pass: the moment sample carries the range too
+    no_scan = list(_schedule(n, taken, sampled=True, scan_all=False))
+    assert sorted(i for i, _, _ in no_scan) == taken and all(m and r for _, m, r in no_scan)
+    # exact: every chunk once, with its moments
+    assert sorted(i for i, m, r in _schedule(8, list(range(8)), sampled=False, scan_all=True) if m and r) == \
+        list(range(8))
+
+
+def test_a_nan_past_the_moment_sample_is_found_and_counted():
+    torch.manual_seed(0)
+    x = torch.randn(2**22 + 12345)
+    x[2**21 + 77] = float("nan")  # not in the first spread moment chunks
+    s = describe(x, budget=Budget(exact_elements=2**18, scan_elements=2**24, chunk_elements=2**16, max_ms=None))
+    assert s.has_nan and s.nan == 1 and s.range_exact and s.sampled
+    finite = x[~torch.isnan(x)]
+    assert (s.min, s.max) == (float(finite.min()), float(finite.max()))
