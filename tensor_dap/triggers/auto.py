@@ -8,9 +8,8 @@ Written against the public ``watch`` and ``break_if``; what it adds is *finding*
   ``attach`` (the one way to find a model from its optimizer) picks it among them and attaches
   ``watch`` before the update of that first step. The forward hook is then removed, so later
   steps pay only for ``watch``.
-- The loss: the scalar tensor ``.backward()`` is called on (``torch.autograd.backward`` is
-  wrapped; ``Tensor.backward`` goes through it). A GradScaler's scaled loss is traced back to
-  the loss it scaled, so thresholds compare the real value.
+- The loss: the scalar tensor ``.backward()`` is called on (``loss_tap``); a GradScaler's scaled
+  loss is traced back to the loss it scaled, so thresholds compare the real value.
 
 Until a watch is attached the loss is checked for NaN/Inf at each ``.backward()``; where a
 watch cannot apply (no ``torch.optim`` optimizer, a custom update loop, parameters no called
@@ -23,12 +22,13 @@ import functools
 import logging
 import weakref
 from collections.abc import Collection
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
 from ..console import note
 from .break_if import break_if
+from .loss_tap import listen
 
 log = logging.getLogger("tensor_dap.triggers")
 
@@ -45,10 +45,10 @@ class AutoTriggers:
         self._seen: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
         self._optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
         self._unwatched: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()  # its model never ran
-        self._scaled: dict[int, tuple[weakref.ref, weakref.ref]] = {}
         self._loss_nan = False  # checking the loss for NaN at .backward(): watch could not apply
         self._handles: list[Any] = []
         self._restore: list[tuple[Any, str, Any]] = []
+        self._untap: Optional[Callable[[], None]] = None
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
         self._handles.append(register_optimizer_step_post_hook(self._after_step))
@@ -72,6 +72,9 @@ class AutoTriggers:
             h.remove()
         self._handles.clear()
         self._stop_noting()
+        if self._untap is not None:
+            self._untap()
+            self._untap = None
         for owner, name, original in reversed(self._restore):
             setattr(owner, name, original)
         self._restore.clear()
@@ -203,50 +206,15 @@ class AutoTriggers:
 
     # ------------------------------------------------------------ the loss
     def _read_losses(self) -> None:
-        """Wrap ``torch.autograd.backward`` (and GradScaler.scale, to see through loss scaling), once."""
-        if any(name == "backward" for _, name, _ in self._restore):
-            return
-        import torch.autograd
+        """Check each loss handed to ``backward()`` (``loss_tap``: through GradScaler's scaling too), once."""
+        if self._untap is None:
+            self._untap = listen(self._check_loss)
 
-        original = torch.autograd.backward
-
-        @functools.wraps(original)
-        def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
-            self._check_loss(tensors, args, kwargs)
-            return original(tensors, *args, **kwargs)
-
-        self._restore.append((torch.autograd, "backward", original))
-        torch.autograd.backward = backward
-        scaler = getattr(getattr(torch, "amp", None), "GradScaler", None)
-        if scaler is not None:
-            scale = scaler.scale
-
-            @functools.wraps(scale)
-            def traced_scale(scaler_self: Any, outputs: Any) -> Any:
-                scaled = scale(scaler_self, outputs)
-                self._remember_scaled(scaled, outputs)
-                return scaled
-
-            self._restore.append((scaler, "scale", scale))
-            scaler.scale = traced_scale
-
-    def _remember_scaled(self, scaled: Any, loss: Any) -> None:
-        if isinstance(scaled, torch.Tensor) and isinstance(loss, torch.Tensor) and scaled is not loss:
-            self._scaled = {k: v for k, v in self._scaled.items() if v[0]() is not None}  # drop the dead
-            self._scaled[id(scaled)] = (weakref.ref(scaled), weakref.ref(loss))
-
-    def _check_loss(self, tensors: Any, args: tuple, kwargs: dict) -> None:
-        loss = tensors[0] if isinstance(tensors, (list, tuple)) and len(tensors) == 1 else tensors
-        explicit_grad = (args and args[0] is not None) or kwargs.get("grad_tensors") is not None
-        if not isinstance(loss, torch.Tensor) or explicit_grad or loss.numel() != 1:
-            return  # not a loss: a vector-Jacobian product, or several roots at once
+    def _check_loss(self, loss: torch.Tensor) -> None:
         self.backwards += 1
         nan = self._loss_nan or not self.watches  # once a watch runs, NaN is its job (one report, not two)
         if self.loss_above is None and not nan:
             return  # nothing to compare: no host read of the loss
-        pair = self._scaled.get(id(loss))
-        if pair is not None and pair[0]() is loss and pair[1]() is not None:
-            loss = pair[1]()
         try:
             step = self.steps if self.steps else self.backwards - 1
             break_if(loss, above=self.loss_above, nan=nan, step=step, on=self.on, ranks=self.ranks)
@@ -258,8 +226,6 @@ class AutoTriggers:
             if isinstance(exc, (TriggerError, bdb.BdbQuit)):
                 raise
             log.warning("tensor_dap: loss check skipped (%s: %s)", type(exc).__name__, exc)
-
-
 
 
 def _quietly(fn: Any) -> None:

@@ -37,6 +37,7 @@ from .aftermath import Aftermath
 from .capture import Source, StepContext, Window, add_to_window, loss_of, open_window
 from .investigate import Investigation
 from .localize import Finding, StopRerun, nonfinite_gradients
+from .loss_tap import listen
 from .optimizer_call import MIN_SCALE, SCALER_PROBE_STEPS, closure_of, scaler_calling, stored_values
 from .loop import LoopCapture, replay_forwards
 from .report import Report
@@ -105,6 +106,8 @@ class watch(Investigation):
         self._param_store: list[torch.Tensor] | None = None
         self._last_loss: tuple[int, torch.Tensor | None] = (-1, None)
         self._loop = LoopCapture(self._inner, self._buffers, self._params, self._loop_unstepped) if rerun else None
+        self._tapped: deque[torch.Tensor] = deque(maxlen=LOSS_HISTORY)  # losses given to backward() this step
+        self._untap = listen(self._backward_loss)
         self._hang = watchdog(hang_after) if hang_after is not None else None
         self._handles: list[Any] = []
         if optimizer is not None:
@@ -144,6 +147,7 @@ class watch(Investigation):
             for h in self._handles:
                 h.remove()
             self._handles.clear()
+            self._untap()
             if self._loop is not None:
                 self._loop.remove()
             if self._hang is not None:
@@ -268,7 +272,7 @@ class watch(Investigation):
             if self._loop is not None:
                 self._loop.enabled = False
             return self._checked_closure(optimizer, closure, args, kwargs, ctx)
-        if ctx is None and self._loop is not None:
+        if ctx is None:
             self._take_loop_losses()
         self._check(ctx.index if ctx else self.step_count, ctx)
         return None
@@ -315,15 +319,27 @@ class watch(Investigation):
         if self._sentinel.due():
             self._guard(self._read_and_fire, index, ctx)
 
+    def _backward_loss(self, loss: torch.Tensor) -> None:
+        """A loss handed to ``backward()`` outside ``w.step``: the unchanged loop's loss, for the reports."""
+        if self._ctx is None and not self._rerunning and not self._replaying:
+            self._tapped.append(loss.detach())
+
     def _take_loop_losses(self) -> None:
-        """Losses the model returned in this step (a loss computed inside forward): into the history and sentinel."""
-        loop = self._loop
-        if loop is None or not loop.losses:
-            return
-        self._history.extend(loop.losses)
-        self._last_loss = (self.step_count, loop.losses[-1])
-        self._guard(self._sentinel.observe_value, loop.losses[-1], self.step_count)
-        loop.losses = []
+        """The unchanged loop's step loss into the history: the losses the model returned (also watched by the
+        sentinel), else the sum of the losses given to ``backward()`` in this step (accumulated micro-batches
+        add up, as their gradients do). Kept as tensors: read only when a report is made."""
+        loop, tapped = self._loop, self._tapped
+        if loop is not None and loop.losses:
+            self._history.extend(loop.losses)
+            self._last_loss = (self.step_count, loop.losses[-1])
+            self._guard(self._sentinel.observe_value, loop.losses[-1], self.step_count)
+            loop.losses = []
+        elif tapped:
+            loss = tapped[0] if len(tapped) == 1 else self._guard(lambda: torch.stack(list(tapped)).sum())
+            if loss is not None:
+                self._history.append(loss)
+                self._last_loss = (self.step_count, loss)
+        tapped.clear()
 
     def _loop_context(self, optimizer: Any = None) -> StepContext | None:
         """The unchanged loop's step as a context to re-run (its forwards and backwards, replayed), if it can be."""

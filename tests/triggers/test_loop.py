@@ -308,3 +308,55 @@ def test_attach_finds_the_model_from_the_optimizer_and_localizes():
     report = info.value.report
     assert (report.step, report.module, report.op) == (origins.BUG_STEP, "norm", "div")
     assert not model._forward_pre_hooks and not model._forward_hooks  # close() took every hook away
+
+
+# ------------------------------------------------------------------ the loss of a loop whose loss is outside the model
+
+def test_unchanged_loop_reports_carry_the_loss_given_to_backward_and_its_history():
+    """The usual loop computes its loss outside the model: the report still has its value and history
+    (with accumulation, the sum of the micro-batch losses handed to backward, as their gradients sum)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    x, y = torch.randn(8, 6), torch.randn(8, 1)
+    seen = []
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False):
+        for step in range(6):
+            total = 0.0
+            for k in range(MICRO):
+                xb = x.clone()
+                if step == 4 and k == 2:
+                    xb[0, 0] = float("nan")  # a NaN in one micro-batch of step 4
+                loss = F.mse_loss(model(xb), y) / MICRO
+                loss.backward()
+                total += loss.item()
+            seen.append(total)
+            optimizer.step()
+            optimizer.zero_grad()
+    report = info.value.report
+    assert report.step == 4
+    assert math.isnan(report.loss)  # the step's loss: the NaN micro-batch is in its sum
+    history = report.loss_history
+    assert len(history) == 5 and math.isnan(history[-1])
+    assert history[:-1] == pytest.approx(seen[:4], rel=1e-6)
+
+
+def test_the_loss_tap_sees_through_loss_scaling_and_skips_what_is_not_a_loss():
+    from tensor_dap.triggers.loss_tap import listen
+
+    model = nn.Linear(4, 1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    x = torch.randn(8, 4)
+    got = []
+    stop = listen(got.append)
+    try:
+        loss = model(x).pow(2).mean()
+        scaler.scale(loss).backward()  # the scaled loss is traced back to the loss it scaled
+        model(x).backward(torch.ones(8, 1))  # a vector-Jacobian product: not a loss
+        (model(x).sum() * 2).backward()
+    finally:
+        stop()
+    assert got[0] is loss and len(got) == 2 and got[1].item() == pytest.approx(2 * model(x).sum().item())
+    # the last listener gone, torch is as it was
+    assert not hasattr(torch.autograd.backward, "__wrapped__")
+    assert not hasattr(torch.amp.GradScaler.scale, "__wrapped__")

@@ -1,0 +1,97 @@
+"""The loss a program hands to ``backward()``, for whoever listens: ``tensor-dap run``'s loss checks and
+the reports of ``watch`` on an unchanged loop (whose loss is computed outside the model).
+
+While anyone listens, ``torch.autograd.backward`` is wrapped (``Tensor.backward`` goes through it)
+and so is ``GradScaler.scale``, so a scaled loss is traced back to the loss it scaled. A listener gets
+the scalar tensor itself: nothing is read to the host here. Vector-Jacobian products (an explicit
+gradient) and several roots at once are not losses and are not passed on.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from typing import Any, Callable
+
+import torch
+
+Listener = Callable[[torch.Tensor], None]
+
+_listeners: list[Listener] = []
+_restore: list[tuple[Any, str, Any]] = []
+_scaled: dict[int, tuple[weakref.ref, weakref.ref]] = {}  # id(scaled loss) -> (scaled, loss)
+
+
+def listen(fn: Listener) -> Callable[[], None]:
+    """Call ``fn(loss)`` at every ``backward()`` on a loss, until the returned function is called.
+
+    ``fn`` may raise on purpose (a trigger stopping the run); the wrapper passes that on.
+    """
+    if not _listeners:
+        _install()
+    _listeners.append(fn)
+
+    def stop() -> None:
+        for i, other in enumerate(_listeners):
+            if other is fn:
+                del _listeners[i]
+                break
+        if not _listeners:
+            _uninstall()
+
+    return stop
+
+
+def _install() -> None:
+    import torch.autograd
+
+    original = torch.autograd.backward
+
+    @functools.wraps(original)
+    def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+        loss = _loss_of(tensors, args, kwargs)
+        if loss is not None:
+            for fn in list(_listeners):
+                fn(loss)
+        return original(tensors, *args, **kwargs)
+
+    _restore.append((torch.autograd, "backward", original))
+    torch.autograd.backward = backward
+    scaler = getattr(getattr(torch, "amp", None), "GradScaler", None)
+    if scaler is not None:
+        scale = scaler.scale
+
+        @functools.wraps(scale)
+        def traced_scale(scaler_self: Any, outputs: Any) -> Any:
+            scaled = scale(scaler_self, outputs)
+            _remember_scaled(scaled, outputs)
+            return scaled
+
+        _restore.append((scaler, "scale", scale))
+        scaler.scale = traced_scale
+
+
+def _uninstall() -> None:
+    for owner, name, original in reversed(_restore):
+        setattr(owner, name, original)
+    _restore.clear()
+    _scaled.clear()
+
+
+def _remember_scaled(scaled: Any, loss: Any) -> None:
+    if isinstance(scaled, torch.Tensor) and isinstance(loss, torch.Tensor) and scaled is not loss:
+        for key in [k for k, v in _scaled.items() if v[0]() is None]:  # drop the dead
+            del _scaled[key]
+        _scaled[id(scaled)] = (weakref.ref(scaled), weakref.ref(loss))
+
+
+def _loss_of(tensors: Any, args: tuple, kwargs: dict) -> torch.Tensor | None:
+    """The loss ``backward`` was called on, unscaled; None for anything that is not one loss."""
+    loss = tensors[0] if isinstance(tensors, (list, tuple)) and len(tensors) == 1 else tensors
+    explicit_grad = (args and args[0] is not None) or kwargs.get("grad_tensors") is not None
+    if not isinstance(loss, torch.Tensor) or explicit_grad or loss.numel() != 1:
+        return None
+    pair = _scaled.get(id(loss))
+    if pair is not None and pair[0]() is loss and pair[1]() is not None:
+        return pair[1]()
+    return loss
