@@ -40,6 +40,7 @@ class Forward:
     grads: list[torch.Tensor | None] = field(default_factory=list)  # by output tensor, in walk order
     line: SourceLine | None = None  # the user's line running when the output gradient arrived (backward())
     call: SourceLine | None = None  # the user's line that called the model (``model(x)``)
+    loss: torch.Tensor | None = None  # the loss handed to backward() after this forward (``loss_tap``)
 
 
 def output_tensors(output: Any) -> list[torch.Tensor]:
@@ -70,6 +71,11 @@ def replay_forwards(model: torch.nn.Module, forwards: list[Forward], rng: dict[s
         restore_rng({**(rng or {}), **f.rng})
         out = model(*f.args, **f.kwargs)
         pairs = [(t, g) for t, g in zip(output_tensors(out), f.grads) if g is not None and t.requires_grad]
+        if f.loss is not None and (k := kind_of(f.loss)) is not None:  # the model's outputs came out finite
+            raise Born(Birth("loss", None, k, line=f.line or f.call, inputs=[("loss", f.loss)], output=f.loss,
+                             note="the loss handed to backward() is non-finite while the model's outputs are "
+                             "finite: the loss computation outside the model made it (the unchanged loop does "
+                             "not re-run the loss function; hand the step to watch.step to find the op)"))
         if not pairs:
             continue
         bad = next(((t, g, k) for t, g in pairs if (k := kind_of(g)) is not None), None)
@@ -123,6 +129,11 @@ class LoopCapture:
     @property
     def replayable(self) -> bool:
         return bool(self.forwards) and self.dropped is None
+
+    def backward_called(self, loss: torch.Tensor) -> None:
+        """A loss was handed to backward(): it is computed from the latest forward's outputs."""
+        if self.enabled and self.forwards and self.forwards[-1].loss is None:
+            self.forwards[-1].loss = loss
 
     def stepped(self) -> None:
         """The optimizer updated: the next forward starts a new step."""

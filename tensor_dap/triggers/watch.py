@@ -323,6 +323,8 @@ class watch(Investigation):
         """A loss handed to ``backward()`` outside ``w.step``: the unchanged loop's loss, for the reports."""
         if self._ctx is None and not self._rerunning and not self._replaying:
             self._tapped.append(loss.detach())
+            if self._loop is not None:
+                self._loop.backward_called(self._tapped[-1])
 
     def _take_loop_losses(self) -> None:
         """The unchanged loop's step loss into the history: the losses the model returned (also watched by the

@@ -7,6 +7,7 @@ the exact ``w.step`` mode and, for bugs inside the model, in the unchanged-loop 
 
 from __future__ import annotations
 
+import math
 import os
 
 import origins
@@ -59,6 +60,19 @@ def test_unchanged_loop_names_the_same_place_as_w_step(bug):
     report = run(bug, loop=True)
     assert_names_the_birthplace(report, bug)
     assert report.step == origins.BUG_STEP
+
+
+@pytest.mark.parametrize("bug", [b for b in origins.BUGS if b not in IN_MODEL])
+def test_unchanged_loop_blames_the_loss_outside_the_model_at_its_backward_line(bug):
+    """The loss function is not re-run in the unchanged loop: a NaN/Inf born there (log(0), a diverged
+    MSE whose gradient is still finite) is the loss phase, at the backward() line, never a module."""
+    exact, report = run(bug), run(bug, loop=True)
+    assert (report.module, report.phase, report.step) == (None, "loss", exact.step)
+    with open(origins.__file__, encoding="utf-8") as f:
+        text = f.read().splitlines()[report.source["line"] - 1]
+    assert ".backward()" in text and os.path.samefile(report.source["file"], origins.__file__)
+    assert report.loss is not None and not math.isfinite(report.loss)  # the loss handed to backward()
+    assert len(report.loss_history) == report.step + 1
 
 
 def test_the_masked_softmax_is_blamed_not_the_dropout_that_saw_it_first():
