@@ -108,7 +108,7 @@ def check_options(args: argparse.Namespace) -> Optional[str]:
 
     address = listen.parse_address(args.listen)
     listen.parse_ranks(args.ranks)
-    return listen.check_host(address.host, args.allow_remote)
+    return listen.check_host(address.host, args.allow_remote, port=address.port)
 
 
 def start_listening(args: argparse.Namespace) -> Optional[frozenset]:

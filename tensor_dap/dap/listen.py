@@ -63,19 +63,20 @@ def loopback(host: str) -> bool:
     return bool(addresses) and all(ipaddress.ip_address(a).is_loopback for a in addresses)
 
 
-def check_host(host: str, allow_remote: bool) -> Optional[str]:
-    """Refuse a non-loopback bind without ``--allow-remote``; with it, the warning to print."""
+def check_host(host: str, allow_remote: bool, *, port: int) -> Optional[str]:
+    """Refuse a non-loopback bind without ``--allow-remote``; with it, the warning to print.
+    ``port`` is the one the user asked for: the alternatives the messages suggest use it."""
     local = loopback(host)
     if local and allow_remote:
         raise UsageError(f"--allow-remote with the loopback host {host}: name the address to listen on "
-                         f"(e.g. --listen 0.0.0.0:{DEFAULT_PORT}), or drop --allow-remote")
+                         f"(e.g. --listen 0.0.0.0:{port}), or drop --allow-remote")
     if local:
         return None
     if not allow_remote:
+        tunnel = tunnel_command([port]) if port else f"{tunnel_command(['PORT'])}, with the PORT it prints"
         raise UsageError(f"refusing to listen on {host}: debugpy has no authentication and anyone who reaches "
-                         "the port can run code as you; listen on 127.0.0.1 and use an SSH tunnel "
-                         f"(ssh -N -L {DEFAULT_PORT}:127.0.0.1:{DEFAULT_PORT} you@this-host), or pass "
-                         "--allow-remote if this network is trusted")
+                         f"the port can run code as you; listen on 127.0.0.1 (--listen {port}) and use an SSH "
+                         f"tunnel ({tunnel}), or pass --allow-remote if this network is trusted")
     return (f"warning: debugpy listens on {host} without authentication: anyone who can reach this port can "
             "run code as you (an SSH tunnel to 127.0.0.1 is the safe way)")
 
@@ -143,7 +144,7 @@ def attach_configuration(port: int, remote_root: str) -> dict[str, Any]:
             "justMyCode": False}
 
 
-def tunnel_command(ports: Collection[int], host: str = "") -> str:
+def tunnel_command(ports: Collection[int | str], host: str = "") -> str:
     """``ssh -N -L P:127.0.0.1:P ... user@host``: run on the laptop, then attach VS Code to 127.0.0.1:P."""
     forwards = " ".join(f"-L {p}:127.0.0.1:{p}" for p in sorted(ports))
     return f"ssh -N {forwards} {getpass.getuser()}@{host or socket.gethostname()}"

@@ -35,16 +35,28 @@ def test_parse_address_errors(text, message):
 
 
 def test_loopback_hosts_need_nothing_and_others_need_allow_remote():
-    assert listen.check_host("127.0.0.1", allow_remote=False) is None
-    assert listen.check_host("localhost", allow_remote=False) is None
+    assert listen.check_host("127.0.0.1", allow_remote=False, port=5678) is None
+    assert listen.check_host("localhost", allow_remote=False, port=5678) is None
     with pytest.raises(UsageError, match="ssh -N -L 5678:127.0.0.1:5678") as info:
-        listen.check_host("0.0.0.0", allow_remote=False)
+        listen.check_host("0.0.0.0", allow_remote=False, port=5678)
     assert "no authentication" in str(info.value)
-    assert "without authentication" in listen.check_host("0.0.0.0", allow_remote=True)
+    assert "without authentication" in listen.check_host("0.0.0.0", allow_remote=True, port=5678)
     with pytest.raises(UsageError, match="loopback host"):
-        listen.check_host("127.0.0.1", allow_remote=True)
+        listen.check_host("127.0.0.1", allow_remote=True, port=5678)
     with pytest.raises(UsageError, match="bad host"):
-        listen.check_host("no-such-host.invalid", allow_remote=True)
+        listen.check_host("no-such-host.invalid", allow_remote=True, port=5678)
+
+
+def test_the_alternatives_suggested_use_the_port_asked_for():
+    with pytest.raises(UsageError) as info:
+        listen.check_host("0.0.0.0", allow_remote=False, port=9000)
+    assert "--listen 9000" in str(info.value) and "ssh -N -L 9000:127.0.0.1:9000 " in str(info.value)
+    assert "5678" not in str(info.value)
+    with pytest.raises(UsageError, match="-L PORT:127.0.0.1:PORT .*with the PORT it prints"):
+        listen.check_host("0.0.0.0", allow_remote=False, port=0)  # the free port is not known yet
+    with pytest.raises(UsageError, match=r"--listen 0\.0\.0\.0:9000\)") as info:
+        listen.check_host("127.0.0.1", allow_remote=True, port=9000)
+    assert "5678" not in str(info.value)
 
 
 def test_ranks_and_ports():
