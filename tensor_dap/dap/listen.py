@@ -81,6 +81,20 @@ def check_host(host: str, allow_remote: bool, *, port: int) -> Optional[str]:
             "run code as you (an SSH tunnel to 127.0.0.1 is the safe way)")
 
 
+def check_bindable(host: str, port: int) -> None:
+    """Fail now, in one line, if debugpy could not listen on ``host:port`` (not an address of this machine,
+    port in use), so that a mistake is reported before anything else is printed or started."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        family, kind, proto, _, where = infos[0]
+        with socket.socket(family, kind, proto) as probe:
+            if os.name != "nt":  # as a listening server does: a port in TIME_WAIT is free, a listening one is not
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(where)
+    except OSError as exc:
+        raise UsageError(_listen_error(host, port, exc)) from None
+
+
 def parse_ranks(text: str) -> Optional[frozenset[int]]:
     """``all`` (None) or a comma list of global ranks such as ``0,2``."""
     if text.strip() == "all":

@@ -137,6 +137,10 @@ def _busy_port():
     (["--listen", "0.0.0.0:9000"], "listen on 127.0.0.1 (--listen 9000) and use an SSH tunnel (ssh -N -L "
                                    "9000:127.0.0.1:9000 "),
     (["--listen", "127.0.0.1:9000", "--allow-remote"], "(e.g. --listen 0.0.0.0:9000)"),
+    # with --allow-remote, an address this machine does not have is refused before the warning is printed
+    (["--listen", "192.0.2.1:0", "--allow-remote"], "--listen: bad host 192.0.2.1: it is not an address of this "
+                                                    "machine"),
+    (["--listen", "0.0.0.0:BUSY", "--allow-remote"], "--listen: port BUSY on 0.0.0.0 is in use"),
 ])
 def test_a_refused_listen_is_the_only_line_printed(tmp_path, argv, message):
     (tmp_path / "prog.py").write_text("print('the program must not run')\n")
@@ -148,3 +152,14 @@ def test_a_refused_listen_is_the_only_line_printed(tmp_path, argv, message):
     assert done.returncode == 2 and done.stdout == "", done
     assert done.stderr.startswith("tensor-dap: error: ") and done.stderr.count("\n") == 1, done.stderr
     assert message in done.stderr and "5678" not in done.stderr and "warning" not in done.stderr, done.stderr
+
+
+def test_triggers_without_torch_are_refused_before_listening(tmp_path):
+    """A stub stands in for a missing torch (a module named torch whose import fails, as it would)."""
+    (tmp_path / "stub").mkdir()
+    (tmp_path / "stub" / "torch.py").write_text("raise ImportError('No module named torch')\n")
+    (tmp_path / "prog.py").write_text("print('the program must not run')\n")
+    done = subprocess.run([*TENSOR_DAP, "run", "--listen", "0", "--guard", "prog.py"], cwd=tmp_path,
+                          capture_output=True, text=True, env=_stubbed(tmp_path / "stub"), timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == "tensor-dap: error: the triggers need torch (No module named torch)\n"

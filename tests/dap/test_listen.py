@@ -59,6 +59,18 @@ def test_the_alternatives_suggested_use_the_port_asked_for():
     assert "5678" not in str(info.value)
 
 
+def test_check_bindable_refuses_what_debugpy_could_not_listen_on():
+    listen.check_bindable("127.0.0.1", 0)
+    with pytest.raises(UsageError, match="bad host 192.0.2.1: it is not an address of this machine"):
+        listen.check_bindable("192.0.2.1", 0)  # TEST-NET-1: never an address of this machine
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(UsageError, match=f"port {port} on 127.0.0.1 is in use"):
+            listen.check_bindable("127.0.0.1", port)
+
+
 def test_ranks_and_ports():
     assert listen.parse_ranks("all") is None
     assert listen.parse_ranks("0, 2") == {0, 2}
