@@ -165,3 +165,36 @@ def test_non_loopback_refused_and_allowed_with_a_warning(tmp_path):
     assert allowed.returncode == 0 and allowed.stdout == "ran\n"
     assert allowed.stderr.startswith("tensor_dap: warning: debugpy listens on 0.0.0.0 without authentication")
     assert "debugpy listening on 0.0.0.0:" in allowed.stderr
+
+
+CHILDREN = """import subprocess, sys
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Probe(Dataset):
+    def __len__(self):
+        return 1
+
+    def __getitem__(self, i):
+        return torch.tensor(["pydevd" in sys.modules])  # debugpy, when it follows a process, loads pydevd in it
+
+
+if __name__ == "__main__":
+    child = subprocess.run([sys.executable, "-c", "import sys; print('pydevd' in sys.modules)"],
+                           capture_output=True, text=True, check=True)
+    print("subprocess", child.stdout.strip(), flush=True)
+    for batch in DataLoader(Probe(), num_workers=1, multiprocessing_context="spawn"):
+        print("DataLoader worker", bool(batch[0]), flush=True)
+"""
+
+
+@pytest.mark.parametrize("flag, followed", [([], False), (["--subprocesses"], True)])
+def test_child_processes_are_followed_only_with_subprocesses(tmp_path, flag, followed):
+    """A real subprocess and a real DataLoader worker (spawned, so that it starts a fresh interpreter) each say
+    whether debugpy is loaded in them. A forked worker inherits the parent's modules, so it cannot say."""
+    prog = _script(tmp_path, CHILDREN)
+    done = subprocess.run([*TENSOR_DAP, "run", "--listen", "127.0.0.1:0", *flag, str(prog)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"subprocess {followed}\nDataLoader worker {followed}\n"
