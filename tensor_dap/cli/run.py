@@ -18,6 +18,7 @@ from typing import Any, Optional
 from .. import runner
 from ..console import note
 from ..errors import UsageError
+from ..format import short_error
 
 _TORCHRUN = ("torch.distributed.run", "torch.distributed.launch", "torchrun")
 
@@ -173,4 +174,4 @@ def run(args: argparse.Namespace) -> int:
             try:
                 helper.close()
             except Exception as exc:  # noqa: BLE001 - the program's exit code matters more
-                print(f"tensor_dap: {type(exc).__name__}: {exc}", file=sys.stderr)
+                print(f"tensor_dap: {short_error(exc, limit=None)}", file=sys.stderr)

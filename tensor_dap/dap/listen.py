@@ -21,6 +21,7 @@ from typing import Any, Optional
 
 from ..dist import LaunchRank
 from ..errors import UsageError
+from ..format import first_line
 
 LOOPBACK = "127.0.0.1"
 DEFAULT_PORT = 5678
@@ -141,7 +142,7 @@ def _listen_error(host: str, port: int, exc: BaseException) -> str:
         return f"--listen: port {port} on {host} is in use (pick another port, or 0 for a free one)"
     if "assign requested address" in text or "Errno 99" in text or "Errno 49" in text:
         return f"--listen: bad host {host}: it is not an address of this machine"
-    return f"--listen: could not listen on {host}:{port}: {text.splitlines()[0] if text else type(exc).__name__}"
+    return f"--listen: could not listen on {host}:{port}: {first_line(exc)}"
 
 
 def wait_for_client() -> None:
