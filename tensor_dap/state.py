@@ -18,23 +18,26 @@ from .nested import map_tensors
 
 # ------------------------------------------------------------------ RNG streams
 
-def capture_rng(*, python: bool = True, numpy: bool = True) -> dict[str, Any]:
+def capture_rng(*, python: bool = True, numpy: bool = True, torch: bool = True) -> dict[str, Any]:
     """Every RNG a training step may draw from; reading them never advances a stream.
 
     torch's states cost ~2 µs; Python's ``random`` ~10 µs and numpy's ~40 µs, which is why
     ``watch`` leaves those two out when the step does not draw from them (``host_rngs_used``).
+    ``torch=False`` leaves torch's (CPU and CUDA) out, and torch unimported.
     """
-    import torch
+    state: dict[str, Any] = {}
+    if torch:
+        import torch as th
 
-    state: dict[str, Any] = {"torch": torch.get_rng_state()}
+        state["torch"] = th.get_rng_state()
     if python:
         state["python"] = random.getstate()
     np = sys.modules.get("numpy")
     if numpy and np is not None:
         state["numpy"] = np.random.get_state()
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    if torch and th.cuda.is_available() and th.cuda.is_initialized():
         # The CUDA generators keep seed and offset on the host: reading them does not sync.
-        state["cuda"] = torch.cuda.get_rng_state_all()
+        state["cuda"] = th.cuda.get_rng_state_all()
     return state
 
 
@@ -52,17 +55,33 @@ def host_rngs_used(before: dict[str, Any]) -> dict[str, bool]:
 
 
 def restore_rng(state: dict[str, Any]) -> None:
-    import torch
+    """Put back the streams ``state`` holds (what ``capture_rng`` read); the others are left as they are."""
+    if "torch" in state:
+        import torch
 
-    torch.set_rng_state(state["torch"])
+        torch.set_rng_state(state["torch"])
     if "python" in state:
         random.setstate(state["python"])
     if "numpy" in state:
         import numpy as np
 
         np.random.set_state(state["numpy"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    if "cuda" in state:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda"])
+
+
+@contextlib.contextmanager
+def rng_kept(*, python: bool = True, numpy: bool = True, torch: bool = True) -> Iterator[None]:
+    """Within, code may draw from the RNGs named (a library that picks ids at random): their streams are
+    put back on the way out, so the program's own draws stay what they would have been."""
+    saved = capture_rng(python=python, numpy=numpy, torch=torch)
+    try:
+        yield
+    finally:
+        restore_rng(saved)
 
 
 # ------------------------------------------------------------------ buffers and modes

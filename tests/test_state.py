@@ -16,6 +16,7 @@ from tensor_dap.state import (
     optimizer_state,
     preserved,
     restore_rng,
+    rng_kept,
 )
 
 
@@ -118,3 +119,17 @@ def test_optimizer_state_copy_and_in_place_load():
     opt.step()
     load_optimizer_state(opt, saved)
     assert torch.equal(opt.state[model.weight]["step"], saved[model.weight]["step"])
+
+
+def test_rng_kept_puts_back_only_the_streams_it_names():
+    torch.manual_seed(0)
+    random.seed(0)
+    with rng_kept(numpy=False, torch=False):
+        random.random()
+        torch.rand(1)
+    assert random.random() == random.Random(0).random()  # put back: as if nothing had drawn from it
+    after = torch.rand(1)
+    torch.manual_seed(0)
+    torch.rand(1)
+    assert torch.equal(after, torch.rand(1))  # not named: it moved on with the draw inside
+    assert set(capture_rng(torch=False, numpy=False)) == {"python"}

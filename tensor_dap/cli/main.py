@@ -17,7 +17,8 @@ from ..errors import UsageError
 
 # subcommand -> (module, one-line help). Modules must import lightly (no torch at import).
 COMMANDS = {
-    "demo": ("tensor_dap.cli.demo", "print summaries of a zoo of tensors"),
+    "demo": ("tensor_dap.cli.demo", "the tour: a training run with bugs planted on purpose, each caught by the real "
+                                     "tool (--list names them)"),
     "init-vscode": ("tensor_dap.cli.init_vscode", "add tensor_dap's debug configurations to .vscode/launch.json"),
     "stacks": ("tensor_dap.cli.stacks", "print every thread's stack of a running process (hung ranks)"),
     "inspect": ("tensor_dap.cli.inspect", "summarize every tensor in a saved .pt/.pth file"),

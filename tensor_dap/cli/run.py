@@ -18,6 +18,7 @@ from typing import Any, Optional
 from .. import runner
 from ..console import note
 from ..errors import UsageError
+from ..format import short_error
 
 _TORCHRUN = ("torch.distributed.run", "torch.distributed.launch", "torchrun")
 
@@ -89,7 +90,8 @@ def _inside_torchrun() -> UsageError:
 
 
 def check_options(args: argparse.Namespace) -> Optional[str]:
-    """Validate every option before the program starts; returns a warning to print, if any."""
+    """Validate every option before the program starts, and before anything is printed: a mistake is the only
+    line a bad invocation prints. Returns a warning to print, if any."""
     if args.listen is None:
         given = [flag for flag, on in (("--wait", args.wait), ("--allow-remote", args.allow_remote),
                                        ("--subprocesses", args.subprocesses), ("--ranks", args.ranks != "all"))
@@ -102,13 +104,21 @@ def check_options(args: argparse.Namespace) -> Optional[str]:
         raise UsageError(f"--replay {args.replay}: not an incident bundle (no report.json in it)")
     if args.hang_after is not None and not (math.isfinite(args.hang_after) and args.hang_after > 0):
         raise UsageError(f"--hang-after {args.hang_after:g}: expected a positive number of seconds")
+    if args.break_on_nan or args.guard or args.loss_above is not None or args.replay is not None:
+        try:
+            from ..triggers import auto  # noqa: F401 - here, so that a missing torch is the only line printed
+        except ImportError as exc:
+            raise UsageError(f"the triggers need torch ({exc})") from None
     if args.listen is None:
         return None
     from ..dap import listen
+    from ..dist import launch_rank
 
-    address = listen.parse_address(args.listen)
-    listen.parse_ranks(args.ranks)
-    return listen.check_host(address.host, args.allow_remote)
+    address, ranks, rank = listen.parse_address(args.listen), listen.parse_ranks(args.ranks), launch_rank()
+    warning = listen.check_host(address.host, args.allow_remote, port=address.port)
+    if listen.selected(ranks, rank):
+        listen.check_bindable(address.host, listen.port_for(address, rank))
+    return warning
 
 
 def start_listening(args: argparse.Namespace) -> Optional[frozenset]:
@@ -139,10 +149,7 @@ def start_helpers(args: argparse.Namespace, ranks: Optional[frozenset]) -> list[
     opened: list[Any] = []
     nan = args.break_on_nan or args.guard
     if nan or args.loss_above is not None or args.replay is not None:
-        try:
-            from ..triggers.auto import AutoTriggers
-        except ImportError as exc:
-            raise UsageError(f"the triggers need torch ({exc})") from None
+        from ..triggers.auto import AutoTriggers  # check_options made sure it imports
 
         opened.append(AutoTriggers(nan=nan, loss_above=args.loss_above, ranks=ranks, replay=args.replay))
     if args.hang_after is not None or rank.distributed:
@@ -167,4 +174,4 @@ def run(args: argparse.Namespace) -> int:
             try:
                 helper.close()
             except Exception as exc:  # noqa: BLE001 - the program's exit code matters more
-                print(f"tensor_dap: {type(exc).__name__}: {exc}", file=sys.stderr)
+                print(f"tensor_dap: {short_error(exc, limit=None)}", file=sys.stderr)

@@ -21,6 +21,7 @@ from typing import Any, Optional
 
 from ..dist import LaunchRank
 from ..errors import UsageError
+from ..format import first_line
 
 LOOPBACK = "127.0.0.1"
 DEFAULT_PORT = 5678
@@ -63,21 +64,36 @@ def loopback(host: str) -> bool:
     return bool(addresses) and all(ipaddress.ip_address(a).is_loopback for a in addresses)
 
 
-def check_host(host: str, allow_remote: bool) -> Optional[str]:
-    """Refuse a non-loopback bind without ``--allow-remote``; with it, the warning to print."""
+def check_host(host: str, allow_remote: bool, *, port: int) -> Optional[str]:
+    """Refuse a non-loopback bind without ``--allow-remote``; with it, the warning to print.
+    ``port`` is the one the user asked for: the alternatives the messages suggest use it."""
     local = loopback(host)
     if local and allow_remote:
         raise UsageError(f"--allow-remote with the loopback host {host}: name the address to listen on "
-                         f"(e.g. --listen 0.0.0.0:{DEFAULT_PORT}), or drop --allow-remote")
+                         f"(e.g. --listen 0.0.0.0:{port}), or drop --allow-remote")
     if local:
         return None
     if not allow_remote:
+        tunnel = tunnel_command([port]) if port else f"{tunnel_command(['PORT'])}, with the PORT it prints"
         raise UsageError(f"refusing to listen on {host}: debugpy has no authentication and anyone who reaches "
-                         "the port can run code as you; listen on 127.0.0.1 and use an SSH tunnel "
-                         f"(ssh -N -L {DEFAULT_PORT}:127.0.0.1:{DEFAULT_PORT} you@this-host), or pass "
-                         "--allow-remote if this network is trusted")
+                         f"the port can run code as you; listen on 127.0.0.1 (--listen {port}) and use an SSH "
+                         f"tunnel ({tunnel}), or pass --allow-remote if this network is trusted")
     return (f"warning: debugpy listens on {host} without authentication: anyone who can reach this port can "
             "run code as you (an SSH tunnel to 127.0.0.1 is the safe way)")
+
+
+def check_bindable(host: str, port: int) -> None:
+    """Fail now, in one line, if debugpy could not listen on ``host:port`` (not an address of this machine,
+    port in use), so that a mistake is reported before anything else is printed or started."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        family, kind, proto, _, where = infos[0]
+        with socket.socket(family, kind, proto) as probe:
+            if os.name != "nt":  # as a listening server does: a port in TIME_WAIT is free, a listening one is not
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(where)
+    except OSError as exc:
+        raise UsageError(_listen_error(host, port, exc)) from None
 
 
 def parse_ranks(text: str) -> Optional[frozenset[int]]:
@@ -126,7 +142,7 @@ def _listen_error(host: str, port: int, exc: BaseException) -> str:
         return f"--listen: port {port} on {host} is in use (pick another port, or 0 for a free one)"
     if "assign requested address" in text or "Errno 99" in text or "Errno 49" in text:
         return f"--listen: bad host {host}: it is not an address of this machine"
-    return f"--listen: could not listen on {host}:{port}: {text.splitlines()[0] if text else type(exc).__name__}"
+    return f"--listen: could not listen on {host}:{port}: {first_line(exc)}"
 
 
 def wait_for_client() -> None:
@@ -143,7 +159,7 @@ def attach_configuration(port: int, remote_root: str) -> dict[str, Any]:
             "justMyCode": False}
 
 
-def tunnel_command(ports: Collection[int], host: str = "") -> str:
+def tunnel_command(ports: Collection[int | str], host: str = "") -> str:
     """``ssh -N -L P:127.0.0.1:P ... user@host``: run on the laptop, then attach VS Code to 127.0.0.1:P."""
     forwards = " ".join(f"-L {p}:127.0.0.1:{p}" for p in sorted(ports))
     return f"ssh -N {forwards} {getpass.getuser()}@{host or socket.gethostname()}"

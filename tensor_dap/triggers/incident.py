@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from ..format import first_line, short_error
 from ..nested import map_tensors
 from .report import Report, to_json, to_text
 
@@ -163,7 +164,7 @@ def read_report(path: str) -> Report:
     except RecursionError:
         raise BundleError(f"{path}: cannot read {JSON_FILE}: nested too deeply") from None
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise BundleError(f"{path}: cannot read {JSON_FILE}: {exc}") from None
+        raise BundleError(f"{path}: cannot read {JSON_FILE}: {first_line(exc)}") from None
 
 
 def read_bundle(path: str, *, trusted: bool = False) -> Bundle:
@@ -194,7 +195,7 @@ def _load(path: str, name: str, trusted: bool) -> Any:
             raise BundleError(f"{path}: {name} holds objects a safe load refuses (a bundle from an older "
                               "tensor_dap, or not ours); pass trusted=True only if you wrote it",
                               file_problem=False) from None
-        raise BundleError(f"{path}: cannot load {name}: {type(exc).__name__}: {str(exc).splitlines()[0]}") from None
+        raise BundleError(f"{path}: cannot load {name}: {short_error(exc, limit=None)}") from None
 
 
 def _program() -> tuple[str | None, list[str]]:

@@ -22,6 +22,7 @@ import torch
 
 from ..dist import current_rank, no_collectives
 from ..errors import NonFiniteError, TriggerError
+from ..format import short_error
 from ..state import capture_rng, cloned, kept, load_optimizer_state, optimizer_kept, restore_rng, set_hyper
 from ..summary import describe
 from .capture import Source, StepContext, Window
@@ -126,7 +127,7 @@ class Investigation:
             try:
                 finding = self._rerun(ctx) if can_rerun else None  # type: ignore[arg-type]
             except Exception as exc:  # noqa: BLE001 - the step raised when run again: report without the re-run
-                finding, failed = None, f"re-running the step failed ({type(exc).__name__}: {exc}); "
+                finding, failed = None, f"re-running the step failed ({short_error(exc, limit=None)}); "
             if finding is None and grads_bad:
                 finding = nonfinite_gradients(self._inner)
                 if finding is not None and can_rerun:
@@ -288,7 +289,7 @@ class Investigation:
                          optimizer_state=opt_state, rng={**capture_rng(), **ctx.rng}, forwards=forwards,
                          root=self.capture if isinstance(self.capture, str) else None)
         except Exception as exc:  # noqa: BLE001 - a full disk must not hide the report itself
-            report.notes.append(f"could not write the incident bundle: {type(exc).__name__}: {exc}")
+            report.notes.append(f"could not write the incident bundle: {short_error(exc, limit=None)}")
 
 
 def _forward_state(f: Forward) -> dict[str, Any]:

@@ -15,12 +15,12 @@ import dataclasses
 import json
 import logging
 import os
-import random
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..format import fmt_num, printable
+from ..state import rng_kept
 from ..summary import TensorSummary, jsonable
 
 logger = logging.getLogger("tensor_dap.triggers")
@@ -216,12 +216,10 @@ def emit(report: Report, *, show: bool = True) -> None:
         logger.debug("could not log the trigger report: %r", exc)
     if not show:
         return
-    state = random.getstate()  # rich draws link ids from `random`: keep the user's stream untouched
     try:
         from ..console import make_console
 
-        make_console(stderr=True).print(to_rich(report))
+        with rng_kept(numpy=False, torch=False):  # rich draws link ids from `random`: the user's stream is kept
+            make_console(stderr=True).print(to_rich(report))
     except Exception as exc:  # noqa: BLE001 - a broken terminal must not break training
         logger.debug("could not print the trigger panel: %r", exc)
-    finally:
-        random.setstate(state)

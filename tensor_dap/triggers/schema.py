@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ..format import short_error
 from ..summary import TensorSummary, from_json_number
 
 NUMBER = "number"  # int or float, or the strings 'nan', 'inf', '-inf' (how JSON carries them)
@@ -118,7 +119,7 @@ def summary(where: str, data: Any, depth: int = 0) -> TensorSummary:
         one_line(s)
         _numbers(s)
     except (TypeError, ValueError, KeyError, AttributeError, OverflowError, RecursionError) as exc:
-        raise ValueError(f"field {where!r}: not a tensor summary ({type(exc).__name__}: {exc})") from None
+        raise ValueError(f"field {where!r}: not a tensor summary ({short_error(exc, limit=None)})") from None
     return s
 
 

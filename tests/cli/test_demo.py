@@ -1,6 +1,7 @@
 """`tensor-dap demo`: every planted bug caught by the real tool, the files it names open with their own tools."""
 
 import json
+import os
 import pstats
 import re
 import subprocess
@@ -35,7 +36,7 @@ def test_every_planted_bug_is_caught_and_said(whole_tour):
     assert "7 of 7 planted bugs caught, 2 of 2 files written" in out
     for scenario in tour.SCENARIOS:
         assert re.search(rf"^{re.escape(scenario.name)}\s+✓ ", out, re.M), scenario.name
-    assert took < 120  # the issue asks for 60 s on 2 idle cores; this machine is shared while tests run
+    assert took < 60  # the issue's promise on 2 CPU cores (about 14 s measured)
 
 
 def test_each_scenario_names_what_the_tool_found(whole_tour):
@@ -91,3 +92,11 @@ def test_a_missed_bug_makes_the_exit_code_1(tmp_path):
     assert tour.run([caught], tmp_path, console) == 0
     assert tour.run([caught, missed], tmp_path, console) == 1
     assert tour.run([crashed], tmp_path, console) == 1
+
+
+def test_help_says_what_the_demo_is():
+    """`tensor-dap --help` describes the demo as the tour it is, not the tensor summaries it once was."""
+    done = subprocess.run([sys.executable, "-m", "tensor_dap", "--help"], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "COLUMNS": "200"})
+    line = next(ln for ln in done.stdout.splitlines() if ln.strip().startswith("demo "))
+    assert "bugs planted on purpose, each caught by the real tool" in line and "zoo" not in done.stdout

@@ -3,6 +3,7 @@ in one line with exit code 2, before anything runs."""
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 
@@ -110,9 +111,55 @@ def test_debugpy_missing_is_a_usage_error(tmp_path):
     (tmp_path / "stub").mkdir()
     (tmp_path / "stub" / "debugpy.py").write_text("raise ImportError('No module named debugpy')\n")
     (tmp_path / "prog.py").write_text("print('ran')\n")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path / "stub")}
+    env = _stubbed(tmp_path / "stub")
     done = subprocess.run([*TENSOR_DAP, "run", "--listen", "0", "prog.py"], cwd=tmp_path, capture_output=True,
                           text=True, env=env, timeout=120)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr == "tensor-dap: error: --listen needs debugpy, which is not installed here " \
                           "(pip install debugpy)\n"
+
+
+def _stubbed(stub):
+    """The environment with ``stub`` first on the path (the rest kept, so tensor_dap is still this checkout)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(stub), os.environ.get("PYTHONPATH")) if p)}
+
+
+def _busy_port():
+    busy = socket.socket()
+    busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    busy.bind(("0.0.0.0", 0))
+    busy.listen()
+    return busy
+
+
+@pytest.mark.parametrize("argv, message", [
+    # the alternatives a refusal suggests use the port asked for, not debugpy's usual 5678
+    (["--listen", "0.0.0.0:9000"], "listen on 127.0.0.1 (--listen 9000) and use an SSH tunnel (ssh -N -L "
+                                   "9000:127.0.0.1:9000 "),
+    (["--listen", "127.0.0.1:9000", "--allow-remote"], "(e.g. --listen 0.0.0.0:9000)"),
+    # with --allow-remote, an address this machine does not have is refused before the warning is printed
+    (["--listen", "192.0.2.1:0", "--allow-remote"], "--listen: bad host 192.0.2.1: it is not an address of this "
+                                                    "machine"),
+    (["--listen", "0.0.0.0:BUSY", "--allow-remote"], "--listen: port BUSY on 0.0.0.0 is in use"),
+])
+def test_a_refused_listen_is_the_only_line_printed(tmp_path, argv, message):
+    (tmp_path / "prog.py").write_text("print('the program must not run')\n")
+    with _busy_port() as busy:
+        port = str(busy.getsockname()[1])
+        argv, message = [a.replace("BUSY", port) for a in argv], message.replace("BUSY", port)
+        done = subprocess.run([*TENSOR_DAP, "run", *argv, "prog.py"], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=120)
+    assert done.returncode == 2 and done.stdout == "", done
+    assert done.stderr.startswith("tensor-dap: error: ") and done.stderr.count("\n") == 1, done.stderr
+    assert message in done.stderr and "5678" not in done.stderr and "warning" not in done.stderr, done.stderr
+
+
+def test_triggers_without_torch_are_refused_before_listening(tmp_path):
+    """A stub stands in for a missing torch (a module named torch whose import fails, as it would)."""
+    (tmp_path / "stub").mkdir()
+    (tmp_path / "stub" / "torch.py").write_text("raise ImportError('No module named torch')\n")
+    (tmp_path / "prog.py").write_text("print('the program must not run')\n")
+    done = subprocess.run([*TENSOR_DAP, "run", "--listen", "0", "--guard", "prog.py"], cwd=tmp_path,
+                          capture_output=True, text=True, env=_stubbed(tmp_path / "stub"), timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == "tensor-dap: error: the triggers need torch (No module named torch)\n"

@@ -35,16 +35,40 @@ def test_parse_address_errors(text, message):
 
 
 def test_loopback_hosts_need_nothing_and_others_need_allow_remote():
-    assert listen.check_host("127.0.0.1", allow_remote=False) is None
-    assert listen.check_host("localhost", allow_remote=False) is None
+    assert listen.check_host("127.0.0.1", allow_remote=False, port=5678) is None
+    assert listen.check_host("localhost", allow_remote=False, port=5678) is None
     with pytest.raises(UsageError, match="ssh -N -L 5678:127.0.0.1:5678") as info:
-        listen.check_host("0.0.0.0", allow_remote=False)
+        listen.check_host("0.0.0.0", allow_remote=False, port=5678)
     assert "no authentication" in str(info.value)
-    assert "without authentication" in listen.check_host("0.0.0.0", allow_remote=True)
+    assert "without authentication" in listen.check_host("0.0.0.0", allow_remote=True, port=5678)
     with pytest.raises(UsageError, match="loopback host"):
-        listen.check_host("127.0.0.1", allow_remote=True)
+        listen.check_host("127.0.0.1", allow_remote=True, port=5678)
     with pytest.raises(UsageError, match="bad host"):
-        listen.check_host("no-such-host.invalid", allow_remote=True)
+        listen.check_host("no-such-host.invalid", allow_remote=True, port=5678)
+
+
+def test_the_alternatives_suggested_use_the_port_asked_for():
+    with pytest.raises(UsageError) as info:
+        listen.check_host("0.0.0.0", allow_remote=False, port=9000)
+    assert "--listen 9000" in str(info.value) and "ssh -N -L 9000:127.0.0.1:9000 " in str(info.value)
+    assert "5678" not in str(info.value)
+    with pytest.raises(UsageError, match="-L PORT:127.0.0.1:PORT .*with the PORT it prints"):
+        listen.check_host("0.0.0.0", allow_remote=False, port=0)  # the free port is not known yet
+    with pytest.raises(UsageError, match=r"--listen 0\.0\.0\.0:9000\)") as info:
+        listen.check_host("127.0.0.1", allow_remote=True, port=9000)
+    assert "5678" not in str(info.value)
+
+
+def test_check_bindable_refuses_what_debugpy_could_not_listen_on():
+    listen.check_bindable("127.0.0.1", 0)
+    with pytest.raises(UsageError, match="bad host 192.0.2.1: it is not an address of this machine"):
+        listen.check_bindable("192.0.2.1", 0)  # TEST-NET-1: never an address of this machine
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(UsageError, match=f"port {port} on 127.0.0.1 is in use"):
+            listen.check_bindable("127.0.0.1", port)
 
 
 def test_ranks_and_ports():
@@ -141,3 +165,36 @@ def test_non_loopback_refused_and_allowed_with_a_warning(tmp_path):
     assert allowed.returncode == 0 and allowed.stdout == "ran\n"
     assert allowed.stderr.startswith("tensor_dap: warning: debugpy listens on 0.0.0.0 without authentication")
     assert "debugpy listening on 0.0.0.0:" in allowed.stderr
+
+
+CHILDREN = """import subprocess, sys
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Probe(Dataset):
+    def __len__(self):
+        return 1
+
+    def __getitem__(self, i):
+        return torch.tensor(["pydevd" in sys.modules])  # debugpy, when it follows a process, loads pydevd in it
+
+
+if __name__ == "__main__":
+    child = subprocess.run([sys.executable, "-c", "import sys; print('pydevd' in sys.modules)"],
+                           capture_output=True, text=True, check=True)
+    print("subprocess", child.stdout.strip(), flush=True)
+    for batch in DataLoader(Probe(), num_workers=1, multiprocessing_context="spawn"):
+        print("DataLoader worker", bool(batch[0]), flush=True)
+"""
+
+
+@pytest.mark.parametrize("flag, followed", [([], False), (["--subprocesses"], True)])
+def test_child_processes_are_followed_only_with_subprocesses(tmp_path, flag, followed):
+    """A real subprocess and a real DataLoader worker (spawned, so that it starts a fresh interpreter) each say
+    whether debugpy is loaded in them. A forked worker inherits the parent's modules, so it cannot say."""
+    prog = _script(tmp_path, CHILDREN)
+    done = subprocess.run([*TENSOR_DAP, "run", "--listen", "127.0.0.1:0", *flag, str(prog)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"subprocess {followed}\nDataLoader worker {followed}\n"

@@ -146,3 +146,18 @@ def test_replay_reruns_a_bundle_on_the_programs_own_model_then_ends(tmp_path):
     missing = _run([*TENSOR_DAP, "--replay", str(tmp_path / "nope"), TRAIN, "nan"], tmp_path)
     assert missing.returncode == 2 and "not an incident bundle" in missing.stderr
     assert len(missing.stderr.strip().splitlines()) == 1
+
+
+def test_replay_of_a_bundle_with_an_empty_state_pt_is_one_line(tmp_path):
+    """torch.load of an empty file raises EOFError(''): an exception without a message must still be one line
+    naming the file (it was an IndexError from the first line of an empty message)."""
+    bundle = tmp_path / "b"
+    bundle.mkdir()
+    (bundle / "state.pt").write_bytes(b"")
+    (bundle / "report.json").write_text('{"kind": "nan", "headline": "x"}')
+    done = _run([*TENSOR_DAP, "--replay", str(bundle), TRAIN, "nan"], tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == f"tensor_dap: --replay: {bundle}: cannot load state.pt: EOFError"
+    shown = subprocess.run([sys.executable, "-m", "tensor_dap", "replay", str(bundle)], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0 and "x" in shown.stdout and shown.stderr == ""  # it reads report.json only

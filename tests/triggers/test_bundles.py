@@ -209,6 +209,17 @@ def test_cli_replay_damaged_report_is_one_line_and_exit_1(tmp_path, content, cap
         read_bundle(str(tmp_path))
 
 
+def test_a_file_that_fails_to_load_without_a_message_is_a_bundle_error(tmp_path):
+    """EOFError('') from torch.load of an empty state.pt: the error names the file and the exception's type."""
+    (tmp_path / "state.pt").write_bytes(b"")
+    (tmp_path / "report.json").write_text(json.dumps(GOOD))
+    with pytest.raises(BundleError, match=r"cannot load state\.pt: EOFError$"):
+        read_bundle(str(tmp_path))
+    (tmp_path / "report.json").write_text(json.dumps({**GOOD, "headline": None}))
+    with pytest.raises(BundleError, match=r"cannot read report\.json: \S"):
+        read_bundle(str(tmp_path))
+
+
 HOSTILE = "\x1b]0;pwned\x07\x1b[2J\u202eevil[/bold][link=http://x]blocks[/link]"
 
 

@@ -12,6 +12,7 @@ import ast
 import linecache
 from typing import Any
 
+from ...format import short_error
 from ...kinds import is_module, is_tensor
 from ...summary.modules import describe_module
 from ...summary.tensor import no_torch_function
@@ -160,5 +161,4 @@ def _explain(exc: BaseException, tb: Any) -> ShapeExplanation | None:
             fe = None
         if fe is not None:
             chosen.append(fe)
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return ShapeExplanation(kind=kind, error=f"{type(exc).__name__}: {first}", frames=tuple(chosen))
+    return ShapeExplanation(kind=kind, error=short_error(exc, limit=None), frames=tuple(chosen))
