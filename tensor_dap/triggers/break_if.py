@@ -78,7 +78,7 @@ def break_if(loss: Any, *, above: float | None = None, below: float | None = Non
 
     report = Report(kind=kind, headline=headline, step=index, phase="loss", rank=current_rank(), loss=value)
     if hasattr(loss, "detach"):
-        report.tensors.append(("loss", "loss", describe(loss)))
+        report.tensors.append(("the value checked", "loss", describe(loss)))
     if watching is not None:  # inside a watch: the step is bundled, the report gets the loss history
         watching.adopt(report)
     error = NonFiniteError if kind == "nonfinite" else LossThresholdError

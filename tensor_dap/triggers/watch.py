@@ -107,6 +107,7 @@ class watch(Investigation):
         self._last_loss: tuple[int, torch.Tensor | None] = (-1, None)
         self._loop = LoopCapture(self._inner, self._buffers, self._params, self._loop_unstepped) if rerun else None
         self._tapped: deque[torch.Tensor] = deque(maxlen=LOSS_HISTORY)  # losses given to backward() this step
+        self._noted: deque[float] = deque(maxlen=LOSS_HISTORY)  # losses break_if saw this step
         self._untap = listen(self._backward_loss)
         self._hang = watchdog(hang_after) if hang_after is not None else None
         self._handles: list[Any] = []
@@ -205,8 +206,11 @@ class watch(Investigation):
                 self._loop.enabled = True
 
     def note_loss(self, value: float) -> None:
-        """A loss seen by ``break_if`` inside this watch: the reports' loss history when watch sees none itself."""
-        if self._last_loss[1] is None:
+        """A loss seen by ``break_if`` inside this watch: the reports' loss history when watch sees none itself
+        (in the unchanged loop, taken at the step's end unless a loss reached backward())."""
+        if self._ctx is None:
+            self._noted.append(value)
+        elif self._last_loss[1] is None:
             self._history.append(value)
 
     def adopt(self, report: Report) -> None:
@@ -341,7 +345,10 @@ class watch(Investigation):
             if loss is not None:
                 self._history.append(loss)
                 self._last_loss = (self.step_count, loss)
+        elif self._noted:
+            self._history.append(self._noted[-1])
         tapped.clear()
+        self._noted.clear()
 
     def _loop_context(self, optimizer: Any = None) -> StepContext | None:
         """The unchanged loop's step as a context to re-run (its forwards and backwards, replayed), if it can be."""

@@ -360,3 +360,22 @@ def test_the_loss_tap_sees_through_loss_scaling_and_skips_what_is_not_a_loss():
     # the last listener gone, torch is as it was
     assert not hasattr(torch.autograd.backward, "__wrapped__")
     assert not hasattr(torch.amp.GradScaler.scale, "__wrapped__")
+
+
+def test_break_if_inside_an_unchanged_loop_adds_each_loss_to_the_history_once():
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(8, 4), torch.randn(8, 1)
+    seen = []
+    with pytest.raises(LossThresholdError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False):
+        for step in range(5):
+            loss = F.mse_loss(model(x), y * (1000.0 if step == 3 else 1.0))
+            tensor_dap.break_if(loss, above=100.0)  # before backward, as tensor-dap run --loss-above checks it
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            seen.append(loss.item())
+    report = info.value.report
+    assert report.step == 3 and report.loss > 100
+    assert report.loss_history == pytest.approx(seen)  # steps 0-2, each once
