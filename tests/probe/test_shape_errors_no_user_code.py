@@ -276,3 +276,29 @@ def test_constant_arithmetic_is_bounded_in_time_and_memory(tmp_path):
     for d in results:
         assert d["ms"] < 500 and d["extra"] < 20 * 2**20, d  # computed, 2**2**30 alone is 128 MiB and seconds
         assert [2, 3] in d["ops"] and [4, 5] in d["ops"], d
+
+
+class IndexTensor(torch.Tensor):
+    def __index__(self):
+        CALLS.append("__index__")
+        return 1
+
+
+def test_a_tensor_subclass_used_as_a_number_or_bound_runs_nothing():
+    a, b = torch.randn(2, 3), torch.randn(4, 5)
+    i = torch.tensor(1).as_subclass(IndexTensor)
+    ex, calls = _explain(lambda: (a @ b, a[i:], [1, 2, 3][i], a.view(i, -1), torch.zeros(i)))
+    assert calls == [] and _ops(ex.frames[0]) == {"a": (2, 3), "b": (4, 5)}
+
+
+def test_a_huge_list_in_the_frame_is_not_walked():
+    a, b = torch.randn(2, 3), torch.randn(4, 5)
+    rows = [[0.0] * 1000 for _ in range(10_000)]  # 10^7 numbers
+    import time
+
+    try:
+        (a @ b, torch.tensor(rows))
+    except RuntimeError as exc:
+        start = time.perf_counter()
+        ex = explain(exc)
+        assert time.perf_counter() - start < 0.5 and _ops(ex.frames[0]) == {"a": (2, 3), "b": (4, 5)}

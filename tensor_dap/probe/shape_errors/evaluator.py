@@ -39,10 +39,16 @@ class Failed(Exception):
         self.node = node
 
 
-def meta(value: Any, depth: int = 0) -> Any:
+def meta(value: Any) -> Any:
     """What a torch op is given in place of ``value``: a meta tensor of the same shape, dtype and strides,
     plain data as it is (lists and tuples item by item); Unknown for anything else (a user object's
     ``__index__``, ``__float__`` or ``__radd__`` would run inside the op)."""
+    if not pure.plain(value):
+        raise Unknown()
+    return _meta(value)
+
+
+def _meta(value: Any) -> Any:
     import torch
 
     if is_tensor(value):
@@ -53,11 +59,9 @@ def meta(value: Any, depth: int = 0) -> Any:
                                        dtype=static.tensor_attribute(value, "dtype"), device="meta")
         except AttributeError as exc:  # a subclass whose dispatch is its own
             raise Unknown() from exc
-    if static.one_of(value, (list, tuple)) and depth < 4 and len(value) <= 10_000:
-        return type(value)(meta(v, depth + 1) for v in value)
-    if pure.plain(value):
-        return value
-    raise Unknown()
+    if static.one_of(value, (list, tuple)):
+        return type(value)(_meta(v) for v in value)
+    return value  # plain: checked by meta
 
 
 def device_text(value: Any) -> str:

@@ -67,8 +67,9 @@ class NotPlain(Exception):
     """Reading this could run code: a property, a custom descriptor, a ``__getattr__``."""
 
 
-_PLAIN_ITEMS = 10_000  # a list or tuple handed to a torch op: longer ones are not plain shape data
+_PLAIN_ITEMS = 10_000  # items of the lists/tuples handed to a torch op: more is not plain shape data
 _PLAIN_DEPTH = 4
+_SLICE_PARTS = (int, bool, type(None))
 
 
 def tensor_attribute(name: str) -> bool:
@@ -80,20 +81,30 @@ def tensor_method(name: str) -> bool:
     return name in _TENSOR_METHODS or (name.endswith("_") and name[:-1] in _TENSOR_METHODS)
 
 
-def plain(value: Any, depth: int = 0) -> bool:
-    """Data a torch op may take without calling back into user code: exact built-in scalars, torch's
-    dtype/device/layout/Size, and short lists/tuples of them (tensors are checked by the caller)."""
+def plain(value: Any) -> bool:
+    """Data a torch op may take without calling back into user code: tensors, exact built-in scalars,
+    torch's dtype/device/layout/Size, and lists/tuples of them (at most _PLAIN_ITEMS items in all, nested
+    at most _PLAIN_DEPTH deep, so checking a frame's huge list costs nothing either)."""
     torch = sys.modules.get("torch")
     scalars = (int, float, bool, complex, str, type(None), type(Ellipsis))
     if torch is not None:
         scalars += (torch.dtype, torch.device, torch.layout, torch.memory_format, torch.Size)
-    if static.one_of(value, scalars):
-        return True
-    if static.one_of(value, (slice,)):
-        return all(plain(p, depth + 1) for p in (value.start, value.stop, value.step))
-    if static.one_of(value, (list, tuple)) and depth < _PLAIN_DEPTH and len(value) <= _PLAIN_ITEMS:
-        return all(static.is_tensor(v) or plain(v, depth + 1) for v in value)
-    return False
+    stack, seen = [(value, 0)], 0
+    while stack:
+        item, depth = stack.pop()
+        seen += 1
+        if seen > _PLAIN_ITEMS:
+            return False
+        if static.one_of(item, scalars) or static.is_tensor(item):
+            continue
+        if static.one_of(item, (slice,)):
+            if not all(static.one_of(part, _SLICE_PARTS) for part in (item.start, item.stop, item.step)):
+                return False  # a tensor bound would be read through its (overridable) __index__
+        elif static.one_of(item, (list, tuple)) and depth < _PLAIN_DEPTH and len(item) <= _PLAIN_ITEMS - seen:
+            stack += [(v, depth + 1) for v in item]
+        else:
+            return False
+    return True
 
 
 def torch_function(fn: Any) -> bool:
