@@ -38,13 +38,13 @@ from ..format import short_error
 from ..kinds import is_tensor
 from ..nested import walk
 from ..summary import describe, jsonable
-from ..summary.histogram import histogram
+from ..summary.histogram import SAMPLE, histogram
 
 VERSION = 1
 MAX_TENSORS = 200  # a frame listing past this says how many it left out
 FRAME_BUDGET_S = 0.5  # summaries stop (lines become null) once a frame has spent this
 CONTAINER_ITEMS = 32  # tensors inside a list/tuple/dict local: this many per container
-HIST_SAMPLE = 1 << 20  # histogram counts an evenly strided sample of at most this many values
+HIST_SAMPLE = SAMPLE  # histogram counts an evenly strided sample of at most this many values
 HEAT_READ_PER_CELL = 8  # a heatmap cell averages at most this many rows and columns
 
 

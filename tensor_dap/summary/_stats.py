@@ -23,7 +23,7 @@ from typing import Iterator, List, Optional, Tuple
 
 import torch
 
-from ._views import Chunks, Reached, reached, sample_view, spread
+from ._views import Chunks, Reached, memory_order, reached, sample_view, spread
 from .budget import Budget
 
 _INF = float("inf")
@@ -265,15 +265,18 @@ def cpu_stats(x: torch.Tensor, budget: Budget) -> Stats:
     """Stats of a dense (or quantized) CPU tensor within ``budget``."""
     deadline = None if budget.max_ms is None else time.perf_counter() + budget.max_ms / 1000
     numel = x.numel()
+    small = Budget(budget.exact_elements, budget.scan_elements, min(budget.chunk_elements, 4 * _SCATTERED_CHUNK),
+                   budget.max_ms)
     if x.is_quantized:  # dequantized chunk by chunk, along its own dims
-        small = Budget(budget.exact_elements, budget.scan_elements, min(budget.chunk_elements, 4 * _SCATTERED_CHUNK),
-                       budget.max_ms)
         scan, sampled = _passes(x, small, deadline, reorder=False)
         return _stats(scan, sampled, numel, numel, 1)
     r = reached(x)
     if r.overlapping and r.data.numel() > _overlap_limit(r, budget):
         return _overlapping(r, budget, deadline, numel)
-    scan, sampled = _passes(r.data, budget, deadline)
+    # a gathered (strided) or complex chunk costs several times a dense one: smaller chunks keep the
+    # deadline's overshoot (one chunk) small
+    costly = r.data.is_complex() or not memory_order(r.data).is_contiguous()
+    scan, sampled = _passes(r.data, small if costly else budget, deadline)
     return _stats(scan, sampled, numel, r.data.numel(), r.repeat)
 
 

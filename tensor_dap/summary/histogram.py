@@ -1,18 +1,25 @@
-"""A small histogram of a tensor's finite values, for the ``stats`` view.
+"""A small histogram of a tensor's finite values, for the ``stats`` view and the tensor inspector.
 
-Computed here, drawn by a renderer. Counting happens on the tensor's device and only the
-range and the counts come back (a few scalars); a very large tensor is counted on an
-evenly strided sample.
+Computed here, drawn by a renderer. Its cost is bounded whatever the tensor, like a summary's
+(``_stats``, ``_views``): at most ``sample`` values are counted, read from the distinct elements
+behind the view (a broadcast view's storage, each count times its repeats; the storage span an
+overlapping unfold/as_strided view covers) through strided views, never a copy of the whole
+tensor; they are converted in small chunks, spread over the tensor, and the deadline is checked
+before every chunk. A histogram of fewer values than the tensor holds says it is sampled.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, List, Optional, Tuple
 
 BINS = 12
-SAMPLE = 2**24
+SAMPLE = 2**18  # values counted at most: their float copies stay about a MiB whatever the tensor
+MAX_MS = 30.0
+_CHUNK = 2**16
+_RUN = 1024  # contiguous elements read together when sampling a contiguous tensor
 
 
 @dataclass(frozen=True)
@@ -25,49 +32,116 @@ class Histogram:
     integer: bool  # one bin per integer value (labels, token ids)
 
 
-def histogram(x: Any, *, bins: int = BINS, sample: int = SAMPLE) -> Histogram | None:
+def histogram(x: Any, *, bins: int = BINS, sample: int = SAMPLE, max_ms: Optional[float] = MAX_MS
+              ) -> Histogram | None:
     """Counts of the finite values of ``x`` in ``bins`` equal bins; None for non-numeric or empty tensors.
     A tensor subclass's ``__torch_function__`` does not run."""
-    from .tensor import no_torch_function
-
-    with no_torch_function():
-        return _histogram(x, bins, sample)
-
-
-def _histogram(x: Any, bins: int, sample: int) -> Histogram | None:
     import torch
 
-    if not isinstance(x, torch.Tensor) or x.layout != torch.strided or x.is_quantized or x.is_meta:
-        return None
-    from ._views import reached, sample_view
+    from .budget import single_threaded
+    from .tensor import no_torch_function
 
-    with torch.no_grad():
-        seen = reached(x.detach())  # a broadcast view: its storage's histogram, each count times its repeats
-        flat, repeat = (seen.data, seen.repeat) if not seen.overlapping else (x.detach(), 1)
-        sampled = flat.numel() > sample
-        if sampled and not flat.is_contiguous():
-            flat = sample_view(flat, sample)  # flattening first would copy the whole tensor
-        flat = flat.reshape(-1)
-        if sampled:
-            flat = flat[:: math.ceil(flat.numel() / sample)]
-        if flat.is_complex():
-            flat = flat.abs()  # on the sample only
-        integer = not (flat.dtype.is_floating_point or flat.dtype.is_complex)
-        values = flat.to(torch.float64 if flat.dtype in (torch.float64, torch.int64) else torch.float32)
-        finite = values[torch.isfinite(values)]
-        if finite.numel() == 0:
-            return None
-        lo_hi = torch.stack([finite.min(), finite.max()]).tolist()
-        lo, hi = float(lo_hi[0]), float(lo_hi[1])
-        if integer and hi - lo + 1 <= bins:
-            bins = int(hi - lo + 1)
-            lo, hi = lo - 0.5, hi + 0.5
-        elif lo == hi:
-            bins = 1
-            lo, hi = lo - 0.5, hi + 0.5
-        counts = torch.histc(finite, bins=bins, min=lo, max=hi).tolist()
+    with no_torch_function(), torch.no_grad(), single_threaded():  # small ops: threads only add stalls
+        return _histogram(x, bins, max(1, sample), max_ms)
+
+
+def _histogram(x: Any, bins: int, sample: int, max_ms: Optional[float]) -> Histogram | None:
+    import torch
+
+    deadline = None if max_ms is None else time.perf_counter() + max_ms / 1000
+    if not isinstance(x, torch.Tensor) or x.is_meta or x.numel() == 0:
+        return None
+    if not (x.layout == torch.strided or x.is_nested):
+        return None
+    source = _source(x.detach(), sample)
+    if source is None:
+        return None
+    data, repeat, sampled = source
+    integer = not (x.dtype.is_floating_point or x.dtype.is_complex or x.is_quantized)
+    parts, read, complete = _values(data, deadline)
+    finite_parts = [p for p, _, _ in parts if p.numel()]
+    nonfinite = read - sum(p.numel() for p in finite_parts)
+    if not finite_parts:
+        return None
+    lo, hi = min(p[1] for p in parts), max(p[2] for p in parts)
+    if integer and hi - lo + 1 <= bins:
+        bins = int(hi - lo + 1)
+        lo, hi = lo - 0.5, hi + 0.5
+    elif lo == hi:
+        bins = 1
+        lo, hi = lo - 0.5, hi + 0.5
+    counts = sum(torch.histc(p, bins=bins, min=lo, max=hi) for p in finite_parts).tolist()
     step = (hi - lo) / bins
     edges = tuple(lo + i * step for i in range(bins)) + (hi,)
-    return Histogram(edges=edges, counts=tuple(int(c) * repeat for c in counts), total=int(finite.numel()) * repeat,
-                     nonfinite=int(values.numel() - finite.numel()) * repeat, sampled=sampled,
-                     integer=integer and step == 1.0)
+    finite = read - nonfinite
+    return Histogram(edges=edges, counts=tuple(int(c) * repeat for c in counts), total=finite * repeat,
+                     nonfinite=nonfinite * repeat, sampled=sampled or not complete, integer=integer and step == 1.0)
+
+
+def _source(x: Any, sample: int) -> Optional[Tuple[Any, int, bool]]:
+    """(a view of at most about ``sample`` elements to count, how many elements of ``x`` each stands for,
+    whether that is a sample). Views only: nothing here reads or copies the values."""
+    from ._views import reached, sample_view
+    from .tensor import packed_nested
+
+    if x.is_nested:
+        import torch
+
+        data = x.values() if x.layout == torch.jagged else packed_nested(x)
+        if data is None:
+            return None  # components scattered in memory: copying them one by one is not bounded
+        return _thin(data, sample), 1, data.numel() > sample
+    if x.is_quantized:  # cannot be re-strided: sliced along its own dims, dequantized chunk by chunk
+        return sample_view(x, sample), 1, x.numel() > sample
+    seen = reached(x)
+    if not seen.overlapping:  # a broadcast view: its storage's histogram, each count times its repeats
+        return _thin(seen.data, sample), seen.repeat, seen.data.numel() > sample
+    if seen.data.numel() <= sample:
+        return seen.data, seen.repeat, False  # small enough to count every read, overlaps included
+    if seen.span is not None:  # the storage slice holding exactly the elements the view reads
+        return _thin(seen.span, sample), 1, True
+    return sample_view(seen.data, sample), seen.repeat, True
+
+
+def _thin(data: Any, sample: int) -> Any:
+    """``data`` itself, or a view of at most ``sample`` of its elements spread evenly over it: short
+    contiguous runs when it is contiguous (single scattered elements cost a cache miss each)."""
+    from ._views import memory_order, sample_view
+
+    if data.numel() <= sample:
+        return data
+    data = memory_order(data)
+    if not data.is_contiguous():
+        return sample_view(data, sample)
+    flat = data.view(-1)
+    run = max(1, min(_RUN, sample // 64))
+    blocks = sample // run
+    return flat.as_strided((blocks, run), (flat.numel() // blocks, 1))
+
+
+def _values(data: Any, deadline: Optional[float]) -> Tuple[List[Tuple[Any, float, float]], int, bool]:
+    """((finite values of a chunk as floats, their min, their max) for each chunk read, elements read,
+    whether every chunk was read)."""
+    import torch
+
+    from ._views import Chunks, spread
+
+    chunks = Chunks(data, _CHUNK, reorder=not data.is_quantized)
+    parts, read, n = [], 0, len(chunks)
+    for i in spread(n):
+        if deadline is not None and parts and time.perf_counter() > deadline:
+            return parts, read, False
+        c = chunks[i]
+        if c.is_quantized:
+            c = c.dequantize()
+        if c.is_complex():
+            c = c.abs()
+        work = torch.float64 if c.dtype in (torch.float64, torch.int64) else torch.float32
+        v = c.reshape(-1).to(work)  # one chunk's copy, never the whole tensor's
+        read += v.numel()
+        lo, hi = (float(t) for t in torch.aminmax(v))
+        if not (math.isfinite(lo) and math.isfinite(hi)):  # NaN/Inf present: keep the finite values only
+            v = v[torch.isfinite(v)]
+            lo, hi = (float(t) for t in torch.aminmax(v)) if v.numel() else (math.inf, -math.inf)
+        parts.append((v, lo, hi))
+    return parts, read, True

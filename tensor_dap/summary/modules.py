@@ -199,7 +199,11 @@ def signature(module: Any) -> str:
 
 def _torch_extra_repr(module: Any) -> str:
     """``extra_repr()`` when torch itself defines it for this class; a user's own is user code and not run."""
-    method = getattr(type(module), "extra_repr", None)
+    kind = type(module)
+    defined_in = type.__dict__["__dict__"].__get__(kind).get("__module__")
+    if not (type(defined_in) is str and defined_in.startswith("torch.")):
+        return ""  # a subclass's properties would run inside torch's extra_repr (it reads self.in_features)
+    method = getattr(kind, "extra_repr", None)
     if not (getattr(method, "__module__", "") or "").startswith("torch."):
         return ""
     try:

@@ -313,16 +313,31 @@ def _strided_nested(x: Any, base: Dict[str, Any], budget: Budget) -> Tuple[Any, 
     base["shape"] = (count,) + tuple(int(d) if same else None for d, same in zip(sizes[0].tolist(), fixed))
     numel = int(sizes.prod(1).sum())
     base["numel"] = numel
-    starts = x._nested_tensor_storage_offsets()
-    ends = starts + ((sizes - 1) * x._nested_tensor_strides()).sum(1) + 1
-    first, last = int(starts.min()), int(ends.max())
-    if last - first == numel:  # the components tile one slice of the storage exactly
-        return torch.empty(0, dtype=x.dtype, device=x.device).set_(x.untyped_storage(), first, (numel,)), False
+    packed = packed_nested(x, sizes, numel)
+    if packed is not None:
+        return packed, False
     cap = budget.exact_elements
     step = max(1, math.ceil(numel / cap)) if cap is not None else 1
     with torch.no_grad():
         parts = [x[i].detach().reshape(-1) for i in range(0, count, step)]
     return torch.cat(parts), step > 1
+
+
+def packed_nested(x: Any, sizes: Any = None, numel: Optional[int] = None) -> Any:
+    """The values of a strided-layout nested tensor as one slice of its storage (no copy) when its
+    components tile that slice exactly, else None."""
+    import torch
+
+    sizes = x._nested_tensor_size() if sizes is None else sizes
+    if int(sizes.shape[0]) == 0 or sizes.shape[1] == 0:
+        return None
+    numel = int(sizes.prod(1).sum()) if numel is None else numel
+    starts = x._nested_tensor_storage_offsets()
+    ends = starts + ((sizes - 1) * x._nested_tensor_strides()).sum(1) + 1
+    first, last = int(starts.min()), int(ends.max())
+    if last - first != numel:
+        return None
+    return torch.empty(0, dtype=x.dtype, device=x.device).set_(x.untyped_storage(), first, (numel,))
 
 
 __all__ = ["describe", "describe_many", "plain_view", "summarize"]

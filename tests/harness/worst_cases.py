@@ -4,10 +4,12 @@ Shared by tests/summary/test_summary_bounded.py (run in a subprocess, at a size 
 and benchmarks/bench_summary.py (the worst-case table). Each case is built lazily: a factory
 taking a size scale (1.0 is the benchmark's size).
 
-Run as a script, it prints one JSON line per case: ``{"name", "ms", "thrifty_ms", "extra", "storage", "line"}``,
-where ``thrifty_ms`` is the debugger's cheaper budget (used once a Variables request has spent
-its share) and ``extra`` the peak resident memory above what the process held before the
-summary (Linux: the peak is reset through /proc/self/clear_refs before each case).
+Run as a script, it prints one JSON line per case: ``{"name", "ms", "thrifty_ms", "extra", "storage", "line",
+"hist_ms", "hist_extra", "hist_sampled", "hist_total"}``, where ``thrifty_ms`` is the debugger's cheaper
+budget (used once a Variables request has spent its share), ``extra`` the peak resident memory
+above what the process held before the summary (Linux: the peak is reset through
+/proc/self/clear_refs before each case), and ``hist_*`` the same for the value histogram that
+``stats x`` and the tensor inspector show (``hist_total`` None when there is none).
 """
 
 from __future__ import annotations
@@ -54,6 +56,11 @@ def cases(scale: float = 1.0) -> dict[str, Callable[[], torch.Tensor]]:
         "int64": lambda: torch.randint(0, 1000, (big,)),
         "bf16": lambda: torch.randn(big, dtype=torch.bfloat16),
         "sampled-large f32 with NaN": lambda: _nan_inside(max(big, int(10**8 * scale))),
+        "transposed f64 [4096, 2^12+1]": lambda: torch.randn(2**12 + 1, 4096, dtype=torch.float64).t(),
+        "channels-last f16 [64,64,56,56]": lambda: torch.randn(64, 64, 56, 56, dtype=torch.float16).to(
+            memory_format=torch.channels_last),
+        "column expand int64 [2^16, 2^16]": lambda: torch.arange(2**16).unsqueeze(1).expand(2**16, 2**16),
+        "complex64 every other [2^22]": lambda: torch.randn(2**23, dtype=torch.complex64)[::2],
     }
 
 
@@ -83,18 +90,23 @@ def measure(x: torch.Tensor, fn: Callable[[torch.Tensor], object]) -> tuple[floa
 def main(scale: float, names: list[str]) -> None:
     from tensor_dap import describe
     from tensor_dap.dap.pacing import debugger_pacer
+    from tensor_dap.summary.histogram import histogram
 
     thrifty = debugger_pacer().thrifty  # what the debugger uses once a Variables request has spent its share
     describe(torch.randn(3000))  # warm-up: lazy imports, allocator
+    histogram(torch.randn(3000))
     for name, make in cases(scale).items():
         if names and name not in names:
             continue
         x = make()
         ms, extra, summary = measure(x, describe)
         thrifty_ms, _, _ = measure(x, lambda t: describe(t, budget=thrifty))
+        hist_ms, hist_extra, h = measure(x, histogram)
         print(json.dumps({"name": name, "ms": ms, "thrifty_ms": thrifty_ms, "extra": extra,
                           "storage": storage_bytes(x), "line": str(summary), "sampled": summary.sampled,
-                          "range_exact": summary.range_exact}), flush=True)
+                          "range_exact": summary.range_exact, "numel": summary.numel, "hist_ms": hist_ms,
+                          "hist_extra": hist_extra, "hist_sampled": h.sampled if h else None,
+                          "hist_total": h.total if h else None}), flush=True)
         del x
 
 

@@ -157,7 +157,7 @@ def test_histogram_counts():
     h = histogram(values, bins=2)
     assert h.counts == (2, 2) and h.nonfinite == 2 and h.edges[0] == 0.0 and h.edges[-1] == 1.0
     big = histogram(torch.randn(10_000), sample=1000)
-    assert big.sampled and big.total == 1000
+    assert big.sampled and 900 <= big.total <= 1000
     assert histogram(torch.zeros(3, device="meta")) is None
     assert histogram(torch.tensor([float("nan")])) is None
 

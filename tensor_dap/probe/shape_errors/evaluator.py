@@ -2,9 +2,10 @@
 
 Names, plain attributes and entries of built-in containers are read from the frame (``pure``
 says what is plain), and only the pure torch functions and tensor methods ``pure`` lists run,
-on ``meta`` tensors (shapes and dtypes only), so nothing is computed, allocated, mutated or sent
-to a device, and no user code, property, optimizer step or module forward runs again. Every
-value is remembered, so the explanation can show each operand's shape.
+on ``meta`` tensors (shapes and dtypes only) and plain data, so nothing is computed, allocated,
+mutated or sent to a device, and no user code, property, optimizer step or module forward runs
+again. Arithmetic on constants is refused where its result would be huge (``2 ** 2 ** 24``).
+Every value is remembered, so the explanation can show each operand's shape.
 """
 
 from __future__ import annotations
@@ -14,12 +15,15 @@ import builtins
 import warnings
 from typing import Any
 
-from ...kinds import is_tensor
 from ...summary.tensor import no_torch_function
-from . import pure
+from . import pure, static
+from .static import is_tensor
 
 _DEVICE_MOVES = {"cuda", "cpu", "to", "pin_memory", "mps", "xpu"}
 _PURE_BUILTINS = (float, int, abs, round, min, max, bool)
+_NUMBERS = (int, float, bool)
+_MAX_BITS = 1 << 16  # an integer constant the explanation computes: far above any shape, far below a stall
+_DERIVED = {"T", "mT", "H", "mH", "real", "imag"}  # tensor attributes that are new views: taken on the meta copy
 _COMPARE = {ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.Lt: lambda a, b: a < b,
             ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b}
 
@@ -36,19 +40,39 @@ class Failed(Exception):
 
 
 def meta(value: Any) -> Any:
+    """What a torch op is given in place of ``value``: a meta tensor of the same shape, dtype and strides,
+    plain data as it is (lists and tuples item by item); Unknown for anything else (a user object's
+    ``__index__``, ``__float__`` or ``__radd__`` would run inside the op)."""
+    if not pure.plain(value):
+        raise Unknown()
+    return _meta(value)
+
+
+def _meta(value: Any) -> Any:
     import torch
 
     if is_tensor(value):
-        if value.device.type == "meta":
-            return value
-        return torch.empty_like(value, device="meta") if value.layout == torch.strided else _raise_unknown()
-    if isinstance(value, (list, tuple)) and any(is_tensor(v) for v in value):
-        return type(value)(meta(v) for v in value) if type(value) in (list, tuple) else _raise_unknown()
-    return value
+        try:
+            if static.tensor_attribute(value, "layout") != torch.strided:
+                raise Unknown()
+            return torch.empty_strided(tuple(static.tensor_attribute(value, "shape")), static.tensor_strides(value),
+                                       dtype=static.tensor_attribute(value, "dtype"), device="meta")
+        except AttributeError as exc:  # a subclass whose dispatch is its own
+            raise Unknown() from exc
+    if static.one_of(value, (list, tuple)):
+        return type(value)(_meta(v) for v in value)
+    return value  # plain: checked by meta
 
 
-def _raise_unknown() -> Any:
-    raise Unknown()
+def device_text(value: Any) -> str:
+    """The device of a real tensor, read through torch's C getter; '' for anything else."""
+    if not is_tensor(value):
+        return ""
+    try:
+        device = static.tensor_attribute(value, "device")
+    except AttributeError:
+        return ""
+    return "" if device.type == "meta" else str(device)
 
 
 class Evaluator:
@@ -111,9 +135,9 @@ class Evaluator:
             return node.value, ""
         if isinstance(node, ast.Name):
             for scope in (self.locals, self.globals, vars(builtins)):
-                if node.id in scope:
-                    value = scope[node.id]
-                    return value, str(value.device) if is_tensor(value) else ""
+                value = dict.get(scope, node.id, static.MISSING) if static.inherits(scope, dict) else static.MISSING
+                if value is not static.MISSING:
+                    return value, device_text(value)
             raise Unknown()
         if isinstance(node, (ast.Tuple, ast.List)):
             items = self.ev_all(node.elts)
@@ -123,26 +147,28 @@ class Evaluator:
             return slice(*parts), ""
         if isinstance(node, ast.Attribute):
             base = self.ev(node.value)
+            if is_tensor(base) and node.attr in _DERIVED:
+                return self._op(node, lambda: getattr(meta(base), node.attr), [node.value])
             value = self._attribute(base, node.attr)
-            if is_tensor(value) and value.device.type != "meta":
-                return value, str(value.device)
-            return value, self.device_of(node.value)
+            return value, device_text(value) or self.device_of(node.value)
         if isinstance(node, ast.Subscript):
             base, index = self.ev_all([node.value, node.slice])
             if is_tensor(base):
                 return self._op(node, lambda: meta(base)[meta(index)], [node.value])
-            if pure.indexable(base) and not is_tensor(index):
-                value = base[index]
-                return value, str(value.device) if is_tensor(value) else ""
-            raise Unknown()
+            value = _entry(base, index)
+            return value, device_text(value)
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd, ast.Invert)):
             operand = self.ev(node.operand)
             op = {ast.USub: lambda v: -v, ast.UAdd: lambda v: +v, ast.Invert: lambda v: ~v}[type(node.op)]
+            if static.one_of(operand, _NUMBERS):
+                return op(operand), ""
+            if not is_tensor(operand):
+                raise Unknown()  # a user object's __neg__
             return self._op(node, lambda: op(meta(operand)), [node.operand])
         if isinstance(node, ast.BinOp):
             left, right = self.ev_all([node.left, node.right])
             if not (is_tensor(left) or is_tensor(right)):
-                if isinstance(left, (int, float)) and isinstance(right, (int, float)):
+                if static.one_of(left, _NUMBERS) and static.one_of(right, _NUMBERS):
                     return _arith(node.op, left, right), ""
                 raise Unknown()
             return self._op(node, lambda: _arith(node.op, meta(left), meta(right)), [node.left, node.right])
@@ -177,7 +203,10 @@ class Evaluator:
                 raise Unknown()
             with no_torch_function(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # .grad of a non-leaf warns
-                return getattr(base, name)
+                try:
+                    return static.tensor_attribute(base, name)  # torch's getter, not a subclass's property
+                except AttributeError as exc:
+                    raise Unknown() from exc
         try:
             return pure.plain_attribute(base, name)
         except (pure.NotPlain, AttributeError) as exc:
@@ -195,7 +224,7 @@ class Evaluator:
                 args = self.ev_all(node.args)
                 kwargs = dict(zip((k.arg for k in node.keywords), self.ev_all([k.value for k in node.keywords])))
                 if func.attr in _DEVICE_MOVES:  # shape-preserving; only a dtype change matters
-                    dtypes = [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.dtype)]
+                    dtypes = [a for a in list(args) + list(kwargs.values()) if static.one_of(a, (torch.dtype,))]
                     return self._op(node, lambda: meta(base).to(dtypes[0]) if dtypes else meta(base),
                                     [func.value])
                 return self._op(node, lambda: getattr(meta(base), func.attr)(
@@ -203,18 +232,62 @@ class Evaluator:
                     [func.value, *node.args])
         callee, *args = self.ev_all([func, *node.args])
         kwargs = dict(zip((k.arg for k in node.keywords), self.ev_all([k.value for k in node.keywords])))
-        if callee in _PURE_BUILTINS and all(isinstance(a, (int, float, str)) for a in [*args, *kwargs.values()]):
+        plain_args = all(static.one_of(a, (int, float, str)) for a in [*args, *kwargs.values()])
+        if any(callee is b for b in _PURE_BUILTINS) and plain_args:  # identity: a user __eq__ never runs
             return callee(*args, **kwargs), ""  # float('-inf'), int(d / 2): plain numbers
-        if callee is len and len(args) == 1 and not kwargs and (is_tensor(args[0]) or pure.indexable(args[0])):
-            return len(args[0]), ""
+        if callee is len and len(args) == 1 and not kwargs:
+            return _length(args[0]), ""
         if not pure.torch_function(callee):
             raise Unknown()  # never run a forward, a step or any other user code again
         return self._op(node, lambda: callee(*[meta(a) for a in args],
                                              **{k: meta(v) for k, v in kwargs.items()}), list(node.args))
 
 
+def _entry(base: Any, index: Any) -> Any:
+    """``base[index]`` for a built-in or torch container and a plain key; Unknown otherwise."""
+    if not (pure.indexable(base) and pure.key(index)):
+        raise Unknown()
+    if static.inherits(base, dict):  # matched by exact type and value: no key's __eq__ or __hash__ runs
+        if not static.one_of(index, (int, str, bool, type(None))) or dict.__len__(base) > 100_000:
+            raise Unknown()
+        for k, v in dict.items(base):
+            if type(k) is type(index) and k == index:
+                return v
+        raise Unknown()
+    return base[index]
+
+
+def _length(value: Any) -> int:
+    if is_tensor(value):
+        try:
+            shape = static.tensor_attribute(value, "shape")
+        except AttributeError as exc:
+            raise Unknown() from exc
+        if not shape:
+            raise Unknown()
+        return int(shape[0])
+    if pure.indexable(value):
+        return len(value)
+    raise Unknown()
+
+
+def _bounded(op: ast.operator, a: Any, b: Any) -> None:
+    """Refuse integer arithmetic whose result would have more than _MAX_BITS bits (computing it could take
+    minutes and gigabytes: ``2 ** 2 ** 24``, ``1 << 10 ** 9``)."""
+    if not (static.one_of(a, (int, bool)) and static.one_of(b, (int, bool))):
+        return
+    if isinstance(op, ast.Pow) and b > 0 and abs(a) > 1 and b * a.bit_length() > _MAX_BITS:
+        raise Unknown()
+    if isinstance(op, ast.LShift) and b > 0 and a and a.bit_length() + b > _MAX_BITS:
+        raise Unknown()
+    if isinstance(op, ast.Mult) and a.bit_length() + b.bit_length() > _MAX_BITS:
+        raise Unknown()
+
+
 def _arith(op: ast.operator, a: Any, b: Any) -> Any:
     import operator
+
+    _bounded(op, a, b)
 
     table = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
              ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,

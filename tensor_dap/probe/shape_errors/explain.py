@@ -13,13 +13,14 @@ import linecache
 from typing import Any
 
 from ...format import short_error
-from ...kinds import is_module, is_tensor
 from ...summary.modules import describe_module
 from ...summary.tensor import no_torch_function
 from ..display import short_repr
-from .evaluator import Evaluator
+from . import static
+from .evaluator import Evaluator, device_text
 from .hints import mismatch_hint
 from .model import FrameExplanation, Operand, ShapeExplanation, classify
+from .static import is_module, is_tensor
 from ...libraries import is_user_file
 from .source import find_node, header_exprs, position_of, source_text, statement_at, tree_of
 
@@ -52,9 +53,11 @@ def _operand(ev: Evaluator, node: ast.AST) -> Operand:
         return Operand(text, "unknown")
     value, device = ev.values[key]
     if is_tensor(value):
-        real_device = str(value.device) if value.device.type != "meta" else ""
-        return Operand(text, "tensor", tuple(int(d) for d in value.shape), str(value.dtype),
-                       device or real_device)
+        try:  # torch's getters: a subclass's Python shape property does not run
+            shape, dtype = static.tensor_attribute(value, "shape"), static.tensor_attribute(value, "dtype")
+        except AttributeError:
+            return Operand(text, "unknown")
+        return Operand(text, "tensor", tuple(int(d) for d in shape), str(dtype), device or device_text(value))
     if is_module(value):
         return Operand(text, "module", detail=_module_text(value))
     return Operand(text, "value", detail=_value_text(value))
@@ -75,8 +78,8 @@ def _value_text(value: Any) -> str:
     torch = sys.modules.get("torch")
     plain = (int, float, bool, str, bytes, type(None), slice)
     plain += (torch.Size, torch.dtype, torch.device) if torch is not None else ()
-    if isinstance(value, plain) or (type(value) in (list, tuple) and len(value) <= 8
-                                    and all(isinstance(v, plain) for v in value)):
+    if static.one_of(value, plain) or (static.one_of(value, (list, tuple)) and len(value) <= 8
+                                       and all(static.one_of(v, plain) for v in value)):
         return short_repr(value)
     return f"<{type(value).__name__}>"
 

@@ -7,10 +7,11 @@ import re
 from typing import Any
 
 from ...format import fmt_shape
-from ...kinds import is_module, is_tensor
 from ...summary.modules import named_tensors
+from . import pure, static
 from .evaluator import Evaluator
 from .model import Operand
+from .static import is_module, is_tensor
 
 _ELEMENTWISE = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow,
                 ast.BitAnd, ast.BitOr, ast.BitXor, ast.LShift, ast.RShift)
@@ -56,14 +57,23 @@ def _matmul_hint(a: Operand, b: Operand, linear: bool) -> str:
     return ""
 
 
+def _config(module: Any, name: str) -> Any:
+    """A module's plain configuration value (``in_features``), never a property or ``__getattr__`` of its class."""
+    try:
+        value = pure.plain_attribute(module, name)
+    except (pure.NotPlain, AttributeError):
+        return None
+    return value if static.one_of(value, (int, tuple)) else None
+
+
 def _module_hint(module: Any, expr: str, arg: Operand) -> str:
-    in_features = getattr(module, "in_features", None)
+    in_features = _config(module, "in_features")
     if in_features is not None and arg.shape and arg.shape[-1] != in_features:
         return f"{expr} expects in_features={in_features}, but {arg.expr} {fmt_shape(arg.shape)} " \
                f"has last dim {arg.shape[-1]}"
-    in_channels = getattr(module, "in_channels", None)
+    in_channels = _config(module, "in_channels")
     if in_channels is not None and arg.shape is not None:
-        dims = len(getattr(module, "kernel_size", ())) or 2
+        dims = len(_config(module, "kernel_size") or ()) or 2
         spatial = ", ".join("DHW"[3 - dims:]) if dims <= 3 else "..."
         ndim = len(arg.shape)
         if ndim not in (dims + 1, dims + 2):
@@ -147,30 +157,39 @@ def _call_value(ev: Evaluator, node: ast.AST) -> tuple[str, Any, list[Any]]:
 
 def _state_dict_hint(ev: Evaluator, node: ast.AST) -> str:
     """module.load_state_dict(sd): which entries differ in shape, checkpoint vs model."""
-    from collections.abc import Mapping
-
     name, module, args = _call_value(ev, node)
     if name != "load_state_dict" or not is_module(module) or not isinstance(node, ast.Call):
         return ""
     loaded = args[0] if args else next((ev.value_of(k.value) for k in node.keywords if k.arg == "state_dict"), None)
-    if not isinstance(loaded, Mapping):
+    if not static.inherits(loaded, dict):  # a state_dict is a dict; a user Mapping's __getitem__ is user code
         return ""
+    entries = {k: v for k, v in dict.items(loaded) if static.one_of(k, (str,)) and is_tensor(v)}
     own = {name: t for name, t, _ in named_tensors(module, limit=100_000)}
-    shared = [k for k in own if k in loaded and is_tensor(loaded[k])]
-    differ = [k for k in shared if tuple(loaded[k].shape) != tuple(own[k].shape)]
+    shared = [k for k in own if k in entries]
+    shapes = {k: (_shape(entries[k]), _shape(own[k])) for k in shared}
+    differ = [k for k in shared if None not in shapes[k] and shapes[k][0] != shapes[k][1]]
     if not differ:
         return ""
-    shown = "; ".join(f"{k}: checkpoint {fmt_shape(tuple(loaded[k].shape))} vs model "
-                      f"{fmt_shape(tuple(own[k].shape))}" for k in differ[:5])
+    shown = "; ".join(f"{k}: checkpoint {fmt_shape(shapes[k][0])} vs model {fmt_shape(shapes[k][1])}"
+                      for k in differ[:5])
     more = f"; … {len(differ) - 5} more" if len(differ) > 5 else ""
     return f"{len(differ)} of {len(shared)} tensors differ in shape: {shown}{more}"
 
 
+def _shape(t: Any) -> tuple | None:
+    try:
+        return tuple(static.tensor_attribute(t, "shape"))
+    except AttributeError:
+        return None
+
+
 def _sizes(args: list[Any]) -> list[int] | None:
-    """view(2, 3) / view((2, 3)) / view(torch.Size) -> [2, 3]."""
-    if len(args) == 1 and isinstance(args[0], (tuple, list)):
+    """view(2, 3) / view((2, 3)) / view(torch.Size) -> [2, 3] (exact ints only: an int subclass's methods are user code)."""
+    import torch
+
+    if len(args) == 1 and static.one_of(args[0], (tuple, list, torch.Size)):
         args = list(args[0])
-    return [int(a) for a in args] if args and all(isinstance(a, int) for a in args) else None
+    return [int(a) for a in args] if args and all(static.one_of(a, (int,)) for a in args) else None
 
 
 def _view_hint(ev: Evaluator, node: ast.AST, tensors: list[Operand], message: str) -> str:
@@ -213,6 +232,8 @@ def _by_parameter(ev: Evaluator, node: ast.AST, tensors: list[Operand]) -> dict[
     if not isinstance(node, ast.Call):
         return {}
     callee = ev.value_of(node.func)
+    if not pure.torch_function(callee):
+        return {}  # inspect.signature reads __signature__, __wrapped__, __call__: user code on a user object
     try:
         bound = inspect.signature(callee).bind_partial(*node.args, **{k.arg: k.value for k in node.keywords})
     except (TypeError, ValueError):

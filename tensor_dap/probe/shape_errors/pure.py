@@ -7,15 +7,19 @@ can run: attribute reads that find plain instance data (an instance ``__dict__``
 ``nn.Module``'s parameters, buffers and submodules, a module namespace), never a property or any
 other descriptor with code; and calls only to the torch functions and tensor methods named here,
 which compute shapes on ``meta`` copies. ``Optimizer.step``, a user's method, a property that
-consumes a batch: all stay unevaluated (shown as ``?``).
+consumes a batch: all stay unevaluated (shown as ``?``). Objects are looked at only through
+``static`` (their type's namespaces, identity, torch's C getters), and only plain data (``plain``)
+is ever handed to a torch operation, so no ``__index__``, ``__eq__`` or ``__radd__`` of theirs runs.
 """
 
 from __future__ import annotations
 
-import inspect
+import os
 import sys
 import types
 from typing import Any
+
+from . import static
 
 _TENSOR_ATTRIBUTES = frozenset({
     "shape", "dtype", "device", "ndim", "T", "mT", "H", "mH", "real", "imag", "data", "grad", "layout",
@@ -63,6 +67,11 @@ class NotPlain(Exception):
     """Reading this could run code: a property, a custom descriptor, a ``__getattr__``."""
 
 
+_PLAIN_ITEMS = 10_000  # items of the lists/tuples handed to a torch op: more is not plain shape data
+_PLAIN_DEPTH = 4
+_SLICE_PARTS = (int, bool, type(None))
+
+
 def tensor_attribute(name: str) -> bool:
     return name in _TENSOR_ATTRIBUTES
 
@@ -72,77 +81,136 @@ def tensor_method(name: str) -> bool:
     return name in _TENSOR_METHODS or (name.endswith("_") and name[:-1] in _TENSOR_METHODS)
 
 
+def plain(value: Any) -> bool:
+    """Data a torch op may take without calling back into user code: tensors, exact built-in scalars,
+    torch's dtype/device/layout/Size, and lists/tuples of them (at most _PLAIN_ITEMS items in all, nested
+    at most _PLAIN_DEPTH deep, so checking a frame's huge list costs nothing either)."""
+    torch = sys.modules.get("torch")
+    scalars = (int, float, bool, complex, str, type(None), type(Ellipsis))
+    if torch is not None:
+        scalars += (torch.dtype, torch.device, torch.layout, torch.memory_format, torch.Size)
+    stack, seen = [(value, 0)], 0
+    while stack:
+        item, depth = stack.pop()
+        seen += 1
+        if seen > _PLAIN_ITEMS:
+            return False
+        if static.one_of(item, scalars) or static.is_tensor(item):
+            continue
+        if static.one_of(item, (slice,)):
+            if not all(static.one_of(part, _SLICE_PARTS) for part in (item.start, item.stop, item.step)):
+                return False  # a tensor bound would be read through its (overridable) __index__
+        elif static.one_of(item, (list, tuple)) and depth < _PLAIN_DEPTH and len(item) <= _PLAIN_ITEMS - seen:
+            stack += [(v, depth + 1) for v in item]
+        else:
+            return False
+    return True
+
+
 def torch_function(fn: Any) -> bool:
-    """``fn`` is one of the pure torch functions above (by identity: a user function of the same name is not)."""
+    """``fn`` is one of the pure torch functions above, by identity (a user function of the same name is
+    not, nor a user's replacement of ``torch.matmul``); ``fn`` itself is never asked anything."""
+    found = _allowed().get(id(fn))
+    return found is not None and found is fn
+
+
+def _allowed() -> dict:
+    """id -> function for the allow-list, as torch defines them now (only C functions and torch's own code)."""
     torch = sys.modules.get("torch")
     if torch is None:
-        return False
-    name = getattr(fn, "__name__", None)
-    if not isinstance(name, str):
-        return False
+        return {}
+    root = os.path.dirname(getattr(torch, "__file__", None) or "")
+    out = {}
     functional = sys.modules.get("torch.nn.functional")
-    return (name in _TORCH_FUNCTIONS and getattr(torch, name, None) is fn) or \
-        (functional is not None and name in _FUNCTIONAL and getattr(functional, name, None) is fn)
+    for module, names in ((torch, _TORCH_FUNCTIONS), (functional, _FUNCTIONAL)):
+        namespace = vars(module) if module is not None else {}
+        for name in names:
+            fn = namespace.get(name)
+            if static.one_of(fn, (types.BuiltinFunctionType,)) or (
+                    static.one_of(fn, (types.FunctionType,)) and root and
+                    fn.__code__.co_filename.startswith(root + os.sep)):
+                out[id(fn)] = fn
+    return out
 
 
 def indexable(container: Any) -> bool:
     """Built-in containers and torch's own module/parameter containers: indexing them runs no user code."""
-    kind = type(container)
-    if kind in (list, tuple, dict, str):
+    if static.one_of(container, (list, tuple, dict, str)):
         return True
     torch = sys.modules.get("torch")
     if torch is None:
         return False
-    if kind is torch.Size:
+    kinds = [torch.Size] + [getattr(torch.nn, name, None) for name in _TORCH_CONTAINERS]
+    return static.one_of(container, tuple(k for k in kinds if k is not None))
+
+
+def key(index: Any) -> bool:
+    """An index into a built-in container that hashes and compares as built-in data (no ``__eq__``/``__index__``)."""
+    if static.one_of(index, (int, bool, str, type(None))):
         return True
-    return kind.__name__ in _TORCH_CONTAINERS and kind is getattr(torch.nn, kind.__name__, None)
+    if static.one_of(index, (slice,)):
+        return plain(index)
+    return static.one_of(index, (tuple,)) and len(index) <= 16 and all(key(i) for i in index)
+
+
+_GET = types.FunctionType.__get__  # binding a function: C code, nothing of the function runs
 
 
 def plain_attribute(obj: Any, name: str) -> Any:
     """``obj.name`` when it is plain data; raises NotPlain when reading it could run code."""
-    if isinstance(obj, types.ModuleType):
-        namespace = obj.__dict__
-        if name in namespace:
-            return namespace[name]
-        raise NotPlain(name)
+    if static.inherits(obj, types.ModuleType):
+        namespace = types.ModuleType.__dict__["__dict__"].__get__(obj)
+        value = dict.get(namespace, name, static.MISSING) if static.one_of(namespace, (dict,)) else static.MISSING
+        if value is static.MISSING:
+            raise NotPlain(name)
+        return value
     kind = type(obj)
-    if kind.__getattribute__ is not object.__getattribute__:
+    if static.lookup(kind, "__getattribute__") is not object.__dict__["__getattribute__"]:
         raise NotPlain(name)
-    try:
-        found = inspect.getattr_static(obj, name)
-    except AttributeError:
-        return _module_entry(obj, name)
-    owner_dict = _instance_dict(obj)
-    if owner_dict is not None and name in owner_dict and owner_dict[name] is found:
-        return found  # the instance's own data
-    if isinstance(found, (types.MemberDescriptorType,)):  # a __slots__ entry
-        return found.__get__(obj, kind)
-    if isinstance(found, (types.FunctionType, types.BuiltinFunctionType, staticmethod, classmethod,
-                          types.MethodDescriptorType)):
-        return getattr(obj, name)  # a bound method (never called unless allowed by name)
-    if hasattr(type(found), "__get__"):
+    found = static.lookup(kind, name)
+    descriptor = static.lookup(type(found), "__get__") if found is not static.MISSING else static.MISSING
+    data_descriptor = descriptor is not static.MISSING and (
+        static.lookup(type(found), "__set__") is not static.MISSING or
+        static.lookup(type(found), "__delete__") is not static.MISSING)
+    if data_descriptor:
+        if static.one_of(found, (types.MemberDescriptorType,)):
+            return found.__get__(obj, kind)  # a __slots__ entry
         raise NotPlain(name)  # a property, getset or custom descriptor: code on read
+    own = _instance_dict(obj)
+    if own is not None:
+        value = dict.get(own, name, static.MISSING)
+        if value is not static.MISSING:
+            return value  # the instance's own data
+    if found is static.MISSING:
+        return _module_entry(obj, name)
+    if static.one_of(found, (types.FunctionType,)):
+        return _GET(found, obj, kind)  # a bound method (never called unless allowed by name)
+    if descriptor is not static.MISSING:
+        raise NotPlain(name)  # classmethod, a C method, a user descriptor: not plain data
     return found  # a plain class attribute
 
 
 def _instance_dict(obj: Any) -> dict | None:
-    try:
-        d = object.__getattribute__(obj, "__dict__")
-    except AttributeError:
+    """The instance's ``__dict__``, read only through the C slot that ``object`` provides."""
+    slot = static.lookup(type(obj), "__dict__")
+    if not static.one_of(slot, (types.GetSetDescriptorType,)):
         return None
-    return d if isinstance(d, dict) else None
+    d = slot.__get__(obj)
+    return d if static.one_of(d, (dict,)) else None
 
 
 def _module_entry(obj: Any, name: str) -> Any:
     """An nn.Module's parameter, buffer or submodule, found as ``Module.__getattr__`` finds it (not a user override)."""
     torch = sys.modules.get("torch")
-    module_getattr = getattr(getattr(torch, "nn", None), "Module", None)
-    if module_getattr is None or not isinstance(obj, module_getattr) or \
-            type(obj).__getattr__ is not module_getattr.__getattr__:
+    module_class = getattr(getattr(torch, "nn", None), "Module", None)
+    if module_class is None or not static.inherits(obj, module_class) or \
+            static.lookup(type(obj), "__getattr__") is not static.lookup(module_class, "__getattr__"):
         raise NotPlain(name)
     own = _instance_dict(obj) or {}
     for group in ("_parameters", "_buffers", "_modules"):
-        entries = own.get(group)
-        if isinstance(entries, dict) and name in entries:
-            return entries[name]
+        entries = dict.get(own, group)
+        if static.one_of(entries, (dict,)):
+            value = dict.get(entries, name, static.MISSING)
+            if value is not static.MISSING:
+                return value
     raise NotPlain(name)
