@@ -3,9 +3,10 @@
  * terminal (line mode without profile marks in the file: `--function` for the functions picked),
  * then opens the profile it wrote: the first file the run's manifest
  * (`.tensor_dap/profiles/<run>/profile.json`, `files`) lists that the extension shows, else the
- * newest profiler file created while it ran. A failed run shows the command's own error line.
+ * newest profiler file created while it ran (see outputOf). A failed run shows the command's own error line.
  */
 import { spawn } from 'child_process';
+import { promises as fs } from 'fs';
 import * as path from 'path';
 import * as vscode from 'vscode';
 import { resolvePython } from '../python';
@@ -50,8 +51,9 @@ export async function profileCurrentFile(): Promise<void> {
     const watcher = vscode.workspace.createFileSystemWatcher(new vscode.RelativePattern(folder ?? vscode.Uri.file(path.dirname(file.fsPath)), OUTPUT_GLOB));
     watcher.onDidCreate((u) => created.push(u));
     watcher.onDidChange((u) => created.push(u));
-    const result = await runInTask(`profile ${name} (${mode.label})`, folder, python,
-        profileArgs(mode.label, file.fsPath, functions), folder?.uri.fsPath ?? path.dirname(file.fsPath));
+    const cwd = folder?.uri.fsPath ?? path.dirname(file.fsPath);
+    const started = Date.now();
+    const result = await runInTask(`profile ${name} (${mode.label})`, folder, python, profileArgs(mode.label, file.fsPath, functions), cwd);
     setTimeout(() => watcher.dispose(), 1000);
     if (result.cancelled) {
         return;
@@ -61,7 +63,7 @@ export async function profileCurrentFile(): Promise<void> {
         return;
     }
     await new Promise((r) => setTimeout(r, 300));  // let the last file events arrive
-    const output = await outputOf(created);
+    const output = await outputOf(cwd, started, created);
     if (output) {
         await vscode.commands.executeCommand('vscode.open', output);
     } else {
@@ -154,18 +156,39 @@ function runInTask(label: string, folder: vscode.WorkspaceFolder | undefined, py
     });
 }
 
-async function outputOf(created: vscode.Uri[]): Promise<vscode.Uri | undefined> {
-    const manifest = [...created].reverse().find((u) => path.basename(u.fsPath) === 'profile.json');
-    if (manifest) {
-        try {
-            const files = (JSON.parse(new TextDecoder().decode(await vscode.workspace.fs.readFile(manifest))) as { files?: unknown }).files;
-            const first = Array.isArray(files) ? files.find((f): f is string => typeof f === 'string' && VIEWABLE.test(f)) : undefined;
+/**
+ * The profile the run wrote: from the manifest of the newest run folder made under
+ * CWD/.tensor_dap/profiles since the run started (the command's default --out, made before the
+ * program runs), else from the manifest or profiler files the watcher saw (a program that set
+ * another folder through the environment).
+ */
+async function outputOf(cwd: string, since: number, created: vscode.Uri[]): Promise<vscode.Uri | undefined> {
+    const runs = path.join(cwd, '.tensor_dap', 'profiles');
+    const folders = await fs.readdir(runs, { withFileTypes: true }).catch(() => []);
+    const recent = await Promise.all(folders.filter((d) => d.isDirectory()).map(async (d) => {
+        const manifest = path.join(runs, d.name, 'profile.json');
+        const stat = await fs.stat(manifest).catch(() => undefined);
+        return { manifest: vscode.Uri.file(manifest), mtime: stat?.mtimeMs ?? -Infinity };
+    }));
+    const newest = recent.filter((r) => r.mtime >= since - 2000).sort((a, b) => b.mtime - a.mtime)[0];
+    const seen = [...created].reverse().find((u) => path.basename(u.fsPath) === 'profile.json');
+    for (const manifest of [newest?.manifest, seen]) {
+        if (manifest) {
+            const first = await viewableIn(manifest);
             if (first) {
-                return vscode.Uri.joinPath(manifest, '..', first);
+                return first;
             }
-        } catch {
-            // an unreadable manifest: fall back to the files seen
         }
     }
     return [...created].reverse().find((u) => VIEWABLE.test(u.fsPath));
+}
+
+async function viewableIn(manifest: vscode.Uri): Promise<vscode.Uri | undefined> {
+    try {
+        const files = (JSON.parse(new TextDecoder().decode(await vscode.workspace.fs.readFile(manifest))) as { files?: unknown }).files;
+        const first = Array.isArray(files) ? files.find((f): f is string => typeof f === 'string' && VIEWABLE.test(f)) : undefined;
+        return first ? vscode.Uri.joinPath(manifest, '..', first) : undefined;
+    } catch {
+        return undefined;  // an unreadable manifest: the caller falls back to the files seen
+    }
 }
