@@ -2,58 +2,70 @@
 
     python prepare_workspace.py WORKSPACE
 
-- train.prof (cProfile), train.lprof (line_profiler on train_step and main), paths pointing at
-  WORKSPACE/train.py so the line decorations land on the open file
-- hostile.prof: a function named with an HTML script tag, in a file named with an img tag
-- traces/train.pt.trace.json (torch.profiler)
+The profiler files are what `tensor-dap profile` (run as ``python -m tensor_dap profile``) writes
+when run on WORKSPACE/train.py, renamed, so their paths point at the file the test opens:
+
+- train.prof (--mode cpu), train.lprof (--mode line --function train_step --function main)
+- hostile.prof: --mode cpu of a script named with an img tag whose function is named with a
+  script tag
+- traces/train.pt.trace.json (--mode torch), memory.json (--mode memory)
 - .tensor_dap/incidents/<time>-step0/: a real bundle written by tensor_dap.watch
-- memory.json: an example in the format `tensor-dap profile --mode memory` writes (that
-  command is not merged yet, so the test writes the file itself)
 """
-import cProfile
 import json
 import os
-import runpy
+import shutil
+import subprocess
 import sys
+import tempfile
 
 WS = os.path.abspath(sys.argv[1])
 TRAIN = os.path.join(WS, "train.py")
+HOSTILE = os.path.join(WS, "<img src=x onerror=alert(1)>.py")
 
 
 def main():
     os.chdir(WS)
-    sys.path.insert(0, WS)
-    cProfile.run("runpy.run_path(TRAIN, run_name='__main__')", "train.prof")
-    import train
-    import line_profiler
-
-    lp = line_profiler.LineProfiler(train.train_step, train.main)
-    lp.runcall(train.main)
-    lp.dump_stats("train.lprof")
-
-    ns = {}
-    exec(compile("def f():\n    return 1\n", os.path.join(WS, "<img src=x onerror=alert(1)>.py"), "exec"), ns)
-    fn = ns["f"]
-    fn.__code__ = fn.__code__.replace(co_name="<script>alert('x')</script>")
-    cProfile.runctx("for _ in range(3): fn()", {"fn": fn}, {}, "hostile.prof")
-
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
+    with open(HOSTILE, "w") as f:
+        f.write("def f():\n    return 1\n\n\n"
+                "f.__code__ = f.__code__.replace(co_name=\"<script>alert('x')</script>\")\n"
+                "for _ in range(3):\n    f()\n")
+    runs_dir = tempfile.mkdtemp(prefix="tensor-dap-e2e-runs-")
+    runs = [  # started together, while this process writes the incident bundle
+        (profile(runs_dir, "cpu", TRAIN), "cprofile.prof", "train.prof"),
+        (profile(runs_dir, "cpu", HOSTILE), "cprofile.prof", "hostile.prof"),
+        (profile(runs_dir, "line", TRAIN, "--function", "train_step", "--function", "main"), "line.lprof", "train.lprof"),
+        (profile(runs_dir, "torch", TRAIN), "torch.trace.json", os.path.join("traces", "train.pt.trace.json")),
+        (profile(runs_dir, "memory", TRAIN), "memory.json", "memory.json"),
+    ]
+    incident()
     os.makedirs("traces", exist_ok=True)
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
-        train.main(steps=5)
-    prof.export_chrome_trace(os.path.join("traces", "train.pt.trace.json"))
-
-    incident(torch)
-    with open("memory.json", "w") as f:
-        json.dump({"version": 1, "kind": "tensor_dap.memory", "program": TRAIN, "peak_rss_bytes": 812_000_000,
-                   "measure": "live Python bytes at the largest snapshot",
-                   "sites": [{"file": TRAIN, "line": 7, "function": "make_model", "size_bytes": 3_604, "count": 4},
-                             {"file": TRAIN, "line": 25, "function": "main", "size_bytes": 512, "count": 20}]}, f, indent=1)
+    for run, written, name in runs:
+        folder = finish(*run)
+        with open(os.path.join(folder, "profile.json")) as f:
+            assert written in json.load(f)["files"], f"{folder}: {written} is not in the manifest"
+        shutil.move(os.path.join(folder, written), name)
+    shutil.rmtree(runs_dir)
 
 
-def incident(torch):
+def profile(runs_dir, mode, script, *options):
+    """Starts `tensor-dap profile --mode MODE SCRIPT`, into a folder of its own."""
+    parent = tempfile.mkdtemp(prefix=mode + "-", dir=runs_dir)
+    log = open(parent + ".log", "w+")
+    cmd = [sys.executable, "-m", "tensor_dap", "profile", "--mode", mode, "--out", parent, *options, script]
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), parent, log, cmd
+
+
+def finish(proc, parent, log, cmd):
+    """The run folder the command wrote, once it exited 0."""
+    if proc.wait() != 0:
+        log.seek(0)
+        sys.exit(f"{' '.join(cmd)} exited {proc.returncode}:\n{log.read()}")
+    (run,) = os.listdir(parent)
+    return os.path.join(parent, run)
+
+
+def incident():
+    import torch
     import tensor_dap
     from torch import nn
 

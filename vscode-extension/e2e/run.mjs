@@ -198,7 +198,7 @@ async function run(dialogs) {
     await step('function names holding HTML stay text (hostile.prof)', async () => {
         await openFile('hostile.prof');
         const view = webview();
-        await view.locator('input.filter').fill('script');
+        await view.locator('input.filter').fill('<script>');  // not 'script': tensor_dap's runner has a _run_script
         const cell = view.locator('.vt-body .vt-row .vt-cell').first();
         await cell.waitFor();
         assert.equal(await cell.textContent(), "<script>alert('x')</script>");
@@ -249,8 +249,27 @@ async function run(dialogs) {
     await step('memory.json lists allocation sites with source links', async () => {
         await openFile('memory.json');
         const view = webview();
-        await view.locator('.vt-body .vt-row', { hasText: 'make_model' }).waitFor();
-        assert.match(await view.locator('header .muted').textContent(), /peak RSS 774 MiB/);
+        await view.locator('.vt-body .vt-row', { hasText: 'make_model' }).first().waitFor();  // train.py:7 and :6
+        assert.match(await view.locator('header .muted').textContent(), /peak RSS [\d.]+ MiB/);
+        await closeEditors();
+    });
+
+    await step('Profile Current File (line) picks a function, runs tensor-dap profile and opens its .lprof', async () => {
+        await openFile('train.py');
+        await runCommand('tensor_dap: Profile Current File');
+        await page.locator('.quick-input-list .monaco-list-row', { hasText: 'line_profiler' }).first().click();
+        // train.py has no @tensor_dap.profile marks: the extension asks which functions (--function).
+        const row = page.locator('.quick-input-list .monaco-list-row', { hasText: 'train_step' }).first();
+        await row.waitFor();
+        const offered = await page.locator('.quick-input-list .monaco-list-row').allTextContents();
+        assert.ok(['make_model', 'train_step', 'main'].every((f) => offered.some((r) => r.startsWith(f))), JSON.stringify(offered));
+        await row.click();
+        await page.locator('.quick-input-widget input.input').click();
+        await page.keyboard.press('Enter');
+        const view = webview();
+        await view.locator('section.function h2', { hasText: /^train_step / }).waitFor({ timeout: 120_000 });
+        mark('the run\'s line.lprof is open');
+        assert.equal(await view.locator('section.function h2', { hasText: /^main / }).count(), 0, 'only the picked function was profiled');
         await closeEditors();
     });
 

@@ -59,7 +59,7 @@ test('prof: a format variant the built-in reader does not know goes to the Pytho
 });
 
 test('lprof: functions with their source lines', async () => {
-    const source = readFileSync(fixture('../../test/fixtures/train_small.py'), 'utf8').split('\n');
+    const source = readFileSync(join(__dirname, '..', '..', 'test', 'fixtures', 'train_small.py'), 'utf8').split('\n');
     const m = expectType((await loadLprof(fixture('train.lprof'), { readSource: async (_f, a, b) => source.slice(a - 1, b) }, true)).message, 'lprof');
     const step = m.functions.find((f) => f.name === 'train_step')!;
     assert.equal(step.source![0], 'def train_step(model, opt, x, y):');
@@ -71,10 +71,12 @@ test('lprof: functions with their source lines', async () => {
 test('trace, memory and incident loaders', async () => {
     const t = expectType(await loadTrace(fixture('train.pt.trace.json.gz')), 'trace');
     assert.ok(t.summary.ops.length > 10 && t.bytes < 100_000);
+    const mem = expectType(await loadMemory(fixture('memory.json')), 'memory');
+    assert.ok(mem.report.sites.some((s) => s.file.endsWith('train_small.py') && s.function === 'make_model'));
+    assert.ok(mem.report.sites.some((s) => s.function === undefined), 'sites the writer named no function for');
     const memory = join(tmp, 'memory.json');
     writeFileSync(memory, JSON.stringify({ peak_rss: 1, sites: [{ file: '<script>.py', line: 2, size: 3, count: 1 }] }));
-    const mem = expectType(await loadMemory(memory), 'memory');
-    assert.equal(mem.report.sites[0].file, '<script>.py');
+    assert.equal(expectType(await loadMemory(memory), 'memory').report.sites[0].file, '<script>.py');
     const inc = expectType(await loadIncident(fixture('report.json')), 'incident');
     assert.equal(inc.report.moduleType, 'Boom');
     const bad = join(tmp, 'report.json');

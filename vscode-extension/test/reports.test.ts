@@ -5,7 +5,7 @@ import { test } from 'node:test';
 import { FileFormatError } from '../src/parsers/errors';
 import { parseIncidentReport, summaryLine, where } from '../src/parsers/incident';
 import { parseMemoryReport } from '../src/parsers/memory';
-import { text } from './_fixtures';
+import { json, text } from './_fixtures';
 
 test('incident: a real report written by tensor_dap.watch', () => {
     const r = parseIncidentReport(text('report.json'));
@@ -81,22 +81,37 @@ test('memory: sites sorted by size, variants accepted, bad entries counted', () 
     assert.deepEqual(parseMemoryReport('{"top": [], "cuda_peak_allocated": 7}').cuda, { peakAllocated: 7, peakReserved: undefined });
 });
 
-test('memory: the format tensor-dap profile --mode memory writes', () => {
-    const r = parseMemoryReport(JSON.stringify({
-        version: 1, kind: 'tensor_dap.memory', program: 'train.py', peak_rss_bytes: 5e8, tracemalloc_peak_bytes: 1e6,
-        measure: 'live Python bytes at the largest snapshot', snapshot_bytes: 1e6,
-        sites: [{ file: 'train.py', line: 9, function: 'load', size_bytes: 800, count: 3, traceback: [{ file: 'train.py', line: 9 }] }],
-        cuda: { device: 'cuda:0', max_allocated_bytes: 4096, allocated_bytes: 1024, reserved_bytes: 8192, max_reserved_bytes: 8192, summary: '...', snapshot: null },
-        torch_cpu: { measure: 'bytes allocated by torch operators on the CPU (not live bytes)', covers: 'steps 2-4',
-            sites: [{ file: 'model.py', line: 20, function: 'forward', size_bytes: 65536, count: 12, op: 'aten::addmm', traceback: [] }] },
-    }));
-    assert.equal(r.program, 'train.py');
-    assert.equal(r.peakRss, 5e8);
+test('memory: a real report written by tensor-dap profile --mode memory', () => {
+    const raw = json<{ sites: { function: string | null }[]; cuda: unknown }>('memory.json');
+    assert.ok(raw.sites.some((s) => s.function === null), 'the writer emits "function": null for frozen modules');
+    assert.equal(raw.cuda, null, 'and "cuda": null without a GPU');
+    const r = parseMemoryReport(text('memory.json'));
+    assert.match(r.program!, /train_small\.py$/);
     assert.equal(r.measure, 'live Python bytes at the largest snapshot');
-    assert.deepEqual(r.sites.map((s) => [s.file, s.line, s.function, s.size, s.count]), [['train.py', 9, 'load', 800, 3]]);
-    assert.deepEqual(r.cuda, { device: 'cuda:0', peakAllocated: 4096, peakReserved: 8192 });
-    assert.equal(r.torch?.sites[0].op, 'aten::addmm');
+    assert.ok(r.peakRss! > 50e6, `peak RSS ${r.peakRss}`);
+    assert.equal(r.cuda, undefined);
+    assert.equal(r.skipped, 0);
+    assert.equal(r.sites.length, raw.sites.length);
+    for (let k = 1; k < r.sites.length; k++) {
+        assert.ok(r.sites[k - 1].size >= r.sites[k].size, 'largest first');
+    }
+    const frozen = r.sites.find((s) => s.file.startsWith('<frozen'))!;
+    assert.equal(frozen.function, undefined, 'a null function is no function, not the text "null"');
+    const ours = r.sites.filter((s) => s.file.endsWith('train_small.py'));
+    assert.ok(ours.some((s) => s.function === 'make_model' && s.line === 7 && s.count > 0), JSON.stringify(ours));
+    assert.ok(ours.some((s) => s.function === 'train_step' && s.line >= 11 && s.line <= 16));
+    assert.equal(r.totalSize, r.sites.reduce((n, s) => n + s.size, 0));
     assert.match(r.torch!.measure!, /not live bytes/);
+    const addmm = r.torch!.sites.find((s) => s.op === 'aten::addmm')!;
+    assert.ok(addmm.size > 0 && addmm.file.endsWith('train_small.py') && addmm.function === 'train_step', JSON.stringify(addmm));
+});
+
+test('memory: the CUDA block the writer adds on a GPU', () => {
+    const r = parseMemoryReport(JSON.stringify({
+        version: 1, kind: 'tensor_dap.memory', sites: [],
+        cuda: { device: 'cuda:0', max_allocated_bytes: 4096, allocated_bytes: 1024, reserved_bytes: 8192, max_reserved_bytes: 8192, summary: '...', snapshot: null },
+    }));
+    assert.deepEqual(r.cuda, { device: 'cuda:0', peakAllocated: 4096, peakReserved: 8192 });
 });
 
 test('memory: not a report', () => {

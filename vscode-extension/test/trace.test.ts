@@ -1,4 +1,4 @@
-// The torch.profiler trace summary on a real trace, checked against torch's own key_averages,
+// The torch.profiler trace summary on a real trace (`tensor-dap profile --mode torch`), checked against torch's own key_averages,
 // streamed in chunks of every size, gzip or not, and on broken input.
 import assert from 'node:assert/strict';
 import { writeFileSync, mkdtempSync } from 'node:fs';
@@ -22,22 +22,52 @@ function summarize(doc: string, chunk = doc.length): TraceSummary {
 }
 
 test('trace: op counts and self CPU time agree with torch.profiler key_averages', async () => {
+    // train.pt.trace.json is what `tensor-dap profile --mode torch` wrote (steps 4-6 of
+    // train_small.py, with_stack); train.ops.json the key_averages() of that same profiler.
     const s = await summarizeTraceFile(fixture('train.pt.trace.json'));
     const torchOps = json<Record<string, { count: number; self_cpu: number; cpu: number }>>('train.ops.json');
+    const events = (JSON.parse(text('train.pt.trace.json')).traceEvents as { ph?: string; name: string; cat?: string; ts: number; dur: number }[])
+        .filter((e) => e.ph === 'X');
+    const cats = new Map<string, Set<string>>();
+    for (const e of events) {
+        cats.set(e.name, (cats.get(e.name) ?? new Set()).add(e.cat ?? ''));
+    }
+    // The window closes inside the last optimizer.step() (it counts the steps), so the trace
+    // ends that range when the profiler stopped, later than key_averages does: of such ranges
+    // only the calls are compared.
+    const lastStepEnd = Math.max(...events.filter((e) => e.name.startsWith('ProfilerStep#')).map((e) => e.ts + e.dur));
+    const openAtStop = new Set(events.filter((e) => e.ts + e.dur > lastStepEnd && (e.cat === 'cpu_op' || e.cat === 'user_annotation')).map((e) => e.name));
+    assert.deepEqual([...openAtStop], ['Optimizer.step#SGD.step']);
     const ours = new Map(s.ops.map((o) => [o.name, o]));
     let compared = 0;
+    let pythonFrames = 0;
     for (const [name, t] of Object.entries(torchOps)) {
+        if (name === 'ProfilerStep*') {  // torch merges the step ranges into one key
+            const steps = s.ops.filter((o) => o.name.startsWith('ProfilerStep#'));
+            assert.equal(steps.length, 3, 'the three active steps of the window');
+            assert.equal(steps.reduce((n, o) => n + o.calls, 0), t.count);
+            continue;
+        }
+        if ([...(cats.get(name) ?? [])].every((c) => c === 'python_function')) {  // a Python frame (with_stack), not an operator
+            assert.ok(cats.has(name), `${name} is in the trace`);
+            assert.equal(ours.get(name), undefined, `${name} is not listed as an operator`);
+            pythonFrames++;
+            continue;
+        }
         const o = ours.get(name);
         assert.ok(o, `${name} is in the summary`);
         assert.equal(o.calls, t.count, `${name} calls`);
+        if (openAtStop.has(name)) {
+            continue;
+        }
         assert.ok(Math.abs(o.totalCpu - t.cpu) <= 0.01 * t.cpu + 2, `${name} total CPU ${o.totalCpu} vs torch ${t.cpu}`);
         assert.ok(Math.abs(o.selfCpu - t.self_cpu) <= 0.05 * t.cpu + 2, `${name} self CPU ${o.selfCpu} vs torch ${t.self_cpu}`);
         compared++;
     }
-    assert.ok(compared > 20);
+    assert.ok(compared > 20 && pythonFrames > 10, `${compared} operators, ${pythonFrames} Python frames`);
     const addmm = ours.get('aten::addmm')!;
-    assert.equal(addmm.calls, 10);
-    assert.deepEqual(addmm.shapes.map(([s, n]) => [s, n]).sort(), [['[[32],[8,16],[16,32],[],[]]', 5], ['[[4],[8,32],[32,4],[],[]]', 5]]);
+    assert.equal(addmm.calls, 6);
+    assert.deepEqual(addmm.shapes.map(([s, n]) => [s, n]).sort(), [['[[32],[8,16],[16,32],[],[]]', 3], ['[[4],[8,32],[32,4],[],[]]', 3]]);
     assert.equal(s.hasCuda, false);
     assert.ok(s.timeline.length > 0 && s.timeline.every((e) => e.dur >= 0 && e.start >= 0 && e.lane < s.lanes.length));
     assert.ok(s.lanes.some((l) => l.startsWith('python')), s.lanes.join(','));

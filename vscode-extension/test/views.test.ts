@@ -55,7 +55,7 @@ test('icicle: children inside their parent, no call edge twice on a path, bounde
     const step = nodes.find((n) => prof.functions[n.id].name === 'train_step');
     assert.ok(step, 'the training step is in the tree');
     const cumulative = prof.functions[step.id].cumulative;
-    assert.ok(step.depth > 5 && Math.abs(step.time - cumulative) < 0.05 * cumulative, `train_step at depth ${step.depth}: ${step.time} s of ${cumulative} s`);
+    assert.ok(step.depth >= 4 && Math.abs(step.time - cumulative) < 0.05 * cumulative, `train_step at depth ${step.depth}: ${step.time} s of ${cumulative} s`);
     assert.ok(graph.icicle({ maxNodes: 10 }).length <= 10);
 });
 

@@ -6,6 +6,7 @@ import * as net from 'net';
 import * as path from 'path';
 import * as vscode from 'vscode';
 import { resolvePython } from '../python';
+import { tensorBoardArgs } from './commandLines';
 
 export async function openTensorBoard(): Promise<void> {
     const folder = vscode.workspace.workspaceFolders?.[0];
@@ -21,7 +22,7 @@ export async function openTensorBoard(): Promise<void> {
     const port = await freePort();
     const python = await resolvePython(picked[0]);
     const terminal = vscode.window.createTerminal({ name: `TensorBoard ${path.basename(logdir)}`, shellPath: python,
-        shellArgs: ['-m', 'tensor_dap', 'tensorboard', logdir, '--port', String(port)], cwd: folder?.uri.fsPath });
+        shellArgs: tensorBoardArgs(logdir, port), cwd: folder?.uri.fsPath });
     terminal.show(true);
     const local = vscode.Uri.parse(`http://127.0.0.1:${port}/`);
     if (!(await waitForPort(port, 60_000))) {
