@@ -184,7 +184,9 @@ def _shape(t: Any) -> tuple | None:
 
 
 def _sizes(args: list[Any]) -> list[int] | None:
-    """view(2, 3) / view((2, 3)) / view(torch.Size) -> [2, 3] (exact ints only: an int subclass's methods are user code)."""
+    """view(2, 3) / view((2, 3)) / view(torch.Size) -> [2, 3].
+
+    Exact ints only: an int subclass's methods are user code."""
     import torch
 
     if len(args) == 1 and static.one_of(args[0], (tuple, list, torch.Size)):
