@@ -63,7 +63,7 @@ class MemoryRecorder(Recorder):
         else:
             o = self.options
             self._window = StepWindow(dict(profile_memory=True, with_stack=True), o.wait, o.warmup, o.active,
-                                      self._on_trace, aside=self._not_counted, prelude=False)
+                                      self._on_trace, aside=self._not_counted)
         if self._window is not None:  # the profiler's first start initializes a lot: minutes under tracemalloc
             with torch.profiler.profile(profile_memory=True):
                 pass
