@@ -138,3 +138,17 @@ def test_memory_mode_writes_a_cuda_snapshot_pytorch_can_read(tmp_path):
     allocs = [e for trace_ in snapshot["device_traces"] for e in trace_ if e["action"] == "alloc"]
     assert any(fr["filename"].endswith("gpu.py") for e in allocs for fr in e["frames"])
 
+
+def test_memory_sites_are_lines_of_the_program(train_script, tmp_path):
+    """Not the import machinery (``<frozen importlib._bootstrap_external>``), not the ``bin/tensor-dap``
+    launcher, not the standard library or tensor_dap: what has no line of the program is counted apart."""
+    from tensor_dap.libraries import is_user_file
+
+    r = tensor_dap("profile", "--mode", "memory", train_script, "4", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    data = json.loads((run_folder(tmp_path) / "memory.json").read_text())
+    files = {s["file"] for s in data["sites"]}
+    assert files == {str(train_script)}, files  # this script allocates nothing anywhere else of its own
+    assert all(is_user_file(f) for f in files)
+    assert data["outside_program_bytes"] > 0  # tensor_dap's and the interpreter's own live bytes, counted apart
+    assert "outside the program's lines" in " ".join(r.stderr.split())
