@@ -53,20 +53,19 @@ class Monitor:
         self._last_step = 0
         self._written_at = time.monotonic()
         self._before: Optional[list[Any]] = None  # parameters before the update being measured
-        self._relu_armed = False
+        self._relu_hooks: dict[str, Any] = {}  # ReLU name -> its forward hook, only while armed
         self._dead: dict[str, Any] = {}  # ReLU name -> dead share (0-dim tensor) from the armed forward
         self._dead_now: Optional[dict[str, Any]] = None  # the same, read back, for the diagnostics
         self._layer_grads: tuple[int, dict[str, float]] = (-1, {})  # (step, per-layer gradient norms)
         self._handles: list[Any] = []
         self._named = [(n, p) for n, p in model.named_parameters() if p.requires_grad] if model is not None else []
+        self._relus: list[tuple[str, Any]] = []
         if optimizer is not None:
             self._handles.append(optimizer.register_step_post_hook(self._after_update))
         if model is not None:
             from torch import nn
 
-            for name, module in model.named_modules():
-                if isinstance(module, nn.ReLU):
-                    self._handles.append(module.register_forward_hook(self._relu_hook(name or "relu")))
+            self._relus = [(name or "relu", m) for name, m in model.named_modules() if isinstance(m, nn.ReLU)]
 
     # --- per step -------------------------------------------------------------------------
     def log(self, step: int, loss: Any = None, val_loss: Any = None, **scalars: Any) -> None:
@@ -120,7 +119,9 @@ class Monitor:
         self._layer_grads = (step, layer_grads)
         if self.optimizer is not None:
             self._before = [p.clone() for p in params]
-        self._relu_armed = True
+        for name, module in self._relus:  # hooked for one forward only: a hooked module calls slower
+            if name not in self._relu_hooks:
+                self._relu_hooks[name] = module.register_forward_hook(self._relu_hook(name))
 
     def _histogram(self, tag: str, x: Any, step: int) -> None:
         h = monitor_stats.raw_histogram(x)
@@ -144,7 +145,10 @@ class Monitor:
 
     def _relu_hook(self, name: str) -> Any:
         def hook(module: Any, args: Any, out: Any) -> None:
-            if self._relu_armed and hasattr(out, "dim") and out.dim() >= 1:
+            handle = self._relu_hooks.pop(name, None)
+            if handle is not None:
+                handle.remove()
+            if hasattr(out, "dim") and out.dim() >= 1:
                 self._dead[name] = monitor_stats.dead_fraction(out)
         return hook
 
@@ -165,7 +169,6 @@ class Monitor:
                 self._pending.append((step, f"dead_relu/{name}", frac))
             self._dead_now = {n: float(f) for n, f in self._dead.items()}
             self._dead.clear()
-            self._relu_armed = False
         pending, self._pending = self._pending, []
         tensors = [t for _, _, v in pending for t in (v if isinstance(v, list) else [v]) if isinstance(t, torch.Tensor)]
         values = iter(_read_back(tensors))
@@ -232,9 +235,10 @@ class Monitor:
     def close(self) -> None:
         """Flush what is pending, take the hooks off, close the event file."""
         self.flush()
-        for h in self._handles:
+        for h in [*self._handles, *self._relu_hooks.values()]:
             h.remove()
         self._handles.clear()
+        self._relu_hooks.clear()
         self.writer.close()
 
     def __enter__(self) -> "Monitor":
