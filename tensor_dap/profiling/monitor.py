@@ -24,13 +24,16 @@ from . import diagnose, monitor_stats
 
 log = logging.getLogger("tensor_dap.monitor")
 HISTORY = 2000  # values per curve kept for the diagnostics
+# events the writer thread may have queued before a write blocks (SummaryWriter's default, 10,
+# made every flush wait for the thread to write each of its ~50 events)
+QUEUE = 10_000
 WRITE_S = 5.0  # at most this long between writes of the event file to disk (a write waits for its thread)
 
 
 def _writer(logdir: str) -> Any:
     from torch.utils.tensorboard import SummaryWriter
 
-    return SummaryWriter(log_dir=logdir)
+    return SummaryWriter(log_dir=logdir, max_queue=QUEUE)
 
 
 class Monitor:
