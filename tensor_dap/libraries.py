@@ -9,6 +9,8 @@ user's program, so it counts as the user's code although it ships inside the pac
 from __future__ import annotations
 
 import os
+import re
+import sys
 import sysconfig
 from typing import Optional
 
@@ -17,14 +19,19 @@ _DEMO = os.path.join(_PACKAGE, "demo") + os.sep
 _STDLIB = os.path.realpath(sysconfig.get_paths().get("stdlib", "")) + os.sep
 _SITE = tuple({os.path.realpath(p) + os.sep for p in (sysconfig.get_paths().get("purelib"),
                                                        sysconfig.get_paths().get("platlib")) if p})
+_SCRIPTS = tuple({os.path.realpath(p) + os.sep for p in (sysconfig.get_paths().get("scripts"),
+                                                          os.path.dirname(sys.executable)) if p})
+# the launcher pip writes for a package's console script (bin/tensor-dap): "from tensor_dap.cli import main"
+_LAUNCHER = re.compile(r"^from ([A-Za-z_]\w*)[\w.]* import \w+\s*$.*^\s*sys\.exit\(", re.M | re.S)
 _cache: dict[str, Optional[str]] = {}
 _CACHE_MAX = 10_000
 FRAMEWORK = ("python", "torch", "tensor_dap")  # what the debugger hides and a report's user line skips
 
 
 def library_of(filename: str) -> Optional[str]:
-    """``"tensor_dap"``, ``"torch"``, another package's top-level name, or ``"python"`` (the standard
-    library, frozen modules, code typed at a prompt); None for the user's own code."""
+    """``"tensor_dap"``, ``"torch"``, another package's top-level name (its files, or the console-script
+    launcher pip wrote for it, ``bin/tensor-dap``), or ``"python"`` (the standard library, frozen
+    modules, code typed at a prompt); None for the user's own code."""
     if filename in _cache:
         return _cache[filename]
     owner = _owner(filename)
@@ -46,7 +53,21 @@ def _owner(filename: str) -> Optional[str]:
             return path[len(site):].split(os.sep)[0].split(".")[0] or "python"
     if path.startswith(_STDLIB):
         return "python"
+    if path.startswith(_SCRIPTS):
+        return _launched(path)
     return None
+
+
+def _launched(path: str) -> Optional[str]:
+    """The package a console-script launcher in the interpreter's scripts folder starts; None for any
+    other file there (a user may keep a script of their own beside the interpreter)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            head = f.read(2048)
+    except (OSError, UnicodeDecodeError):
+        return None
+    m = _LAUNCHER.search(head)
+    return m.group(1) if m else None
 
 
 def is_user_file(filename: str) -> bool:

@@ -30,3 +30,18 @@ def test_a_symlink_is_judged_by_its_target(tmp_path):
     link = tmp_path / "torch_init.py"
     link.symlink_to(torch.__file__)
     assert library_of(str(link)) == "torch"
+
+
+def test_a_console_script_launcher_is_its_packages_code(tmp_path):
+    import sys
+    import sysconfig
+
+    scripts = sysconfig.get_paths()["scripts"]
+    launcher = os.path.join(scripts, "tensor-dap")
+    if os.path.isfile(launcher):  # the entry point pip wrote when tensor_dap was installed
+        assert library_of(launcher) == "tensor_dap" and is_framework(launcher)
+    own = tmp_path / "bin" / "tool"  # the same text outside the interpreter's scripts folder: the user's
+    own.parent.mkdir()
+    own.write_text("import sys\nfrom mytool.cli import main\nif __name__ == '__main__':\n    sys.exit(main())\n")
+    assert is_user_file(str(own))
+    assert library_of(os.path.join(os.path.dirname(sys.executable), "no-such-launcher")) is None

@@ -10,6 +10,7 @@ resolved early without waiting, so an unread backlog stays bounded.
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any, Callable, Optional
 
 EventFactory = Callable[[], Any]  # makes an object with record(), query(), synchronize(), elapsed_time(other)
@@ -23,6 +24,15 @@ def cuda_active() -> bool:
     try:
         return bool(torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized())
     except Exception:  # noqa: BLE001
+        return False
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:  # noqa: BLE001 - a broken CUDA install is no CUDA, for a timer
         return False
 
 
@@ -71,9 +81,21 @@ class Clock:
 
     @classmethod
     def for_device(cls, device: Optional[str] = None) -> "Clock":
-        """``device``: "cuda", "cpu", or None to follow whether the process uses CUDA."""
-        use_cuda = cuda_active() if device is None else str(device).startswith("cuda")
-        return cls(cuda_event if use_cuda else None)
+        """``device``: "cuda" ("cuda:N"), "cpu", or None to follow whether the process uses CUDA.
+
+        "cuda" where CUDA is not available times on the host clock with a warning: the same script
+        keeps running on a CPU machine (a smoke test, a laptop), and says its times are wall time.
+        """
+        if device is None:
+            return cls(cuda_event if cuda_active() else None)
+        kind = str(device).split(":")[0]
+        if kind not in ("cuda", "cpu"):
+            raise ValueError(f"Timer device must be 'cuda', 'cpu' or None (follow the process), not {device!r}")
+        if kind == "cuda" and not _cuda_available():
+            warnings.warn(f"tensor_dap.Timer(device={str(device)!r}): CUDA is not available here, so this timer "
+                          f"measures wall time on the host clock (time.perf_counter)", RuntimeWarning, stacklevel=3)
+            return cls(None)
+        return cls(cuda_event if kind == "cuda" else None)
 
     def start(self) -> Any:
         if self.events is None:

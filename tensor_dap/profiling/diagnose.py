@@ -115,9 +115,18 @@ def overfitting(train: Series, val: Series, rise: float = 0.05) -> Optional[Find
                    f"data, augmentation or regularization")
 
 
-def gradients(step: int, norms: Mapping[str, float], total: Optional[float] = None, history: Sequence[float] = (),
+def typical_norm(past: Sequence[float]) -> Optional[float]:
+    """The median of the finite total gradient norms so far, ``past`` sorted; None below 20 of them."""
+    n = len(past)
+    if n < 20:
+        return None
+    return past[n // 2] if n % 2 else (past[n // 2 - 1] + past[n // 2]) / 2
+
+
+def gradients(step: int, norms: Mapping[str, float], total: Optional[float] = None, typical: Optional[float] = None,
               vanishing: float = VANISHING, exploding: float = EXPLODING) -> list[Finding]:
-    """Layers whose gradient norm is vanishing, and a total norm that explodes (absolutely or against its past)."""
+    """Layers whose gradient norm is vanishing, and a total norm that explodes (absolutely, or against
+    ``typical``, its median so far: ``typical_norm``)."""
     out = []
     small = [n for n, v in norms.items() if 0 < v < vanishing]
     if small:
@@ -125,8 +134,6 @@ def gradients(step: int, norms: Mapping[str, float], total: Optional[float] = No
                            f"step {step}: vanishing gradients in {', '.join(small[:5])}"
                            f"{' …' if len(small) > 5 else ''} (norm < {fmt_num(vanishing)})"))
     if total is not None and math.isfinite(total):
-        past = [v for v in history if math.isfinite(v)]
-        typical = statistics.median(past) if len(past) >= 20 else None
         if total > exploding or (typical and total > 100 * typical):
             against = f", {total / typical:.0f}× its median" if typical else ""
             out.append(Finding("exploding_gradients", step,

@@ -52,6 +52,7 @@ class MemoryRecorder(Recorder):
         self._snapshot_size = 0
         self._snapshot_at = 0.0
         self._site_cache: Optional[list[Site]] = None
+        self._outside = 0  # live bytes of the snapshot with no line of the program in their traceback
         self._torch_sites: list[Site] = []
         self._torch_covers = "no step was marked (call tensor_dap.step() at the end of each step)"
         self._cuda_info: Optional[dict[str, Any]] = None
@@ -63,7 +64,7 @@ class MemoryRecorder(Recorder):
         else:
             o = self.options
             self._window = StepWindow(dict(profile_memory=True, with_stack=True), o.wait, o.warmup, o.active,
-                                      self._on_trace, aside=self._not_counted, prelude=False)
+                                      self._on_trace, aside=self._not_counted)
         if self._window is not None:  # the profiler's first start initializes a lot: minutes under tracemalloc
             with torch.profiler.profile(profile_memory=True):
                 pass
@@ -156,7 +157,7 @@ class MemoryRecorder(Recorder):
         if self._site_cache is None:
             skip = [tracemalloc.Filter(False, p, all_frames=True) for p in _PROFILER_FILES]
             kept = self._snapshot.filter_traces(skip)
-            self._site_cache = tracemalloc_sites(kept, SITES_KEPT)
+            self._site_cache, self._outside = tracemalloc_sites(kept, SITES_KEPT)
         return self._site_cache
 
     def write(self) -> list[str]:
@@ -165,6 +166,7 @@ class MemoryRecorder(Recorder):
             "version": 1, "kind": "tensor_dap.memory", "program": program, "peak_rss_bytes": self._peak_rss,
             "tracemalloc_peak_bytes": self._peak, "measure": "live Python bytes at the largest snapshot",
             "snapshot_bytes": self._snapshot_size, "sites": [s.to_dict() for s in self._sites()],
+            "outside_program_bytes": self._outside,
             "cuda": self._cuda_info,
             "torch_cpu": None if self._cuda else {
                 "measure": "bytes allocated by torch operators on the CPU (not live bytes)",
@@ -182,8 +184,10 @@ class MemoryRecorder(Recorder):
             head.add_row(f"CUDA max allocated ({self._cuda_info['device']})",
                          fmt_bytes(self._cuda_info["max_allocated_bytes"]))
             head.add_row("CUDA max reserved", fmt_bytes(self._cuda_info["max_reserved_bytes"]))
-        out: list[Any] = [head, _site_table(f"largest live Python allocations (snapshot of "
-                                            f"{fmt_bytes(self._snapshot_size)})", self._sites()[:top])]
+        sites = self._sites()[:top]
+        out: list[Any] = [head, _site_table(f"largest live Python allocations by line of the program (snapshot of "
+                                            f"{fmt_bytes(self._snapshot_size)}, {fmt_bytes(self._outside)} of it "
+                                            f"outside the program's lines)", sites)]
         if not self._cuda:
             title = f"torch CPU allocations by operator, {self._torch_covers} (bytes allocated, not live)"
             out.append(_site_table(title, self._torch_sites[:top], ops=True))

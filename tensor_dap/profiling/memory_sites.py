@@ -75,20 +75,26 @@ def function_at(file: str, line: int) -> Optional[str]:
     return best[1] if best else None
 
 
-def tracemalloc_sites(snapshot: tracemalloc.Snapshot, top: int) -> list[Site]:
-    """The ``top`` sites holding the most live bytes in ``snapshot``, attributed to the program's own lines."""
+def tracemalloc_sites(snapshot: tracemalloc.Snapshot, top: int) -> tuple[list[Site], int]:
+    """The ``top`` sites holding the most live bytes in ``snapshot``, attributed to the program's own lines,
+    and the live bytes whose traceback holds no line of the program (imports, libraries' own state, or a
+    line deeper than the traceback's frames)."""
     grouped: dict[tuple[str, int], list[Any]] = {}
+    outside = 0
     for stat in snapshot.statistics("traceback"):
         frames = [(f.filename, f.lineno) for f in reversed(stat.traceback)]  # innermost first
-        own = next((fr for fr in frames if not _is_library(fr[0])), frames[0] if frames else ("<unknown>", 0))
+        own = next((fr for fr in frames if not _is_library(fr[0])), None)
+        if own is None:
+            outside += stat.size
+            continue
         entry = grouped.setdefault(own, [0, 0, frames, 0])
         entry[0] += stat.size
         entry[1] += stat.count
         if stat.size > entry[3]:  # keep the traceback of the biggest contributor
             entry[2], entry[3] = frames, stat.size
     ranked = sorted(grouped.items(), key=lambda kv: -kv[1][0])[:top]
-    return [Site(os.path.abspath(file) if not file.startswith("<") else file, line, function_at(file, line),
-                 size, count, tuple(frames)) for (file, line), (size, count, frames, _) in ranked]
+    return [Site(os.path.abspath(file), line, function_at(file, line), size, count, tuple(frames))
+            for (file, line), (size, count, frames, _) in ranked], outside
 
 
 @lru_cache(maxsize=1024)

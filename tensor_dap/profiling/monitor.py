@@ -1,8 +1,9 @@
 """``tensor_dap.Monitor``: TensorBoard curves of a training run, and what they say.
 
-Every step, ``monitor.log(step, loss=..., val_loss=...)`` keeps the loss and the total
-gradient norm as tensors on their device; every ``flush_every`` steps they come back in one
-transfer and are written, with the learning rate of each parameter group. Every ``every``
+Every step, ``monitor.log(step, loss=..., val_loss=...)`` keeps the loss and each gradient's
+norm as tensors on their device; every ``flush_every`` steps they come back in one transfer
+and are written (the total gradient norm made of them), with the learning rate of each
+parameter group; the event file reaches the disk at most ``WRITE_S`` later, and at close. Every ``every``
 steps it also writes per-layer gradient and parameter norms, the update-to-weight ratio of
 the next optimizer step, the share of dead units in each ReLU on the next forward, and
 histograms of weights and gradients. After each flush the curves are checked
@@ -12,8 +13,10 @@ TensorBoard text under ``diagnostics``, once per kind until it clears.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import math
+import time
 from collections import deque
 from typing import Any, Optional
 
@@ -21,12 +24,16 @@ from . import diagnose, monitor_stats
 
 log = logging.getLogger("tensor_dap.monitor")
 HISTORY = 2000  # values per curve kept for the diagnostics
+# events the writer thread may have queued before a write blocks (SummaryWriter's default, 10,
+# made every flush wait for the thread to write each of its ~50 events)
+QUEUE = 10_000
+WRITE_S = 5.0  # at most this long between writes of the event file to disk (a write waits for its thread)
 
 
 def _writer(logdir: str) -> Any:
     from torch.utils.tensorboard import SummaryWriter
 
-    return SummaryWriter(log_dir=logdir)
+    return SummaryWriter(log_dir=logdir, max_queue=QUEUE)
 
 
 class Monitor:
@@ -47,21 +54,21 @@ class Monitor:
         self._curves: dict[str, deque[tuple[int, float]]] = {}
         self._lr: list[float] = []
         self._last_step = 0
+        self._written_at = time.monotonic()
         self._before: Optional[list[Any]] = None  # parameters before the update being measured
-        self._relu_armed = False
+        self._relu_hooks: dict[str, Any] = {}  # ReLU name -> its forward hook, only while armed
         self._dead: dict[str, Any] = {}  # ReLU name -> dead share (0-dim tensor) from the armed forward
         self._dead_now: Optional[dict[str, Any]] = None  # the same, read back, for the diagnostics
         self._layer_grads: tuple[int, dict[str, float]] = (-1, {})  # (step, per-layer gradient norms)
         self._handles: list[Any] = []
         self._named = [(n, p) for n, p in model.named_parameters() if p.requires_grad] if model is not None else []
+        self._relus: list[tuple[str, Any]] = []
         if optimizer is not None:
             self._handles.append(optimizer.register_step_post_hook(self._after_update))
         if model is not None:
             from torch import nn
 
-            for name, module in model.named_modules():
-                if isinstance(module, nn.ReLU):
-                    self._handles.append(module.register_forward_hook(self._relu_hook(name or "relu")))
+            self._relus = [(name or "relu", m) for name, m in model.named_modules() if isinstance(m, nn.ReLU)]
 
     # --- per step -------------------------------------------------------------------------
     def log(self, step: int, loss: Any = None, val_loss: Any = None, **scalars: Any) -> None:
@@ -77,8 +84,8 @@ class Monitor:
             if value is not None:
                 self._pending.append((step, tag, value.detach() if hasattr(value, "detach") else float(value)))
         grads = [p.grad for _, p in self._named if p.grad is not None]
-        if grads:
-            self._pending.append((step, "grad_norm/total", monitor_stats.total_norm(grads)))
+        if grads:  # each gradient's norm, on the device: the total is made of them at the flush
+            self._pending.append((step, "grad_norm/total", monitor_stats.layer_norms(grads)))
         self._log_lr(step)
         if step % self.every == 0:
             self._layers(step)
@@ -115,7 +122,9 @@ class Monitor:
         self._layer_grads = (step, layer_grads)
         if self.optimizer is not None:
             self._before = [p.clone() for p in params]
-        self._relu_armed = True
+        for name, module in self._relus:  # hooked for one forward only: a hooked module calls slower
+            if name not in self._relu_hooks:
+                self._relu_hooks[name] = module.register_forward_hook(self._relu_hook(name))
 
     def _histogram(self, tag: str, x: Any, step: int) -> None:
         h = monitor_stats.raw_histogram(x)
@@ -139,7 +148,10 @@ class Monitor:
 
     def _relu_hook(self, name: str) -> Any:
         def hook(module: Any, args: Any, out: Any) -> None:
-            if self._relu_armed and hasattr(out, "dim") and out.dim() >= 1:
+            handle = self._relu_hooks.pop(name, None)
+            if handle is not None:
+                handle.remove()
+            if hasattr(out, "dim") and out.dim() >= 1:
                 self._dead[name] = monitor_stats.dead_fraction(out)
         return hook
 
@@ -160,20 +172,25 @@ class Monitor:
                 self._pending.append((step, f"dead_relu/{name}", frac))
             self._dead_now = {n: float(f) for n, f in self._dead.items()}
             self._dead.clear()
-            self._relu_armed = False
         pending, self._pending = self._pending, []
-        tensors = [v for _, _, v in pending if isinstance(v, torch.Tensor)]
+        tensors = [t for _, _, v in pending for t in (v if isinstance(v, list) else [v]) if isinstance(t, torch.Tensor)]
         values = iter(_read_back(tensors))
         by_step: dict[int, list[tuple[str, float]]] = {}
         for step, tag, v in pending:
-            by_step.setdefault(step, []).append((tag, next(values) if isinstance(v, torch.Tensor) else float(v)))
+            if isinstance(v, list):  # per-gradient norms: their 2-norm, as clip_grad_norm_ computes it
+                value = math.sqrt(math.fsum(n * n for n in (next(values) for _ in v)))
+            else:
+                value = next(values) if isinstance(v, torch.Tensor) else float(v)
+            by_step.setdefault(step, []).append((tag, value))
         for step in sorted(by_step):
             _write_scalars(self.writer, step, by_step[step])
             for tag, v in by_step[step]:
                 if tag in ("loss/train", "loss/val", "grad_norm/total"):
                     self._curves.setdefault(tag, deque(maxlen=HISTORY)).append((step, v))
         self._diagnose(by_step)
-        self.writer.flush()
+        if time.monotonic() - self._written_at > WRITE_S:
+            self._written_at = time.monotonic()
+            self.writer.flush()
 
     def _diagnose(self, by_step: dict[int, list[tuple[str, float]]]) -> None:
         found: list[diagnose.Finding] = []
@@ -193,11 +210,14 @@ class Monitor:
         new = sum(1 for tags in by_step.values() for t, _ in tags if t == "grad_norm/total")
         if new:
             checked.add("exploding_gradients")
-            for i in range(len(norms) - new, len(norms)):  # every new norm: one may explode just before a NaN
-                exploding = diagnose.gradients(norms[i][0], {}, norms[i][1], [v for _, v in norms[:i]])
+            past = sorted(v for _, v in norms[:len(norms) - new] if math.isfinite(v))
+            for step, total in norms[len(norms) - new:]:  # every new norm: one may explode just before a NaN
+                exploding = diagnose.gradients(step, {}, total, diagnose.typical_norm(past))
                 if exploding:
                     found += exploding
                     break
+                if math.isfinite(total):
+                    bisect.insort(past, total)
         layer_step, layer_grads = self._layer_grads
         if layer_step in by_step:
             checked.add("vanishing_gradients")
@@ -218,9 +238,10 @@ class Monitor:
     def close(self) -> None:
         """Flush what is pending, take the hooks off, close the event file."""
         self.flush()
-        for h in self._handles:
+        for h in [*self._handles, *self._relu_hooks.values()]:
             h.remove()
         self._handles.clear()
+        self._relu_hooks.clear()
         self.writer.close()
 
     def __enter__(self) -> "Monitor":
@@ -252,8 +273,9 @@ def _read_back(tensors: list[Any]) -> list[float]:
     by_device: dict[Any, list[int]] = {}
     for i, t in enumerate(tensors):
         by_device.setdefault(t.device, []).append(i)
-    for idx in by_device.values():
-        stacked = torch.stack([tensors[i].reshape(()).float() for i in idx]).tolist()
+    for idx in by_device.values():  # 0-dim as the monitor makes them; stack promotes mixed dtypes
+        stacked = torch.stack([tensors[i] if tensors[i].dim() == 0 else tensors[i].reshape(()) for i in idx])
+        stacked = stacked.double().tolist()
         for i, v in zip(idx, stacked):
             out[i] = v
     return out

@@ -1,17 +1,19 @@
 """The numbers the monitor logs, computed on the tensors' device and read back in one transfer.
 
 Nothing here calls ``.item()`` per parameter: norms are fused (``torch._foreach_norm``),
-histograms are counted on the device (``torch.histc``) and each result comes back as one
-small tensor. Very large tensors are histogrammed on an evenly strided sample.
+histograms are counted on the device (``torch.histc``) and results come back as small
+tensors (a histogram in two). Histogram buckets are counted on an evenly strided sample
+(see raw_histogram).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
 BINS = 30
-SAMPLE = 2**22
+SAMPLE = 2**15  # values whose bucket counts stand for a tensor's (30 buckets: ~3 % noise a bucket)
 
 
 def _norms(tensors: list[Any]) -> Any:
@@ -32,12 +34,13 @@ def _norms(tensors: list[Any]) -> Any:
     return torch.stack(out)
 
 
-def total_norm(tensors: list[Any]) -> Any:
-    """The 2-norm over all tensors (as clip_grad_norm_ computes it), a 0-dim tensor left on the device."""
+def layer_norms(tensors: list[Any]) -> list[Any]:
+    """Each tensor's 2-norm, 0-dim tensors left on the device: one fused call, nothing stacked (the
+    total norm over them is made when they are read back, a few stacks and a norm fewer a step)."""
     import torch
 
-    with torch.no_grad():
-        return torch.linalg.vector_norm(_norms(tensors))
+    with torch.no_grad():  # foreach ops take mixed devices and dtypes, a slower path for those
+        return list(torch._foreach_norm(tensors))
 
 
 def norms(tensors: list[Any]) -> list[float]:
@@ -72,25 +75,52 @@ class RawHistogram:
 
 
 def raw_histogram(x: Any, bins: int = BINS, sample: int = SAMPLE) -> Optional[RawHistogram]:
-    """The finite values of ``x`` (a strided sample above ``sample``) in ``bins`` buckets; None if none."""
+    """``x``'s finite values for TensorBoard; None if there are none.
+
+    Range, count, sum and sum of squares are over the whole tensor (float32 sums at least); the
+    bucket counts come from an evenly strided sample of at most ``sample`` values, scaled to
+    the count: counting every value is ~9 ns an element on a CPU (4 ms for a 784×256 weight).
+    Two small transfers: the range, then the sums with the counts.
+    """
     import torch
 
     with torch.no_grad():
         flat = x.detach().reshape(-1)
-        if flat.numel() > sample:
-            flat = flat[:: -(-flat.numel() // sample)]
-        flat = flat.float()
-        flat = flat[torch.isfinite(flat)]
         if flat.numel() == 0:
             return None
-        lo, hi = torch.aminmax(flat)
-        counts = torch.histc(flat, bins=bins, min=0, max=0) if bins else flat.new_zeros(0)
-        head = torch.stack([lo, hi, flat.sum(), (flat * flat).sum(), flat.new_tensor(float(flat.numel()))])
-        values = torch.cat([head, counts]).tolist()
-    lo_v, hi_v, total, squares, n = values[:5]
-    width = (hi_v - lo_v) / bins if hi_v > lo_v else 1.0
+        if not flat.is_floating_point():
+            flat = flat.float()
+        lo_v, hi_v = torch.stack([t.double() for t in torch.aminmax(flat)]).tolist()
+        if math.isfinite(lo_v) and math.isfinite(hi_v):  # NaN and Inf show up in the range: all finite
+            finite, n = flat, flat.numel()
+        else:  # rare: leave NaN/Inf out of every number (a pass over the tensor, only then)
+            finite = flat[torch.isfinite(flat)]
+            n = finite.numel()
+            if n == 0:
+                return None
+            lo_v, hi_v = torch.stack([t.double() for t in torch.aminmax(finite)]).tolist()
+        wide = finite if finite.dtype in (torch.float32, torch.float64) else finite.float()
+        sums = torch.stack([wide.sum().double(), torch.dot(wide, wide).double()])  # float64 sums: 10× slower
+        if bins and hi_v > lo_v:
+            picked = finite[::_stride(finite.numel(), sample, x.numel() // x.shape[0] if x.dim() > 1 else 1)]
+            counts = torch.histc(picked.float(), bins=bins, min=lo_v, max=hi_v).double() * (n / picked.numel())
+            total, squares, *bucket_counts = torch.cat([sums, counts]).tolist()
+        else:  # one value (all of it in bucket 0, (-inf, lo + 1] for TensorBoard), or no buckets
+            total, squares = sums.tolist()
+            bucket_counts = [float(n)] + [0.0] * (bins - 1) if bins else []
+    width = (hi_v - lo_v) / bins if bins and hi_v > lo_v else 1.0
     limits = [lo_v + width * (i + 1) for i in range(bins)]
-    return RawHistogram(lo_v, hi_v, int(n), total, squares, limits, values[5:])
+    return RawHistogram(lo_v, hi_v, n, total, squares, limits, bucket_counts)
+
+
+def _stride(numel: int, sample: int, row: int) -> int:
+    """The step of an even sample of at most ``sample`` of ``numel`` values, coprime with ``row`` (the
+    values of one output unit): a step sharing a factor with it picks the same columns of every row
+    (every 7th input of a 784-wide weight), a coprime one walks across all of them."""
+    step = max(1, -(-numel // sample))
+    while step > 1 and math.gcd(step, row) > 1:
+        step += 1
+    return step
 
 
 def dead_fraction(out: Any) -> Any:

@@ -115,7 +115,8 @@ class Timer:
     """``with Timer("forward"):`` or ``@Timer("forward")``: time it, aggregated under the name.
 
     ``device``: "cuda" for CUDA events, "cpu" for the host clock, None (default) for CUDA events
-    when the process already uses CUDA.
+    when the process already uses CUDA. "cuda" without CUDA falls back to the host clock with a
+    RuntimeWarning; any other device is a ValueError.
     """
 
     def __init__(self, name: str, *, device: Optional[str] = None, registry: Optional[Timers] = None,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,8 @@ from .tables import plain, seconds, table
 from .window import StepWindow
 
 GZIP_ABOVE = 16 * 2**20
+# how torch names a Python call recorded with with_stack (when its flag is missing)
+_PY_CALL = re.compile(r"^(<built-in (method|function) |nn\.Module: |.+\(\d+\): )")
 
 
 @dataclass(frozen=True)
@@ -86,12 +89,21 @@ class TorchRecorder(Recorder):
         return [t]
 
 
+def _not_operators(prof: Any) -> set[str]:
+    """Names of the events that ``with_stack`` adds for Python calls (``file.py(12): fn``, ``<built-in
+    method …>``, ``nn.Module: Linear_0``), among them the profiler's and tensor_dap's own frames:
+    key_averages keeps no flag for them, the events do."""
+    return {e.name for e in prof.events() if getattr(e, "is_python_function", False) or _PY_CALL.match(e.name)}
+
+
 def top_ops(prof: Any, cuda: bool) -> list[OpRow]:
-    """Operators grouped by name and input shapes, the most expensive first (self time, µs → s)."""
+    """Operators (aten::…, other registered ops, the program's record_function ranges) grouped by
+    name and input shapes, the most expensive first (self time, µs → s)."""
+    python = _not_operators(prof)
     rows = []
     for e in prof.key_averages(group_by_input_shape=True):
-        if e.key.startswith("ProfilerStep"):  # the step ranges enclose everything else
-            continue
+        if e.key.startswith(("ProfilerStep", "[memory]")) or e.key in python or _PY_CALL.match(e.key):
+            continue  # the step ranges enclose everything else; allocator records; Python calls
         device = getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0)) or 0
         shapes = ", ".join(fmt_shape(s) for s in (e.input_shapes or []) if s)
         rows.append(OpRow(e.key, int(e.count), e.self_cpu_time_total / 1e6, device / 1e6, shapes))

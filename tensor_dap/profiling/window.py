@@ -4,14 +4,17 @@ Steps are counted by ``tensor_dap.step()``, or, when the program never calls it,
 optimizer steps (torch's global optimizer hook). From the start of the program until the
 first step the profiler records everything (the *prelude*); at the first step the prelude
 stops and a scheduled profiler skips ``wait`` steps, warms up for ``warmup`` and records
-``active``. A program that marks no step at all is recorded whole; one that ends before the
-window is recorded from its start to the end of its first step.
+``active``. Until the program first calls ``tensor_dap.step()`` optimizer steps count; that
+call ends step 1 and the window starts over from it, so the steps recorded are the steps
+named however many optimizer steps a step makes. A program that marks no step at all is
+recorded whole; one that ends before the window is recorded from its start to the end of
+its first step (the prelude) rather than by the fragment after its last step.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, ContextManager, Optional
+from typing import Any, Callable, ContextManager
 
 from . import marks
 
@@ -20,19 +23,20 @@ OnTrace = Callable[[Any, str], None]  # (the finished torch profiler, what it co
 
 class StepWindow:
     def __init__(self, profiler_kwargs: dict[str, Any], wait: int, warmup: int, active: int, on_trace: OnTrace,
-                 aside: Callable[[], ContextManager[Any]] = contextlib.nullcontext, prelude: bool = True) -> None:
+                 aside: Callable[[], ContextManager[Any]] = contextlib.nullcontext) -> None:
         """``aside``: a context around the profiler's own work at step boundaries (memory mode keeps
-        the profiler's allocations out of its peak); ``prelude=False`` records nothing before the first step."""
+        the profiler's allocations out of its peak)."""
         self.kwargs = profiler_kwargs
-        self.prelude = prelude
         self.aside = aside
         self.wait, self.warmup, self.active = wait, warmup, active
+        self.first = 2 + wait + warmup  # the first recorded step: the prelude ends with step 1
         self.on_trace = on_trace
         self.steps = 0
-        self.counted_by: Optional[str] = None  # "explicit" (tensor_dap.step) or "optimizer"
+        self.counted_by: str | None = None  # "explicit" (tensor_dap.step) or "optimizer"
         self.delivered = False
         self._prelude: Any = None
         self._kept_prelude: Any = None
+        self._prelude_end = "the end of step 1"
         self._window: Any = None
         self._hook: Any = None
 
@@ -42,46 +46,66 @@ class StepWindow:
 
         self._hook = register_optimizer_step_post_hook(lambda *_: marks.optimizer_stepped())
         marks.add_step_listener(self._on_step)
-        if self.prelude:
-            self._prelude = torch.profiler.profile(**self.kwargs)
-            self._prelude.start()
+        # no Python stacks in the prelude: torch's Python tracer keeps frame names as pointers into code
+        # objects, and the import-time code a prelude spans is freed before the trace is read, so the
+        # names came back as garbage (UnicodeDecodeError; pytorch/pytorch#130622, fixed after torch 2.13)
+        self._prelude = torch.profiler.profile(**{**self.kwargs, "with_stack": False})
+        self._prelude.start()
 
     def _on_step(self, source: str) -> None:
+        if source == "optimizer" and self.counted_by == "explicit":
+            return
+        recount = source == "explicit" and self.counted_by == "optimizer"
         if source == "explicit" and self.counted_by != "explicit":
             self.counted_by = "explicit"  # the program marks its own steps: optimizer steps no longer count
             self._remove_hook()
-        elif source == "optimizer" and self.counted_by == "explicit":
-            return
         self.counted_by = self.counted_by or source
-        self.steps += 1
         with self.aside():
-            self._advance()
+            if recount:
+                self._recount()
+            else:
+                self.steps += 1
+                self._advance()
+
+    def _recount(self) -> None:
+        """The first tensor_dap.step() after optimizer steps were counted: it ends step 1, the window restarts."""
+        if self.delivered:  # the window ran out before the program first marked a step: it is what it says
+            return
+        window, self._window = self._window, None  # its trace (if any) is of steps counted the wrong way
+        if window is not None:
+            window.stop()
+        self._prelude_end = "its first optimizer.step() (in step 1)"
+        self.steps = 1
+        self._start_window()
 
     def _advance(self) -> None:
         if self.steps == 1:
-            import torch
-
             if self._prelude is not None:
                 self._prelude.stop()
                 self._kept_prelude, self._prelude = self._prelude, None
-            schedule = torch.profiler.schedule(wait=self.wait, warmup=self.warmup, active=self.active, repeat=1)
-            self._window = torch.profiler.profile(**self.kwargs, schedule=schedule, on_trace_ready=self._window_ready)
-            self._window.start()
+            self._start_window()
         elif self._window is not None:
             self._window.step()
             if self.delivered:  # the window is done: drop the profiler and its events
                 self._window.stop()
                 self._window = None
 
+    def _start_window(self) -> None:
+        import torch.profiler
+
+        schedule = torch.profiler.schedule(wait=self.wait, warmup=self.warmup, active=self.active, repeat=1)
+        self._window = torch.profiler.profile(**self.kwargs, schedule=schedule, on_trace_ready=self._window_ready)
+        self._window.start()
+
     def _window_ready(self, prof: Any) -> None:
-        if self.delivered:
+        if self.delivered or prof is not self._window:  # a window dropped by _recount or stop
             return
         self.delivered = True
-        first = 2 + self.wait + self.warmup  # the prelude ends with step 1
-        last = min(first + self.active - 1, self.steps)
+        last = min(self.first + self.active - 1, self.steps)
         by = "tensor_dap.step()" if self.counted_by == "explicit" else "optimizer.step()"
         self._kept_prelude = None
-        self.on_trace(prof, f"steps {first}–{last} (counted by {by})" if last > first else f"step {first}")
+        self.on_trace(prof, f"steps {self.first}–{last} (counted by {by})" if last > self.first
+                      else f"step {self.first} (counted by {by})")
 
     def _remove_hook(self) -> None:
         if self._hook is not None:
@@ -89,7 +113,7 @@ class StepWindow:
             self._hook = None
 
     def stop(self) -> None:
-        """Stop recording; deliver the window, or the prelude when the window never recorded."""
+        """Stop recording; deliver the window, or the prelude when the window never recorded a whole step."""
         marks.remove_step_listener(self._on_step)
         self._remove_hook()
         if self._prelude is not None:
@@ -98,10 +122,13 @@ class StepWindow:
             self.on_trace(self._prelude, "the whole run (it marked no step: call tensor_dap.step() to record a window)")
             return
         if self._window is not None:
-            self._window.stop()  # delivers a window cut short by the end of the program
+            if self.steps >= self.first:
+                self._window.stop()  # delivers a window cut short by the end of the program
+            else:  # only what ran after the last step: not the step it would be named after
+                window, self._window = self._window, None
+                window.stop()
         if not self.delivered and self._kept_prelude is not None:
             self.delivered = True
-            first = 2 + self.wait + self.warmup
-            self.on_trace(self._kept_prelude, f"the start of the run to the end of step 1 (it ended after "
-                                              f"{self.steps} steps, before the window of steps {first}"
-                                              f"–{first + self.active - 1})")
+            self.on_trace(self._kept_prelude, f"the start of the run to {self._prelude_end} (it ended after "
+                                              f"{self.steps} steps, before the window of steps {self.first}"
+                                              f"–{self.first + self.active - 1})")

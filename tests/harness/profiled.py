@@ -6,6 +6,9 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
+
+ROOT = str(Path(__file__).resolve().parents[2])  # this checkout, whatever tensor_dap the interpreter has installed
 
 TRAIN = textwrap.dedent('''
     import sys
@@ -48,7 +51,8 @@ TRAIN = textwrap.dedent('''
 
 
 def tensor_dap(*args, cwd):
-    env = {"NO_COLOR": "1", "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp")}
+    env = {"NO_COLOR": "1", "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp"),
+           "PYTHONPATH": ROOT}
     return subprocess.run([sys.executable, "-m", "tensor_dap", *map(str, args)], capture_output=True, text=True,
                           cwd=cwd, timeout=300, env=env)
 

@@ -122,8 +122,9 @@ def test_curve_checks_on_planted_series():
     assert diagnose.oscillating(tiny) is None  # converged: jitter near zero is not oscillation
     grads = diagnose.gradients(5, {"a.weight": 1e-9, "b.weight": 0.3}, total=0.3)
     assert [f.kind for f in grads] == ["vanishing_gradients"] and "a.weight" in grads[0].message
-    spike = diagnose.gradients(30, {}, total=50.0, history=[0.2] * 25)
+    spike = diagnose.gradients(30, {}, total=50.0, typical=diagnose.typical_norm([0.2] * 25))
     assert spike[0].kind == "exploding_gradients"
+    assert diagnose.typical_norm([1.0] * 19) is None and diagnose.typical_norm(list(range(20))) == 9.5
     assert diagnose.dead_relus(3, {"act": 0.9, "act2": 0.1})[0].message.count("%") == 1
     assert diagnose.nonfinite(1, {"loss/train": float("nan")}).kind == "nonfinite"
 
@@ -174,3 +175,74 @@ def test_tensorboard_command_errors(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.startswith("tensor-dap: error: no such log folder")
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def _hist(tmp_path, tag, x, every_tag="weights"):
+    """``x`` logged through a Monitor as the weight of a one-parameter model, read back from the event file."""
+    model = nn.Module()
+    model.w = nn.Parameter(x.clone(), requires_grad=True)
+    with tensor_dap.Monitor(str(tmp_path / tag), model=model, every=1) as m:
+        m.log(1, loss=1.0)
+    return _read(tmp_path / tag).Histograms(f"{every_tag}/w")[0].histogram_value
+
+
+def test_histograms_from_event_files_are_right_on_large_tensors(tmp_path):
+    """Buckets come from a strided sample above 2**15 values; count, range and sums stay exact, buckets close."""
+    torch.manual_seed(0)
+    x = torch.randn(256, 784)  # 200,704 values: sampled
+    h = _hist(tmp_path, "big", x)
+    assert h.num == x.numel()
+    assert sum(h.bucket) == pytest.approx(x.numel(), rel=1e-9)
+    assert (h.min, h.max) == (x.min().item(), x.max().item())
+    assert h.sum == pytest.approx(x.double().sum().item(), abs=1e-6 * x.abs().sum().item())
+    assert h.sum_squares == pytest.approx(x.double().square().sum().item(), rel=1e-6)
+    exact = torch.histc(x, bins=len(h.bucket), min=h.min, max=h.max)
+    assert list(h.bucket_limit)[-1] == pytest.approx(h.max)
+    for got, want in zip(h.bucket, exact.tolist()):  # ~3 % noise in the big buckets, absolute in the tails
+        assert abs(got - want) <= 0.1 * want + 60
+
+
+def test_histogram_sample_sees_every_column(tmp_path):
+    """A weight whose columns differ (zero inputs: zero gradient columns): a stride dividing the row length
+    would sample the same columns of every row and get the share of zeros wrong."""
+    x = torch.ones(256, 784)
+    x[:, ::7] = 0.0  # every 7th column zero: 1/7 of the values
+    h = _hist(tmp_path, "cols", x)
+    assert h.num == x.numel() and (h.min, h.max) == (0.0, 1.0)
+    assert h.bucket[0] == pytest.approx(x.numel() / 7, rel=0.05)
+    assert h.bucket[-1] == pytest.approx(x.numel() * 6 / 7, rel=0.05)
+
+
+def test_histograms_leave_out_nan_and_inf(tmp_path):
+    x = torch.arange(100_000, dtype=torch.float32)
+    x[5], x[70_000], x[99_999] = math.nan, math.inf, -math.inf
+    finite = x[torch.isfinite(x)]
+    h = _hist(tmp_path, "nan", x)
+    assert h.num == finite.numel() == 99_997
+    assert (h.min, h.max) == (0.0, 99_998.0)
+    assert sum(h.bucket) == pytest.approx(99_997, rel=1e-9)
+    assert h.sum == pytest.approx(finite.double().sum().item(), rel=1e-6)
+    constant = _hist(tmp_path, "const", torch.full((10,), 3.0))  # one value: all in the first bucket
+    assert constant.num == 10 and (constant.min, constant.max) == (3.0, 3.0) and constant.bucket[0] == 10
+    model = nn.Module()
+    model.w = nn.Parameter(torch.full((4,), math.nan))
+    model.e = nn.Parameter(torch.zeros(0))
+    with tensor_dap.Monitor(str(tmp_path / "none"), model=model, every=1) as m:  # nothing finite: no histogram
+        m.log(1, loss=1.0)
+    assert not {"weights/w", "weights/e"} & set(_read(tmp_path / "none").Tags()["histograms"])
+
+
+def test_total_gradient_norm_is_clip_grad_norms(tmp_path):
+    """Per-gradient norms stay on the device each step; their 2-norm is made at the flush (mixed dtypes too)."""
+    model = nn.Module()
+    model.a = nn.Parameter(torch.zeros(300, 200))
+    model.b = nn.Parameter(torch.zeros(7, dtype=torch.float64))
+    expected = []
+    with tensor_dap.Monitor(str(tmp_path), model=model, every=1000, flush_every=3) as m:
+        for step in range(1, 6):
+            model.a.grad = torch.randn(300, 200) * step
+            model.b.grad = torch.randn(7, dtype=torch.float64)
+            expected.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), math.inf, norm_type=2.0)))
+            m.log(step, loss=1.0 / step)
+    got = [e.value for e in _read(tmp_path).Scalars("grad_norm/total")]
+    assert got == pytest.approx(expected, rel=1e-5)

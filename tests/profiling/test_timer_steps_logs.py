@@ -82,6 +82,21 @@ def test_cuda_event_spans_are_read_only_when_asked():
     assert stats.count == 3 and stats.total == pytest.approx(0.015)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the fallback is for machines without CUDA")
+def test_a_cuda_timer_without_cuda_times_wall_time_and_says_so():
+    reg = Timers()
+    with pytest.warns(RuntimeWarning, match=r"Timer\(device='cuda'\): CUDA is not available.*wall time"):
+        timer = Timer("c", device="cuda", registry=reg)
+    with timer:
+        time.sleep(0.02)
+    assert 0.02 <= timer.elapsed < 1.0 and reg.stats()["c"].count == 1
+
+
+def test_an_unknown_timer_device_is_a_value_error():
+    with pytest.raises(ValueError, match="'cuda', 'cpu' or None.*'gpu'"):
+        Timer("c", device="gpu")
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_timer_measures_gpu_time():
     reg = Timers()

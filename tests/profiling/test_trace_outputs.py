@@ -1,0 +1,154 @@
+"""--mode torch and memory outputs: the top-ops table holds operators, big traces are gzipped, -m runs, CUDA snapshot."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import pickle
+import pstats
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+from profiled import ROOT, run_folder, tensor_dap
+
+from tensor_dap.profiling import trace
+
+SCRIPT = '''
+import torch
+import tensor_dap
+from torch import nn
+
+model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(8, 16)
+for i in range(6):
+    opt.zero_grad()
+    model(x).sum().backward()
+    opt.step()
+    tensor_dap.step()
+'''
+
+
+TOP_OPS = '''
+import json
+import torch
+import tensor_dap
+from torch import nn
+from tensor_dap.profiling import trace
+from tensor_dap.profiling.window import StepWindow
+
+got = []
+kwargs = dict(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True, profile_memory=True,
+              with_stack=True)
+window = StepWindow(kwargs, 0, 0, 2, lambda prof, covers: got.append([r.name for r in trace.top_ops(prof, False)]))
+model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+window.start()
+for _ in range(4):
+    with torch.profiler.record_function("my_loss"):
+        loss = model(torch.randn(8, 16)).sum()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    tensor_dap.step()
+window.stop()
+print(json.dumps(got[0]))
+'''
+
+
+def test_top_ops_rows_are_operators(tmp_path):
+    """Under the step window with Python stacks on, the table ranks operators and the program's ranges, never
+    Python calls (the profiler's own frames, tensor_dap's window, built-in methods, nn.Module calls).
+    In a process of its own: torch's Python tracer is not safe in a process that imported much while tracing."""
+    (tmp_path / "top_ops.py").write_text(TOP_OPS)
+    r = subprocess.run([sys.executable, "top_ops.py"], capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                       env={**os.environ, "PYTHONPATH": ROOT})
+    assert r.returncode == 0, r.stderr
+    names = set(json.loads(r.stdout.splitlines()[-1]))
+    assert {"aten::addmm", "my_loss"} <= names
+    python = re.compile(r"\.py\b|\(\d+\): |^<|^nn\.Module|_record_function|_start_trace|tensor_dap")
+    assert not [n for n in names if python.search(n)], names
+
+
+def _profile_torch(tmp_path, gzip_above):
+    """``tensor-dap profile --mode torch`` in a process of its own, with the gzip threshold set to ``gzip_above``."""
+    (tmp_path / "train.py").write_text(SCRIPT)
+    (tmp_path / "run.py").write_text(f"import sys\nfrom tensor_dap.profiling import trace\n"
+                                     f"trace.GZIP_ABOVE = {gzip_above}\nfrom tensor_dap.cli import main\n"
+                                     f"sys.exit(main(['profile', '--mode', 'torch', 'train.py']))\n")
+    r = subprocess.run([sys.executable, "run.py"], capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                       env={**os.environ, "PYTHONPATH": ROOT, "NO_COLOR": "1"})
+    assert r.returncode == 0, r.stderr
+    return run_folder(tmp_path)
+
+
+def test_a_trace_above_the_threshold_is_written_gzipped(tmp_path):
+    folder = _profile_torch(tmp_path, 10_000)  # this small run's trace is ~100 KB: over it
+    assert not (folder / "torch.trace.json").exists()
+    with gzip.open(folder / "torch.trace.json.gz", "rt") as f:
+        events = json.load(f)["traceEvents"]
+    names = {e.get("name", "") for e in events}
+    assert "aten::addmm" in names and any(n.startswith("ProfilerStep#") for n in names)
+    manifest = json.loads((folder / "profile.json").read_text())
+    assert "torch.trace.json.gz" in manifest["files"] and "torch.trace.json" not in manifest["files"]
+
+
+def test_a_trace_below_the_threshold_stays_plain_json(tmp_path):
+    folder = _profile_torch(tmp_path, trace.GZIP_ABOVE)
+    assert not (folder / "torch.trace.json.gz").exists()
+    assert 0 < (folder / "torch.trace.json").stat().st_size < trace.GZIP_ABOVE
+    assert "aten::addmm" in {e.get("name") for e in json.loads((folder / "torch.trace.json").read_text())["traceEvents"]}
+
+
+def test_profile_a_module_with_dash_m(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "train.py").write_text("import sys\n\n\ndef work(n):\n    return sum(i * i for i in range(n))\n\n\n"
+                                  "if __name__ == '__main__':\n    print(work(int(sys.argv[1])), sys.argv[0])\n")
+    r = tensor_dap("profile", "--mode", "cpu", "-m", "pkg.train", "20000", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[0] == str(sum(i * i for i in range(20000)))  # ran as __main__ with its argv
+    folder = run_folder(tmp_path)
+    assert folder.name.endswith("pkg.train")
+    stats = pstats.Stats(str(folder / "cprofile.prof"))
+    assert any(name == "work" and file.endswith("pkg/train.py") for file, _, name in stats.stats)
+    manifest = json.loads((folder / "profile.json").read_text())
+    assert manifest["exit_code"] == 0 and manifest["program"] == "-m pkg.train"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_memory_mode_writes_a_cuda_snapshot_pytorch_can_read(tmp_path):
+    (tmp_path / "gpu.py").write_text("import torch\nkeep = torch.randn(1024, 1024, device='cuda')\n"
+                                     "for _ in range(3):\n    y = keep @ keep\n")
+    r = tensor_dap("profile", "--mode", "memory", "gpu.py", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    folder = run_folder(tmp_path)
+    data = json.loads((folder / "memory.json").read_text())
+    assert data["cuda"]["snapshot"] == "cuda_snapshot.pickle"
+    assert data["cuda"]["max_allocated_bytes"] >= 1024 * 1024 * 4
+    with open(folder / "cuda_snapshot.pickle", "rb") as f:
+        snapshot = pickle.load(f)  # what torch.cuda.memory._dump_snapshot writes and memory_viz opens
+    assert {"segments", "device_traces"} <= set(snapshot)
+    assert sum(s["allocated_size"] for s in snapshot["segments"]) >= 1024 * 1024 * 4  # `keep` is live
+    allocs = [e for trace_ in snapshot["device_traces"] for e in trace_ if e["action"] == "alloc"]
+    assert any(fr["filename"].endswith("gpu.py") for e in allocs for fr in e["frames"])
+
+
+def test_memory_sites_are_lines_of_the_program(train_script, tmp_path):
+    """Not the import machinery (``<frozen importlib._bootstrap_external>``), not the ``bin/tensor-dap``
+    launcher, not the standard library or tensor_dap: what has no line of the program is counted apart."""
+    from tensor_dap.libraries import is_user_file
+
+    r = tensor_dap("profile", "--mode", "memory", train_script, "4", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    data = json.loads((run_folder(tmp_path) / "memory.json").read_text())
+    files = {s["file"] for s in data["sites"]}
+    assert files == {str(train_script)}, files  # this script allocates nothing anywhere else of its own
+    assert all(is_user_file(f) for f in files)
+    assert data["outside_program_bytes"] > 0  # tensor_dap's and the interpreter's own live bytes, counted apart
+    assert "outside the program's lines" in " ".join(r.stderr.split())

@@ -1,0 +1,71 @@
+"""The step window records the steps it names: each step of the program is tagged and the trace read back."""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+
+import pytest
+from profiled import run_folder, tensor_dap
+
+# step i runs a record_function range "tag<i>": the trace's tags are the steps it recorded
+TAGGED = textwrap.dedent('''
+    import sys
+    import torch
+    import tensor_dap
+    from torch import nn
+
+    steps, per_step, explicit = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "explicit"
+    model = nn.Linear(8, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(4, 8)
+    for i in range(1, steps + 1):
+        with torch.profiler.record_function(f"tag{i}"):
+            torch.full((i,), float(i)).sum()
+        for _ in range(per_step):  # gradient accumulation's K updates, or a GAN's two optimizers
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+        if explicit:
+            tensor_dap.step()
+''')
+
+
+def _profile(tmp_path, mode, steps, per_step, how):
+    (tmp_path / "tagged.py").write_text(TAGGED)
+    r = tensor_dap("profile", "--mode", mode, "tagged.py", steps, per_step, how, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    return r, run_folder(tmp_path)
+
+
+def _tags(folder):
+    events = json.loads((folder / "torch.trace.json").read_text())["traceEvents"]
+    return sorted({int(m.group(1)) for e in events if (m := re.fullmatch(r"tag(\d+)", e.get("name", "")))})
+
+
+@pytest.mark.parametrize("per_step, how, by", [(1, "explicit", "tensor_dap.step()"),
+                                               (3, "explicit", "tensor_dap.step()"),
+                                               (1, "optimizer", "optimizer.step()")])
+def test_the_window_records_the_steps_it_names(tmp_path, per_step, how, by):
+    r, folder = _profile(tmp_path, "torch", 9, per_step, how)
+    assert f"steps 4–6 (counted by {by})" in r.stderr
+    assert _tags(folder) == [4, 5, 6]
+    full = [e for e in json.loads((folder / "torch.trace.json").read_text())["traceEvents"]
+            if e.get("name") == "aten::full"]
+    assert len(full) == 3  # one per recorded step, nothing of the steps around them
+
+
+@pytest.mark.parametrize("per_step, end", [(1, "its first optimizer.step() (in step 1)"), (0, "the end of step 1")])
+def test_a_program_that_ends_before_the_window_keeps_the_prelude(tmp_path, per_step, end):
+    r, folder = _profile(tmp_path, "torch", 3, per_step, "explicit")
+    assert _tags(folder) == [1]  # the prelude (step 1), not the empty fragment after step 3
+    assert f"the start of the run to {end} (it ended after 3 steps, before the window of steps 4–6)" \
+        in " ".join(r.stderr.split())
+
+
+def test_memory_mode_keeps_the_prelude_too(tmp_path):
+    r, folder = _profile(tmp_path, "memory", 3, 1, "explicit")
+    torch_cpu = json.loads((folder / "memory.json").read_text())["torch_cpu"]
+    assert torch_cpu["covers"].startswith("the start of the run to its first optimizer.step()")
+    assert torch_cpu["sites"] and all(s["op"] for s in torch_cpu["sites"])  # no Python stacks in a prelude
