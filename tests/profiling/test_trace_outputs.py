@@ -1,4 +1,7 @@
-"""--mode torch and memory outputs: the top-ops table holds operators, big traces are gzipped, -m runs, CUDA snapshot."""
+"""--mode torch and memory outputs.
+
+The top-ops table holds operators, big traces are gzipped, -m runs, the CUDA snapshot loads.
+"""
 
 from __future__ import annotations
 
@@ -101,7 +104,8 @@ def test_a_trace_below_the_threshold_stays_plain_json(tmp_path):
     folder = _profile_torch(tmp_path, trace.GZIP_ABOVE)
     assert not (folder / "torch.trace.json.gz").exists()
     assert 0 < (folder / "torch.trace.json").stat().st_size < trace.GZIP_ABOVE
-    assert "aten::addmm" in {e.get("name") for e in json.loads((folder / "torch.trace.json").read_text())["traceEvents"]}
+    events = json.loads((folder / "torch.trace.json").read_text())["traceEvents"]
+    assert "aten::addmm" in {e.get("name") for e in events}
 
 
 def test_profile_a_module_with_dash_m(tmp_path):
