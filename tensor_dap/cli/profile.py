@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--function", action="append", default=[], metavar="[MODULE:]NAME",
                         help="--mode line: a function to profile (repeatable): train_step, mypkg.model:Net.forward")
     parser.add_argument("--wait", type=int, default=1, help="--mode torch/memory: steps skipped before warm-up (1)")
-    parser.add_argument("--warmup", type=int, default=1, help="--mode torch/memory: warm-up steps, not kept (1)")
+    parser.add_argument("--warmup", type=int, default=1, help="--mode torch/memory: warm-up steps, not kept (1; at least 1)")
     parser.add_argument("--active", type=int, default=3, help="--mode torch/memory: steps recorded (3)")
     parser.add_argument("--top", type=int, default=15, help="rows in each summary table (15)")
     parser.add_argument("-m", dest="module", metavar="MODULE", help="run a module, like python -m")
@@ -42,8 +42,9 @@ def run(args: argparse.Namespace) -> int:
     from ..profiling.tables import plain
 
     for name in ("wait", "warmup", "active", "top"):
-        if getattr(args, name) < (1 if name in ("active", "top") else 0):
-            raise UsageError(f"--{name} must be {'at least 1' if name in ('active', 'top') else '0 or more'}")
+        if getattr(args, name) < (0 if name == "wait" else 1):
+            raise UsageError(f"--{name} must be {'0 or more' if name == 'wait' else 'at least 1'}"
+                             + (" (torch's profiler needs a warm-up step)" if name == "warmup" else ""))
     if args.function and args.mode != "line":
         raise UsageError("--function is for --mode line")
     target, argv = _target(args)

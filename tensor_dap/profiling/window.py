@@ -28,8 +28,10 @@ class StepWindow:
         the profiler's allocations out of its peak)."""
         self.kwargs = profiler_kwargs
         self.aside = aside
-        self.wait, self.warmup, self.active = wait, warmup, active
-        self.first = 2 + wait + warmup  # the first recorded step: the prelude ends with step 1
+        # at least one warm-up step: a window that starts recording with no warm-up crashed the process
+        # in about one run in five (torch 2.13's Python tracer, segfaulting while its events were read)
+        self.wait, self.warmup, self.active = wait, max(1, warmup), active
+        self.first = 2 + wait + self.warmup  # the first recorded step: the prelude ends with step 1
         self.on_trace = on_trace
         self.steps = 0
         self.counted_by: str | None = None  # "explicit" (tensor_dap.step) or "optimizer"

@@ -136,6 +136,7 @@ def test_a_crash_still_writes_the_profile_and_keeps_the_exit_code(train_script, 
     (("--mode", "line", "--function", "a:b:c!", "train.py"), "expected [MODULE:]NAME"),
     (("--mode", "cpu", "--function", "f", "train.py"), "--function is for --mode line"),
     (("--mode", "torch", "--active", "0", "train.py"), "--active must be at least 1"),
+    (("--mode", "torch", "--warmup", "0", "train.py"), "--warmup must be at least 1"),
     (("--mode", "cpu", "-m", "no_such_module_here"), "no module named"),
 ])
 def test_bad_invocations_are_one_line_exit_2(train_script, tmp_path, args, message):

@@ -14,13 +14,14 @@ when run on WORKSPACE/train.py, renamed, so their paths point at the file the te
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
 WS = os.path.abspath(sys.argv[1])
 TRAIN = os.path.join(WS, "train.py")
 HOSTILE = os.path.join(WS, "<img src=x onerror=alert(1)>.py")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "fixtures"))
+from profile_runs import finish, start  # noqa: E402 - the shared runner, beside the unit fixtures
 
 
 def main():
@@ -49,19 +50,7 @@ def main():
 
 def profile(runs_dir, mode, script, *options):
     """Starts `tensor-dap profile --mode MODE SCRIPT`, into a folder of its own."""
-    parent = tempfile.mkdtemp(prefix=mode + "-", dir=runs_dir)
-    log = open(parent + ".log", "w+")
-    cmd = [sys.executable, "-m", "tensor_dap", "profile", "--mode", mode, "--out", parent, *options, script]
-    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), parent, log, cmd
-
-
-def finish(proc, parent, log, cmd):
-    """The run folder the command wrote, once it exited 0."""
-    if proc.wait() != 0:
-        log.seek(0)
-        sys.exit(f"{' '.join(cmd)} exited {proc.returncode}:\n{log.read()}")
-    (run,) = os.listdir(parent)
-    return os.path.join(parent, run)
+    return start(tempfile.mkdtemp(prefix=mode + "-", dir=runs_dir), mode, script, *options)
 
 
 def incident():

@@ -11,7 +11,7 @@ if [ ! -x "$PYTHON" ] && ! command -v "$PYTHON" >/dev/null; then
     exit 1
 fi
 # the whole package is hashed: a report's wording comes from triggers/, a summary line from summary/...
-stamp="$( (cat "$HERE/test/fixtures/make_fixtures.py" "$HERE/test/fixtures/train_small.py";
+stamp="$( (cat "$HERE/test/fixtures/make_fixtures.py" "$HERE/test/fixtures/profile_runs.py" "$HERE/test/fixtures/train_small.py";
     find "$HERE/../tensor_dap" -name '*.py' -print0 | LC_ALL=C sort -z | xargs -0 cat) | sha256sum | cut -c1-16)-$("$PYTHON" -c 'import sys; print(sys.version_info[:2])' | tr -dc 0-9)"
 if [ -f "$OUT/.stamp" ] && [ "$(cat "$OUT/.stamp")" = "$stamp" ]; then
     exit 0
