@@ -21,7 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--function", action="append", default=[], metavar="[MODULE:]NAME",
                         help="--mode line: a function to profile (repeatable): train_step, mypkg.model:Net.forward")
     parser.add_argument("--wait", type=int, default=1, help="--mode torch/memory: steps skipped before warm-up (1)")
-    parser.add_argument("--warmup", type=int, default=1, help="--mode torch/memory: warm-up steps, not kept (1; at least 1)")
+    parser.add_argument("--warmup", type=int, default=1,
+                        help="--mode torch/memory: warm-up steps, not kept (1; at least 1)")
     parser.add_argument("--active", type=int, default=3, help="--mode torch/memory: steps recorded (3)")
     parser.add_argument("--top", type=int, default=15, help="rows in each summary table (15)")
     parser.add_argument("-m", dest="module", metavar="MODULE", help="run a module, like python -m")
