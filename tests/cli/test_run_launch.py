@@ -54,7 +54,10 @@ def test_signals_end_the_run_as_they_end_python(tmp_path, sig):
     (tmp_path / "prog.py").write_text(SLEEPER)
     results = []
     for cmd in ([sys.executable, "prog.py"], [*TENSOR_DAP, "run", "prog.py"]):
-        proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # SIGINT as a terminal gives it: a test run started in the background inherits it ignored, and
+        # Python then never raises KeyboardInterrupt (neither side would end)
+        proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         assert proc.stdout.readline() == "ready\n"
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=60)
