@@ -106,8 +106,8 @@ class watch(Investigation):
         self._param_store: list[torch.Tensor] | None = None
         self._last_loss: tuple[int, torch.Tensor | None] = (-1, None)
         self._loop = LoopCapture(self._inner, self._buffers, self._params, self._loop_unstepped) if rerun else None
-        self._tapped: deque[torch.Tensor] = deque(maxlen=LOSS_HISTORY)  # losses given to backward() this step
-        self._noted: deque[float] = deque(maxlen=LOSS_HISTORY)  # losses break_if saw this step
+        self._step_loss: torch.Tensor | None = None  # the sum of the losses given to backward() this step
+        self._noted: float | None = None  # the last loss break_if saw this step
         self._untap = listen(self._backward_loss)
         self._hang = watchdog(hang_after) if hang_after is not None else None
         self._handles: list[Any] = []
@@ -209,7 +209,7 @@ class watch(Investigation):
         """A loss seen by ``break_if`` inside this watch: the reports' loss history when watch sees none itself
         (in the unchanged loop, taken at the step's end unless a loss reached backward())."""
         if self._ctx is None:
-            self._noted.append(value)
+            self._noted = value
         elif self._last_loss[1] is None:
             self._history.append(value)
 
@@ -326,29 +326,29 @@ class watch(Investigation):
     def _backward_loss(self, loss: torch.Tensor) -> None:
         """A loss handed to ``backward()`` outside ``w.step``: the unchanged loop's loss, for the reports."""
         if self._ctx is None and not self._rerunning and not self._replaying:
-            self._tapped.append(loss.detach())
+            loss = loss.detach()
             if self._loop is not None:
-                self._loop.backward_called(self._tapped[-1])
+                self._loop.backward_called(loss)
+            total = self._step_loss  # summed as it comes: one small add per accumulated micro-batch
+            summed = None if total is None else self._guard(torch.add, total, loss)
+            self._step_loss = summed if summed is not None else loss
 
     def _take_loop_losses(self) -> None:
         """The unchanged loop's step loss into the history: the losses the model returned (also watched by the
         sentinel), else the sum of the losses given to ``backward()`` in this step (accumulated micro-batches
         add up, as their gradients do). Kept as tensors: read only when a report is made."""
-        loop, tapped = self._loop, self._tapped
+        loop, loss = self._loop, self._step_loss
         if loop is not None and loop.losses:
             self._history.extend(loop.losses)
             self._last_loss = (self.step_count, loop.losses[-1])
             self._guard(self._sentinel.observe_value, loop.losses[-1], self.step_count)
             loop.losses = []
-        elif tapped:
-            loss = tapped[0] if len(tapped) == 1 else self._guard(lambda: torch.stack(list(tapped)).sum())
-            if loss is not None:
-                self._history.append(loss)
-                self._last_loss = (self.step_count, loss)
-        elif self._noted:
-            self._history.append(self._noted[-1])
-        tapped.clear()
-        self._noted.clear()
+        elif loss is not None:
+            self._history.append(loss)
+            self._last_loss = (self.step_count, loss)
+        elif self._noted is not None:
+            self._history.append(self._noted)
+        self._step_loss = self._noted = None
 
     def _loop_context(self, optimizer: Any = None) -> StepContext | None:
         """The unchanged loop's step as a context to re-run (its forwards and backwards, replayed), if it can be."""

@@ -312,7 +312,8 @@ def test_attach_finds_the_model_from_the_optimizer_and_localizes():
 
 # ------------------------------------------------------------------ the loss of a loop whose loss is outside the model
 
-def test_unchanged_loop_reports_carry_the_loss_given_to_backward_and_its_history():
+@pytest.mark.parametrize("micro", [MICRO, 40])  # 40: more micro-batches than the history keeps losses
+def test_unchanged_loop_reports_carry_the_loss_given_to_backward_and_its_history(micro):
     """The usual loop computes its loss outside the model: the report still has its value and history
     (with accumulation, the sum of the micro-batch losses handed to backward, as their gradients sum)."""
     torch.manual_seed(0)
@@ -323,11 +324,11 @@ def test_unchanged_loop_reports_carry_the_loss_given_to_backward_and_its_history
     with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False):
         for step in range(6):
             total = 0.0
-            for k in range(MICRO):
+            for k in range(micro):
                 xb = x.clone()
                 if step == 4 and k == 2:
                     xb[0, 0] = float("nan")  # a NaN in one micro-batch of step 4
-                loss = F.mse_loss(model(xb), y) / MICRO
+                loss = F.mse_loss(model(xb), y) / micro
                 loss.backward()
                 total += loss.item()
             seen.append(total)
