@@ -21,30 +21,48 @@ from .nested import map_tensors
 def capture_rng(*, python: bool = True, numpy: bool = True, torch: bool = True) -> dict[str, Any]:
     """Every RNG a training step may draw from; reading them never advances a stream.
 
-    torch's states cost ~2 µs; Python's ``random`` ~10 µs and numpy's ~40 µs, which is why
-    ``watch`` leaves those two out when the step does not draw from them (``host_rngs_used``).
-    ``torch=False`` leaves torch's (CPU and CUDA) out, and torch unimported.
+    torch's states cost ~2 µs; Python's ``random`` ~10 µs and numpy's ~40 µs. In a training step
+    every microsecond is several, so ``watch`` leaves out the streams the step (or the model's
+    forward) does not draw from (``rngs_used``). ``torch=False`` leaves torch's (CPU and CUDA)
+    out, and torch unimported.
     """
     state: dict[str, Any] = {}
     if torch:
         import torch as th
 
         state["torch"] = th.get_rng_state()
+        if _cuda_in_use(th):  # the CUDA generators keep seed and offset on the host: reading them does not sync
+            state["cuda"] = th.cuda.get_rng_state_all()
     if python:
         state["python"] = random.getstate()
     np = sys.modules.get("numpy")
     if numpy and np is not None:
         state["numpy"] = np.random.get_state()
-    if torch and th.cuda.is_available() and th.cuda.is_initialized():
-        # The CUDA generators keep seed and offset on the host: reading them does not sync.
-        state["cuda"] = th.cuda.get_rng_state_all()
     return state
 
 
-def host_rngs_used(before: dict[str, Any]) -> dict[str, bool]:
-    """Which of Python's and numpy's global RNGs moved since ``before`` was captured."""
+_CUDA_BUILT: list[bool] = []  # whether this torch can use CUDA at all (asked once: ~1 µs a call)
+
+
+def _cuda_in_use(th: Any) -> bool:
+    if not _CUDA_BUILT:
+        _CUDA_BUILT.append(bool(th.cuda.is_available()))
+    return _CUDA_BUILT[0] and th.cuda.is_initialized()
+
+
+def rngs_used(before: dict[str, Any]) -> dict[str, bool]:
+    """Which RNGs (``capture_rng``'s keywords) moved since ``before`` was captured: what a step draws from.
+
+    A stream that ``before`` left out counts as used (nothing shows it was not)."""
+    import torch as th
+
     now = capture_rng()
-    used = {"python": "python" not in before or now["python"] != before["python"], "numpy": False}
+    used = {"python": "python" not in before or now["python"] != before["python"], "numpy": False,
+            "torch": "torch" not in before or not th.equal(now["torch"], before["torch"])}
+    if "cuda" in now:
+        old_cuda = before.get("cuda")
+        used["torch"] = used["torch"] or old_cuda is None or len(old_cuda) != len(now["cuda"]) or not all(
+            th.equal(a, b) for a, b in zip(old_cuda, now["cuda"]))
     if "numpy" in now:
         import numpy as np
 
@@ -52,6 +70,35 @@ def host_rngs_used(before: dict[str, Any]) -> dict[str, bool]:
         used["numpy"] = old is None or not (old[0] == now["numpy"][0] and np.array_equal(old[1], now["numpy"][1])
                                             and tuple(old[2:]) == tuple(now["numpy"][2:]))
     return used
+
+
+class RngUse:
+    """Which RNG streams a recurring piece of code (a training step, a model's forward) draws from, learned
+    by watching it: its first call, and every ``PROBE_EVERY``-th, keeps every stream and compares after;
+    a stream once seen moving is kept from then on. The others are left out of ``before``'s states:
+    a call that does not draw from a stream finds it as the previous call left it."""
+
+    PROBE_EVERY = 100
+
+    def __init__(self) -> None:
+        self.streams: dict[str, bool] | None = None  # capture_rng's keywords; None: not probed yet
+        self._calls = 0
+        self._none = False  # no stream is used: nothing to capture
+
+    def before(self) -> tuple[dict[str, Any], bool]:
+        """(the states to keep for this call, whether this call probes: then hand them to ``after``)."""
+        self._calls += 1
+        streams = self.streams
+        if streams is None or self._calls % self.PROBE_EVERY == 0:
+            return capture_rng(), True
+        return ({} if self._none else capture_rng(**streams)), False
+
+    def after(self, before: dict[str, Any]) -> None:
+        """A probing call ended: learn which streams it moved."""
+        used = rngs_used(before)
+        old = self.streams
+        self.streams = used if old is None else {k: v or old.get(k, True) for k, v in used.items()}
+        self._none = not any(self.streams.values())
 
 
 def restore_rng(state: dict[str, Any]) -> None:

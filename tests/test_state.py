@@ -9,7 +9,6 @@ from torch import nn
 from tensor_dap.state import (
     Buffers,
     capture_rng,
-    host_rngs_used,
     kept,
     load_optimizer_state,
     optimizer_kept,
@@ -17,6 +16,7 @@ from tensor_dap.state import (
     preserved,
     restore_rng,
     rng_kept,
+    rngs_used,
 )
 
 
@@ -41,12 +41,20 @@ def test_rng_round_trip_covers_torch_python_and_numpy():
     assert torch.equal(first[0], again[0]) and first[1:] == again[1:]
 
 
-def test_host_rngs_used_tells_which_host_streams_moved():
+def test_rngs_used_tells_which_streams_moved():
     before = capture_rng()
+    assert rngs_used(before) == {"python": False, "numpy": False, "torch": False}
     torch.rand(2)
-    assert host_rngs_used(before) == {"python": False, "numpy": False}
+    assert rngs_used(before) == {"python": False, "numpy": False, "torch": True}
+    before = capture_rng()
     random.random()
-    assert host_rngs_used(before) == {"python": True, "numpy": False}
+    np.random.rand()
+    assert rngs_used(before) == {"python": True, "numpy": True, "torch": False}
+
+
+def test_rngs_used_counts_a_stream_left_out_as_used():
+    before = capture_rng(python=False, numpy=False, torch=False)
+    assert rngs_used(before) == {"python": True, "numpy": True, "torch": True}
 
 
 def test_preserved_puts_back_modes_buffers_rebinding_and_rng():

@@ -55,18 +55,45 @@ def stand_in(code: Any, line_of: Callable[[FrameType], Optional[SourceLine]]) ->
     """Frames running ``code`` re-run the user's code from tensor_dap: above them, the user's line is
     the one ``line_of(frame)`` recorded when that code first ran (not the hook the re-run started in)."""
     _STAND_INS[code] = line_of
+    _KIND.pop(code, None)
 
 
-def user_line(frame: Optional[FrameType] = None) -> Optional[SourceLine]:
-    """The user's line that is running now (``frame`` defaults to the caller's)."""
-    f = frame if frame is not None else sys._getframe(1)
+_USER, _LIBRARY, _STAND_IN = 0, 1, 2
+_KIND: dict[Any, int] = {}  # code object -> what its frames are (user_line runs in every training step: no path work)
+_KIND_MAX = 20_000
+
+
+def _kind(code: Any) -> int:
+    kind = _STAND_IN if code in _STAND_INS else _LIBRARY if is_library(code.co_filename) else _USER
+    if len(_KIND) < _KIND_MAX:
+        _KIND[code] = kind
+    return kind
+
+
+def user_line(frame: Optional[FrameType] = None, skip: int = 0) -> Optional[SourceLine]:
+    """The user's line that is running now (``frame`` defaults to the caller's).
+
+    ``skip``: frames above the caller's known to be library code (torch's own hook callers), not
+    walked: hooks that run every training step start where the user's frame usually is."""
+    if frame is not None:
+        f: Optional[FrameType] = frame
+    else:
+        try:
+            f = sys._getframe(1 + skip)
+        except ValueError:  # fewer frames than that
+            f = sys._getframe(1)
     while f is not None:
-        line_of = _STAND_INS.get(f.f_code)
-        if line_of is not None:
-            recorded = line_of(f)
+        code = f.f_code
+        kind = _KIND.get(code)
+        if kind is None:
+            kind = _kind(code)
+        if kind == _USER:
+            return SourceLine(code.co_filename, f.f_lineno, code.co_name)
+        if kind == _STAND_IN:
+            recorded = _STAND_INS[code](f)
             if recorded is not None:
                 return recorded
-        if not is_library(f.f_code.co_filename):
-            return SourceLine(f.f_code.co_filename, f.f_lineno, f.f_code.co_name)
+            if not is_library(code.co_filename):
+                return SourceLine(code.co_filename, f.f_lineno, code.co_name)
         f = f.f_back
     return None

@@ -23,10 +23,13 @@ import torch
 
 from ..debug.frames import SourceLine, stand_in, user_line
 from ..nested import walk
-from ..state import BufferSnapshot, Buffers, capture_rng, host_rngs_used, restore_rng
+from ..state import BufferSnapshot, Buffers, RngUse, restore_rng
 from .origin import Birth, Born, kind_of
 
 MAX_FORWARDS = 64  # forwards kept per step; more (a loop calling the model outside training) drops the capture
+# An output this small keeps its own gradient (``retain_grad``: torch copies it in C++, no Python call
+# in backward); a larger one is seen by a hook on the node that made it (no copy).
+RETAIN_BYTES = 1 << 20
 _NO_BUFFERS = BufferSnapshot([], [])
 
 
@@ -41,6 +44,15 @@ class Forward:
     line: SourceLine | None = None  # the user's line running when the output gradient arrived (backward())
     call: SourceLine | None = None  # the user's line that called the model (``model(x)``)
     loss: torch.Tensor | None = None  # the loss handed to backward() after this forward (``loss_tap``)
+    probing: bool = False  # this forward keeps every RNG state, to learn which ones the model draws from
+    retained: list[tuple[int, torch.Tensor]] = field(default_factory=list)  # small outputs that keep their .grad
+
+    def output_grads(self) -> list[torch.Tensor | None]:
+        """The gradients the outputs received: seen by hooks, or kept by small outputs themselves."""
+        for i, t in self.retained:
+            if self.grads[i] is None:
+                self.grads[i] = t.grad
+        return self.grads
 
 
 def output_tensors(output: Any) -> list[torch.Tensor]:
@@ -70,7 +82,7 @@ def replay_forwards(model: torch.nn.Module, forwards: list[Forward], rng: dict[s
     for f in forwards:
         restore_rng({**(rng or {}), **f.rng})
         out = model(*f.args, **f.kwargs)
-        pairs = [(t, g) for t, g in zip(output_tensors(out), f.grads) if g is not None and t.requires_grad]
+        pairs = [(t, g) for t, g in zip(output_tensors(out), f.output_grads()) if g is not None and t.requires_grad]
         if f.loss is not None and (k := kind_of(f.loss)) is not None:  # the model's outputs came out finite
             raise Born(Birth("loss", None, k, line=f.line or f.call, inputs=[("loss", f.loss)], output=f.loss,
                              note="the loss handed to backward() is non-finite while the model's outputs are "
@@ -115,7 +127,7 @@ class LoopCapture:
         self._open = False
         self._backward_seen = False
         self._probe: torch.Tensor | None = None  # a parameter whose .grad tells that zero_grad ran
-        self._host_rngs: dict[str, bool] | None = None  # which host RNGs the model's forward draws from
+        self._rngs = RngUse()  # which RNGs the model's forward draws from
         self._line: SourceLine | None = None  # the line calling backward() in this step
         self._handles = [model.register_forward_pre_hook(self._pre, with_kwargs=True),
                          model.register_forward_hook(self._post, with_kwargs=True)]
@@ -131,9 +143,18 @@ class LoopCapture:
         return bool(self.forwards) and self.dropped is None
 
     def backward_called(self, loss: torch.Tensor) -> None:
-        """A loss was handed to backward(): it is computed from the latest forward's outputs."""
-        if self.enabled and self.forwards and self.forwards[-1].loss is None:
-            self.forwards[-1].loss = loss
+        """A loss was handed to backward() (watch's ``loss_tap`` listener calls this): it is computed from the
+        latest forward's outputs. The line calling backward() is looked up here, once a step."""
+        if self.enabled and self.forwards:
+            f = self.forwards[-1]
+            if f.loss is None:
+                f.loss = loss
+            if self._line is None:  # above: watch's listener, loss_tap's wrapper, then backward()'s caller
+                self._line = user_line(skip=2)
+            if f.retained:
+                self._backward_seen = True
+                if f.line is None:
+                    f.line = self._line
 
     def stepped(self) -> None:
         """The optimizer updated: the next forward starts a new step."""
@@ -143,6 +164,8 @@ class LoopCapture:
             self._probe = next((p for p in self.params if p.grad is not None), None)
 
     # ------------------------------------------------------------ hooks
+    # They run in every training step, where each microsecond of Python costs several (caches are
+    # cold after the step's kernels): the common path does as little as it can.
     def _pre(self, module: torch.nn.Module, args: Any, kwargs: Any) -> None:
         if not self.enabled or not torch.is_grad_enabled():
             return  # validation under no_grad is not part of a training step
@@ -159,40 +182,56 @@ class LoopCapture:
             self.dropped = f"more than {MAX_FORWARDS} forwards between two optimizer steps"
             self.forwards = []
         elif self.dropped is None:
-            host = self._host_rngs
-            forwards.append(Forward(args, kwargs, capture_rng(**host) if host is not None else capture_rng(),
-                                    call=user_line()))
+            rng, probing = self._rngs.before()
+            # above this hook: torch's Module._call_impl and _wrapped_call_impl, then who called the model
+            forwards.append(Forward(args, kwargs, rng, call=user_line(skip=2), probing=probing))
 
     def _post(self, module: torch.nn.Module, args: Any, kwargs: Any, output: Any) -> None:
-        if not self.enabled or not torch.is_grad_enabled() or not self.forwards or self.dropped is not None:
+        if not self.enabled or not self.forwards or self.dropped is not None or not torch.is_grad_enabled():
             return
         f = self.forwards[-1]
         if f.args is not args:
             return  # a nested call of the root module
         if f.kwargs is None:  # captured from a global pre-hook, which torch gives no keyword arguments
             f.kwargs = kwargs
-        if self._host_rngs is None:  # the first forward shows which host RNGs the model draws from
-            self._host_rngs = host_rngs_used(f.rng)
-        tensors = output_tensors(output)
+        if f.probing:
+            self._rngs.after(f.rng)
+        if type(output) is torch.Tensor:  # the usual case, without the general walk
+            tensors = [output]
+            if output.dim() == 0 and output.requires_grad and output.is_floating_point():
+                self.losses.append(output.detach())  # a loss computed inside the model
+        else:
+            tensors = output_tensors(output)
+            loss = loss_in(tensors)
+            if loss is not None:
+                self.losses.append(loss)
         f.grads = [None] * len(tensors)
         for i, t in enumerate(tensors):
             if t.requires_grad:
                 node = t.grad_fn
                 if node is None:  # a leaf returned as it is (a parameter): only a tensor hook sees its gradient
                     t.register_hook(partial(self._grad, f, i))
+                elif not t.retains_grad and t.numel() * t.element_size() <= RETAIN_BYTES:
+                    t.retain_grad()
+                    f.retained.append((i, t))
                 else:  # the same gradient, seen by the node that made t: ~7 µs against ~40 for a tensor hook
                     node.register_prehook(partial(self._node_grad, f, i, t.output_nr))
-        loss = loss_in(tensors)
-        if loss is not None:
-            self.losses.append(loss)
 
     def _node_grad(self, f: Forward, i: int, nr: int, grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
         grad = grad_outputs[nr] if nr < len(grad_outputs) else None
         if grad is not None:
-            self._grad(f, i, grad)
+            f.grads[i] = grad
+            self._backward_seen = True
+            if f.line is None:
+                f.line = self._line or self._backward_line()
 
     def _grad(self, f: Forward, i: int, grad: torch.Tensor) -> None:
         f.grads[i] = grad
         self._backward_seen = True
-        if f.line is None:  # micro-batches call backward from one line: look it up once a step
-            f.line = self._line = self._line or user_line()
+        if f.line is None:
+            f.line = self._line or self._backward_line()
+
+    def _backward_line(self) -> SourceLine | None:
+        """The line that called backward(), looked up once a step (micro-batches call it from one line)."""
+        self._line = user_line()
+        return self._line

@@ -1,25 +1,31 @@
 """The per-step sentinel of ``watch``: is anything non-finite? Answered on the device, read rarely.
 
-Why it is cheap: one fused ``_foreach_norm`` launch per device and dtype (on the CPU, one
-``sum`` per tensor) reduces every gradient to a 0-dim value; the loss is kept as it is. NaN
-and Inf survive norms and sums, so one sum of everything observed since the last read is
-non-finite exactly when something was (or when a sum overflowed, which ``watch`` rules out
-by an exact re-check when the sentinel fires).
+Why it is cheap: one fused call per device and dtype looks at every gradient. On accelerators
+``_foreach_norm`` reduces each to a 0-dim value (NaN and Inf survive norms, so one sum of
+everything observed since the last read is non-finite exactly when something was, or when a
+sum overflowed, which ``watch`` rules out by an exact re-check when the sentinel fires). On the
+CPU, where every op in a training step costs several microseconds (its caches are cold after
+the step's kernels), it is the GradScaler's own check,
+``_amp_foreach_non_finite_check_and_unscale_`` at a scale of 1: one call for all of a group's
+gradients, which sets a flag on a NaN/Inf and gives every value back as it was (bit for bit;
+version counters do not move). The flag lives on, read through a view of its memory (no op);
+it is cleared only after it was set.
 
-Why there is no host sync between reads: ``observe`` only launches kernels and keeps the
-resulting 0-dim device tensors in a list. Nothing calls ``.item()`` or ``bool()`` on a
+Why there is no host sync between reads: on a device ``observe`` only launches kernels and
+keeps the resulting 0-dim tensors in a list. Nothing calls ``.item()`` or ``bool()`` on a
 device tensor except ``read``, which ``watch`` calls once every ``every`` checks: one
-``stack().sum().item()`` (values on the CPU are read directly: that is no sync). On CUDA
-with ``every > 1`` the host therefore runs ahead of the GPU exactly as it would without the
-sentinel. Only when the read finds a non-finite value are
-the kept per-step values read one by one, to name the first failing step. ``reads`` counts
-the host reads.
+``stack().sum().item()``. On CUDA with ``every > 1`` the host therefore runs ahead of the GPU
+exactly as it would without the sentinel. Only when the read finds a non-finite value are the
+kept per-step values read one by one, to name the first failing step. Values on the CPU are
+looked at when observed (``READ_CPU_NOW``: that is no sync), so only a bad step's number is
+kept for them. ``reads`` counts the reads.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Collection, Sequence
+from typing import Any
 
 import torch
 
@@ -35,30 +41,51 @@ def group(tensors: Sequence[torch.Tensor]) -> list[list[torch.Tensor]]:
     return list(groups.values())
 
 
-def reduce(groups: Sequence[Sequence[torch.Tensor]]) -> list[torch.Tensor]:
-    """0-dim float values, non-finite exactly when some input element is (or the value overflowed).
+def reduce(g: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """0-dim values of one (device, dtype) group, non-finite when an input element is (or a value overflowed).
 
-    On CUDA (and other accelerators): one fused ``_foreach_norm`` launch per group. On the
-    CPU a plain ``sum`` per tensor is cheaper (multi-threaded, no squaring) and fusing buys
-    nothing there. Low-precision tensors accumulate in float32 so they do not overflow early.
+    Accelerators: one fused ``_foreach_norm`` launch, low precision accumulated in float32. The
+    CPU (what its fused check refuses: a gradient whose elements overlap in memory, complex
+    values): a sum per tensor.
     """
-    out: list[torch.Tensor] = []
-    for g in groups:  # gradients do not require grad: no autograd graph is built here
-        if not g:
-            continue
-        dtype = g[0].dtype
-        if g[0].device.type == "cpu" and not g[0].is_complex():
-            if dtype == torch.float32:
-                out += [t.sum() for t in g]
-            else:  # float64 values may exceed float32: compare as float64, keep as float32 inf
-                out += [t.sum(dtype=torch.float64).float() for t in g]
-        elif dtype == torch.float32:
-            out += torch._foreach_norm(g)
-        elif dtype in (torch.float16, torch.bfloat16):  # accumulate in float32: no early overflow
-            out += torch._foreach_norm(g, 2, dtype=torch.float32)
-        else:  # float64, complex: their own precision, then one float32 value each
-            out += [n.float() for n in torch._foreach_norm(g)]
-    return out
+    dtype = g[0].dtype
+    if g[0].is_cpu and not g[0].is_complex():
+        if dtype == torch.float32:
+            return [t.sum() for t in g]
+        return [t.sum(dtype=torch.float64).float() for t in g]  # float64 may exceed float32: keep inf as inf
+    if dtype == torch.float32:
+        return list(torch._foreach_norm(g))
+    if dtype in (torch.float16, torch.bfloat16):  # accumulate in float32: no early overflow
+        return list(torch._foreach_norm(g, 2, dtype=torch.float32))
+    return [n.float() for n in torch._foreach_norm(g)]  # float64, complex: their own precision, then float32
+
+
+READ_CPU_NOW = True  # CPU values are read when observed (no sync); tests set False to let the CPU act a device
+
+
+class _CpuFlag:
+    """The GradScaler's fused non-finite check at scale 1, with a flag that outlives the step."""
+
+    _ONE = torch.ones(())  # the inverse scale: 1 gives every value back unchanged
+
+    def __init__(self) -> None:
+        self.flag = torch.zeros(1)
+        try:
+            self._view: Any = self.flag.numpy()  # the same memory: read with no torch op
+        except Exception:  # noqa: BLE001 - no numpy: read with item()
+            self._view = None
+
+    def check(self, tensors: Sequence[torch.Tensor]) -> bool | None:
+        """True when some element is NaN/Inf; None when the fused check refuses the tensors."""
+        try:
+            torch._amp_foreach_non_finite_check_and_unscale_(tensors, self.flag, self._ONE)
+        except RuntimeError:
+            self.flag.zero_()
+            return None
+        if not (self._view[0] if self._view is not None else self.flag.item()):
+            return False
+        self.flag.zero_()
+        return True
 
 
 class Sentinel:
@@ -66,26 +93,56 @@ class Sentinel:
 
     def __init__(self, every: int = 1) -> None:
         self.every = every
-        self.reads = 0  # host reads so far: what the tests count
+        self.reads = 0  # reads so far (one per `every` checks that observed something): what the tests count
         self.failing: list[int] = []  # the steps with a non-finite value found by the last read
         self._checks = 0
         self._pending: list[tuple[int, list[torch.Tensor]]] = []  # (step, 0-dim device tensors)
         self._count = 0
+        self._bad: list[int] = []  # steps whose values, read when observed, were non-finite
+        self._observed = False  # since the last read
+        self._flag: _CpuFlag | None = None
 
     def observe(self, groups: Sequence[Sequence[torch.Tensor]], step: int) -> None:
         """Fold grouped tensors (gradients, see ``group``) of ``step`` in. Kernel launches only."""
-        self._keep(step, reduce(groups), {g[0].device for g in groups if g})  # a group reduces on its device
+        for g in groups:  # gradients do not require grad: no autograd graph is built here
+            if not g:
+                continue
+            first = g[0]
+            if first.is_cpu and READ_CPU_NOW and not first.is_complex():
+                flag = self._flag or self._new_flag()
+                bad = flag.check(g)
+                if bad is not None:
+                    self._observed = True
+                    if bad:
+                        self._note_bad(step)
+                    continue
+            self._keep(step, reduce(g), (first.device,))  # a group reduces on its device
+
+    def _new_flag(self) -> _CpuFlag:
+        self._flag = _CpuFlag()
+        return self._flag
 
     def observe_value(self, value: torch.Tensor, step: int) -> None:
         """Fold a scalar (the loss) in as it is."""
+        if not (value.is_floating_point() or value.is_complex()):
+            return
         if value.dtype == torch.float32 and value.dim() == 0:
             self._keep(step, [value.detach()], (value.device,))
-        elif value.is_floating_point() or value.is_complex():
+        else:
             self._keep(step, [value.detach().reshape(()).abs().float()], (value.device,))  # |x| non-finite iff x is
+
+    def _note_bad(self, step: int) -> None:
+        if not self._bad or self._bad[-1] != step:
+            self._bad.append(step)
 
     def _keep(self, step: int, values: list[torch.Tensor], devices: Collection[torch.device]) -> None:
         """``devices``: where ``values`` are, known per group, so no per-value check on every step."""
         if not values:
+            return
+        self._observed = True
+        if READ_CPU_NOW and all(d.type == "cpu" for d in devices):
+            if not all(math.isfinite(v.item()) for v in values):
+                self._note_bad(step)
             return
         device = self._pending[0][1][0].device if self._pending else values[0].device
         if any(d != device for d in devices):  # model parallel: gather onto one device, no sync
@@ -103,18 +160,18 @@ class Sentinel:
 
     def read(self) -> int | None:
         """The first step with a non-finite value since the last read, else None; then reset."""
-        if not self._pending:
+        if not self._observed:
             return None
+        bad, self._bad, self._observed = self._bad, [], False
         pending, self._pending, self._count = self._pending, [], 0
-        flat = [t for _, values in pending for t in values]
         self.reads += 1
-        if flat[0].device.type == "cpu":  # reading CPU values is not a sync: skip the stack
-            total = sum(t.item() for t in flat)
-        else:  # the one device-to-host read per `every` checks
-            total = (flat[0] if len(flat) == 1 else torch.stack(flat).sum()).item()
-        self.failing = []
-        if math.isfinite(total):
-            return None
-        self.failing = sorted({step for step, values in pending  # fired: find the failing steps (reads only now)
-                               if not all(math.isfinite(v.item()) for v in values)})
-        return self.failing[0] if self.failing else pending[-1][0]  # only a sum overflowed: watch re-checks
+        self.failing = bad
+        if pending:
+            flat = [t for _, values in pending for t in values]
+            total = (flat[0] if len(flat) == 1 else torch.stack(flat).sum()).item()  # one read per `every` checks
+            if not math.isfinite(total):  # fired: find the failing steps (reads only now)
+                found = {step for step, values in pending if not all(math.isfinite(v.item()) for v in values)}
+                self.failing = sorted(found.union(bad))
+                if not self.failing:
+                    return pending[-1][0]  # only a sum overflowed: watch re-checks
+        return self.failing[0] if self.failing else None

@@ -31,7 +31,7 @@ from typing import Any, Callable
 import torch
 
 from ..dist import current_rank, unwrap
-from ..state import Buffers, capture_rng, host_rngs_used, hyper
+from ..state import Buffers, RngUse, capture_rng, hyper
 from . import active
 from .aftermath import Aftermath
 from .capture import Source, StepContext, Window, add_to_window, loss_of, open_window
@@ -92,10 +92,9 @@ class watch(Investigation):
         self._aftermath = Aftermath()
         self._watched = 0  # steps seen, for the end-of-run count
         self._scaler_probes = 0
-        # Python's and numpy's RNG states are slow to copy; a step that does not draw from them
-        # leaves them as they were at its start, so reading them when a trigger fires is enough.
-        self._host_rngs = {"python": True, "numpy": True}
-        self._probe_rngs = True
+        # RNG states cost microseconds to copy; a step that does not draw from a stream leaves it as
+        # it was at its start, so reading it when a trigger fires is enough (see state.RngUse).
+        self._rngs = RngUse()
         # How steps update the parameters decides where the check runs. "optimizer": in the
         # pre-step hook of a torch.optim optimizer; a step without an update is then deliberate
         # (a GradScaler skipping an overflow, gradient accumulation) and only its loss is read.
@@ -169,7 +168,8 @@ class watch(Investigation):
     def step(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run ``fn(*args, **kwargs)`` as training step ``self.step_count`` under the sentinel."""
         windowed = self._windowed()
-        ctx = StepContext(self.step_count, fn, args, kwargs, capture_rng(**self._host_rngs),
+        rng, probing = self._rngs.before()
+        ctx = StepContext(self.step_count, fn, args, kwargs, rng,
                           self._buffers.clone() if windowed else self._buffers.save())
         if windowed:
             self._guard(self._track, ctx)
@@ -179,13 +179,13 @@ class watch(Investigation):
         elif self._mode is None:
             self._param_store = [p.detach().clone() for p in self._params]
         self._ctx = ctx
-        if self._loop is not None:
-            self._loop.enabled = False  # the step function is re-run instead of the model's forwards
+        if self._loop is not None:  # steps are handed over: the step function is re-run, not the model's
+            self._loop.remove()     # forwards, so the unchanged loop's hooks go (a hooked module calls slower)
+            self._loop = None
         try:
             result = fn(*args, **kwargs)
-            if self._probe_rngs:  # the first step shows which host RNGs the step itself draws from
-                self._probe_rngs = False
-                self._host_rngs = host_rngs_used(ctx.rng)
+            if probing:  # which RNGs the step itself draws from
+                self._rngs.after(ctx.rng)
             loss = loss_of(result)
             self._last_loss = (ctx.index, loss)
             if loss is not None:
@@ -202,8 +202,6 @@ class watch(Investigation):
             self._ctx, self._last_ctx = None, ctx
             self.step_count = ctx.index + 1
             self._watched += 1
-            if self._loop is not None:
-                self._loop.enabled = True
 
     def note_loss(self, value: float) -> None:
         """A loss seen by ``break_if`` inside this watch: the reports' loss history when watch sees none itself

@@ -55,17 +55,25 @@ def test_w_step_names_module_phase_op_and_line(bug):
     assert report.version == 2 and report.lr and report.loss_history  # the numbers that tell bug from divergence
 
 
+@pytest.mark.parametrize("retain", [True, False], ids=["output-keeps-grad", "node-hook"])
 @pytest.mark.parametrize("bug", IN_MODEL)
-def test_unchanged_loop_names_the_same_place_as_w_step(bug):
+def test_unchanged_loop_names_the_same_place_as_w_step(bug, retain, monkeypatch):
+    """Both ways the loop keeps the gradient reaching the model's outputs: a small output keeps its own
+    (retain_grad), a large one is seen by a hook on the node that made it."""
+    if not retain:
+        monkeypatch.setattr("tensor_dap.triggers.loop.RETAIN_BYTES", 0)
     report = run(bug, loop=True)
     assert_names_the_birthplace(report, bug)
     assert report.step == origins.BUG_STEP
 
 
+@pytest.mark.parametrize("retain", [True, False], ids=["output-keeps-grad", "node-hook"])
 @pytest.mark.parametrize("bug", [b for b in origins.BUGS if b not in IN_MODEL])
-def test_unchanged_loop_blames_the_loss_outside_the_model_at_its_backward_line(bug):
+def test_unchanged_loop_blames_the_loss_outside_the_model_at_its_backward_line(bug, retain, monkeypatch):
     """The loss function is not re-run in the unchanged loop: a NaN/Inf born there (log(0), a diverged
     MSE whose gradient is still finite) is the loss phase, at the backward() line, never a module."""
+    if not retain:
+        monkeypatch.setattr("tensor_dap.triggers.loop.RETAIN_BYTES", 0)
     exact, report = run(bug), run(bug, loop=True)
     assert (report.module, report.phase, report.step) == (None, "loss", exact.step)
     with open(origins.__file__, encoding="utf-8") as f:

@@ -149,7 +149,9 @@ def test_log_mode_reports_once_while_the_model_stays_non_finite(caplog):
 
 def test_sentinel_reads_only_once_every_every_steps(monkeypatch):
     """Values are read back from tensors only on the steps where a read is due, never in between:
-    count every Tensor.item/__bool__ call the watch makes, step by step."""
+    count every Tensor.item/__bool__ call the watch makes, step by step. The CPU stands in for a
+    device here (on the CPU itself a value is read when observed: that is no sync)."""
+    monkeypatch.setattr("tensor_dap.triggers.sentinel.READ_CPU_NOW", False)
     calls = []
     real_item, real_bool = torch.Tensor.item, torch.Tensor.__bool__
     model, optimizer, batch, step_fn = planted.build("inf_input")
@@ -475,6 +477,50 @@ def test_sentinel_finds_the_first_bad_step_in_any_dtype_without_overflow_alarms(
     assert s.read() == 1
     s.observe(group([big]), 3)
     assert s.read() is None
+
+
+def test_cpu_sentinel_gives_gradients_back_bit_for_bit_and_flags_the_bad_step():
+    """The CPU check is the GradScaler's in-place one at scale 1: values, NaN payloads and version counters stay."""
+    from tensor_dap.triggers.sentinel import Sentinel, group
+
+    weird = torch.tensor([1e38, -0.0, 3.0, float("-inf"), 5e-45])
+    weird[2:3].view(torch.int32).fill_(0x7FC01234)  # a NaN with a payload
+    grads = [weird, torch.randn(64, 32)[:, ::2], torch.randn(7, dtype=torch.float64)]
+    bits = [g.view(torch.int32 if g.dtype == torch.float32 else torch.int64).clone() for g in grads]
+    versions = [g._version for g in grads]
+    s = Sentinel(every=2)
+    s.observe(group(grads[1:]), 0)
+    s.observe(group(grads), 1)
+    assert s.read() == 1
+    assert all(torch.equal(g.view(b.dtype), b) for g, b in zip(grads, bits))
+    assert [g._version for g in grads] == versions
+
+
+def test_cpu_sentinel_checks_gradients_the_fused_check_refuses():
+    """An expanded gradient (elements sharing memory, set by hand) is summed instead of written."""
+    from tensor_dap.triggers.sentinel import Sentinel, group
+
+    s = Sentinel()
+    s.observe(group([torch.tensor(1.0).expand(8)]), 0)
+    assert s.read() is None
+    s.observe(group([torch.tensor(float("inf")).expand(8), torch.ones(3)]), 1)
+    assert s.read() == 1
+
+
+@pytest.mark.parametrize("read_now", [True, False])
+def test_sentinel_keeps_the_first_bad_step_through_compaction(read_now, monkeypatch):
+    """Many unread steps: kept values are summed per step (flags too, when the CPU stands in for a
+    device that is not read at once); the first bad step is still named."""
+    from tensor_dap.triggers.sentinel import COMPACT_AT, Sentinel, group
+
+    monkeypatch.setattr("tensor_dap.triggers.sentinel.READ_CPU_NOW", read_now)
+    s = Sentinel(every=10_000)
+    ok = [torch.ones(4), torch.ones(2, dtype=torch.float64)]  # two groups: two flags a step
+    for step in range(COMPACT_AT):
+        grads = ok if step != 150 else [torch.ones(4), torch.tensor([1.0, float("nan")], dtype=torch.float64)]
+        s.observe(group(grads), step)
+        s.observe_value(torch.tensor(0.5), step)
+    assert s.read() == 150 and s.failing == [150]
 
 
 class _PoisonGrad(torch.autograd.Function):
