@@ -7,6 +7,7 @@ healthy run (loss falling with minibatch noise, then flattening) raises nothing.
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -21,7 +22,7 @@ Series = Sequence[tuple[int, float]]  # (step, value), in step order
 
 @dataclass(frozen=True)
 class Finding:
-    kind: str  # nonfinite, not_decreasing, oscillating, overfitting, vanishing_ or exploding_gradients, dead_relu
+    kind: str  # nonfinite, diverging, not_decreasing, oscillating, overfitting, vanishing_/exploding_gradients, dead_relu
     step: int
     message: str
 
@@ -90,8 +91,10 @@ def oscillating(losses: Series, window: int = 60, swing: float = 0.2, swings: in
 
 
 def _at(series: list[tuple[int, float]], step: int) -> float:
-    """The median of the values around ``step`` (the five closest)."""
-    closest = sorted(series, key=lambda sv: abs(sv[0] - step))[:5]
+    """The median of the values around ``step`` (the five closest; ``series`` is in step order)."""
+    i = bisect.bisect_left(series, step, key=lambda sv: sv[0])
+    near = series[max(0, i - 5):i + 5]
+    closest = sorted(near, key=lambda sv: abs(sv[0] - step))[:5]
     return statistics.median(v for _, v in closest)
 
 
@@ -113,6 +116,22 @@ def overfitting(train: Series, val: Series, rise: float = 0.05) -> Optional[Find
                    f"overfitting: val_loss rose {last / best - 1:.0%} since its best ({fmt_num(best)} at step "
                    f"{best_step}) while the train loss fell {1 - train_now / train_then:.0%}: stop early, or add "
                    f"data, augmentation or regularization")
+
+
+DIVERGED = 1000.0  # a loss this many times the lowest one so far has diverged
+
+
+def diverging(step: int, loss: float, lowest: Optional[float], first: float) -> Optional[Finding]:
+    """A loss ``DIVERGED`` times the lowest finite loss before it and ten times the first loss (a converged
+    loss near zero jumps by large factors of itself without diverging). Two losses are enough: a run that
+    blows up does so in a few steps, often between two total gradient norms."""
+    if lowest is None or lowest <= 0 or not math.isfinite(loss):
+        return None
+    if loss <= DIVERGED * lowest or loss <= 10 * abs(first):
+        return None
+    return Finding("diverging", step, f"step {step}: the loss is diverging ({fmt_num(loss)}, {loss / lowest:.3g}× "
+                                      f"its lowest so far): lower the learning rate, add warm-up, or clip gradients "
+                                      f"with torch.nn.utils.clip_grad_norm_")
 
 
 def typical_norm(past: Sequence[float]) -> Optional[float]:

@@ -1,13 +1,15 @@
 """``tensor_dap.Monitor``: TensorBoard curves of a training run, and what they say.
 
-Every step, ``monitor.log(step, loss=..., val_loss=...)`` keeps the loss and each gradient's
-norm as tensors on their device; every ``flush_every`` steps they come back in one transfer
-and are written (the total gradient norm made of them), with the learning rate of each
-parameter group; the event file reaches the disk at most ``WRITE_S`` later, and at close. Every ``every``
+Every step, ``monitor.log(step, loss=..., val_loss=...)`` keeps the loss as a tensor on its
+device, and every ``norm_every`` steps each gradient's norm (one pass over the gradients: at
+every step it would cost more than the 5 % budget of a small model's step); every
+``flush_every`` steps they come back in one transfer and are written (the total gradient norm
+made of them), with the learning rate of each parameter group; the event file reaches the disk at most ``WRITE_S`` later, and at close. Every ``every``
 steps it also writes per-layer gradient and parameter norms, the update-to-weight ratio of
 the next optimizer step, the share of dead units in each ReLU on the next forward, and
 histograms of weights and gradients. After each flush the curves are checked
-(``diagnose``); a finding is logged as a warning (logger ``tensor_dap.monitor``) and as
+(``diagnose``: NaN/Inf and exploding norms on every new value, the curves' shape at most once
+every ``every`` steps or when a validation loss arrives); a finding is logged as a warning (logger ``tensor_dap.monitor``) and as
 TensorBoard text under ``diagnostics``, once per kind until it clears.
 """
 
@@ -21,6 +23,7 @@ from collections import deque
 from typing import Any, Optional
 
 from . import diagnose, monitor_stats
+from .event_crc import use_fast_crc
 
 log = logging.getLogger("tensor_dap.monitor")
 HISTORY = 2000  # values per curve kept for the diagnostics
@@ -33,18 +36,25 @@ WRITE_S = 5.0  # at most this long between writes of the event file to disk (a w
 def _writer(logdir: str) -> Any:
     from torch.utils.tensorboard import SummaryWriter
 
+    use_fast_crc()  # one scalar event a step: its checksum in Python would stall the loop (see event_crc)
     return SummaryWriter(log_dir=logdir, max_queue=QUEUE)
 
 
 class Monitor:
     def __init__(self, logdir: str = "runs/exp", model: Any = None, optimizer: Any = None, every: int = 100, *,
-                 flush_every: Optional[int] = None, patience: int = 200, writer: Any = None) -> None:
-        """``every``: steps between histograms and per-layer values; ``patience``: steps the loss may take
-        before "not decreasing" is reported."""
-        if every < 1:
-            raise ValueError("every must be at least 1")
+                 flush_every: Optional[int] = None, norm_every: Optional[int] = None, patience: int = 200,
+                 writer: Any = None) -> None:
+        """``every``: steps between histograms and per-layer values; ``norm_every``: steps between total
+        gradient norms (default ``min(every, 10)``; 1 logs it every step); ``patience``: steps the loss may
+        take before "not decreasing" is reported."""
+        for name, value in (("every", every), ("flush_every", flush_every), ("norm_every", norm_every)):
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive integer, not {value!r}")
         self.model, self.optimizer, self.every = model, optimizer, every
         self.flush_every = flush_every or min(every, 50)
+        self._curves_checked = 0  # the step of the last check of the curves' shape
+        self._first_loss: Optional[float] = None  # the first and lowest finite train losses: what diverging compares
+        self._lowest_loss: Optional[float] = None
         self.patience = patience
         self.writer = writer if writer is not None else _writer(logdir)
         self.logdir = logdir
@@ -62,6 +72,9 @@ class Monitor:
         self._layer_grads: tuple[int, dict[str, float]] = (-1, {})  # (step, per-layer gradient norms)
         self._handles: list[Any] = []
         self._named = [(n, p) for n, p in model.named_parameters() if p.requires_grad] if model is not None else []
+        # the total norm is one more pass over the gradients: on an accelerator one fused kernel a step, on
+        # the CPU a pass over memory that costs a small model's step several percent, so one in ten there
+        self.norm_every = norm_every or (1 if any(p.device.type != "cpu" for _, p in self._named) else min(every, 10))
         self._relus: list[tuple[str, Any]] = []
         if optimizer is not None:
             self._handles.append(optimizer.register_step_post_hook(self._after_update))
@@ -83,9 +96,10 @@ class Monitor:
         for tag, value in (("loss/train", loss), ("loss/val", val_loss), *scalars.items()):
             if value is not None:
                 self._pending.append((step, tag, value.detach() if hasattr(value, "detach") else float(value)))
-        grads = [p.grad for _, p in self._named if p.grad is not None]
-        if grads:  # each gradient's norm, on the device: the total is made of them at the flush
-            self._pending.append((step, "grad_norm/total", monitor_stats.layer_norms(grads)))
+        if step % self.norm_every == 0:
+            grads = [p.grad for _, p in self._named if p.grad is not None]
+            if grads:  # each gradient's norm, on the device: the total is made of them at the flush
+                self._pending.append((step, "grad_norm/total", monitor_stats.layer_norms(grads)))
         self._log_lr(step)
         if step % self.every == 0:
             self._layers(step)
@@ -199,13 +213,19 @@ class Monitor:
             if f:
                 found.append(f)
                 break
-        train = list(self._curves.get("loss/train", ()))
-        val = list(self._curves.get("loss/val", ()))
-        for check in (diagnose.not_decreasing(train, self.patience), diagnose.oscillating(train),
-                      diagnose.overfitting(train, val)):
-            if check:
-                found.append(check)
-        checked = {"not_decreasing", "oscillating", "overfitting"}
+        checked: set[str] = set()
+        new_val = any(t == "loss/val" for tags in by_step.values() for t, _ in tags)
+        if new_val or self._last_step - self._curves_checked >= self.every:  # O(history): not at every flush
+            self._curves_checked = self._last_step
+            train = list(self._curves.get("loss/train", ()))
+            val = list(self._curves.get("loss/val", ()))
+            for check in (diagnose.not_decreasing(train, self.patience), diagnose.oscillating(train),
+                          diagnose.overfitting(train, val)):
+                if check:
+                    found.append(check)
+            checked |= {"not_decreasing", "oscillating", "overfitting"}
+        found += self._diverging(by_step)
+        checked.add("diverging")
         norms = list(self._curves.get("grad_norm/total", ()))
         new = sum(1 for tags in by_step.values() for t, _ in tags if t == "grad_norm/total")
         if new:
@@ -234,6 +254,24 @@ class Monitor:
                 self.writer.add_text("diagnostics", f.message, global_step=f.step)
         # a finding is reported again only after a check that ran found it gone (NaN/Inf: only once)
         self._active = (self._active - (checked - kinds)) | kinds
+
+    def _diverging(self, by_step: dict[int, list[tuple[str, float]]]) -> list[diagnose.Finding]:
+        """Every new train loss against the lowest before it (kept as it goes: O(1) a value): a run that blows
+        up in a few steps, between two total gradient norms (``norm_every``), is still named."""
+        found: list[diagnose.Finding] = []
+        for step in sorted(by_step):
+            for tag, loss in by_step[step]:
+                if tag != "loss/train" or not math.isfinite(loss):
+                    continue
+                if self._first_loss is None:
+                    self._first_loss = loss
+                elif not found:
+                    finding = diagnose.diverging(step, loss, self._lowest_loss, self._first_loss)
+                    if finding:
+                        found.append(finding)
+                if loss > 0 and (self._lowest_loss is None or loss < self._lowest_loss):
+                    self._lowest_loss = loss
+        return found
 
     def close(self) -> None:
         """Flush what is pending, take the hooks off, close the event file."""

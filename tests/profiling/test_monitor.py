@@ -89,14 +89,19 @@ def test_overfitting_run_is_diagnosed(tmp_path):
     assert any(t.startswith("overfitting: val_loss rose") for t in texts)
 
 
-def test_exploding_run_is_diagnosed(tmp_path, caplog):
-    """A learning rate far too high: gradient norms explode, then turn NaN/Inf."""
+@pytest.mark.parametrize("norm_every", [1, None], ids=["norm-every-step", "cpu-default"])
+def test_exploding_run_is_diagnosed(tmp_path, caplog, norm_every):
+    """A learning rate far too high: gradient norms explode, then turn NaN/Inf within five steps. With the
+    total norm every step that is exploding gradients; with the CPU default (a norm every 10 steps, none
+    before the NaN) the loss curve names it: diverging."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(10, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1))
     opt = torch.optim.SGD(model.parameters(), lr=2.0)
     x, y = _data()
     with caplog.at_level(logging_level := 30, logger="tensor_dap.monitor"):
-        with tensor_dap.Monitor(str(tmp_path), model=model, optimizer=opt, every=10, flush_every=5) as m:
+        with tensor_dap.Monitor(str(tmp_path), model=model, optimizer=opt, every=10, flush_every=5,
+                                norm_every=norm_every) as m:
+            assert m.norm_every == (norm_every or 10)
             for step in range(1, 61):
                 opt.zero_grad()
                 loss = F.mse_loss(model(x), y)
@@ -104,11 +109,14 @@ def test_exploding_run_is_diagnosed(tmp_path, caplog):
                 opt.step()
                 m.log(step, loss=loss)
     kinds = [f.kind for f in m.findings]
-    assert "exploding_gradients" in kinds and "nonfinite" in kinds, m.findings
+    said = "exploding gradients" if norm_every == 1 else "the loss is diverging"
+    assert ("exploding_gradients" if norm_every == 1 else "diverging") in kinds and "nonfinite" in kinds, m.findings
     assert kinds.count("nonfinite") == 1  # reported once, not every flush
-    assert any("exploding gradients" in r.getMessage() for r in caplog.records if r.levelno == logging_level)
+    assert any(said in r.getMessage() for r in caplog.records if r.levelno == logging_level)
     texts = _texts(_read(tmp_path))
-    assert any("exploding gradients" in t for t in texts) and any("NaN/Inf" in t for t in texts)
+    assert any(said in t for t in texts) and any("NaN/Inf" in t for t in texts)
+    if norm_every is None:
+        assert [e.step for e in _read(tmp_path).Scalars("grad_norm/total")][:2] == [10, 20]
 
 
 def test_curve_checks_on_planted_series():
@@ -238,7 +246,7 @@ def test_total_gradient_norm_is_clip_grad_norms(tmp_path):
     model.a = nn.Parameter(torch.zeros(300, 200))
     model.b = nn.Parameter(torch.zeros(7, dtype=torch.float64))
     expected = []
-    with tensor_dap.Monitor(str(tmp_path), model=model, every=1000, flush_every=3) as m:
+    with tensor_dap.Monitor(str(tmp_path), model=model, every=1000, flush_every=3, norm_every=1) as m:
         for step in range(1, 6):
             model.a.grad = torch.randn(300, 200) * step
             model.b.grad = torch.randn(7, dtype=torch.float64)
@@ -246,3 +254,23 @@ def test_total_gradient_norm_is_clip_grad_norms(tmp_path):
             m.log(step, loss=1.0 / step)
     got = [e.value for e in _read(tmp_path).Scalars("grad_norm/total")]
     assert got == pytest.approx(expected, rel=1e-5)
+
+
+def test_total_gradient_norm_is_sampled_every_norm_every_steps_and_bad_values_are_refused(tmp_path):
+    model = nn.Linear(3, 1)
+    with tensor_dap.Monitor(str(tmp_path), model=model, every=1000, norm_every=4) as m:
+        for step in range(1, 13):
+            model.weight.grad = torch.ones(1, 3) * step
+            m.log(step, loss=1.0)
+    assert [e.step for e in _read(tmp_path).Scalars("grad_norm/total")] == [4, 8, 12]
+    for bad in ({"norm_every": 0}, {"every": 0}, {"flush_every": -1}, {"norm_every": 2.5}):
+        with pytest.raises(ValueError, match="positive integer"):
+            tensor_dap.Monitor(str(tmp_path / "x"), model=model, **bad)
+
+
+def test_a_loss_that_blows_up_between_two_gradient_norms_is_diverging():
+    assert diagnose.diverging(3, 2.3e5, lowest=2.8, first=4.6).kind == "diverging"
+    assert diagnose.diverging(3, 50.0, lowest=2.8, first=4.6) is None  # 18x: noise of an early run, not a blow-up
+    assert diagnose.diverging(9, 3e-3, lowest=1e-6, first=2.3) is None  # 1000x of ~0 is still far below the start
+    assert diagnose.diverging(2, 1e9, lowest=None, first=1.0) is None  # nothing to compare with yet
+    assert diagnose.diverging(4, float("inf"), lowest=1.0, first=1.0) is None  # NaN/Inf: the nonfinite check's
