@@ -22,7 +22,8 @@ Series = Sequence[tuple[int, float]]  # (step, value), in step order
 
 @dataclass(frozen=True)
 class Finding:
-    kind: str  # nonfinite, diverging, not_decreasing, oscillating, overfitting, vanishing_/exploding_gradients, dead_relu
+    # nonfinite, diverging, not_decreasing, oscillating, overfitting, vanishing_/exploding_gradients, dead_relu
+    kind: str
     step: int
     message: str
 

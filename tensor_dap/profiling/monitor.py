@@ -1,16 +1,17 @@
 """``tensor_dap.Monitor``: TensorBoard curves of a training run, and what they say.
 
 Every step, ``monitor.log(step, loss=..., val_loss=...)`` keeps the loss as a tensor on its
-device, and every ``norm_every`` steps each gradient's norm (one pass over the gradients: at
-every step it would cost more than the 5 % budget of a small model's step); every
+device, and every ``norm_every`` steps each gradient's norm (one pass over the gradients: on a
+CPU, at every step it would cost more than the 5 % budget of a small model's step); every
 ``flush_every`` steps they come back in one transfer and are written (the total gradient norm
-made of them), with the learning rate of each parameter group; the event file reaches the disk at most ``WRITE_S`` later, and at close. Every ``every``
-steps it also writes per-layer gradient and parameter norms, the update-to-weight ratio of
-the next optimizer step, the share of dead units in each ReLU on the next forward, and
-histograms of weights and gradients. After each flush the curves are checked
-(``diagnose``: NaN/Inf and exploding norms on every new value, the curves' shape at most once
-every ``every`` steps or when a validation loss arrives); a finding is logged as a warning (logger ``tensor_dap.monitor``) and as
-TensorBoard text under ``diagnostics``, once per kind until it clears.
+made of them), with the learning rate of each parameter group; the event file reaches the disk
+at most ``WRITE_S`` later, and at close. Every ``every`` steps it also writes per-layer gradient
+and parameter norms, the update-to-weight ratio of the next optimizer step, the share of dead
+units in each ReLU on the next forward, and histograms of weights and gradients. After each
+flush the curves are checked (``diagnose``: NaN/Inf, a diverging loss and exploding norms on
+every new value, the curves' shape at most once every ``every`` steps or when a validation loss
+arrives); a finding is logged as a warning (logger ``tensor_dap.monitor``) and as TensorBoard
+text under ``diagnostics``, once per kind until it clears.
 """
 
 from __future__ import annotations
