@@ -196,15 +196,10 @@ class LoopCapture:
             f.kwargs = kwargs
         if f.probing:
             self._rngs.after(f.rng)
-        if type(output) is torch.Tensor:  # the usual case, without the general walk
-            tensors = [output]
-            if output.dim() == 0 and output.requires_grad and output.is_floating_point():
-                self.losses.append(output.detach())  # a loss computed inside the model
-        else:
-            tensors = output_tensors(output)
-            loss = loss_in(tensors)
-            if loss is not None:
-                self.losses.append(loss)
+        tensors = output_tensors(output)
+        loss = loss_in(tensors)
+        if loss is not None:  # a loss computed inside the model
+            self.losses.append(loss)
         f.grads = [None] * len(tensors)
         for i, t in enumerate(tensors):
             if t.requires_grad:
@@ -220,10 +215,7 @@ class LoopCapture:
     def _node_grad(self, f: Forward, i: int, nr: int, grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
         grad = grad_outputs[nr] if nr < len(grad_outputs) else None
         if grad is not None:
-            f.grads[i] = grad
-            self._backward_seen = True
-            if f.line is None:
-                f.line = self._line or self._backward_line()
+            self._grad(f, i, grad)
 
     def _grad(self, f: Forward, i: int, grad: torch.Tensor) -> None:
         f.grads[i] = grad

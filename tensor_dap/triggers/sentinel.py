@@ -100,7 +100,7 @@ class Sentinel:
         self._count = 0
         self._bad: list[int] = []  # steps whose values, read when observed, were non-finite
         self._observed = False  # since the last read
-        self._flag: _CpuFlag | None = None
+        self._flag = _CpuFlag()
 
     def observe(self, groups: Sequence[Sequence[torch.Tensor]], step: int) -> None:
         """Fold grouped tensors (gradients, see ``group``) of ``step`` in. Kernel launches only."""
@@ -109,18 +109,13 @@ class Sentinel:
                 continue
             first = g[0]
             if first.is_cpu and READ_CPU_NOW and not first.is_complex():
-                flag = self._flag or self._new_flag()
-                bad = flag.check(g)
+                bad = self._flag.check(g)
                 if bad is not None:
                     self._observed = True
                     if bad:
                         self._note_bad(step)
                     continue
             self._keep(step, reduce(g), (first.device,))  # a group reduces on its device
-
-    def _new_flag(self) -> _CpuFlag:
-        self._flag = _CpuFlag()
-        return self._flag
 
     def observe_value(self, value: torch.Tensor, step: int) -> None:
         """Fold a scalar (the loss) in as it is."""

@@ -10,9 +10,10 @@ are compared by identity; and tensor metadata comes from ``torch._C.TensorBase``
 
 from __future__ import annotations
 
-import sys
 import types
 from typing import Any
+
+from ...kinds import torch_attr
 
 _MRO = type.__dict__["__mro__"].__get__  # the C getter: a metaclass's __getattribute__ never runs
 _NAMESPACE = type.__dict__["__dict__"].__get__
@@ -44,13 +45,13 @@ def one_of(obj: Any, kinds: tuple) -> bool:
 
 
 def is_tensor(obj: Any) -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and inherits(obj, torch.Tensor)
+    """``kinds.is_tensor`` by MRO alone (no ``__class__`` read)."""
+    return inherits(obj, torch_attr("torch.Tensor"))
 
 
 def is_module(obj: Any) -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and inherits(obj, torch.nn.Module)
+    """``kinds.is_module`` by MRO alone (no ``__class__`` read)."""
+    return inherits(obj, torch_attr("torch.nn.Module"))
 
 
 def own_dispatch(t: Any) -> bool:
