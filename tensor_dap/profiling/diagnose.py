@@ -119,7 +119,7 @@ def overfitting(train: Series, val: Series, rise: float = 0.05) -> Optional[Find
                    f"data, augmentation or regularization")
 
 
-DIVERGED = 1000.0  # a loss this many times the lowest one so far has diverged
+DIVERGED = 100.0  # a loss this many times the lowest one so far (and ten times the first) has diverged
 
 
 def diverging(step: int, loss: float, lowest: Optional[float], first: float) -> Optional[Finding]:

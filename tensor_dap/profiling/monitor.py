@@ -16,6 +16,7 @@ text under ``diagnostics``, once per kind until it clears.
 
 from __future__ import annotations
 
+import atexit
 import bisect
 import logging
 import math
@@ -77,6 +78,8 @@ class Monitor:
         # the CPU a pass over memory that costs a small model's step several percent, so one in ten there
         self.norm_every = norm_every or (1 if any(p.device.type != "cpu" for _, p in self._named) else min(every, 10))
         self._relus: list[tuple[str, Any]] = []
+        atexit.register(self.close)  # a run that ends without close() keeps its last steps
+        self._closed = False
         if optimizer is not None:
             self._handles.append(optimizer.register_step_post_hook(self._after_update))
         if model is not None:
@@ -275,7 +278,11 @@ class Monitor:
         return found
 
     def close(self) -> None:
-        """Flush what is pending, take the hooks off, close the event file."""
+        """Flush what is pending, take the hooks off, close the event file (also at the end of the program)."""
+        if self._closed:
+            return
+        self._closed = True
+        atexit.unregister(self.close)
         self.flush()
         for h in [*self._handles, *self._relu_hooks.values()]:
             h.remove()

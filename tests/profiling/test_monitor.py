@@ -274,3 +274,17 @@ def test_a_loss_that_blows_up_between_two_gradient_norms_is_diverging():
     assert diagnose.diverging(9, 3e-3, lowest=1e-6, first=2.3) is None  # 1000x of ~0 is still far below the start
     assert diagnose.diverging(2, 1e9, lowest=None, first=1.0) is None  # nothing to compare with yet
     assert diagnose.diverging(4, float("inf"), lowest=1.0, first=1.0) is None  # NaN/Inf: the nonfinite check's
+    # pytorch/examples word_language_model at --lr 20000: cross-entropy 9.8, then 1734.5 (and ~9000 later)
+    assert diagnose.diverging(2, 1734.5, lowest=9.8, first=9.8).kind == "diverging"
+
+
+def test_a_run_that_never_closes_its_monitor_keeps_its_last_steps(tmp_path):
+    """The program ends with values pending since the last flush: they are written at exit."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch, tensor_dap\n"
+        "m = tensor_dap.Monitor(r'%s', every=100)\n"
+        "for step in range(1, 8):\n"
+        "    m.log(step, loss=torch.tensor(1.0 / step))\n" % (tmp_path / "runs"))
+    subprocess.run([sys.executable, str(script)], check=True, timeout=120)
+    assert [e.step for e in _read(tmp_path / "runs").Scalars("loss/train")] == list(range(1, 8))
