@@ -623,12 +623,12 @@ def test_installed_wheel_with_debugpy_bundled_in_vscode(installed):
 def test_installed_wheel_attach_to_debugpy_listen(installed):
     """`python -m debugpy --listen 127.0.0.1:PORT --wait-for-client train.py`, then VS Code attaches."""
     port = dapclient.free_port()
-    proc = subprocess.Popen([str(installed["python"]), "-m", "debugpy", "--listen", f"127.0.0.1:{port}",
-                             "--wait-for-client", str(installed["script"])], cwd=str(installed["script"].parent),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc, dap = dapclient.attach_to_listener(
+        [str(installed["python"]), "-m", "debugpy", "--listen", f"127.0.0.1:{port}", "--wait-for-client",
+         str(installed["script"])], port, timeout=60, cwd=str(installed["script"].parent),
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        with DapClient.attach(port, timeout=60) as dap:
+        with dap:
             _assert_installed_session(dap, installed["script"], installed, installed["site"] / "debugpy")
     finally:
         dapclient._kill_group(proc.pid, leader=True)

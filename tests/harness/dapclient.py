@@ -445,3 +445,28 @@ def _kill_group(pid: int, leader: bool = False) -> None:
             os.kill(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def attach_to_listener(argv: Sequence[str], port: int, timeout: float = 30.0, log_dir: str | None = None,
+                       **popen: Any) -> tuple[subprocess.Popen, DapClient]:
+    """Start a `python -m debugpy --listen 127.0.0.1:PORT --wait-for-client ...` debuggee and attach to it.
+
+    Why the one restart: debugpy 1.8.22's adapter has, once in CI, closed a client that connected while
+    it was still setting up (its server listener was re-created, then the connection dropped before
+    'initialized'); the debuggee cannot be re-attached after that, so it is started again, once. Any
+    other failure, or the same one twice, raises. `log_dir` keeps debugpy's logs for the diagnosis."""
+    argv = list(argv)
+    if log_dir is not None:
+        argv[argv.index("debugpy") + 1:argv.index("debugpy") + 1] = ["--log-to", log_dir]
+    for attempt in (1, 2):
+        proc = subprocess.Popen(argv, **popen)
+        try:
+            return proc, DapClient.attach(port, host=HOST, timeout=timeout)
+        except DapError as exc:
+            _kill_group(proc.pid, leader=popen.get("start_new_session", False))
+            proc.wait(timeout=10)
+            if attempt == 2 or "connection closed waiting for 'initialized'" not in str(exc):
+                raise
+            print(f"debugpy adapter dropped the client before 'initialized'; restarting the debuggee: {exc}",
+                  file=sys.stderr)
+    raise AssertionError("unreachable")

@@ -7,7 +7,7 @@ import sys
 import textwrap
 
 import pytest
-from dapclient import DapClient, DapError, free_port
+from dapclient import DapClient, DapError, attach_to_listener, free_port
 
 pytest.importorskip("debugpy")
 
@@ -95,14 +95,14 @@ def test_continue_to_termination_captures_output(script):
 
 
 @pytest.mark.timeout(60)
-def test_attach_to_listening_debuggee(script):
+def test_attach_to_listening_debuggee(script, tmp_path):
     port = free_port()
     env = {**os.environ, "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "debugpy", "--listen", f"127.0.0.1:{port}", "--wait-for-client", script],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    proc, dap = attach_to_listener(
+        [sys.executable, "-m", "debugpy", "--listen", f"127.0.0.1:{port}", "--wait-for-client", script], port,
+        log_dir=str(tmp_path / "logs"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
-        with DapClient.attach(port, host="127.0.0.1", timeout=30) as dap:
+        with dap:
             dap.set_breakpoints(script, [line_of("BP-loop")], conditions={line_of("BP-loop"): "i == 2"})
             dap.configuration_done()
             ev = dap.wait_for_event("stopped", timeout=30)
