@@ -55,18 +55,22 @@ def stand_in(code: Any, line_of: Callable[[FrameType], Optional[SourceLine]]) ->
     """Frames running ``code`` re-run the user's code from tensor_dap: above them, the user's line is
     the one ``line_of(frame)`` recorded when that code first ran (not the hook the re-run started in)."""
     _STAND_INS[code] = line_of
-    _KIND.pop(code, None)
+    _KIND.pop(id(code), None)
 
 
 _USER, _LIBRARY, _STAND_IN = 0, 1, 2
-_KIND: dict[Any, int] = {}  # code object -> what its frames are (user_line runs in every training step: no path work)
+# What frames of a code object are, and the line of each instruction seen in a user's frame: user_line runs
+# in every training step. Keyed by id(): a code object's own hash is computed from its whole contents each
+# time (~0.6 µs); the code is kept in the entry, so its id cannot be reused while cached.
+_KIND: dict[int, tuple[Any, int]] = {}
 _KIND_MAX = 20_000
+_LINES: dict[tuple[int, int], SourceLine] = {}  # (id(code), instruction offset) -> its line, for cached codes
 
 
 def _kind(code: Any) -> int:
     kind = _STAND_IN if code in _STAND_INS else _LIBRARY if is_library(code.co_filename) else _USER
     if len(_KIND) < _KIND_MAX:
-        _KIND[code] = kind
+        _KIND[id(code)] = (code, kind)
     return kind
 
 
@@ -84,11 +88,16 @@ def user_line(frame: Optional[FrameType] = None, skip: int = 0) -> Optional[Sour
             f = sys._getframe(1)
     while f is not None:
         code = f.f_code
-        kind = _KIND.get(code)
-        if kind is None:
-            kind = _kind(code)
-        if kind == _USER:
-            return SourceLine(code.co_filename, f.f_lineno, code.co_name)
+        entry = _KIND.get(id(code))
+        kind = entry[1] if entry is not None else _kind(code)
+        if kind == _USER:  # by instruction: no line-table walk for a call site seen before
+            site = (id(code), f.f_lasti)
+            line = _LINES.get(site) if entry is not None else None
+            if line is None:
+                line = SourceLine(code.co_filename, f.f_lineno, code.co_name)
+                if entry is not None and len(_LINES) < _KIND_MAX:
+                    _LINES[site] = line
+            return line
         if kind == _STAND_IN:
             recorded = _STAND_INS[code](f)
             if recorded is not None:

@@ -31,9 +31,10 @@ MAX_FORWARDS = 64  # forwards kept per step; more (a loop calling the model outs
 # in backward); a larger one is seen by a hook on the node that made it (no copy).
 RETAIN_BYTES = 1 << 20
 _NO_BUFFERS = BufferSnapshot([], [])
+_grad_enabled = torch.is_grad_enabled
 
 
-@dataclass
+@dataclass(slots=True)
 class Forward:
     """One forward of the root module: its arguments, RNG states, and the gradients its outputs received."""
 
@@ -167,12 +168,14 @@ class LoopCapture:
     # They run in every training step, where each microsecond of Python costs several (caches are
     # cold after the step's kernels): the common path does as little as it can.
     def _pre(self, module: torch.nn.Module, args: Any, kwargs: Any) -> None:
-        if not self.enabled or not torch.is_grad_enabled():
+        if not self.enabled or not _grad_enabled():
             return  # validation under no_grad is not part of a training step
-        if self._open and self._backward_seen and self._probe is not None and self._probe.grad is None:
-            self._open = False  # gradients were reset with no update in between: a skipped step
-            if not self.updated:
-                self.on_unstepped()
+        if self._open:
+            probe = self._probe
+            if self._backward_seen and probe is not None and probe.grad is None:
+                self._open = False  # gradients were reset with no update in between: a skipped step
+                if not self.updated:
+                    self.on_unstepped()
         if not self._open:
             self._open, self._backward_seen, self.updated, self.dropped = True, False, False, None
             self.forwards, self.losses, self._line = [], [], None
@@ -184,18 +187,26 @@ class LoopCapture:
         elif self.dropped is None:
             rng, probing = self._rngs.before()
             # above this hook: torch's Module._call_impl and _wrapped_call_impl, then who called the model
-            forwards.append(Forward(args, kwargs, rng, call=user_line(skip=2), probing=probing))
+            forwards.append(Forward(args, kwargs, rng, [], None, user_line(skip=2), None, probing, []))
 
     def _post(self, module: torch.nn.Module, args: Any, kwargs: Any, output: Any) -> None:
-        if not self.enabled or not self.forwards or self.dropped is not None or not torch.is_grad_enabled():
+        forwards = self.forwards
+        if not forwards or not self.enabled or self.dropped is not None or not _grad_enabled():
             return
-        f = self.forwards[-1]
+        f = forwards[-1]
         if f.args is not args:
             return  # a nested call of the root module
         if f.kwargs is None:  # captured from a global pre-hook, which torch gives no keyword arguments
             f.kwargs = kwargs
         if f.probing:
             self._rngs.after(f.rng)
+        if isinstance(output, torch.Tensor):  # the common case, one tensor: no list walked
+            if output.requires_grad:
+                if not output.dim() and output.is_floating_point():
+                    self.losses.append(output.detach())  # a loss computed inside the model
+                f.grads = [None]
+                self._keep_grad(f, 0, output)
+            return
         tensors = output_tensors(output)
         loss = loss_in(tensors)
         if loss is not None:  # a loss computed inside the model
@@ -203,14 +214,17 @@ class LoopCapture:
         f.grads = [None] * len(tensors)
         for i, t in enumerate(tensors):
             if t.requires_grad:
-                node = t.grad_fn
-                if node is None:  # a leaf returned as it is (a parameter): only a tensor hook sees its gradient
-                    t.register_hook(partial(self._grad, f, i))
-                elif not t.retains_grad and t.numel() * t.element_size() <= RETAIN_BYTES:
-                    t.retain_grad()
-                    f.retained.append((i, t))
-                else:  # the same gradient, seen by the node that made t: ~7 µs against ~40 for a tensor hook
-                    node.register_prehook(partial(self._node_grad, f, i, t.output_nr))
+                self._keep_grad(f, i, t)
+
+    def _keep_grad(self, f: Forward, i: int, t: torch.Tensor) -> None:
+        """See the gradient that will reach output ``i`` (``t``) in backward."""
+        if t.is_leaf:  # a leaf returned as it is (a parameter): only a tensor hook sees its gradient
+            t.register_hook(partial(self._grad, f, i))
+        elif t.numel() * t.element_size() <= RETAIN_BYTES and not t.retains_grad:
+            t.retain_grad()
+            f.retained.append((i, t))
+        else:  # the same gradient, seen by the node that made t: ~7 µs against ~40 for a tensor hook
+            t.grad_fn.register_prehook(partial(self._node_grad, f, i, t.output_nr))
 
     def _node_grad(self, f: Forward, i: int, nr: int, grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
         grad = grad_outputs[nr] if nr < len(grad_outputs) else None

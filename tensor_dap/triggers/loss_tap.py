@@ -86,12 +86,19 @@ def _remember_scaled(scaled: Any, loss: Any) -> None:
 
 
 def _loss_of(tensors: Any, args: tuple, kwargs: dict) -> torch.Tensor | None:
-    """The loss ``backward`` was called on, unscaled; None for anything that is not one loss."""
-    loss = tensors[0] if isinstance(tensors, (list, tuple)) and len(tensors) == 1 else tensors
-    explicit_grad = (args and args[0] is not None) or kwargs.get("grad_tensors") is not None
-    if not isinstance(loss, torch.Tensor) or explicit_grad or loss.numel() != 1:
+    """The loss ``backward`` was called on, unscaled; None for anything that is not one loss.
+    (It runs at every backward: the common case, ``loss.backward()``, takes the fewest steps.)"""
+    if (args and args[0] is not None) or kwargs.get("grad_tensors") is not None:
+        return None  # an explicit gradient: a vector-Jacobian product
+    loss = tensors
+    if not isinstance(loss, torch.Tensor):
+        if not isinstance(loss, (list, tuple)) or len(loss) != 1 or not isinstance(loss[0], torch.Tensor):
+            return None
+        loss = loss[0]
+    if loss.numel() != 1:
         return None
-    pair = _scaled.get(id(loss))
-    if pair is not None and pair[0]() is loss and pair[1]() is not None:
-        return pair[1]()
+    if _scaled:
+        pair = _scaled.get(id(loss))
+        if pair is not None and pair[0]() is loss and pair[1]() is not None:
+            return pair[1]()
     return loss

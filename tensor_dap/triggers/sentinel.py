@@ -24,10 +24,13 @@ kept for them. ``reads`` counts the reads.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Collection, Sequence
 from typing import Any
 
 import torch
+
+from .optimizer_call import stored_values
 
 COMPACT_AT = 256  # kept 0-dim values before per-step values are summed (bounds memory for large `every`)
 
@@ -60,6 +63,14 @@ def reduce(g: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     return [n.float() for n in torch._foreach_norm(g)]  # float64, complex: their own precision, then float32
 
 
+def grads_of(groups: Sequence[Sequence[torch.Tensor]]) -> list[list[torch.Tensor]]:
+    """The gradients of grouped parameters, missing ones left out, sparse ones by their stored values."""
+    strided = torch.strided
+    return [[gr if gr.layout is strided else stored_values(gr) for p in g if (gr := p.grad) is not None]
+            for g in groups]
+
+
+_GRAD = operator.attrgetter("grad")
 READ_CPU_NOW = True  # CPU values are read when observed (no sync); tests set False to let the CPU act a device
 
 
@@ -79,7 +90,7 @@ class _CpuFlag:
         """True when some element is NaN/Inf; None when the fused check refuses the tensors."""
         try:
             torch._amp_foreach_non_finite_check_and_unscale_(tensors, self.flag, self._ONE)
-        except RuntimeError:
+        except (RuntimeError, TypeError):  # None among them, sparse, overlapping memory, another device
             self.flag.zero_()
             return None
         if not (self._view[0] if self._view is not None else self.flag.item()):
@@ -116,6 +127,25 @@ class Sentinel:
                         self._note_bad(step)
                     continue
             self._keep(step, reduce(g), (first.device,))  # a group reduces on its device
+
+    def observe_params(self, groups: Sequence[Sequence[torch.Tensor]], step: int) -> None:
+        """Fold in the gradients of grouped parameters (``group``). The common case, a dense gradient for
+        every parameter of a CPU group, is one fused check taken straight from the parameters, with no
+        Python per gradient; whatever that check refuses (a missing, sparse or overlapping gradient, another
+        device) goes the careful way (``grads_of``, ``observe``)."""
+        rest = None
+        for g in groups:
+            first = g[0]
+            if READ_CPU_NOW and first.is_cpu and not first.is_complex():
+                bad = self._flag.check(list(map(_GRAD, g)))
+                if bad is not None:
+                    self._observed = True
+                    if bad:
+                        self._note_bad(step)
+                    continue
+            rest = [g] if rest is None else [*rest, g]
+        if rest is not None:
+            self.observe(grads_of(rest), step)
 
     def observe_value(self, value: torch.Tensor, step: int) -> None:
         """Fold a scalar (the loss) in as it is."""

@@ -38,7 +38,7 @@ from .capture import Source, StepContext, Window, add_to_window, loss_of, open_w
 from .investigate import Investigation
 from .localize import Finding, StopRerun, nonfinite_gradients
 from .loss_tap import listen
-from .optimizer_call import MIN_SCALE, SCALER_PROBE_STEPS, closure_of, scaler_calling, stored_values
+from .optimizer_call import MIN_SCALE, SCALER_PROBE_STEPS, closure_of, scaler_calling
 from .loop import LoopCapture, replay_forwards
 from .report import Report
 from .sentinel import Sentinel, group
@@ -194,7 +194,7 @@ class watch(Investigation):
             if not ctx.checked and self._mode is None and self._params_changed():
                 self._mode = "manual"
             if not ctx.checked and self._mode == "manual":
-                self._check(ctx.index, ctx)
+                self._guard(self._check, ctx.index, ctx)
             elif not ctx.checked and self._mode == "optimizer":
                 self._unstepped(ctx.index, ctx)
             return result
@@ -269,14 +269,14 @@ class watch(Investigation):
             ctx.checked = True
             ctx.optimizer = self._stepper = optimizer
             self._mode, self._param_store = "optimizer", None
-        closure = closure_of(args, kwargs)
+        closure = closure_of(args, kwargs) if len(args) > 1 or kwargs else None  # args[0]: the optimizer
         if closure is not None:  # LBFGS & co: the gradients are computed inside step(), by the closure
             if self._loop is not None:
                 self._loop.enabled = False
             return self._checked_closure(optimizer, closure, args, kwargs, ctx)
         if ctx is None:
             self._take_loop_losses()
-        self._check(ctx.index if ctx else self.step_count, ctx)
+        self._guard(self._check, ctx.index if ctx else self.step_count, ctx)
         return None
 
     def _after_update(self, optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -305,7 +305,7 @@ class watch(Investigation):
                 self._last_loss = (index, value)
                 self._history.append(value)
                 self._guard(self._sentinel.observe_value, value, index)
-            self._check(index, ctx)
+            self._guard(self._check, index, ctx)
             return loss
 
         if "closure" in kwargs:
@@ -314,12 +314,11 @@ class watch(Investigation):
 
     # ------------------------------------------------------------ checks
     def _check(self, index: int, ctx: StepContext | None) -> None:
-        strided = torch.strided
-        grads = [[gr if gr.layout is strided else stored_values(gr) for p in g if (gr := p.grad) is not None]
-                 for g in self._groups]
-        self._guard(self._sentinel.observe, grads, index)
-        if self._sentinel.due():
-            self._guard(self._read_and_fire, index, ctx)
+        """Observe this step's gradients, read the sentinel when due. Callers guard it (``_guard``)."""
+        sentinel = self._sentinel
+        sentinel.observe_params(self._groups, index)
+        if sentinel.due():
+            self._read_and_fire(index, ctx)
 
     def _backward_loss(self, loss: torch.Tensor) -> None:
         """A loss handed to ``backward()`` outside ``w.step``: the unchanged loop's loss, for the reports."""

@@ -508,6 +508,33 @@ def test_cpu_sentinel_checks_gradients_the_fused_check_refuses():
 
 
 @pytest.mark.parametrize("read_now", [True, False])
+def test_sentinel_reads_gradients_from_parameters_whatever_they_hold(read_now, monkeypatch):
+    """observe_params takes gradients straight from the parameters; a missing, sparse or expanded gradient,
+    or a complex one, is refused by the fused check and still checked (the careful way)."""
+    from tensor_dap.triggers.sentinel import Sentinel, group
+
+    monkeypatch.setattr("tensor_dap.triggers.sentinel.READ_CPU_NOW", read_now)
+    nan = float("nan")
+    cases = {
+        "none": ([None, torch.tensor([1.0, nan])], [None, torch.ones(2)]),
+        "sparse": ([torch.sparse_coo_tensor([[0, 2]], [1.0, nan], (4,))], [torch.eye(2).to_sparse()]),
+        "expanded": ([torch.tensor(float("inf")).expand(3), torch.ones(2)], [torch.tensor(1.0).expand(3)]),
+        "complex": ([torch.tensor([1j, complex(nan, 0)])], [torch.tensor([1j, 2.0])]),
+        "dense": ([torch.ones(3), torch.tensor([float("-inf")])], [torch.ones(3), torch.zeros(1)]),
+    }
+    for name, (bad, good) in cases.items():
+        s = Sentinel(every=2)
+        for step, grads in enumerate((good, bad)):
+            params = [torch.nn.Parameter(torch.zeros(g.shape if g is not None else (2,), dtype=(
+                g.dtype if g is not None else torch.float32))) for g in grads]
+            for p, g in zip(params, grads):
+                p.grad = g
+            s.observe_params(group(params), step)
+        assert s.read() == 1, name
+        assert s.read() is None, name
+
+
+@pytest.mark.parametrize("read_now", [True, False])
 def test_sentinel_keeps_the_first_bad_step_through_compaction(read_now, monkeypatch):
     """Many unread steps: kept values are summed per step (flags too, when the CPU stands in for a
     device that is not read at once); the first bad step is still named."""
