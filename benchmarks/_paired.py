@@ -2,14 +2,18 @@
 
 A shared 2-core machine drifts by more than the few percent these benchmarks look for, so every
 variant is measured in adjacent pairs with the plain loop, in alternating order, and the median of
-the pair ratios is reported with its middle half (the noise, visible).
+the pair ratios is reported with its middle half (the noise, visible). ``interleaved`` runs short
+blocks of every variant in a shuffled order each round, set-up untimed: for overheads a variant pays
+once (making a watch) that would otherwise count against every block.
 """
 
 from __future__ import annotations
 
+import random
 import statistics
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 
 def paired_ratios(runs: dict[str, Callable[[int], object]], rounds: int, steps: int, *, warmup: int = 10,
@@ -43,3 +47,28 @@ def spread(values: list[float]) -> tuple[float, float, float]:
         return values[0], values[0], values[0]
     q1, median, q3 = statistics.quantiles(values, n=4)
     return statistics.median(values), q1, q3
+
+
+def interleaved(variants: dict[str, Callable[[], AbstractContextManager[Callable[[int], object]]]], rounds: int,
+                steps: int, *, warm: int = 5, plain: str = "plain", seed: int = 0) -> dict[str, list[float]]:
+    """Per-step seconds of every variant, round by round. A variant is a context (set up and torn down
+    outside the timer: a run pays that once, not every step) that gives ``run(n)``; each round runs every
+    variant once, in a shuffled order, ``warm`` untimed steps and then ``steps`` timed ones. Short blocks
+    in many rounds keep each variant's time next to the others' while the machine drifts."""
+    order = list(variants)
+    shuffle = random.Random(seed).shuffle
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        shuffle(order)
+        for name in order:
+            with variants[name]() as run:
+                run(warm)
+                start = time.perf_counter()
+                run(steps)
+                times[name].append((time.perf_counter() - start) / steps)
+    return times
+
+
+def round_ratios(times: dict[str, list[float]], plain: str = "plain") -> dict[str, list[float]]:
+    """Speed × plain of every other variant, one value per round (its plain block ran in the same round)."""
+    return {name: [p / t for p, t in zip(times[plain], values)] for name, values in times.items() if name != plain}
