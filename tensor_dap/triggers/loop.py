@@ -220,7 +220,7 @@ class LoopCapture:
         """See the gradient that will reach output ``i`` (``t``) in backward."""
         if t.is_leaf:  # a leaf returned as it is (a parameter): only a tensor hook sees its gradient
             t.register_hook(partial(self._grad, f, i))
-        elif t.numel() * t.element_size() <= RETAIN_BYTES and not t.retains_grad:
+        elif t.nbytes <= RETAIN_BYTES and not t.retains_grad:
             t.retain_grad()
             f.retained.append((i, t))
         else:  # the same gradient, seen by the node that made t: ~7 µs against ~40 for a tensor hook

@@ -82,7 +82,8 @@ class _CpuFlag:
     def __init__(self) -> None:
         self.flag = torch.zeros(1)
         try:
-            self._view: Any = self.flag.numpy()  # the same memory: read with no torch op
+            # the same memory, read with no torch op (a memoryview's item is a plain float: no numpy scalar)
+            self._view: Any = memoryview(self.flag.numpy())
         except Exception:  # noqa: BLE001 - no numpy: read with item()
             self._view = None
 
