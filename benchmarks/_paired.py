@@ -50,7 +50,7 @@ def spread(values: list[float]) -> tuple[float, float, float]:
 
 
 def interleaved(variants: dict[str, Callable[[], AbstractContextManager[Callable[[int], object]]]], rounds: int,
-                steps: int, *, warm: int = 5, plain: str = "plain", seed: int = 0) -> dict[str, list[float]]:
+                steps: int, *, warm: int = 5, seed: int = 0) -> dict[str, list[float]]:
     """Per-step seconds of every variant, round by round. A variant is a context (set up and torn down
     outside the timer: a run pays that once, not every step) that gives ``run(n)``; each round runs every
     variant once, in a shuffled order, ``warm`` untimed steps and then ``steps`` timed ones. Short blocks

@@ -8,6 +8,7 @@ Reading a state never advances a stream and never synchronizes a device.
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
 import sys
 from collections.abc import Iterator
@@ -41,13 +42,16 @@ def capture_rng(*, python: bool = True, numpy: bool = True, torch: bool = True) 
     return state
 
 
-_CUDA_BUILT: list[bool] = []  # whether this torch can use CUDA at all (asked once: ~1 µs a call)
+@functools.cache
+def _cuda_built() -> bool:
+    """Whether this torch can use CUDA at all (asked once: ~1 µs a call)."""
+    import torch as th
+
+    return bool(th.cuda.is_available())
 
 
 def _cuda_in_use(th: Any) -> bool:
-    if not _CUDA_BUILT:
-        _CUDA_BUILT.append(bool(th.cuda.is_available()))
-    return _CUDA_BUILT[0] and th.cuda.is_initialized()
+    return _cuda_built() and th.cuda.is_initialized()
 
 
 def rngs_used(before: dict[str, Any]) -> dict[str, bool]:

@@ -10,7 +10,7 @@ change by a bit.
 
 from __future__ import annotations
 
-_done: list[bool] = []
+import functools
 
 
 def _masked(crc: int) -> int:
@@ -18,10 +18,9 @@ def _masked(crc: int) -> int:
     return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
 
 
+@functools.cache
 def use_fast_crc() -> bool:
-    """Make TensorBoard's record writer checksum in C; False (nothing changed) when that is not possible."""
-    if _done:
-        return _done[0]
+    """Make TensorBoard's record writer checksum in C (once); False (nothing changed) when that is not possible."""
     ok = False
     try:
         import google_crc32c
@@ -36,5 +35,4 @@ def use_fast_crc() -> bool:
             ok = True
     except Exception:  # noqa: BLE001 - no package, another tensorboard: keep its own checksum
         ok = False
-    _done.append(ok)
     return ok

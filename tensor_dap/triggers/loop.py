@@ -200,13 +200,6 @@ class LoopCapture:
             f.kwargs = kwargs
         if f.probing:
             self._rngs.after(f.rng)
-        if isinstance(output, torch.Tensor):  # the common case, one tensor: no list walked
-            if output.requires_grad:
-                if not output.dim() and output.is_floating_point():
-                    self.losses.append(output.detach())  # a loss computed inside the model
-                f.grads = [None]
-                self._keep_grad(f, 0, output)
-            return
         tensors = output_tensors(output)
         loss = loss_in(tensors)
         if loss is not None:  # a loss computed inside the model

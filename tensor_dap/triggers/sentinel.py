@@ -74,6 +74,11 @@ _GRAD = operator.attrgetter("grad")
 READ_CPU_NOW = True  # CPU values are read when observed (no sync); tests set False to let the CPU act a device
 
 
+def _fusable(first: torch.Tensor) -> bool:
+    """Whether the group ``first`` belongs to goes through the CPU's fused check (read at once, real values)."""
+    return READ_CPU_NOW and first.is_cpu and not first.is_complex()
+
+
 class _CpuFlag:
     """The GradScaler's fused non-finite check at scale 1, with a flag that outlives the step."""
 
@@ -117,36 +122,27 @@ class Sentinel:
     def observe(self, groups: Sequence[Sequence[torch.Tensor]], step: int) -> None:
         """Fold grouped tensors (gradients, see ``group``) of ``step`` in. Kernel launches only."""
         for g in groups:  # gradients do not require grad: no autograd graph is built here
-            if not g:
-                continue
-            first = g[0]
-            if first.is_cpu and READ_CPU_NOW and not first.is_complex():
-                bad = self._flag.check(g)
-                if bad is not None:
-                    self._observed = True
-                    if bad:
-                        self._note_bad(step)
-                    continue
-            self._keep(step, reduce(g), (first.device,))  # a group reduces on its device
+            if g and not (_fusable(g[0]) and self._fused(g, step)):
+                self._keep(step, reduce(g), (g[0].device,))  # a group reduces on its device
 
     def observe_params(self, groups: Sequence[Sequence[torch.Tensor]], step: int) -> None:
         """Fold in the gradients of grouped parameters (``group``). The common case, a dense gradient for
         every parameter of a CPU group, is one fused check taken straight from the parameters, with no
         Python per gradient; whatever that check refuses (a missing, sparse or overlapping gradient, another
         device) goes the careful way (``grads_of``, ``observe``)."""
-        rest = None
-        for g in groups:
-            first = g[0]
-            if READ_CPU_NOW and first.is_cpu and not first.is_complex():
-                bad = self._flag.check(list(map(_GRAD, g)))
-                if bad is not None:
-                    self._observed = True
-                    if bad:
-                        self._note_bad(step)
-                    continue
-            rest = [g] if rest is None else [*rest, g]
-        if rest is not None:
+        rest = [g for g in groups if not (_fusable(g[0]) and self._fused(list(map(_GRAD, g)), step))]
+        if rest:
             self.observe(grads_of(rest), step)
+
+    def _fused(self, tensors: Sequence[torch.Tensor], step: int) -> bool:
+        """One CPU group through the fused check; False when the check refuses ``tensors``."""
+        bad = self._flag.check(tensors)
+        if bad is None:
+            return False
+        self._observed = True
+        if bad:
+            self._note_bad(step)
+        return True
 
     def observe_value(self, value: torch.Tensor, step: int) -> None:
         """Fold a scalar (the loss) in as it is."""
