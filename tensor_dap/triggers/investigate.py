@@ -291,6 +291,23 @@ class Investigation:
         except Exception as exc:  # noqa: BLE001 - a full disk must not hide the report itself
             report.notes.append(f"could not write the incident bundle: {short_error(exc, limit=None)}")
 
+    def _fire_scaler(self, scale: float, index: int, ctx: StepContext | None) -> None:
+        """A GradScaler's scale fell below ``MIN_SCALE``: the gradients overflow even unscaled."""
+        try:
+            finding = self._rerun(ctx) if ctx is not None else None
+        except Exception:  # noqa: BLE001 - the step raised when run again: still report the collapse
+            finding = None
+        if finding is None:
+            finding = nonfinite_gradients(self._inner) or Finding(
+                "backward", None, None, "the gradients are non-finite at every scale", [])
+        headline = f"the GradScaler's scale collapsed to {scale:.3g}: gradients are non-finite even unscaled"
+        report = self._report(finding, index, index, None, kind="scaler", headline=headline)
+        if finding.birth is not None:
+            report.notes.insert(0, finding.headline)
+        self._latched = True
+        self._aftermath.reported(index)
+        self._finish(report, {**finding.culprit, "step": index}, Source(ctx, None, None) if ctx else None)
+
 
 def _forward_state(f: Forward) -> dict[str, Any]:
     """One captured forward in safe types, for ``state.pt``."""

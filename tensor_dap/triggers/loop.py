@@ -32,6 +32,21 @@ MAX_FORWARDS = 64  # forwards kept per step; more (a loop calling the model outs
 RETAIN_BYTES = 1 << 20
 _NO_BUFFERS = BufferSnapshot([], [])
 _grad_enabled = torch.is_grad_enabled
+_Tensor = torch.Tensor
+
+
+def _hook_frames() -> int:
+    """Frames torch runs between a module's caller and its forward hooks: ``Module.__call__``
+    (``_wrapped_call_impl``), ``_call_impl`` and its ``inner`` closure where this torch has them. The
+    hooks' ``user_line`` starts at the caller with no frame objects made for these (each ~1 µs in a step).
+    Counting fewer than there are would only make it walk; more, never (a frame not made by torch)."""
+    call_impl = torch.nn.Module._call_impl
+    inner = any(getattr(c, "co_name", None) == "inner" for c in call_impl.__code__.co_consts)
+    wrapped = getattr(torch.nn.Module, "_wrapped_call_impl", None)
+    return 1 + inner + (wrapped is not None and torch.nn.Module.__call__ is wrapped)
+
+
+HOOK_FRAMES = _hook_frames()
 
 
 @dataclass(slots=True)
@@ -54,6 +69,13 @@ class Forward:
             if self.grads[i] is None:
                 self.grads[i] = t.grad
         return self.grads
+
+    def let_go(self) -> None:
+        """The step is over: keep the outputs' gradients, not the outputs (their graph is then freed where
+        the loop frees it, not at the next forward)."""
+        if self.retained:
+            self.output_grads()
+            self.retained = []
 
 
 def output_tensors(output: Any) -> list[torch.Tensor]:
@@ -150,8 +172,8 @@ class LoopCapture:
             f = self.forwards[-1]
             if f.loss is None:
                 f.loss = loss
-            if self._line is None:  # above: watch's listener, loss_tap's wrapper, then backward()'s caller
-                self._line = user_line(skip=2)
+            if self._line is None:  # above: watch's listener, loss_tap's wrapper, then Tensor.backward or the
+                self._line = user_line(skip=3)  # caller of torch.autograd.backward
             if f.retained:
                 self._backward_seen = True
                 if f.line is None:
@@ -161,13 +183,16 @@ class LoopCapture:
         """The optimizer updated: the next forward starts a new step."""
         self._open = False
         self.updated = True
+        for f in self.forwards:
+            f.let_go()
         if self._probe is None:
             self._probe = next((p for p in self.params if p.grad is not None), None)
 
     # ------------------------------------------------------------ hooks
     # They run in every training step, where each microsecond of Python costs several (caches are
     # cold after the step's kernels): the common path does as little as it can.
-    def _pre(self, module: torch.nn.Module, args: Any, kwargs: Any) -> None:
+    def _pre(self, module: torch.nn.Module, args: Any, kwargs: Any, above: int = HOOK_FRAMES) -> None:
+        """``above``: how many frames run between this method and the model's caller (torch's, as a hook)."""
         if not self.enabled or not _grad_enabled():
             return  # validation under no_grad is not part of a training step
         if self._open:
@@ -186,8 +211,7 @@ class LoopCapture:
             self.forwards = []
         elif self.dropped is None:
             rng, probing = self._rngs.before()
-            # above this hook: torch's Module._call_impl and _wrapped_call_impl, then who called the model
-            forwards.append(Forward(args, kwargs, rng, [], None, user_line(skip=2), None, probing, []))
+            forwards.append(Forward(args, kwargs, rng, [], None, user_line(skip=1 + above), None, probing, []))
 
     def _post(self, module: torch.nn.Module, args: Any, kwargs: Any, output: Any) -> None:
         forwards = self.forwards
@@ -200,6 +224,13 @@ class LoopCapture:
             f.kwargs = kwargs
         if f.probing:
             self._rngs.after(f.rng)
+        if type(output) is _Tensor:  # the common case, a lone tensor (logits, or a loss): no list to walk
+            f.grads = [None]
+            if output.requires_grad:
+                if output.dim() == 0 and output.is_floating_point():  # a loss computed inside the model
+                    self.losses.append(output.detach())
+                self._keep_grad(f, 0, output)
+            return
         tensors = output_tensors(output)
         loss = loss_in(tensors)
         if loss is not None:  # a loss computed inside the model

@@ -18,6 +18,8 @@ import torch
 Listener = Callable[[torch.Tensor], None]
 
 _listeners: list[Listener] = []
+# A snapshot, renewed on listen/stop: no copy per backward(), and a listener may stop while it is called.
+_calling: tuple[Listener, ...] = ()
 _restore: list[tuple[Any, str, Any]] = []
 _scaled: dict[int, tuple[weakref.ref, weakref.ref]] = {}  # id(scaled loss) -> (scaled, loss)
 
@@ -27,15 +29,19 @@ def listen(fn: Listener) -> Callable[[], None]:
 
     ``fn`` may raise on purpose (a trigger stopping the run); the wrapper passes that on.
     """
+    global _calling
     if not _listeners:
         _install()
     _listeners.append(fn)
+    _calling = tuple(_listeners)
 
     def stop() -> None:
+        global _calling
         for i, other in enumerate(_listeners):
             if other is fn:
                 del _listeners[i]
                 break
+        _calling = tuple(_listeners)
         if not _listeners:
             _uninstall()
 
@@ -51,7 +57,7 @@ def _install() -> None:
     def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
         loss = _loss_of(tensors, args, kwargs)
         if loss is not None:
-            for fn in list(_listeners):
+            for fn in _calling:
                 fn(loss)
         return original(tensors, *args, **kwargs)
 

@@ -36,10 +36,10 @@ from . import active
 from .aftermath import Aftermath
 from .capture import Source, StepContext, Window, add_to_window, loss_of, open_window
 from .investigate import Investigation
-from .localize import Finding, StopRerun, nonfinite_gradients
+from .localize import StopRerun
 from .loss_tap import listen
 from .optimizer_call import MIN_SCALE, SCALER_PROBE_STEPS, closure_of, scaler_calling
-from .loop import LoopCapture, replay_forwards
+from .loop import HOOK_FRAMES, LoopCapture, replay_forwards
 from .report import Report
 from .sentinel import Sentinel, group
 from .hang import watchdog
@@ -79,7 +79,9 @@ class watch(Investigation):
         self.suppressed = 0  # firings not reported again while the model stayed non-finite
         self._sentinel = Sentinel(every)
         self._params = [p for p in self._inner.parameters() if p.requires_grad]
-        self._groups = group(self._params)  # by (device, dtype), once: gradients share their parameter's
+        # By (device, dtype), once: gradients share their parameter's. Each group is read last to first: an
+        # optimizer updates the first parameters first, and their gradients are then the ones still in cache.
+        self._groups = [g[::-1] for g in group(self._params)]
         self._buffers = Buffers(self._inner)
         self._ctx: StepContext | None = None
         self._last_ctx: StepContext | None = None
@@ -110,17 +112,16 @@ class watch(Investigation):
         self._untap = listen(self._backward_loss)
         self._hang = watchdog(hang_after) if hang_after is not None else None
         self._handles: list[Any] = []
+        # The work after an update (counting the step, ending the loop's capture) is done at the end of
+        # the pre-step hook when nothing of watch runs before the update ends: an unchanged loop's plain
+        # step. A step that needs it after the update (w.step, a closure, a replay) adds the post-hook.
+        self._post_hook: Any = None
         if optimizer is not None:
             self._handles.append(optimizer.register_step_pre_hook(self._before_update))
-            self._handles.append(optimizer.register_step_post_hook(self._after_update))
         else:  # no optimizer given: check before whichever optimizer steps
-            from torch.optim.optimizer import (
-                register_optimizer_step_post_hook,
-                register_optimizer_step_pre_hook,
-            )
+            from torch.optim.optimizer import register_optimizer_step_pre_hook
 
             self._handles.append(register_optimizer_step_pre_hook(self._before_update))
-            self._handles.append(register_optimizer_step_post_hook(self._after_update))
         active.push(self)
         atexit.register(self._at_exit)
 
@@ -147,6 +148,7 @@ class watch(Investigation):
             for h in self._handles:
                 h.remove()
             self._handles.clear()
+            self._post_hook = None
             self._untap()
             if self._loop is not None:
                 self._loop.remove()
@@ -157,10 +159,10 @@ class watch(Investigation):
             self._aftermath.summary(max(self._watched, self._aftermath.count))  # a step that raised counts too
 
     def begin_forward(self, module: torch.nn.Module, args: Any) -> None:
-        """Capture the model's forward already running (a watch attached from inside it: ``attach``);
-        its keyword arguments are taken when it returns."""
-        if self._loop is not None:
-            self._loop._pre(module, args, None)
+        """Capture the model's forward already running (a watch attached from inside it: ``attach``, from
+        a global forward pre-hook); its keyword arguments are taken when it returns."""
+        if self._loop is not None:  # between the capture and torch's frames: this method and attach's hook
+            self._loop._pre(module, args, None, above=HOOK_FRAMES + 2)
 
     def _at_exit(self) -> None:
         self.close(flush=False)
@@ -258,6 +260,7 @@ class watch(Investigation):
     # ------------------------------------------------------------ optimizer hooks
     def _before_update(self, optimizer: Any, args: Any, kwargs: Any) -> Any:
         if self._replaying:
+            self._after_hook()
             return None  # a window's earlier steps run again as they ran, updates included
         if self._rerunning:
             raise StopRerun()  # localization re-runs forward and backward, never the update
@@ -266,6 +269,7 @@ class watch(Investigation):
             self.scaler = scaler_calling(optimizer)
         ctx = self._ctx
         if ctx is not None:
+            self._after_hook()  # ctx.updated is set once the update has run
             ctx.checked = True
             ctx.optimizer = self._stepper = optimizer
             self._mode, self._param_store = "optimizer", None
@@ -273,11 +277,27 @@ class watch(Investigation):
         if closure is not None:  # LBFGS & co: the gradients are computed inside step(), by the closure
             if self._loop is not None:
                 self._loop.enabled = False
+            self._after_hook()
             return self._checked_closure(optimizer, closure, args, kwargs, ctx)
         if ctx is None:
             self._take_loop_losses()
         self._guard(self._check, ctx.index if ctx else self.step_count, ctx)
+        if self._post_hook is None:  # the update follows with nothing of watch before its end
+            self._after_update(optimizer, args, kwargs)
         return None
+
+    def _after_hook(self) -> None:
+        """From now on, do the work after an update in a post-step hook (added to this step's, too: torch
+        reads the post-hooks once the update has run)."""
+        if self._post_hook is not None:
+            return
+        if self.optimizer is not None:
+            self._post_hook = self.optimizer.register_step_post_hook(self._after_update)
+        else:
+            from torch.optim.optimizer import register_optimizer_step_post_hook
+
+            self._post_hook = register_optimizer_step_post_hook(self._after_update)
+        self._handles.append(self._post_hook)
 
     def _after_update(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self._ctx is not None:
@@ -377,20 +397,3 @@ class watch(Investigation):
                 return
         if self._sentinel.due():
             self._guard(self._read_and_fire, index, ctx)
-
-    def _fire_scaler(self, scale: float, index: int, ctx: StepContext | None) -> None:
-        try:
-            finding = self._rerun(ctx) if ctx is not None else None
-        except Exception:  # noqa: BLE001 - the step raised when run again: still report the collapse
-            finding = None
-        if finding is None:
-            finding = nonfinite_gradients(self._inner) or Finding(
-                "backward", None, None, "the gradients are non-finite at every scale", [])
-        headline = f"the GradScaler's scale collapsed to {scale:.3g}: gradients are non-finite even unscaled"
-        report = self._report(finding, index, index, None, kind="scaler", headline=headline)
-        if finding.birth is not None:
-            report.notes.insert(0, finding.headline)
-        self._latched = True
-        self._aftermath.reported(index)
-        self._finish(report, {**finding.culprit, "step": index}, Source(ctx, None, None) if ctx else None)
-

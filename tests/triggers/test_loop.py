@@ -120,6 +120,57 @@ def test_the_capture_keeps_references_not_copies_and_rerun_false_keeps_nothing()
         step_fn(x, y)
 
 
+def test_the_step_lets_go_of_the_outputs_and_keeps_the_gradient_they_received():
+    """After the optimizer step only the gradient that reached the outputs is kept (for a later replay or
+    bundle): the outputs and their autograd graph are freed where the loop frees them."""
+    import weakref
+
+    model, optimizer, batch, _ = origins.build("zero_norm")
+    x, y = batch(0)
+    with tensor_dap.watch(model, optimizer, capture=False) as w:
+        optimizer.zero_grad()
+        out = model(x)
+        F.cross_entropy(out, y).backward()
+        seen = out.grad.clone()
+        optimizer.step()
+        gone = weakref.ref(out)
+        del out
+        assert gone() is None  # nothing of watch holds the output any more
+        kept = w._loop.forwards[0].output_grads()[0]
+        assert kept is not None and torch.equal(kept, seen)
+
+
+def _nan_input_report(call):
+    """The report of a NaN in the batch of step 1, where ``call(model, x)`` calls the model (torch's own
+    Linear layers run the op: it is charged to the user's line that called the model)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False):
+        for step in range(3):
+            x = torch.randn(3, 4)
+            x[0, 0] = float("nan") if step == 1 else x[0, 0]
+            optimizer.zero_grad()
+            F.cross_entropy(call(model, x), torch.tensor([0, 1, 0])).backward()
+            optimizer.step()
+    return info.value.report
+
+
+def _through_a_helper(model, x):
+    return model(x)  # the line a report must name
+
+
+def _through_torch(model, x):
+    return torch.func.functional_call(model, dict(model.named_parameters()), (x,))  # the line a report must name
+
+
+@pytest.mark.parametrize("call", [_through_a_helper, _through_torch], ids=["helper", "torch-frames-between"])
+def test_the_line_that_called_the_model_is_the_first_user_frame_above_it(call):
+    report = _nan_input_report(call)
+    assert report.op == "linear" and report.source is not None
+    assert report.source["text"].endswith("# the line a report must name")
+
+
 def test_a_model_called_many_times_in_a_step_drops_the_capture_not_the_run():
     from tensor_dap.triggers.loop import MAX_FORWARDS
 
