@@ -32,7 +32,6 @@ MAX_FORWARDS = 64  # forwards kept per step; more (a loop calling the model outs
 RETAIN_BYTES = 1 << 20
 _NO_BUFFERS = BufferSnapshot([], [])
 _grad_enabled = torch.is_grad_enabled
-_Tensor = torch.Tensor
 
 
 def _hook_frames() -> int:
@@ -224,13 +223,6 @@ class LoopCapture:
             f.kwargs = kwargs
         if f.probing:
             self._rngs.after(f.rng)
-        if type(output) is _Tensor:  # the common case, a lone tensor (logits, or a loss): no list to walk
-            f.grads = [None]
-            if output.requires_grad:
-                if output.dim() == 0 and output.is_floating_point():  # a loss computed inside the model
-                    self.losses.append(output.detach())
-                self._keep_grad(f, 0, output)
-            return
         tensors = output_tensors(output)
         loss = loss_in(tensors)
         if loss is not None:  # a loss computed inside the model
