@@ -118,6 +118,8 @@ class Sentinel:
         self._bad: list[int] = []  # steps whose values, read when observed, were non-finite
         self._observed = False  # since the last read
         self._flag = _CpuFlag()
+        self._param_groups: Any = None  # the groups observe_params last saw, and which of them are fusable:
+        self._fusable: list[bool] = []  # asked once (two tensor attributes per group cost µs in every step)
 
     def observe(self, groups: Sequence[Sequence[torch.Tensor]], step: int) -> None:
         """Fold grouped tensors (gradients, see ``group``) of ``step`` in. Kernel launches only."""
@@ -130,7 +132,10 @@ class Sentinel:
         every parameter of a CPU group, is one fused check taken straight from the parameters, with no
         Python per gradient; whatever that check refuses (a missing, sparse or overlapping gradient, another
         device) goes the careful way (``grads_of``, ``observe``)."""
-        rest = [g for g in groups if not (_fusable(g[0]) and self._fused(list(map(_GRAD, g)), step))]
+        if groups is not self._param_groups:
+            self._param_groups, self._fusable = groups, [_fusable(g[0]) for g in groups]
+        rest = [g for g, fusable in zip(groups, self._fusable)
+                if not (fusable and self._fused(list(map(_GRAD, g)), step))]
         if rest:
             self.observe(grads_of(rest), step)
 
