@@ -72,3 +72,17 @@ def interleaved(variants: dict[str, Callable[[], AbstractContextManager[Callable
 def round_ratios(times: dict[str, list[float]], plain: str = "plain") -> dict[str, list[float]]:
     """Speed × plain of every other variant, one value per round (its plain block ran in the same round)."""
     return {name: [p / t for p, t in zip(times[plain], values)] for name, values in times.items() if name != plain}
+
+
+def ratio_interval(plain: list[float], other: list[float], *, resamples: int = 2000, seed: int = 0
+                   ) -> tuple[float, float]:
+    """95 % interval of median(plain) / median(other), the rounds resampled with replacement (a bootstrap):
+    how far the printed ratio itself could move on this machine, unlike the spread of single rounds."""
+    rng = random.Random(seed)
+    pairs = list(zip(plain, other))
+    values = []
+    for _ in range(resamples):
+        drawn = rng.choices(pairs, k=len(pairs))
+        values.append(statistics.median(p for p, _ in drawn) / statistics.median(o for _, o in drawn))
+    values.sort()
+    return values[int(0.025 * resamples)], values[int(0.975 * resamples) - 1]
