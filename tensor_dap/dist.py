@@ -45,9 +45,33 @@ def _ddp(model: torch.nn.Module) -> bool:
     return isinstance(model, DistributedDataParallel)
 
 
+def _compiled(model: torch.nn.Module) -> bool:
+    """A ``torch.compile``'d module (dynamo's ``OptimizedModule``), known without importing dynamo."""
+    import torch
+
+    return type(model).__name__ == "OptimizedModule" and isinstance(getattr(model, "_orig_mod", None),
+                                                                     torch.nn.Module)
+
+
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    """The user's module inside DistributedDataParallel, so reports say ``encoder.x``, not ``module.encoder.x``."""
-    return model.module if _ddp(model) else model  # type: ignore[return-value]
+    """The user's own module inside DistributedDataParallel and ``torch.compile``, so reports say
+    ``encoder.x``, not ``module.encoder.x`` or ``_orig_mod.encoder.x``, and a re-run runs eagerly."""
+    while True:
+        if _ddp(model):
+            model = model.module  # type: ignore[assignment]
+        elif _compiled(model):
+            model = model._orig_mod  # type: ignore[assignment]
+        else:
+            return model
+
+
+def called(model: torch.nn.Module) -> torch.nn.Module:
+    """The module whose forward hooks see each call the user makes: inside DistributedDataParallel, the
+    module it calls; a ``torch.compile``'d module itself (around the compiled code, so hooks add no graph
+    break: hooks inside it would be traced into the graph)."""
+    while _ddp(model):
+        model = model.module  # type: ignore[assignment]
+    return model
 
 
 @contextlib.contextmanager

@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..dist import current_rank, unwrap
+from ..dist import called, current_rank, unwrap
 from ..state import Buffers, RngUse, capture_rng, hyper
 from . import active
 from .aftermath import Aftermath
@@ -72,7 +72,7 @@ class watch(Investigation):
         if not isinstance(every, int) or every < 1:
             raise ValueError(f"every={every!r}: expected a positive integer")
         self.model, self.optimizer, self.scaler = model, optimizer, scaler
-        self._inner = unwrap(model)  # hooks, names and saved state use the module inside DDP
+        self._inner = unwrap(model)  # names, saved state and re-runs use the module inside DDP/compile
         self.on, self.every, self.capture, self.ranks = on, every, capture, ranks
         self.step_count = 0  # index of the next step; set it when resuming a run
         self.reports: list[Report] = []
@@ -106,7 +106,7 @@ class watch(Investigation):
         self._mode: str | None = "optimizer" if optimizer is not None else None
         self._param_store: list[torch.Tensor] | None = None
         self._last_loss: tuple[int, torch.Tensor | None] = (-1, None)
-        self._loop = LoopCapture(self._inner, self._buffers, self._params, self._loop_unstepped) if rerun else None
+        self._loop = LoopCapture(called(model), self._buffers, self._params, self._loop_unstepped) if rerun else None
         self._step_loss: torch.Tensor | None = None  # the sum of the losses given to backward() this step
         self._noted: float | None = None  # the last loss break_if saw this step
         self._untap = listen(self._backward_loss)

@@ -60,9 +60,13 @@ def test_gradient_accumulation_loop_names_what_w_step_names(bug):
 
 # ------------------------------------------------------------------ data fetched inside the step
 
-def fetching(bug, watched, steps=8, on="raise"):
-    """nanoGPT's loop: the next batch is drawn (from torch's RNG) between forward and backward."""
+def fetching(bug, watched, steps=8, on="raise", compiled=False):
+    """nanoGPT's loop: the next batch is drawn (from torch's RNG) between forward and backward.
+    ``compiled``: the loop calls (and watch is given) ``torch.compile(model)`` (dynamo with its eager
+    backend: the same wrapping and tracing, no code generation)."""
     model, optimizer, batch, _ = origins.build(bug)
+    if compiled:
+        model = torch.compile(model, backend="eager")
     data = torch.randint(0, 32, (64, 9), generator=torch.Generator().manual_seed(3))
 
     def get_batch():
@@ -93,6 +97,25 @@ def test_a_loop_fetching_data_inside_the_step_is_localized_exactly(bug):
     module, phase, op = origins.EXPECTED[bug]
     assert (report.step, report.module, report.phase, report.op) == (origins.BUG_STEP, module, phase, op)
     assert report.source["line"] == origins.birth_line(bug) and report.mode == "loop"
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.compile's own imports
+@pytest.mark.parametrize("bug", ["masked_softmax", "where_sqrt"])
+def test_a_compiled_model_is_watched_around_its_compiled_code_and_named_as_written(bug):
+    """The hooks sit on the compiled module (outside dynamo's graph); reports name the user's modules
+    (no ``_orig_mod.``) and the re-run runs the original module eagerly; numerics stay bit-identical."""
+    with pytest.raises(NonFiniteError) as info:
+        fetching(bug, watched=True, compiled=True)
+    report = info.value.report
+    module, phase, op = origins.EXPECTED[bug]
+    assert (report.step, report.module, report.phase, report.op) == (origins.BUG_STEP, module, phase, op)
+    assert report.source["line"] == origins.birth_line(bug) and report.mode == "loop"
+    torch.manual_seed(11)
+    plain, _ = fetching(bug, watched=False, compiled=True)
+    torch.manual_seed(11)
+    watched, _ = fetching(bug, watched=True, on="log", compiled=True)
+    for k, v in plain.state_dict().items():
+        assert torch.equal(v.nan_to_num(), watched.state_dict()[k].nan_to_num()), k
 
 
 def test_unchanged_loop_numerics_and_rng_are_bit_identical_even_after_a_report():
