@@ -9,5 +9,6 @@ replayable bundle, ``report`` renders what fired (``schema`` reads it back safel
 sends it to the debugger the user is in, ``aftermath`` keeps saying so while training goes on
 non-finite, ``replay`` re-runs a bundle, ``attach`` puts a watch on a program from outside
 (``auto``: what ``tensor-dap run --guard/--loss-above/--replay`` switches on), ``hang`` writes every
-rank's stacks when no optimizer step completes for too long; ``active`` knows the open watches.
+rank's stacks when no optimizer step completes for too long; ``active`` knows the open watches;
+``eager`` keeps torch.compile from tracing tensor_dap's global hooks.
 """

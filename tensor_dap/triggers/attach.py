@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 import torch
 
+from .eager import eager
 from .watch import watch
 
 
@@ -68,7 +69,7 @@ class Attachment:
         from torch.nn.modules.module import register_module_forward_pre_hook
 
         self._params = _params_of(optimizer)
-        self._hook = register_module_forward_pre_hook(self._called)
+        self._hook = register_module_forward_pre_hook(eager(self._called))  # also inside compiled models
 
     def _called(self, module: torch.nn.Module, args: Any) -> None:
         if self.watch is not None or not torch.is_grad_enabled():

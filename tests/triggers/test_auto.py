@@ -87,6 +87,38 @@ def test_a_nan_in_the_very_first_step_is_localized_and_bundled(tmp_path):
                      done.stderr)
 
 
+COMPILED = """
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+compiled = torch.compile(model, backend="eager")  # dynamo traces the modules inside: global hooks fire there
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(5):
+    x = torch.randn(3, 4)
+    if step == 3:
+        x[0, 0] = float("nan")
+    optimizer.zero_grad()
+    loss = F.cross_entropy(compiled(x), torch.tensor([0, 1, 0]))  # the model's call
+    loss.backward()
+    optimizer.step()
+    print("STEP", step, flush=True)
+"""
+
+
+def test_a_compiled_model_trains_and_is_localized_under_guard(tmp_path):
+    """The global hooks that look for the model fire inside the compiled model too: dynamo must run
+    them, not trace them (tracing their bookkeeping failed inside dynamo and stopped the program)."""
+    (tmp_path / "train_compiled.py").write_text(COMPILED)
+    done = _run([*TENSOR_DAP, "--break-on-nan", "train_compiled.py"], tmp_path)
+    assert "STEP 2" in done.stdout and "STEP 3" not in done.stdout, done.stderr[-3000:]
+    assert "NonFiniteError: tensor_dap trigger · step 3 · non-finite input batch, first used by linear in 0" \
+        in done.stderr
+    assert re.search(r"op: linear at train_compiled.py:\d+  loss = F.cross_entropy\(compiled\(x\)", done.stderr)
+
+
 HEADLINE = re.compile(r"LossThresholdError: (tensor_dap trigger · step 3 · loss (\d+) is above 100)")
 
 
