@@ -56,13 +56,10 @@ def _compiled(model: torch.nn.Module) -> bool:
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     """The user's own module inside DistributedDataParallel and ``torch.compile``, so reports say
     ``encoder.x``, not ``module.encoder.x`` or ``_orig_mod.encoder.x``, and a re-run runs eagerly."""
-    while True:
-        if _ddp(model):
-            model = model.module  # type: ignore[assignment]
-        elif _compiled(model):
-            model = model._orig_mod  # type: ignore[assignment]
-        else:
-            return model
+    model = called(model)
+    while _compiled(model):
+        model = called(model._orig_mod)  # type: ignore[arg-type]
+    return model
 
 
 def called(model: torch.nn.Module) -> torch.nn.Module:

@@ -119,7 +119,7 @@ class Sentinel:
         self._observed = False  # since the last read
         self._flag = _CpuFlag()
         self._param_groups: Any = None  # the groups observe_params last saw, and which of them are fusable:
-        self._fusable: list[bool] = []  # asked once (two tensor attributes per group cost µs in every step)
+        self._fusable_groups: list[bool] = []  # asked once (two tensor attributes a group cost µs every step)
 
     def observe(self, groups: Sequence[Sequence[torch.Tensor]], step: int) -> None:
         """Fold grouped tensors (gradients, see ``group``) of ``step`` in. Kernel launches only."""
@@ -133,8 +133,8 @@ class Sentinel:
         Python per gradient; whatever that check refuses (a missing, sparse or overlapping gradient, another
         device) goes the careful way (``grads_of``, ``observe``)."""
         if groups is not self._param_groups:
-            self._param_groups, self._fusable = groups, [_fusable(g[0]) for g in groups]
-        rest = [g for g, fusable in zip(groups, self._fusable)
+            self._param_groups, self._fusable_groups = groups, [_fusable(g[0]) for g in groups]
+        rest = [g for g, fusable in zip(groups, self._fusable_groups)
                 if not (fusable and self._fused(list(map(_GRAD, g)), step))]
         if rest:
             self.observe(grads_of(rest), step)
