@@ -39,6 +39,11 @@ class Aftermath:
         self._last = float("-inf")
         self._counted = -1  # the last step counted: a step's loss and gradients are read apart
 
+    @property
+    def through(self) -> int:
+        """The last step counted as non-finite (-1 before any)."""
+        return self._counted
+
     def _add(self, steps: list[int]) -> None:
         new = [s for s in steps if s > self._counted]
         self.count += len(new)

@@ -15,6 +15,7 @@ A step starts at the first forward after an optimizer step or after the gradient
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Callable
@@ -24,6 +25,7 @@ import torch
 from ..debug.frames import SourceLine, stand_in, user_line
 from ..nested import walk
 from ..state import BufferSnapshot, Buffers, RngUse, restore_rng
+from .loss_graph import loss_birth, sequence_nr
 from .origin import Birth, Born, kind_of
 
 MAX_FORWARDS = 64  # forwards kept per step; more (a loop calling the model outside training) drops the capture
@@ -61,6 +63,12 @@ class Forward:
     loss: torch.Tensor | None = None  # the loss handed to backward() after this forward (``loss_tap``)
     probing: bool = False  # this forward keeps every RNG state, to learn which ones the model draws from
     retained: list[tuple[int, torch.Tensor]] = field(default_factory=list)  # small outputs that keep their .grad
+    nodes: list[Any] | None = None  # the nodes that made the larger outputs (seen by node hooks)
+    loss_birth: Birth | None = None  # a non-finite loss's op, read from its graph at backward() (``loss_graph``)
+
+    def last_node(self) -> int:
+        """The sequence number of the last autograd node the model made (the loss computation's come after)."""
+        return max([sequence_nr(t) for _, t in self.retained] + [sequence_nr(n) for n in self.nodes or ()], default=-1)
 
     def output_grads(self) -> list[torch.Tensor | None]:
         """The gradients the outputs received: seen by hooks, or kept by small outputs themselves."""
@@ -75,6 +83,7 @@ class Forward:
         if self.retained:
             self.output_grads()
             self.retained = []
+        self.nodes = None
 
 
 def output_tensors(output: Any) -> list[torch.Tensor]:
@@ -106,6 +115,9 @@ def replay_forwards(model: torch.nn.Module, forwards: list[Forward], rng: dict[s
         out = model(*f.args, **f.kwargs)
         pairs = [(t, g) for t, g in zip(output_tensors(out), f.output_grads()) if g is not None and t.requires_grad]
         if f.loss is not None and (k := kind_of(f.loss)) is not None:  # the model's outputs came out finite
+            if f.loss_birth is not None:  # the op, found in the loss's graph when backward() was called
+                f.loss_birth.line = f.line or f.call
+                raise Born(f.loss_birth)
             raise Born(Birth("loss", None, k, line=f.line or f.call, inputs=[("loss", f.loss)], output=f.loss,
                              note="the loss handed to backward() is non-finite while the model's outputs are "
                              "finite: the loss computation outside the model made it (the unchanged loop does "
@@ -164,13 +176,17 @@ class LoopCapture:
     def replayable(self) -> bool:
         return bool(self.forwards) and self.dropped is None
 
-    def backward_called(self, loss: torch.Tensor) -> None:
-        """A loss was handed to backward() (watch's ``loss_tap`` listener calls this): it is computed from the
-        latest forward's outputs. The line calling backward() is looked up here, once a step."""
+    def backward_called(self, loss: torch.Tensor, kept: torch.Tensor) -> None:
+        """A loss was handed to backward() (watch's ``loss_tap`` listener calls this; ``kept``: it detached): it
+        is computed from the latest forward's outputs. The line calling backward() is looked up here, once a
+        step. A non-finite loss on the CPU (read now: no sync) has its graph read for the op that made it,
+        before backward() frees what its nodes saved; on an accelerator that read would stall the step."""
         if self.enabled and self.forwards:
             f = self.forwards[-1]
             if f.loss is None:
-                f.loss = loss
+                f.loss = kept
+                if kept.is_cpu and not math.isfinite(kept.item()):
+                    f.loss_birth = loss_birth(loss, f.last_node())
             if self._line is None:  # above: watch's listener, loss_tap's wrapper, then Tensor.backward or the
                 self._line = user_line(skip=3)  # caller of torch.autograd.backward
             if f.retained:
@@ -240,7 +256,9 @@ class LoopCapture:
             t.retain_grad()
             f.retained.append((i, t))
         else:  # the same gradient, seen by the node that made t: ~7 µs against ~40 for a tensor hook
-            t.grad_fn.register_prehook(partial(self._node_grad, f, i, t.output_nr))
+            node = t.grad_fn
+            node.register_prehook(partial(self._node_grad, f, i, t.output_nr))
+            f.nodes = [*(f.nodes or ()), node]
 
     def _node_grad(self, f: Forward, i: int, nr: int, grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
         grad = grad_outputs[nr] if nr < len(grad_outputs) else None

@@ -22,6 +22,7 @@ _listeners: list[Listener] = []
 _calling: tuple[Listener, ...] = ()
 _restore: list[tuple[Any, str, Any]] = []
 _scaled: dict[int, tuple[weakref.ref, weakref.ref]] = {}  # id(scaled loss) -> (scaled, loss)
+_scaling = [False]  # a GradScaler has scaled a loss while anyone listened
 
 
 def listen(fn: Listener) -> Callable[[], None]:
@@ -82,9 +83,17 @@ def _uninstall() -> None:
         setattr(owner, name, original)
     _restore.clear()
     _scaled.clear()
+    _scaling[0] = False
+
+
+def scaling() -> bool:
+    """Whether a ``GradScaler`` has scaled a loss since listening began: then a step without an update may be
+    one it skipped (an overflow), not a phase of another model."""
+    return _scaling[0]
 
 
 def _remember_scaled(scaled: Any, loss: Any) -> None:
+    _scaling[0] = True
     if isinstance(scaled, torch.Tensor) and isinstance(loss, torch.Tensor) and scaled is not loss:
         for key in [k for k, v in _scaled.items() if v[0]() is None]:  # drop the dead
             del _scaled[key]

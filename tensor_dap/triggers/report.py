@@ -83,7 +83,9 @@ class Report:
             text += f" (the backward of {self.forward_op})"
         src = self.source or {}
         if src.get("file"):
-            text += f"{' at ' if text else ''}{os.path.basename(str(src['file']))}:{src.get('line')}"
+            # the unchanged loop finds a loss op in the loss's graph: its line is the backward() call after it
+            at = ", in the loss computed before " if self.phase == "loss" and self.mode == "loop" else " at "
+            text += f"{at if text else ''}{os.path.basename(str(src['file']))}:{src.get('line')}"
             if src.get("text"):
                 text += f"  {src['text']}"
         return text

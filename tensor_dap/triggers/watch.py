@@ -39,7 +39,8 @@ from .investigate import Investigation
 from .localize import StopRerun
 from .loss_tap import listen
 from .optimizer_call import MIN_SCALE, SCALER_PROBE_STEPS, closure_of, scaler_calling
-from .loop import HOOK_FRAMES, LoopCapture, replay_forwards
+from .loop import HOOK_FRAMES, LoopCapture
+from .loop_steps import LoopSteps
 from .report import Report
 from .sentinel import Sentinel, group
 from .hang import watchdog
@@ -48,7 +49,7 @@ from .stop import check_mode
 LOSS_HISTORY = 32  # losses kept for the report (0-dim tensors: read only when a report is made)
 
 
-class watch(Investigation):
+class watch(Investigation, LoopSteps):
     """Watch forward outputs, gradients, losses and parameter updates of ``model`` for NaN/Inf.
 
     Around an unchanged loop it captures what re-running a step needs from hooks (``rerun=False``
@@ -156,7 +157,8 @@ class watch(Investigation):
                 self._hang.close()
             active.remove(self)
             atexit.unregister(self._at_exit)
-            self._aftermath.summary(max(self._watched, self._aftermath.count))  # a step that raised counts too
+            # a step that raised in the optimizer's hook did not end: it counts too
+            self._aftermath.summary(self._watched + (self._aftermath.through >= self.step_count))
 
     def begin_forward(self, module: torch.nn.Module, args: Any) -> None:
         """Capture the model's forward already running (a watch attached from inside it: ``attach``, from
@@ -339,52 +341,6 @@ class watch(Investigation):
         sentinel.observe_params(self._groups, index)
         if sentinel.due():
             self._read_and_fire(index, ctx)
-
-    def _backward_loss(self, loss: torch.Tensor) -> None:
-        """A loss handed to ``backward()`` outside ``w.step``: the unchanged loop's loss, for the reports."""
-        if self._ctx is None and not self._rerunning and not self._replaying:
-            loss = loss.detach()
-            if self._loop is not None:
-                self._loop.backward_called(loss)
-            total = self._step_loss  # summed as it comes: one small add per accumulated micro-batch
-            summed = None if total is None else self._guard(torch.add, total, loss)
-            self._step_loss = summed if summed is not None else loss
-
-    def _take_loop_losses(self) -> None:
-        """The unchanged loop's step loss into the history: the losses the model returned (also watched by the
-        sentinel), else the sum of the losses given to ``backward()`` in this step (accumulated micro-batches
-        add up, as their gradients do). Kept as tensors: read only when a report is made."""
-        loop, loss = self._loop, self._step_loss
-        if loop is not None and loop.losses:
-            self._history.extend(loop.losses)
-            self._last_loss = (self.step_count, loop.losses[-1])
-            self._guard(self._sentinel.observe_value, loop.losses[-1], self.step_count)
-            loop.losses = []
-        elif loss is not None:
-            self._history.append(loss)
-            self._last_loss = (self.step_count, loss)
-        elif self._noted is not None:
-            self._history.append(self._noted)
-        self._step_loss = self._noted = None
-
-    def _loop_context(self, optimizer: Any = None) -> StepContext | None:
-        """The unchanged loop's step as a context to re-run (its forwards and backwards, replayed), if it can be."""
-        loop = self._loop
-        if loop is None or not loop.replayable or loop.start is None:
-            return None
-        forwards = list(loop.forwards)
-        return StepContext(self.step_count, lambda: replay_forwards(self._inner, forwards), (), {}, forwards[0].rng,
-                           loop.start, checked=True, optimizer=optimizer or self._stepper, forwards=forwards,
-                           updated=loop.updated)
-
-    def _loop_unstepped(self) -> None:
-        """The unchanged loop reset gradients with no update since its last backward: a skipped step."""
-        if self._rerunning or self._replaying:
-            return
-        self._take_loop_losses()
-        self._unstepped(self.step_count, self._loop_context())
-        self.step_count += 1
-        self._watched += 1
 
     def _unstepped(self, index: int, ctx: StepContext | None) -> None:
         """A step ended without an update: a GradScaler skipped it, or gradients accumulate. Its gradients may

@@ -81,6 +81,11 @@ def test_unchanged_loop_blames_the_loss_outside_the_model_at_its_backward_line(b
     assert ".backward()" in text and os.path.samefile(report.source["file"], origins.__file__)
     assert report.loss is not None and not math.isfinite(report.loss)  # the loss handed to backward()
     assert len(report.loss_history) == report.step + 1
+    if bug == "log_zero_loss":  # the op itself, read from the loss's graph when backward() was called
+        assert report.op == exact.op == "log" and DIAGNOSIS[bug] in report.diagnosis
+        assert report.origin.startswith("log, in the loss computed before origins.py:")
+    else:  # mse_loss of huge outputs overflows inside one op that saves no result: not told apart
+        assert report.op is None
 
 
 def test_the_masked_softmax_is_blamed_not_the_dropout_that_saw_it_first():

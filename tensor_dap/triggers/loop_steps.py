@@ -1,0 +1,75 @@
+"""The unchanged loop's steps, as ``watch`` counts them: which forwards and backwards make one step of
+its optimizer, and the loss each step is reported with.
+
+A step ends with the optimizer's update. One that ends without (the gradients were reset first) is
+counted only where a ``GradScaler`` scales the losses: it skipped an overflowing step, which is one
+of the run's steps. Without one, forwards and backwards with no update of this optimizer are not its
+steps (a GAN's generator step runs through the discriminator; a loop skipped a batch itself): they
+are not counted and their losses are not this model's history.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .capture import StepContext
+from .loop import replay_forwards
+from .loss_tap import scaling
+
+
+class LoopSteps:
+    """Mixed into ``watch``: the state it reads is the watch's own (see watch.__init__)."""
+
+    def _backward_loss(self, loss: torch.Tensor) -> None:
+        """A loss handed to ``backward()`` outside ``w.step``: the unchanged loop's loss, for the reports."""
+        if self._ctx is None and not self._rerunning and not self._replaying:
+            kept = loss.detach()
+            if self._loop is not None:
+                self._loop.backward_called(loss, kept)
+            loss, total = kept, self._step_loss  # summed as it comes: one small add per accumulated micro-batch
+            summed = None if total is None else self._guard(torch.add, total, loss)
+            self._step_loss = summed if summed is not None else loss
+
+    def _take_loop_losses(self) -> None:
+        """The unchanged loop's step loss into the history: the losses the model returned (also watched by the
+        sentinel), else the sum of the losses given to ``backward()`` in this step (accumulated micro-batches
+        add up, as their gradients do). Kept as tensors: read only when a report is made."""
+        loop, loss = self._loop, self._step_loss
+        if loop is not None and loop.losses:
+            self._history.extend(loop.losses)
+            self._last_loss = (self.step_count, loop.losses[-1])
+            self._guard(self._sentinel.observe_value, loop.losses[-1], self.step_count)
+            loop.losses = []
+        elif loss is not None:
+            self._history.append(loss)
+            self._last_loss = (self.step_count, loss)
+        elif self._noted is not None:
+            self._history.append(self._noted)
+        self._step_loss = self._noted = None
+
+    def _loop_context(self, optimizer: Any = None) -> StepContext | None:
+        """The unchanged loop's step as a context to re-run (its forwards and backwards, replayed), if it can be."""
+        loop = self._loop
+        if loop is None or not loop.replayable or loop.start is None:
+            return None
+        forwards = list(loop.forwards)
+        return StepContext(self.step_count, lambda: replay_forwards(self._inner, forwards), (), {}, forwards[0].rng,
+                           loop.start, checked=True, optimizer=optimizer or self._stepper, forwards=forwards,
+                           updated=loop.updated)
+
+    def _loop_unstepped(self) -> None:
+        """The unchanged loop reset gradients with no update since its last backward: a step a GradScaler
+        skipped, or not a step of this optimizer at all (see the module's docstring)."""
+        if self._rerunning or self._replaying:
+            return
+        if self.scaler is None and not scaling():
+            self._step_loss = self._noted = None
+            if self._loop is not None:
+                self._loop.losses = []
+            return
+        self._take_loop_losses()
+        self._unstepped(self.step_count, self._loop_context())
+        self.step_count += 1
+        self._watched += 1

@@ -1,0 +1,136 @@
+"""The op in the loss computation that made a non-finite loss, read from the loss's autograd graph.
+
+The unchanged loop re-runs the model, never the loss function: code between ``model(x)`` and
+``loss.backward()`` that nobody handed to tensor_dap. Its graph still exists when ``backward()``
+is called, though, with the tensors each node saved for its backward (``LogBackward0`` keeps the
+input of ``log``, ``SqrtBackward0`` its result). When the loss handed to ``backward()`` is
+non-finite, ``loss_birth`` walks that graph (once, before backward frees what the nodes saved) and
+names the earliest node created after the model's outputs whose saved inputs are finite while its
+output is not: ``log`` of a tensor holding an exact 0 (a saturated sigmoid fed to a hand-written
+BCE), a division by a zero norm, ``sqrt`` of a negative number.
+
+The output of a node is read where the node saved it (``_saved_result``) or computed again from
+its saved inputs for the ops that make NaN/Inf from finite values (the log family, ``sqrt``,
+``div``, ``pow``...). Ops whose output nothing saved and that cannot be re-computed are passed
+over; no source line is known (nodes keep none outside anomaly mode): the report names the line
+of the ``backward()`` call instead, as the loss computed before it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import time
+from typing import Any, Callable
+
+import torch
+
+from .ops import forward_name
+from .origin import Birth, kind_of
+
+log = logging.getLogger("tensor_dap.triggers")
+
+MAX_NODES = 2048  # graph nodes looked at, at most
+BUDGET_S = 0.5  # seconds the walk may take (it reads every tensor the loss computation saved)
+
+_UNARY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    name: getattr(torch, name) for name in ("log", "log2", "log10", "log1p", "sqrt", "rsqrt", "exp", "exp2",
+                                            "expm1", "reciprocal", "lgamma", "digamma", "tan", "asin", "acos",
+                                            "atanh", "erfinv", "logit")
+}
+
+
+def loss_birth(loss: torch.Tensor, after: int = -1) -> Birth | None:
+    """The first op, among the graph's nodes created after sequence number ``after`` (the model's last
+    node), that made a non-finite value from finite inputs; None when none can be told. Never raises: it
+    runs inside the user's ``backward()`` call."""
+    try:
+        return _walk(loss, after)
+    except Exception as exc:  # noqa: BLE001 - a graph it cannot read: the report says less, training goes on
+        log.debug("loss graph not read: %r", exc)
+        return None
+
+
+def _walk(loss: torch.Tensor, after: int) -> Birth | None:
+    root = loss.grad_fn
+    if root is None:
+        return None
+    deadline = time.monotonic() + BUDGET_S
+    found: list[tuple[int, Birth]] = []
+    seen = {root}
+    todo = [(-_seq(root), id(root), root)]  # the latest-made node first, down towards the model
+    with torch.no_grad():
+        while todo and len(seen) <= MAX_NODES and time.monotonic() < deadline:
+            _, _, node = heapq.heappop(todo)
+            birth = _birth_at(node)
+            if birth is not None:
+                found.append((_seq(node), birth))
+            for child, _ in getattr(node, "next_functions", ()):
+                if child is not None and child not in seen and _seq(child) > after:
+                    seen.add(child)
+                    heapq.heappush(todo, (-_seq(child), id(child), child))
+    return min(found, key=lambda pair: pair[0])[1] if found else None
+
+
+def sequence_nr(made: Any) -> int:
+    """The sequence number of an autograd node, or of the node that made a tensor (-1 for a leaf)."""
+    node = made.grad_fn if isinstance(made, torch.Tensor) else made
+    return _seq(node) if node is not None else -1
+
+
+def _seq(node: Any) -> int:
+    try:
+        return int(node._sequence_nr())
+    except Exception:  # noqa: BLE001 - a node type without one: walked, never a boundary
+        return 1 << 62
+
+
+def _saved(node: Any) -> dict[str, Any]:
+    """The values ``node`` saved for its backward (tensors and numbers), by name without the prefix."""
+    values = {}
+    for attr in dir(node):
+        if attr.startswith("_saved_"):
+            try:
+                values[attr[len("_saved_"):]] = getattr(node, attr)
+            except Exception:  # noqa: BLE001 - freed already, or not readable: as if not saved
+                continue
+    return values
+
+
+def _birth_at(node: Any) -> Birth | None:
+    """``node``'s op, when its saved inputs are finite and its output (saved, or computed again) is not."""
+    saved = _saved(node)
+    result = saved.pop("result", None)
+    inputs = [("input" if name == "self" else name, v.detach()) for name, v in saved.items()
+              if isinstance(v, torch.Tensor) and v.is_floating_point()]
+    if any(kind_of(v) is not None for _, v in inputs):
+        return None  # a non-finite input: born earlier
+    op = forward_name(node.name())
+    output = result if isinstance(result, torch.Tensor) else _recompute(op, saved)
+    kind = kind_of(output)
+    if kind is None:
+        return None
+    return Birth("loss", op, kind, inputs=inputs, output=output.detach(),
+                 note="born in the loss computation outside the model, before the backward() call named here "
+                      "(the unchanged loop reads the loss's autograd graph; it does not re-run the loss function, "
+                      "so the op's own line is not known: hand the step to watch.step for it)")
+
+
+def _recompute(op: str, saved: dict[str, Any]) -> torch.Tensor | None:
+    """The op's output from its saved inputs, for the ops that turn finite values non-finite."""
+    x, other = saved.get("self"), saved.get("other")
+    try:
+        if op in _UNARY and isinstance(x, torch.Tensor):
+            return _UNARY[op](x)
+        if op == "div" and isinstance(other, (torch.Tensor, int, float)):
+            if isinstance(x, torch.Tensor):
+                return torch.div(x, other)
+            divisor = torch.as_tensor(other)  # x itself not saved: x / 0 is never finite, whatever x is
+            return torch.where(divisor == 0, torch.tensor(float("inf")), divisor.new_zeros(()))
+        if op == "pow" and isinstance(x, torch.Tensor) and "exponent" in saved:
+            return torch.pow(x, saved["exponent"])
+        if op in ("mul", "xlogy") and isinstance(x, torch.Tensor) and isinstance(other, torch.Tensor):
+            return getattr(torch, op)(x, other)
+    except Exception:  # noqa: BLE001 - shapes or dtypes the op refuses now: not known
+        return None
+    return None
