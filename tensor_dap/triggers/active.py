@@ -1,4 +1,5 @@
-"""Which ``watch`` is active: ``break_if`` inside a watch hands its report to it (for a bundle and the loss history)."""
+"""Which ``watch`` is active: ``break_if`` inside a watch hands its report to it (for a bundle and the loss history),
+and a watch whose batch came from another watched model asks that one where its output went non-finite."""
 
 from __future__ import annotations
 
@@ -19,3 +20,8 @@ def remove(w: Any) -> None:
 def current() -> Any:
     """The most recently started watch still open, or None."""
     return _active[-1] if _active else None
+
+
+def watches() -> tuple[Any, ...]:
+    """Every watch still open, oldest first."""
+    return tuple(_active)

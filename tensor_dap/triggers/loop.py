@@ -16,6 +16,7 @@ A step starts at the first forward after an optimizer step or after the gradient
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Callable
@@ -64,6 +65,7 @@ class Forward:
     probing: bool = False  # this forward keeps every RNG state, to learn which ones the model draws from
     retained: list[tuple[int, torch.Tensor]] = field(default_factory=list)  # small outputs that keep their .grad
     nodes: list[Any] | None = None  # the nodes that made the larger outputs (seen by node hooks)
+    larger: list[weakref.ref] | None = None  # those outputs, not kept alive: what made another model's batch
     loss_birth: Birth | None = None  # a non-finite loss's op, read from its graph at backward() (``loss_graph``)
 
     def last_node(self) -> int:
@@ -77,13 +79,18 @@ class Forward:
                 self.grads[i] = t.grad
         return self.grads
 
+    def outputs(self) -> list[torch.Tensor]:
+        """The outputs of this forward still alive (while its step is open)."""
+        alive = [t for ref in self.larger or () if (t := ref()) is not None]
+        return [t for _, t in self.retained] + alive
+
     def let_go(self) -> None:
         """The step is over: keep the outputs' gradients, not the outputs (their graph is then freed where
         the loop frees it, not at the next forward)."""
         if self.retained:
             self.output_grads()
             self.retained = []
-        self.nodes = None
+        self.nodes = self.larger = None
 
 
 def output_tensors(output: Any) -> list[torch.Tensor]:
@@ -194,6 +201,16 @@ class LoopCapture:
                 if f.line is None:
                     f.line = self._line
 
+    def made(self, t: torch.Tensor) -> bool:
+        """Whether ``t`` is (a view of) an output of a forward of the step now open: another model's batch
+        made by this one (a GAN's generator output fed to the discriminator, detached or not)."""
+        try:
+            memory = t.untyped_storage().data_ptr()
+            return self._open and any(o.untyped_storage().data_ptr() == memory
+                                      for f in self.forwards for o in f.outputs())
+        except Exception:  # noqa: BLE001 - a tensor without storage (meta, sparse): not one of ours
+            return False
+
     def stepped(self) -> None:
         """The optimizer updated: the next forward starts a new step."""
         self._open = False
@@ -258,7 +275,7 @@ class LoopCapture:
         else:  # the same gradient, seen by the node that made t: ~7 µs against ~40 for a tensor hook
             node = t.grad_fn
             node.register_prehook(partial(self._node_grad, f, i, t.output_nr))
-            f.nodes = [*(f.nodes or ()), node]
+            f.nodes, f.larger = [*(f.nodes or ()), node], [*(f.larger or ()), weakref.ref(t)]
 
     def _node_grad(self, f: Forward, i: int, nr: int, grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
         grad = grad_outputs[nr] if nr < len(grad_outputs) else None

@@ -1,0 +1,58 @@
+"""A GAN's loop, unchanged (the shape of pytorch/examples' DCGAN): one watch per model and optimizer, as
+``tensor-dap run --guard`` attaches them. Each counts its own optimizer's steps, keeps its own losses,
+names a loss op read from the loss's graph, and traces a batch made non-finite by the other model
+back into that model's forward."""
+
+from __future__ import annotations
+
+import math
+
+import gan
+import pytest
+import torch
+from gan import BUG_STEP
+
+from tensor_dap import NonFiniteError
+
+pytestmark = [pytest.mark.timeout(60)]
+
+
+def test_a_gan_s_discriminator_names_the_log_at_its_own_step_with_its_own_losses(capsys):
+    with pytest.raises(NonFiniteError) as info:
+        gan.train(BUG_STEP + 3, watched=True, bug="saturated_bce")
+    report = info.value.report
+    assert (report.phase, report.module, report.op, report.kind) == ("loss", None, "log", "nonfinite")
+    assert report.step == BUG_STEP  # the discriminator's optimizer steps: the generator's are not counted
+    assert "log of zero" in report.diagnosis
+    assert report.source["text"].endswith("# THE BACKWARD") and report.mode == "loop"
+    assert report.origin.startswith("log, in the loss computed before gan.py:")
+    # its history holds the discriminator's step losses (real + fake), not the generator's
+    assert len(report.loss_history) == BUG_STEP + 1 and math.isnan(report.loss_history[-1])
+    assert all(0.5 < v < 3.0 for v in report.loss_history[:-1])
+    summary = f"1 of the {BUG_STEP + 1} steps watched were non-finite (the first at step {BUG_STEP})"
+    assert summary in capsys.readouterr().err
+
+
+def test_a_gan_trains_bit_identically_and_quietly_under_both_watches():
+    (wd, wg), netD, netG = gan.train(BUG_STEP, watched=True)
+    _, plainD, plainG = gan.train(BUG_STEP, watched=False)
+    assert wd.reports == wg.reports == []
+    assert (wd.step_count, wg.step_count) == (BUG_STEP, BUG_STEP)
+    for a, b in zip([*netD.parameters(), *netG.parameters()], [*plainD.parameters(), *plainG.parameters()]):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("retain", [True, False], ids=["output-keeps-grad", "node-hook"])
+def test_a_batch_the_generator_made_non_finite_is_traced_into_the_generator(retain, monkeypatch):
+    """The discriminator's watch sees a non-finite batch first; the generator's watch made it in its current
+    step, so it re-runs its own forward: the report names the generator's division, not the data pipeline.
+    Both ways the loop sees an output (kept itself when small, weakly referenced when large)."""
+    if not retain:
+        monkeypatch.setattr("tensor_dap.triggers.loop.RETAIN_BYTES", 0)
+    with pytest.raises(NonFiniteError) as info:
+        gan.train(BUG_STEP + 3, watched=True, bug="generator_norm")
+    report = info.value.report
+    assert (report.phase, report.module, report.module_type, report.op) == ("forward", "", "Generator", "div")
+    assert report.step == BUG_STEP and "division by zero" in report.diagnosis
+    assert report.source["text"].endswith("# BIRTH: generator_norm")
+    assert "the output of Generator, watched too" in report.notes[0]
