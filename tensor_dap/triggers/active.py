@@ -25,3 +25,8 @@ def current() -> Any:
 def watches() -> tuple[Any, ...]:
     """Every watch still open, oldest first."""
     return tuple(_active)
+
+
+def several() -> bool:
+    """More than one watch is open (two models training in one loop: not every loss is every model's)."""
+    return len(_active) > 1

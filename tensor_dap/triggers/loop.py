@@ -26,7 +26,7 @@ import torch
 from ..debug.frames import SourceLine, stand_in, user_line
 from ..nested import walk
 from ..state import BufferSnapshot, Buffers, RngUse, restore_rng
-from .loss_graph import loss_birth, sequence_nr
+from .loss_graph import read as read_loss
 from .origin import Birth, Born, kind_of
 
 MAX_FORWARDS = 64  # forwards kept per step; more (a loop calling the model outside training) drops the capture
@@ -67,10 +67,11 @@ class Forward:
     nodes: list[Any] | None = None  # the nodes that made the larger outputs (seen by node hooks)
     larger: list[weakref.ref] | None = None  # those outputs, not kept alive: what made another model's batch
     loss_birth: Birth | None = None  # a non-finite loss's op, read from its graph at backward() (``loss_graph``)
+    graph_read: bool = False  # a non-finite loss reaching this forward's outputs had its graph read
 
-    def last_node(self) -> int:
-        """The sequence number of the last autograd node the model made (the loss computation's come after)."""
-        return max([sequence_nr(t) for _, t in self.retained] + [sequence_nr(n) for n in self.nodes or ()], default=-1)
+    def model_nodes(self) -> list[Any]:
+        """The autograd nodes that made this forward's outputs (the loss computation's come after them)."""
+        return [t.grad_fn for _, t in self.retained if t.grad_fn is not None] + list(self.nodes or ())
 
     def output_grads(self) -> list[torch.Tensor | None]:
         """The gradients the outputs received: seen by hooks, or kept by small outputs themselves."""
@@ -78,6 +79,10 @@ class Forward:
             if self.grads[i] is None:
                 self.grads[i] = t.grad
         return self.grads
+
+    def marks(self) -> list[Any]:
+        """The gradients its outputs hold now, by identity: a backward that reaches them replaces them."""
+        return [t.grad for _, t in self.retained] + self.grads
 
     def outputs(self) -> list[torch.Tensor]:
         """The outputs of this forward still alive (while its step is open)."""
@@ -154,8 +159,9 @@ class LoopCapture:
     """
 
     def __init__(self, model: torch.nn.Module, buffers: Buffers, params: list[torch.Tensor],
-                 on_unstepped: Callable[[], None]) -> None:
+                 on_unstepped: Callable[[], None], on_loss: Callable[[torch.Tensor], None]) -> None:
         self.model = model
+        self.on_loss = on_loss  # a loss handed to backward() that reached the model's outputs: the step's
         self.buffers = buffers
         self.params = params
         self.on_unstepped = on_unstepped
@@ -170,6 +176,7 @@ class LoopCapture:
         self._probe: torch.Tensor | None = None  # a parameter whose .grad tells that zero_grad ran
         self._rngs = RngUse()  # which RNGs the model's forward draws from
         self._line: SourceLine | None = None  # the line calling backward() in this step
+        self._pending: tuple[Forward, torch.Tensor, list[Any]] | None = None  # the last loss, not yet settled
         self._handles = [model.register_forward_pre_hook(self._pre, with_kwargs=True),
                          model.register_forward_hook(self._post, with_kwargs=True)]
 
@@ -183,23 +190,46 @@ class LoopCapture:
     def replayable(self) -> bool:
         return bool(self.forwards) and self.dropped is None
 
-    def backward_called(self, loss: torch.Tensor, kept: torch.Tensor) -> None:
-        """A loss was handed to backward() (watch's ``loss_tap`` listener calls this; ``kept``: it detached): it
-        is computed from the latest forward's outputs. The line calling backward() is looked up here, once a
-        step. A non-finite loss on the CPU (read now: no sync) has its graph read for the op that made it,
-        before backward() frees what its nodes saved; on an accelerator that read would stall the step."""
-        if self.enabled and self.forwards:
-            f = self.forwards[-1]
+    def backward_called(self, loss: torch.Tensor, kept: torch.Tensor, shared: bool) -> None:
+        """A loss was handed to backward() (watch's ``loss_tap`` listener calls this; ``kept``: it detached).
+        Every backward() of the program comes here. With one watch open, it is taken as the latest forward's;
+        with several (``shared``: a GAN's two models), not every loss reaches every model: it is this step's
+        once the gradients of the latest forward's outputs are seen replaced by it (``settle``, at the next
+        backward or the step's end). A non-finite loss on the CPU (read now: no sync; on an accelerator that
+        read would stall the step) has its graph read before backward() frees what its nodes saved: if it
+        reaches the outputs, it is the forward's loss, with the op that made it (``loss_graph``) and this
+        backward()'s line. The line calling backward() is looked up once a step."""
+        if self._pending is not None:
+            self.settle()
+        if not (self.enabled and self.forwards):
+            return
+        f = self.forwards[-1]
+        if shared:
+            self._pending = (f, kept, f.marks())
+        else:
             if f.loss is None:
                 f.loss = kept
-                if kept.is_cpu and not math.isfinite(kept.item()):
-                    f.loss_birth = loss_birth(loss, f.last_node())
-            if self._line is None:  # above: watch's listener, loss_tap's wrapper, then Tensor.backward or the
-                self._line = user_line(skip=3)  # caller of torch.autograd.backward
-            if f.retained:
-                self._backward_seen = True
-                if f.line is None:
-                    f.line = self._line
+            self.on_loss(kept)
+        if self._line is None:  # above: watch's listener, loss_tap's wrapper, then Tensor.backward or the
+            self._line = user_line(skip=3)  # caller of torch.autograd.backward
+        if not f.graph_read and kept.is_cpu and not math.isfinite(kept.item()):
+            graph = read_loss(loss, f.model_nodes())
+            if graph.reaches:
+                f.loss, f.loss_birth, f.line, f.graph_read = kept, graph.birth, user_line(skip=3), True
+        if f.retained:
+            self._backward_seen = True
+            if f.line is None:
+                f.line = self._line
+
+    def settle(self) -> None:
+        """The last loss handed to backward() is this step's if it reached the latest forward's outputs."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            f, kept, before = pending
+            if not before or any(now is not then for now, then in zip(f.marks(), before)):  # none: can't tell
+                if f.loss is None:
+                    f.loss = kept
+                self.on_loss(kept)
 
     def made(self, t: torch.Tensor) -> bool:
         """Whether ``t`` is (a view of) an output of a forward of the step now open: another model's batch
@@ -235,7 +265,7 @@ class LoopCapture:
                     self.on_unstepped()
         if not self._open:
             self._open, self._backward_seen, self.updated, self.dropped = True, False, False, None
-            self.forwards, self.losses, self._line = [], [], None
+            self.forwards, self.losses, self._line, self._pending = [], [], None, None
             self.start = self.buffers.save() if self.buffers.names else _NO_BUFFERS
         forwards = self.forwards
         if len(forwards) >= MAX_FORWARDS:

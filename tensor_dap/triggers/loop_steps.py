@@ -1,11 +1,12 @@
 """The unchanged loop's steps, as ``watch`` counts them: which forwards and backwards make one step of
 its optimizer, and the loss each step is reported with.
 
-A step ends with the optimizer's update. One that ends without (the gradients were reset first) is
-counted only where a ``GradScaler`` scales the losses: it skipped an overflowing step, which is one
-of the run's steps. Without one, forwards and backwards with no update of this optimizer are not its
-steps (a GAN's generator step runs through the discriminator; a loop skipped a batch itself): they
-are not counted and their losses are not this model's history.
+Every ``backward()`` of the program reaches every watch; a loss is a step's once it is seen to reach
+the model's outputs (``LoopCapture.settle``). A step ends with the optimizer's update. One that ends
+without (the gradients were reset first) is counted only where a ``GradScaler`` scales the losses: it
+skipped an overflowing step, which is one of the run's steps. Without one, forwards and backwards with
+no update of this optimizer are not its steps (a GAN's generator step runs through the discriminator;
+a loop skipped a batch itself): they are not counted and their losses are not this model's history.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 
 from .capture import StepContext
 from .loop import replay_forwards
+from .active import several
 from .loss_tap import scaling
 
 
@@ -23,20 +25,29 @@ class LoopSteps:
     """Mixed into ``watch``: the state it reads is the watch's own (see watch.__init__)."""
 
     def _backward_loss(self, loss: torch.Tensor) -> None:
-        """A loss handed to ``backward()`` outside ``w.step``: the unchanged loop's loss, for the reports."""
+        """A loss handed to ``backward()`` outside ``w.step``: the unchanged loop's loss, for the reports (with
+        a capture, once the loop has seen it reach the model: ``LoopCapture.settle``)."""
         if self._ctx is None and not self._rerunning and not self._replaying:
             kept = loss.detach()
             if self._loop is not None:
-                self._loop.backward_called(loss, kept)
-            loss, total = kept, self._step_loss  # summed as it comes: one small add per accumulated micro-batch
-            summed = None if total is None else self._guard(torch.add, total, loss)
-            self._step_loss = summed if summed is not None else loss
+                self._loop.backward_called(loss, kept, several())
+            else:
+                self._add_step_loss(kept)
+
+    def _add_step_loss(self, loss: torch.Tensor) -> None:
+        """Summed as they come: one small add per accumulated micro-batch."""
+        total = self._step_loss
+        summed = None if total is None else self._guard(torch.add, total, loss)
+        self._step_loss = summed if summed is not None else loss
 
     def _take_loop_losses(self) -> None:
         """The unchanged loop's step loss into the history: the losses the model returned (also watched by the
         sentinel), else the sum of the losses given to ``backward()`` in this step (accumulated micro-batches
         add up, as their gradients do). Kept as tensors: read only when a report is made."""
-        loop, loss = self._loop, self._step_loss
+        loop = self._loop
+        if loop is not None and loop._pending is not None:
+            loop.settle()
+        loss = self._step_loss
         if loop is not None and loop.losses:
             self._history.extend(loop.losses)
             self._last_loss = (self.step_count, loop.losses[-1])
@@ -65,9 +76,10 @@ class LoopSteps:
         if self._rerunning or self._replaying:
             return
         if self.scaler is None and not scaling():
-            self._step_loss = self._noted = None
             if self._loop is not None:
+                self._loop.settle()
                 self._loop.losses = []
+            self._step_loss = self._noted = None
             return
         self._take_loop_losses()
         self._unstepped(self.step_count, self._loop_context())

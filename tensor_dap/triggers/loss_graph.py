@@ -4,10 +4,11 @@ The unchanged loop re-runs the model, never the loss function: code between ``mo
 ``loss.backward()`` that nobody handed to tensor_dap. Its graph still exists when ``backward()``
 is called, though, with the tensors each node saved for its backward (``LogBackward0`` keeps the
 input of ``log``, ``SqrtBackward0`` its result). When the loss handed to ``backward()`` is
-non-finite, ``loss_birth`` walks that graph (once, before backward frees what the nodes saved) and
-names the earliest node created after the model's outputs whose saved inputs are finite while its
-output is not: ``log`` of a tensor holding an exact 0 (a saturated sigmoid fed to a hand-written
-BCE), a division by a zero norm, ``sqrt`` of a negative number.
+non-finite, ``read`` walks that graph (before backward frees what the nodes saved): it tells whether
+the loss reaches the model's outputs (in a GAN, not every loss does) and names the earliest node
+created after the model's outputs whose saved inputs are finite while its output is not: ``log``
+of a tensor holding an exact 0 (a saturated sigmoid fed to a hand-written BCE), a division by a
+zero norm, ``sqrt`` of a negative number.
 
 The output of a node is read where the node saved it (``_saved_result``) or computed again from
 its saved inputs for the ops that make NaN/Inf from finite values (the log family, ``sqrt``,
@@ -21,7 +22,8 @@ from __future__ import annotations
 import heapq
 import logging
 import time
-from typing import Any, Callable
+from collections.abc import Collection
+from typing import Any, Callable, NamedTuple
 
 import torch
 
@@ -40,42 +42,51 @@ _UNARY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
-def loss_birth(loss: torch.Tensor, after: int = -1) -> Birth | None:
-    """The first op, among the graph's nodes created after sequence number ``after`` (the model's last
-    node), that made a non-finite value from finite inputs; None when none can be told. Never raises: it
-    runs inside the user's ``backward()`` call."""
+class LossGraph(NamedTuple):
+    """What the loss's graph says: whether it reaches the model's outputs, and the op that made it non-finite."""
+
+    reaches: bool
+    birth: Birth | None
+
+
+def read(loss: torch.Tensor, model_nodes: Collection[Any] = ()) -> LossGraph:
+    """Walk the graph of ``loss`` over the nodes made after ``model_nodes`` (those that made the model's
+    outputs: the loss computation's come after them): does it reach them, and which is the first op that
+    made a non-finite value from finite inputs (None when none can be told)? Never raises: it runs inside
+    the user's ``backward()`` call."""
     try:
-        return _walk(loss, after)
+        return _walk(loss, set(model_nodes))
     except Exception as exc:  # noqa: BLE001 - a graph it cannot read: the report says less, training goes on
         log.debug("loss graph not read: %r", exc)
-        return None
+        return LossGraph(False, None)
 
 
-def _walk(loss: torch.Tensor, after: int) -> Birth | None:
+def _walk(loss: torch.Tensor, model_nodes: set[Any]) -> LossGraph:
     root = loss.grad_fn
     if root is None:
-        return None
+        return LossGraph(False, None)
+    after = max((_seq(n) for n in model_nodes), default=-1)
     deadline = time.monotonic() + BUDGET_S
     found: list[tuple[int, Birth]] = []
+    reaches = root in model_nodes
     seen = {root}
     todo = [(-_seq(root), id(root), root)]  # the latest-made node first, down towards the model
     with torch.no_grad():
         while todo and len(seen) <= MAX_NODES and time.monotonic() < deadline:
             _, _, node = heapq.heappop(todo)
+            if node in model_nodes:
+                continue  # the model's own nodes: re-run by the replay, not read here
             birth = _birth_at(node)
             if birth is not None:
                 found.append((_seq(node), birth))
             for child, _ in getattr(node, "next_functions", ()):
-                if child is not None and child not in seen and _seq(child) > after:
+                if child is None or child in seen:
+                    continue
+                reaches = reaches or child in model_nodes
+                if _seq(child) > after:
                     seen.add(child)
                     heapq.heappush(todo, (-_seq(child), id(child), child))
-    return min(found, key=lambda pair: pair[0])[1] if found else None
-
-
-def sequence_nr(made: Any) -> int:
-    """The sequence number of an autograd node, or of the node that made a tensor (-1 for a leaf)."""
-    node = made.grad_fn if isinstance(made, torch.Tensor) else made
-    return _seq(node) if node is not None else -1
+    return LossGraph(reaches, min(found, key=lambda pair: pair[0])[1] if found else None)
 
 
 def _seq(node: Any) -> int:

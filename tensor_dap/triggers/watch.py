@@ -107,7 +107,8 @@ class watch(Investigation, LoopSteps):
         self._mode: str | None = "optimizer" if optimizer is not None else None
         self._param_store: list[torch.Tensor] | None = None
         self._last_loss: tuple[int, torch.Tensor | None] = (-1, None)
-        self._loop = LoopCapture(called(model), self._buffers, self._params, self._loop_unstepped) if rerun else None
+        self._loop = (LoopCapture(called(model), self._buffers, self._params, self._loop_unstepped,
+                                  self._add_step_loss) if rerun else None)
         self._step_loss: torch.Tensor | None = None  # the sum of the losses given to backward() this step
         self._noted: float | None = None  # the last loss break_if saw this step
         self._untap = listen(self._backward_loss)

@@ -10,7 +10,7 @@ from torch import nn
 import tensor_dap
 
 BUG_STEP = 4
-BUGS = ("saturated_bce", "generator_norm")
+BUGS = ("saturated_bce", "generator_norm", "generator_loss")
 
 
 def hand_bce(p, label):
@@ -38,16 +38,23 @@ class Discriminator(nn.Module):
         return self.net(x).squeeze(1)
 
 
+LOSSES: dict[str, list[float]] = {"D": [], "G": []}  # the last run's step losses, as the loop printed them
+
+
 def train(steps: int, watched: bool, bug: str | None = None):
-    """(the watches, netD, netG) after ``steps`` iterations. ``saturated_bce``: a batch of real samples 1e4
+    """(the watches, netD, netG) after ``steps`` iterations; the step losses are left in ``LOSSES``.
+    ``saturated_bce``: a batch of real samples 1e4
     times too large saturates the discriminator's sigmoid to exactly 1 (log(1 - 1) in the loss);
-    ``generator_norm``: every hidden unit of the generator dies, and it divides by a zero norm."""
+    ``generator_norm``: every hidden unit of the generator dies, and it divides by a zero norm;
+    ``generator_loss``: the generator's non-saturating loss, -log D(G(z)), written by hand, once the
+    discriminator rejects every fake with a probability of exactly 0."""
     torch.manual_seed(0)
     netG, netD = Generator(), Discriminator()
     optG = torch.optim.Adam(netG.parameters(), lr=1e-3)
     optD = torch.optim.Adam(netD.parameters(), lr=1e-3)
     watches = [tensor_dap.watch(netD, optD, on="raise", capture=False),
                tensor_dap.watch(netG, optG, on="raise", capture=False)] if watched else []
+    LOSSES["D"], LOSSES["G"] = [], []
     try:
         for i in range(steps):
             real = torch.randn(16, 6) * (1e4 if bug == "saturated_bce" and i == BUG_STEP else 1.0)
@@ -61,10 +68,18 @@ def train(steps: int, watched: bool, bug: str | None = None):
             fake = netG(torch.randn(16, 4))
             err_fake = hand_bce(netD(fake.detach()), zeros)
             err_fake.backward()
+            LOSSES["D"].append((err_real + err_fake).item())
             optD.step()
             netG.zero_grad()
-            err_g = hand_bce(netD(fake), ones)  # the generator's step runs through the discriminator
-            err_g.backward()
+            if bug == "generator_loss":
+                if i == BUG_STEP:
+                    with torch.no_grad():
+                        netD.net[2].bias.fill_(-1e4)
+                err_g = -torch.log(netD(fake)).mean()
+            else:
+                err_g = hand_bce(netD(fake), ones)  # the generator's step runs through the discriminator
+            err_g.backward()  # THE GENERATOR'S BACKWARD
+            LOSSES["G"].append(err_g.item())
             optG.step()
     finally:
         for w in watches:

@@ -27,8 +27,7 @@ def test_a_gan_s_discriminator_names_the_log_at_its_own_step_with_its_own_losses
     assert report.source["text"].endswith("# THE BACKWARD") and report.mode == "loop"
     assert report.origin.startswith("log, in the loss computed before gan.py:")
     # its history holds the discriminator's step losses (real + fake), not the generator's
-    assert len(report.loss_history) == BUG_STEP + 1 and math.isnan(report.loss_history[-1])
-    assert all(0.5 < v < 3.0 for v in report.loss_history[:-1])
+    assert report.loss_history[:-1] == pytest.approx(gan.LOSSES["D"][:-1]) and math.isnan(report.loss_history[-1])
     summary = f"1 of the {BUG_STEP + 1} steps watched were non-finite (the first at step {BUG_STEP})"
     assert summary in capsys.readouterr().err
 
@@ -56,3 +55,18 @@ def test_a_batch_the_generator_made_non_finite_is_traced_into_the_generator(reta
     assert report.step == BUG_STEP and "division by zero" in report.diagnosis
     assert report.source["text"].endswith("# BIRTH: generator_norm")
     assert "the output of Generator, watched too" in report.notes[0]
+
+
+def test_the_generator_s_own_loss_is_told_from_the_discriminator_s():
+    """Every backward() reaches the loss tap of both watches; the generator's watch takes as its loss the
+    non-finite one whose graph reaches its outputs (its own -log D(G(z))), not the discriminator's losses
+    on the detached fake, and names its op and its backward() line."""
+    with pytest.raises(NonFiniteError) as info:
+        gan.train(BUG_STEP + 3, watched=True, bug="generator_loss")
+    report = info.value.report
+    assert (report.phase, report.module, report.op) == ("loss", None, "log")
+    assert report.step == BUG_STEP and "log of zero" in report.diagnosis
+    assert report.source["text"].endswith("# THE GENERATOR'S BACKWARD")
+    assert math.isinf(report.loss)
+    # its history: the generator's losses only (not the discriminator's on the detached fake, nor their sum)
+    assert report.loss_history == pytest.approx(gan.LOSSES["G"])

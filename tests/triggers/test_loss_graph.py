@@ -11,16 +11,23 @@ from gan import hand_bce
 from torch import nn
 
 from tensor_dap.triggers import loss_graph
-from tensor_dap.triggers.loss_graph import loss_birth, sequence_nr
+from tensor_dap.triggers.loss_graph import read
 
 pytestmark = [pytest.mark.timeout(60)]
+
+
+def loss_birth(loss, made=None):
+    """The op read from the graph of ``loss``, over what was computed after the tensor ``made``."""
+    graph = read(loss, [made.grad_fn] if made is not None else [])
+    assert graph.reaches == (made is not None)
+    return graph.birth
 
 
 def test_a_saturated_sigmoid_in_a_hand_written_bce_is_log_of_zero():
     w = torch.tensor([60.0, 0.3], requires_grad=True)
     p = torch.sigmoid(w * 1.0)  # the "model": 60 saturates to exactly 1.0 in float32
     loss = hand_bce(p, torch.zeros(2))
-    birth = loss_birth(loss, sequence_nr(p))
+    birth = loss_birth(loss, p)
     assert (birth.phase, birth.op, birth.kind, birth.module) == ("loss", "log", "inf", None)
     [(name, x)] = birth.inputs
     assert name == "input" and x[0].item() == 0.0 and x.grad_fn is None  # detached: no graph kept alive
@@ -37,7 +44,7 @@ def test_a_saturated_sigmoid_in_a_hand_written_bce_is_log_of_zero():
 def test_the_ops_that_make_non_finite_values_from_finite_ones_are_named(make, op):
     x = torch.tensor([1.0, 2.0], requires_grad=True)
     y = x * 1.0
-    birth = loss_birth(make(y), sequence_nr(y))
+    birth = loss_birth(make(y), y)
     assert birth is not None and birth.op == op
 
 
@@ -47,7 +54,7 @@ def test_only_the_loss_computation_after_the_model_is_looked_at():
     x = torch.tensor([-1.0, 4.0], requires_grad=True)
     h = torch.where(x > 0, torch.sqrt(x), torch.zeros(2))  # sqrt(-1) is NaN, masked: the output is finite
     loss = torch.log(h * 0).sum()
-    assert loss_birth(loss, sequence_nr(h)).op == "log"
+    assert loss_birth(loss, h).op == "log"
     assert loss_birth(loss).op == "sqrt"
 
 
@@ -56,18 +63,30 @@ def test_the_earliest_birth_wins():
     y = x * 1.0
     first = torch.log(y)  # -inf at 0
     loss = (first + torch.sqrt(y - 2)).sum()  # a second, later birth (NaN)
-    assert loss_birth(loss, sequence_nr(y)).op == "log"
+    assert loss_birth(loss, y).op == "log"
 
 
 def test_what_cannot_be_told_is_none_and_nothing_raises():
     x = torch.tensor([1e30, 2.0], requires_grad=True)
     y = x * 1.0
-    assert loss_birth(nn.functional.mse_loss(y, torch.zeros(2)), sequence_nr(y)) is None  # overflow in one op
-    assert loss_birth(y.sum(), sequence_nr(x)) is None  # finite
+    assert loss_birth(nn.functional.mse_loss(y, torch.zeros(2)), y) is None  # overflow in one op
+    assert loss_birth((y * 2).sum(), y) is None  # finite
     loss = torch.log(y - y).sum()
     loss.backward()  # the nodes' saved tensors are freed now: reading them fails inside, quietly
     assert loss_birth(loss) is None
     assert loss_birth(torch.tensor(float("nan"))) is None  # no graph at all
+
+
+def test_it_tells_whether_a_loss_reaches_the_model_s_outputs():
+    """In a GAN not every loss reaches every model: the discriminator's loss on a detached fake sample
+    never reaches the generator's output."""
+    z = torch.ones(3, requires_grad=True)
+    fake = z * 2.0  # the generator's output
+    on_detached = torch.log(fake.detach() * 0).sum()
+    through = torch.log(fake * 0).sum()
+    assert read(on_detached, [fake.grad_fn]) == (False, None)  # nothing after the model's outputs: no op read
+    graph = read(through, [fake.grad_fn])
+    assert graph.reaches and graph.birth.op == "log"
 
 
 def test_the_walk_is_bounded(monkeypatch):
