@@ -32,7 +32,8 @@ def _say(text: str) -> None:
 class Aftermath:
     """Counts non-finite steps after the first report; rate-limited lines while training goes on."""
 
-    def __init__(self) -> None:
+    def __init__(self, model: str = "") -> None:
+        self.model = model  # the watched model's class, named in every line (a GAN has two watches talking)
         self.first: int | None = None  # the step of the first report
         self.count = 0  # non-finite steps seen, the reported ones included
         self.unprinted = 0
@@ -63,12 +64,14 @@ class Aftermath:
             self.unprinted += 1
             return
         more = f"; {self.unprinted} more not shown" if self.unprinted else ""
-        _say(f"tensor_dap: step {step} is non-finite too: training goes on with NaN/Inf "
+        model = f"{self.model} " if self.model else ""
+        _say(f"tensor_dap: {model}step {step} is non-finite too: training goes on with NaN/Inf "
              f"({self.count} non-finite steps since step {self.first}{more})")
         self._last, self.unprinted = now, 0
 
     def summary(self, steps: int) -> None:
         """The end of the run: how many steps were non-finite."""
         if self.count:
-            _say(f"tensor_dap.watch: {self.count} of the {steps} steps watched were non-finite "
+            model = f"({self.model})" if self.model else ""
+            _say(f"tensor_dap.watch{model}: {self.count} of the {steps} steps watched were non-finite "
                  f"(the first at step {self.first})")

@@ -92,7 +92,7 @@ class watch(Investigation, LoopSteps):
         self._stepper = optimizer  # the optimizer that steps (found by the hook when not given)
         self._latched = False
         self._history: deque[Any] = deque(maxlen=LOSS_HISTORY)
-        self._aftermath = Aftermath()
+        self._aftermath = Aftermath(type(self._inner).__name__)
         self._watched = 0  # steps seen, for the end-of-run count
         self._scaler_probes = 0
         # RNG states cost microseconds to copy; a step that does not draw from a stream leaves it as
