@@ -96,9 +96,50 @@ def kind_of(t: Any) -> str | None:
     if not _float(t):
         return None
     with torch.no_grad():
-        if bool(torch.isfinite(t).all()):
+        t = _distinct(t)
+        if t.numel() <= SLICE_ELEMENTS:
+            if bool(torch.isfinite(t).all()):
+                return None
+            return "nan" if bool(torch.isnan(t).any()) else "inf"
+        if bool(torch.isfinite(t.sum())):  # no temporary: a NaN/Inf anywhere makes the sum non-finite
             return None
-        return "nan" if bool(torch.isnan(t).any()) else "inf"
+        inf = False  # the sum is NaN/Inf, or only overflowed: look slice by slice
+        for piece in _slices(t, SLICE_ELEMENTS):
+            if not bool(torch.isfinite(piece).all()):
+                if bool(torch.isnan(piece).any()):
+                    return "nan"
+                inf = True
+        return "inf" if inf else None
+
+
+SLICE_ELEMENTS = 1 << 22  # larger tensors are looked at in slices: temporaries stay a few MB whatever the size
+
+
+def _distinct(t: torch.Tensor) -> torch.Tensor:
+    """``t`` without its broadcast dimensions (stride 0): an expanded attention mask, its own values only."""
+    for d in range(t.dim()):
+        if t.stride(d) == 0 and t.size(d) > 1:
+            t = t.narrow(d, 0, 1)
+    return t
+
+
+def _slices(t: torch.Tensor, limit: int) -> Iterator[torch.Tensor]:
+    """Views of ``t`` of at most ``limit`` elements (or one row of the last dimension) that cover it."""
+    if t.numel() <= limit or t.dim() == 0:
+        yield t
+        return
+    if t.dim() == 1:
+        for i in range(0, t.shape[0], limit):
+            yield t[i:i + limit]
+        return
+    row = t[0].numel()
+    if row > limit:
+        for sub in t.unbind(0):
+            yield from _slices(sub, limit)
+        return
+    step = max(1, limit // max(1, row))
+    for i in range(0, t.shape[0], step):
+        yield t[i:i + step]
 
 
 def _scalar_kind(args: Any, kwargs: Any) -> str | None:

@@ -1,0 +1,63 @@
+"""``kind_of``: is a tensor NaN, Inf or finite, with temporaries bounded whatever its size, strides or
+broadcasting (localization asks it of every op's output; an expanded attention mask may be 8 GiB wide)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tensor_dap.triggers import origin
+from tensor_dap.triggers.origin import kind_of
+
+
+@pytest.fixture
+def small_slices(monkeypatch):
+    """Slices of 64 elements: the bounded path runs on tensors small enough to build every case."""
+    monkeypatch.setattr(origin, "SLICE_ELEMENTS", 64)
+
+
+def planted(shape, where, value, dtype=torch.float32):
+    t = torch.randn(shape).to(dtype)
+    t.view(-1)[where] = value
+    return t
+
+
+@pytest.mark.parametrize("make, expected", [
+    (lambda: torch.randn(50, 40), None),
+    (lambda: planted((50, 40), -1, float("nan")), "nan"),  # the very last element
+    (lambda: planted((50, 40), 777, float("inf")), "inf"),
+    (lambda: planted((50, 40), 0, float("-inf")), "inf"),
+    (lambda: torch.tensor([float("inf"), float("-inf")] * 100), "inf"),  # their sum is NaN: still Inf only
+    (lambda: torch.full((300,), 6e4, dtype=torch.float16), None),  # the sum overflows: finite all the same
+    (lambda: planted((50, 40), 5, float("nan")).t(), "nan"),  # transposed: not contiguous
+    (lambda: planted((3, 500), 570, float("inf"))[:, ::7], "inf"),  # strided
+    (lambda: planted((2, 3, 400), 2399, float("nan")), "nan"),  # rows larger than a slice
+    (lambda: torch.complex(torch.randn(300), planted((300,), 299, float("inf"))), "inf"),
+])
+def test_large_tensors_are_read_in_slices_exactly(small_slices, make, expected):
+    t = make()
+    assert kind_of(t) == expected
+    origin.SLICE_ELEMENTS = 1 << 30  # the one-pass answer agrees
+    assert kind_of(t) == expected
+
+
+def test_slices_cover_every_element_once_within_the_limit():
+    t = torch.arange(2 * 3 * 500, dtype=torch.float32).reshape(2, 3, 500).transpose(0, 2)
+    pieces = list(origin._slices(t, 64))
+    assert all(p.numel() <= 64 or p.dim() == 1 and p.numel() <= 64 for p in pieces)
+    seen = torch.cat([p.reshape(-1) for p in pieces]).sort().values
+    assert torch.equal(seen, torch.arange(t.numel(), dtype=torch.float32))
+
+
+def test_a_broadcast_mask_is_read_by_its_own_values(small_slices, monkeypatch):
+    """An expanded tensor is checked on the memory it has, not on the 2**31 elements it shows."""
+    sliced = []
+    real = origin._slices
+    monkeypatch.setattr(origin, "_slices", lambda t, limit: sliced.append(t.numel()) or real(t, limit))
+    mask = torch.zeros(1, 1, 8, 8)
+    mask[..., 3, :] = float("-inf")
+    wide = mask.expand(32, 16, 8, 8).expand(32, 16, 8, 8)
+    huge = torch.zeros(1).expand(2**31)
+    assert origin._distinct(wide).numel() == 64 and origin._distinct(huge).numel() == 1
+    assert kind_of(wide) == "inf" and kind_of(huge) is None
+    assert sliced == []  # 64 values of its own: read in one pass, never sliced
