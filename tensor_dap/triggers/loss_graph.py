@@ -28,6 +28,7 @@ from typing import Any, Callable, NamedTuple
 import torch
 
 from .ops import forward_name
+from . import origin
 from .origin import Birth, kind_of
 
 log = logging.getLogger("tensor_dap.triggers")
@@ -128,20 +129,44 @@ def _birth_at(node: Any) -> Birth | None:
 
 
 def _recompute(op: str, saved: dict[str, Any]) -> torch.Tensor | None:
-    """The op's output from its saved inputs, for the ops that turn finite values non-finite."""
+    """The op's output from its saved inputs, for the ops that turn finite values non-finite. Elementwise
+    ops on a large input run slice by slice (the slice holding the first NaN/Inf stands for the output);
+    a binary op whose result would be large is not re-computed."""
     x, other = saved.get("self"), saved.get("other")
     try:
         if op in _UNARY and isinstance(x, torch.Tensor):
-            return _UNARY[op](x)
+            return _sliced(_UNARY[op], x)
+        if op == "pow" and isinstance(x, torch.Tensor) and "exponent" in saved:
+            exponent = saved["exponent"]
+            return _sliced(lambda piece: torch.pow(piece, exponent), x)
+        if _numel(x, other) > origin.SLICE_ELEMENTS:
+            return None
         if op == "div" and isinstance(other, (torch.Tensor, int, float)):
             if isinstance(x, torch.Tensor):
                 return torch.div(x, other)
             divisor = torch.as_tensor(other)  # x itself not saved: x / 0 is never finite, whatever x is
             return torch.where(divisor == 0, torch.tensor(float("inf")), divisor.new_zeros(()))
-        if op == "pow" and isinstance(x, torch.Tensor) and "exponent" in saved:
-            return torch.pow(x, saved["exponent"])
         if op in ("mul", "xlogy") and isinstance(x, torch.Tensor) and isinstance(other, torch.Tensor):
             return getattr(torch, op)(x, other)
     except Exception:  # noqa: BLE001 - shapes or dtypes the op refuses now: not known
         return None
     return None
+
+
+def _sliced(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor | None:
+    if x.numel() <= origin.SLICE_ELEMENTS:
+        return fn(x)
+    for piece in origin.slices(x, origin.SLICE_ELEMENTS):
+        out = fn(piece)
+        if kind_of(out) is not None:
+            return out
+    return None  # finite everywhere
+
+
+def _numel(*operands: Any) -> int:
+    """Elements of the broadcast result of the tensor operands (1 for numbers)."""
+    shapes = [t.shape for t in operands if isinstance(t, torch.Tensor)]
+    try:
+        return torch.broadcast_shapes(*shapes).numel() if shapes else 1
+    except RuntimeError:
+        return 1 << 62

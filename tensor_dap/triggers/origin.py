@@ -104,7 +104,7 @@ def kind_of(t: Any) -> str | None:
         if bool(torch.isfinite(t.sum())):  # no temporary: a NaN/Inf anywhere makes the sum non-finite
             return None
         inf = False  # the sum is NaN/Inf, or only overflowed: look slice by slice
-        for piece in _slices(t, SLICE_ELEMENTS):
+        for piece in slices(t, SLICE_ELEMENTS):
             if not bool(torch.isfinite(piece).all()):
                 if bool(torch.isnan(piece).any()):
                     return "nan"
@@ -123,7 +123,7 @@ def _distinct(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def _slices(t: torch.Tensor, limit: int) -> Iterator[torch.Tensor]:
+def slices(t: torch.Tensor, limit: int) -> Iterator[torch.Tensor]:
     """Views of ``t`` of at most ``limit`` elements (or one row of the last dimension) that cover it."""
     if t.numel() <= limit or t.dim() == 0:
         yield t
@@ -135,7 +135,7 @@ def _slices(t: torch.Tensor, limit: int) -> Iterator[torch.Tensor]:
     row = t[0].numel()
     if row > limit:
         for sub in t.unbind(0):
-            yield from _slices(sub, limit)
+            yield from slices(sub, limit)
         return
     step = max(1, limit // max(1, row))
     for i in range(0, t.shape[0], step):

@@ -96,3 +96,18 @@ def test_the_walk_is_bounded(monkeypatch):
     for _ in range(5000):
         y = y + 1.0
     assert loss_birth(y.sum()) is None  # the walk stopped long before reaching it
+
+
+def test_a_large_input_is_re_computed_in_slices(monkeypatch):
+    """The op's output for a large saved input is computed slice by slice: the slice holding the first
+    NaN/Inf is the output shown; a binary op whose result would be large is not re-computed at all."""
+    from tensor_dap.triggers import origin
+
+    monkeypatch.setattr(origin, "SLICE_ELEMENTS", 64)
+    data = torch.rand(40, 30) + 0.5
+    data[33, 7] = 0.0  # log(0) deep in the tensor
+    x = data.requires_grad_()
+    y = x * 1.0
+    birth = loss_birth(torch.log(y * 1.0).sum(), y)
+    assert birth.op == "log" and birth.output.numel() <= 64 and torch.isneginf(birth.output).any()
+    assert loss_birth((y / (y - y)).sum(), y) is None  # 1200 elements > 64: not re-computed
