@@ -10,6 +10,7 @@ under test.
 from __future__ import annotations
 
 import datetime
+import gc
 import json
 import os
 
@@ -23,6 +24,17 @@ import planted
 def worker(rank: int, world: int, init_file: str, out: str, mode: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=30))
+    try:
+        result = train(rank, mode)
+        with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+            json.dump(result, f)
+        gc.collect()  # the DDP model and its reducer go before their process group does
+        dist.barrier()  # no rank tears down while another still talks to it
+    finally:
+        dist.destroy_process_group()
+
+
+def train(rank: int, mode: str) -> dict:
     import tensor_dap
     from tensor_dap import NonFiniteError
     from tensor_dap.dap import attached
@@ -53,7 +65,4 @@ def worker(rank: int, world: int, init_file: str, out: str, mode: str) -> None:
         result["reports"] = [r.to_dict() for r in w.reports]
     except NonFiniteError as exc:
         result["error"] = exc.report.to_dict()
-    finally:
-        with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
-            json.dump(result, f)
-        dist.destroy_process_group()
+    return result
