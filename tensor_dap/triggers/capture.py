@@ -38,6 +38,11 @@ class StepContext:
     forwards: list[Any] | None = None  # an unchanged loop's step: the model's own forwards (see loop.py)
     outer: StepContext | None = None  # a closure evaluated inside step(): the w.step it belongs to (bundled)
 
+    @property
+    def mode(self) -> str:
+        """How its bundle replays: "loop" (the model's own forwards) or "step" (with the step function)."""
+        return "loop" if self.forwards is not None else "step"
+
 
 @dataclass
 class Window:

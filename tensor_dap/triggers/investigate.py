@@ -90,7 +90,7 @@ class Investigation:
                 error: type[TriggerError] = NonFiniteError) -> None:
         """Bundle the step, keep the report, and send it where ``on`` says."""
         if source is not None:
-            report.mode = "loop" if source.ctx.forwards is not None else "step"
+            report.mode = source.ctx.mode
         if self.capture and source is not None:
             self._write_bundle(report, source)
         elif self.capture and report.bundle is None:

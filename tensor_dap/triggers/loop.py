@@ -192,24 +192,18 @@ class LoopCapture:
 
     def backward_called(self, loss: torch.Tensor, kept: torch.Tensor, shared: bool) -> None:
         """A loss was handed to backward() (watch's ``loss_tap`` listener calls this; ``kept``: it detached).
-        Every backward() of the program comes here. With one watch open, it is taken as the latest forward's;
-        with several (``shared``: a GAN's two models), not every loss reaches every model: it is this step's
-        once the gradients of the latest forward's outputs are seen replaced by it (``settle``, at the next
-        backward or the step's end). A non-finite loss on the CPU (read now: no sync; on an accelerator that
-        read would stall the step) has its graph read before backward() frees what its nodes saved: if it
-        reaches the outputs, it is the forward's loss, with the op that made it (``loss_graph``) and this
-        backward()'s line. The line calling backward() is looked up once a step."""
-        if self._pending is not None:
-            self.settle()
+        Every backward() of the program comes here, and is settled at the next backward or the step's end
+        (``settle``). With one watch open, it is the latest forward's; with several (``shared``: a GAN's two
+        models), not every loss reaches every model: it is this step's once the gradients of the latest
+        forward's outputs are seen replaced by it. A non-finite loss on the CPU (read now: no sync; on an
+        accelerator that read would stall the step) has its graph read before backward() frees what its nodes
+        saved: if it reaches the outputs, it is the forward's loss, with the op that made it (``loss_graph``)
+        and this backward()'s line. The line calling backward() is looked up once a step."""
+        self.settle()
         if not (self.enabled and self.forwards):
             return
         f = self.forwards[-1]
-        if shared:
-            self._pending = (f, kept, f.marks())
-        else:
-            if f.loss is None:
-                f.loss = kept
-            self.on_loss(kept)
+        self._pending = (f, kept, f.marks() if shared else [])  # alone, nothing to tell apart: it is this step's
         if self._line is None:  # above: watch's listener, loss_tap's wrapper, then Tensor.backward or the
             self._line = user_line(skip=3)  # caller of torch.autograd.backward
         if not f.graph_read and kept.is_cpu and not math.isfinite(kept.item()):
@@ -226,7 +220,7 @@ class LoopCapture:
         pending, self._pending = self._pending, None
         if pending is not None:
             f, kept, before = pending
-            if not before or any(now is not then for now, then in zip(f.marks(), before)):  # none: can't tell
+            if not before or any(now is not then for now, then in zip(f.marks(), before)):  # none: not told apart
                 if f.loss is None:
                     f.loss = kept
                 self.on_loss(kept)
@@ -264,8 +258,9 @@ class LoopCapture:
                 if not self.updated:
                     self.on_unstepped()
         if not self._open:
+            self.settle()  # a loss handed to backward() after the last update counts, as it came, in this step
             self._open, self._backward_seen, self.updated, self.dropped = True, False, False, None
-            self.forwards, self.losses, self._line, self._pending = [], [], None, None
+            self.forwards, self.losses, self._line = [], [], None
             self.start = self.buffers.save() if self.buffers.names else _NO_BUFFERS
         forwards = self.forwards
         if len(forwards) >= MAX_FORWARDS:

@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 
+from .active import several
 from .capture import StepContext
 from .loop import replay_forwards
-from .active import several
 from .loss_tap import scaling
 
 
@@ -45,7 +45,7 @@ class LoopSteps:
         sentinel), else the sum of the losses given to ``backward()`` in this step (accumulated micro-batches
         add up, as their gradients do). Kept as tensors: read only when a report is made."""
         loop = self._loop
-        if loop is not None and loop._pending is not None:
+        if loop is not None:
             loop.settle()
         loss = self._step_loss
         if loop is not None and loop.losses:
@@ -65,6 +65,7 @@ class LoopSteps:
         loop = self._loop
         if loop is None or not loop.replayable or loop.start is None:
             return None
+        loop.settle()  # the last loss handed to backward() is its forward's before the forwards are re-run
         forwards = list(loop.forwards)
         return StepContext(self.step_count, lambda: replay_forwards(self._inner, forwards), (), {}, forwards[0].rng,
                            loop.start, checked=True, optimizer=optimizer or self._stepper, forwards=forwards,

@@ -124,7 +124,7 @@ def _distinct(t: torch.Tensor) -> torch.Tensor:
 
 
 def slices(t: torch.Tensor, limit: int) -> Iterator[torch.Tensor]:
-    """Views of ``t`` of at most ``limit`` elements (or one row of the last dimension) that cover it."""
+    """Views of ``t``, each of at most ``limit`` elements, that together cover it once."""
     if t.numel() <= limit or t.dim() == 0:
         yield t
         return

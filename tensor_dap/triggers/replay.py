@@ -90,7 +90,7 @@ def replay(bundle: str | Bundle, model: torch.nn.Module, step_fn: Callable[..., 
     if finding is None:
         return None
     report = report_of(finding, step=bundle.step, headline=f"replay: {bundle.report.headline}")
-    report.bundle, report.mode = bundle.path, "loop" if bundle.forwards else "step"
+    report.bundle, report.mode = bundle.path, bundle.mode
     if (finding.phase, finding.module, finding.op) != (bundle.report.phase, bundle.report.module, bundle.report.op):
         report.notes.append(f"the original report said {bundle.report.where or 'something else'}"
                             + (f", {bundle.report.origin}" if bundle.report.origin else ""))

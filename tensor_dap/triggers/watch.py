@@ -221,7 +221,7 @@ class watch(Investigation, LoopSteps):
         self._guard(self._enrich, report, None)
         source = self._guard(self._source_now)
         if source is not None:
-            report.mode = "loop" if source.ctx.forwards is not None else "step"
+            report.mode = source.ctx.mode
         if self.capture and source is not None:
             self._write_bundle(report, source)
         self.reports.append(report)
