@@ -2,7 +2,7 @@
 anomaly mode vs naive hooks, and a check that numerics stay bit-identical with watch on.
 
 Run: .venv/bin/python benchmarks/bench_guard.py [--quick]
-The same loop (MLP 784-256-256-10, batch 64, Adam, CPU) in six variants, all training one
+The same loop (MLP 784-256-256-10, batch 64, Adam, CPU) in eight variants, all training one
 shared model (separate instances differ in speed by more than what is measured here). Each
 round runs a short block of every variant in a shuffled order, so drift of the machine (other
 jobs, turbo) hits all alike; a variant's set-up (a watch being made, hooks put on) and its first
@@ -30,6 +30,7 @@ from torch import nn
 
 import tensor_dap
 from tensor_dap.triggers.optimizer_call import SCALER_PROBE_STEPS
+from tensor_dap.triggers.sentinel import _CpuFlag
 from _paired import interleaved, ratio_interval, round_ratios, spread  # noqa: E402 - the benchmarks' shared timing, beside this script
 
 TARGETS = {"watch (w.step)": 0.95, "watch (loop)": 0.95, "break_if": 0.99}
@@ -106,6 +107,20 @@ def variants() -> dict[str, Callable[[], AbstractContextManager[Callable[[int], 
             yield plain
 
     @contextmanager
+    def check_alone() -> Iterator[Callable[[int], None]]:
+        """The sentinel's fused gradient check in a bare optimizer hook, nothing else: the floor under watch."""
+        flag, grads = _CpuFlag(), list(model.parameters())[::-1]
+
+        def check(*_: object) -> None:
+            flag.check([p.grad for p in grads])
+
+        handle = optimizer.register_step_pre_hook(check)
+        try:
+            yield plain
+        finally:
+            handle.remove()
+
+    @contextmanager
     def hooks() -> Iterator[Callable[[int], None]]:
         handles = naive_hooks(model)
         try:
@@ -116,6 +131,7 @@ def variants() -> dict[str, Callable[[], AbstractContextManager[Callable[[int], 
 
     return {"plain": as_is, "watch (w.step)": watched, "watch (loop)": watched_loop,
             "loop, rerun=False": lambda: watched_loop(rerun=False),  # the sentinel alone: what capture adds
+            "fused check alone": check_alone,  # the gradient read every mode pays: the floor under the targets
             "break_if": with_break_if, "detect_anomaly": anomaly, "naive isnan hooks": hooks}
 
 
@@ -124,10 +140,14 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
     ap.add_argument("--rounds", type=int, default=None)
     ap.add_argument("--steps", type=int, default=20, help="timed steps per block")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="only time each of the unchanged loop's hooks inside the training step, then stop")
     ap.add_argument("--warm", type=int, default=SCALER_PROBE_STEPS + 5,
                     help="untimed steps per block: a watch's start, paid once a run")
     args = ap.parse_args()
     rounds = args.rounds or (3 if args.quick else 120)
+    if args.breakdown:
+        return breakdown(steps=300 if args.quick else 1500)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; MLP 784-256-256-10, batch 64, Adam, CPU")
     times = interleaved(variants(), rounds, args.steps, warm=args.warm)
     ratios = round_ratios(times)
@@ -172,6 +192,55 @@ def check_numerics(steps: int) -> None:
         print(f"  numerics after {steps} steps, watch ({mode}) vs plain: {'bit-identical' if same else 'DIFFERENT'}")
         if not same:
             raise SystemExit(f"watch ({mode}) changed the training numerics")
+
+
+def breakdown(steps: int) -> None:
+    """Microseconds each hook of the unchanged loop takes inside the step (where caches are cold after the
+    step's kernels, unlike a micro-benchmark), the median over ``steps`` steps after 100 untimed ones. Each
+    hook is wrapped in a timer (~0.3 µs more); nested ones are included in their caller's time."""
+    import functools
+
+    from tensor_dap.triggers import loop, loop_steps, sentinel
+    from tensor_dap.triggers import watch as watch_module
+
+    spent: dict[str, list[float]] = {}
+    hooks = [(loop.LoopCapture, "_pre", "model's forward pre-hook"),
+             (loop.LoopCapture, "_post", "model's forward hook"),
+             (loop_steps.LoopSteps, "_backward_loss", "backward() listener"),
+             (loop.LoopCapture, "backward_called", "  of which the capture's"),
+             (watch_module.watch, "_before_update", "optimizer pre-step hook"),
+             (sentinel.Sentinel, "observe_params", "  of which the gradient check"),
+             (loop_steps.LoopSteps, "_take_loop_losses", "  of which the step's loss"),
+             (watch_module.watch, "_after_update", "  of which the step's end")]
+    originals = [(owner, name, getattr(owner, name)) for owner, name, _ in hooks]
+
+    def timed(fn: Callable, label: str) -> Callable:
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent.setdefault(label, []).append(time.perf_counter() - start)
+        return run
+
+    for owner, name, label in hooks:
+        setattr(owner, name, timed(getattr(owner, name), label))
+    step_times = []
+    try:
+        model, optimizer, data, step = make()
+        with tensor_dap.watch(model, optimizer, on="raise", capture=False):
+            for i in range(100 + steps):
+                start = time.perf_counter()
+                step(*data[i % len(data)])
+                step_times.append(time.perf_counter() - start)
+    finally:
+        for owner, name, fn in originals:
+            setattr(owner, name, fn)
+    print(f"\nthe unchanged loop's hooks inside a step of {statistics.median(step_times[100:]) * 1e6:.0f} µs "
+          f"(median of {steps} steps, timers included):")
+    for _, _, label in hooks:
+        print(f"  {label:<32}{statistics.median(spent[label][100:]) * 1e6:>8.1f} µs")
 
 
 def break_if_call_us(n: int = 20000) -> float:
