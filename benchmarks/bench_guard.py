@@ -18,6 +18,7 @@ parameters must be equal bit for bit (the script fails otherwise).
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 from collections.abc import Iterator
@@ -30,7 +31,7 @@ from torch import nn
 
 import tensor_dap
 from tensor_dap.triggers.optimizer_call import SCALER_PROBE_STEPS
-from tensor_dap.triggers.sentinel import _CpuFlag
+from tensor_dap.triggers.sentinel import Sentinel, group
 from _paired import interleaved, ratio_interval, round_ratios, spread  # noqa: E402 - the benchmarks' shared timing, beside this script
 
 TARGETS = {"watch (w.step)": 0.95, "watch (loop)": 0.95, "break_if": 0.99}
@@ -108,11 +109,11 @@ def variants() -> dict[str, Callable[[], AbstractContextManager[Callable[[int], 
 
     @contextmanager
     def check_alone() -> Iterator[Callable[[int], None]]:
-        """The sentinel's fused gradient check in a bare optimizer hook, nothing else: the floor under watch."""
-        flag, grads = _CpuFlag(), list(model.parameters())[::-1]
+        """The sentinel's gradient check, as watch groups it, in a bare optimizer hook: the floor under watch."""
+        sentinel, groups = Sentinel(), [g[::-1] for g in group(list(model.parameters()))]
 
         def check(*_: object) -> None:
-            flag.check([p.grad for p in grads])
+            sentinel.observe_params(groups, 0)
 
         handle = optimizer.register_step_pre_hook(check)
         try:
@@ -198,8 +199,6 @@ def breakdown(steps: int) -> None:
     """Microseconds each hook of the unchanged loop takes inside the step (where caches are cold after the
     step's kernels, unlike a micro-benchmark), the median over ``steps`` steps after 100 untimed ones. Each
     hook is wrapped in a timer (~0.3 µs more); nested ones are included in their caller's time."""
-    import functools
-
     from tensor_dap.triggers import loop, loop_steps, sentinel
     from tensor_dap.triggers import watch as watch_module
 

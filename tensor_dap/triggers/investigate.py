@@ -89,15 +89,19 @@ class Investigation:
     def _finish(self, report: Report, culprit: dict[str, Any], source: Source | None,
                 error: type[TriggerError] = NonFiniteError) -> None:
         """Bundle the step, keep the report, and send it where ``on`` says."""
-        if source is not None:
-            report.mode = source.ctx.mode
-        if self.capture and source is not None:
-            self._write_bundle(report, source)
-        elif self.capture and report.bundle is None:
+        self._bundle(report, source)
+        if self.capture and source is None and report.bundle is None:
             report.notes.append("no bundle: this step cannot be re-run (hand it to watch.step, or let the "
                                 "watched model run its forward inside the step)")
         self.reports.append(report)
         dispatch(report, on=self.on, error=error, ranks=self.ranks, culprit=culprit)
+
+    def _bundle(self, report: Report, source: Source | None) -> None:
+        """The report's mode is the step it came from; that step is bundled when capturing."""
+        if source is not None:
+            report.mode = source.ctx.mode
+            if self.capture:
+                self._write_bundle(report, source)
 
     def _investigate(self, first: int, index: int, ctx: StepContext | None, window: Window | None
                      ) -> tuple[Report | None, dict[str, Any], Source | None]:

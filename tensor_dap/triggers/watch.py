@@ -219,11 +219,7 @@ class watch(Investigation, LoopSteps):
     def adopt(self, report: Report) -> None:
         """A ``break_if`` inside this watch fired: complete its report and bundle the step now running."""
         self._guard(self._enrich, report, None)
-        source = self._guard(self._source_now)
-        if source is not None:
-            report.mode = source.ctx.mode
-        if self.capture and source is not None:
-            self._write_bundle(report, source)
+        self._bundle(report, self._guard(self._source_now))
         self.reports.append(report)
 
     def _source_now(self) -> Source | None:
