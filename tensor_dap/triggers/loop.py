@@ -177,13 +177,19 @@ class LoopCapture:
         self._rngs = RngUse()  # which RNGs the model's forward draws from
         self._line: SourceLine | None = None  # the line calling backward() in this step
         self._pending: tuple[Forward, torch.Tensor, list[Any]] | None = None  # the last loss, not yet settled
-        self._handles = [model.register_forward_pre_hook(self._pre, with_kwargs=True),
-                         model.register_forward_hook(self._post, with_kwargs=True)]
+        self._nested = False  # the root module was seen calling itself: its forwards need the pre-hook
+        self._lean_left = 0  # forwards recorded by the forward hook alone before the next probe
+        self._probed = False  # a forward of this step probed which RNGs it draws from: choose the hooks after it
+        # The pre-hook is there only while something must be read before a forward runs (RNG states, buffers,
+        # a probe of which RNGs it draws from): otherwise the forward hook records the forward (``_lean``).
+        self._pre_handle: Any = model.register_forward_pre_hook(self._pre, with_kwargs=True)
+        self._post_handle = model.register_forward_hook(self._post, with_kwargs=True)
 
     def remove(self) -> None:
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
+        for h in (self._pre_handle, self._post_handle):
+            if h is not None:
+                h.remove()
+        self._pre_handle = self._post_handle = None
         self.forwards, self.losses = [], []
 
     @property
@@ -241,6 +247,9 @@ class LoopCapture:
         self.updated = True
         for f in self.forwards:
             f.let_go()
+        if self._probed:
+            self._probed = False
+            self._choose_hooks()
         if self._probe is None:
             self._probe = next((p for p in self.params if p.grad is not None), None)
 
@@ -249,8 +258,12 @@ class LoopCapture:
     # cold after the step's kernels): the common path does as little as it can.
     def _pre(self, module: torch.nn.Module, args: Any, kwargs: Any, above: int = HOOK_FRAMES) -> None:
         """``above``: how many frames run between this method and the model's caller (torch's, as a hook)."""
-        if not self.enabled or not _grad_enabled():
-            return  # validation under no_grad is not part of a training step
+        if self.enabled and _grad_enabled():  # validation under no_grad is not part of a training step
+            self._begin(args, kwargs, 1 + above)
+
+    def _begin(self, args: Any, kwargs: Any, above: int, rng: dict[str, Any] | None = None) -> None:
+        """A forward of the root module: the first after an update opens a step. ``above``: frames between
+        this method and the model's caller; ``rng``: given where nothing was read (the forward draws none)."""
         if self._open:
             probe = self._probe
             if self._backward_seen and probe is not None and probe.grad is None:
@@ -258,7 +271,8 @@ class LoopCapture:
                 if not self.updated:
                     self.on_unstepped()
         if not self._open:
-            self.settle()  # a loss handed to backward() after the last update counts, as it came, in this step
+            if self._pending is not None:
+                self.settle()  # a loss handed to backward() after the last update counts, as it came, in this step
             self._open, self._backward_seen, self.updated, self.dropped = True, False, False, None
             self.forwards, self.losses, self._line = [], [], None
             self.start = self.buffers.save() if self.buffers.names else _NO_BUFFERS
@@ -267,20 +281,30 @@ class LoopCapture:
             self.dropped = f"more than {MAX_FORWARDS} forwards between two optimizer steps"
             self.forwards = []
         elif self.dropped is None:
-            rng, probing = self._rngs.before()
+            rng, probing = (rng, False) if rng is not None else self._rngs.before()
             forwards.append(Forward(args, kwargs, rng, [], None, user_line(skip=1 + above), None, probing, []))
 
     def _post(self, module: torch.nn.Module, args: Any, kwargs: Any, output: Any) -> None:
+        if not self.enabled or not _grad_enabled():
+            return
+        if self._pre_handle is None:  # nothing to read before the forward: it is recorded now (see _choose_hooks)
+            self._begin(args, kwargs, 1 + HOOK_FRAMES, {})
+            self._lean_left -= 1
+            if not self._lean_left:  # the next forward probes the RNGs again: that needs the pre-hook
+                self._rngs.probe_next()
+                self._pre_handle = self.model.register_forward_pre_hook(self._pre, with_kwargs=True)
         forwards = self.forwards
-        if not forwards or not self.enabled or self.dropped is not None or not _grad_enabled():
+        if not forwards or self.dropped is not None:
             return
         f = forwards[-1]
         if f.args is not args:
-            return  # a nested call of the root module
+            self._nested = True  # a nested call of the root module: only the pre-hook tells them apart
+            return
         if f.kwargs is None:  # captured from a global pre-hook, which torch gives no keyword arguments
             f.kwargs = kwargs
         if f.probing:
             self._rngs.after(f.rng)
+            self._probed = True
         tensors = output_tensors(output)
         loss = loss_in(tensors)
         if loss is not None:  # a loss computed inside the model
@@ -289,6 +313,17 @@ class LoopCapture:
         for i, t in enumerate(tensors):
             if t.requires_grad:
                 self._keep_grad(f, i, t)
+
+    def _choose_hooks(self) -> None:
+        """At the end of a step that probed: keep the pre-hook only where a forward needs something read
+        before it runs (RNG states, buffers). Without it the forward hook records the forward, and puts the
+        pre-hook back for one forward every ``RngUse.PROBE_EVERY`` to probe again. (A root module calling
+        itself is told apart only by the pre-hook: one seen doing so keeps it; one that starts later is
+        recorded twice.)"""
+        if self._pre_handle is not None and self._rngs.none and not self.buffers.names and not self._nested:
+            self._pre_handle.remove()
+            self._pre_handle = None
+            self._lean_left = RngUse.PROBE_EVERY - 1
 
     def _keep_grad(self, f: Forward, i: int, t: torch.Tensor) -> None:
         """See the gradient that will reach output ``i`` (``t``) in backward."""

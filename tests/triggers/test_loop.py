@@ -208,6 +208,74 @@ def test_a_model_called_many_times_in_a_step_drops_the_capture_not_the_run():
         assert w._loop.replayable
 
 
+# ------------------------------------------------------------------ the forward hook alone, where it is enough
+
+def _train(model, optimizer, steps, x, y):
+    for _ in range(steps):
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()  # the line that called the model
+        optimizer.step()
+
+
+@pytest.mark.parametrize("extra, lean, draws", [(nn.Identity(), True, False), (nn.Dropout(0.1), False, True),
+                                                (nn.BatchNorm1d(8), False, False)],
+                         ids=["nothing-to-read", "draws-randomness", "has-buffers"])
+def test_the_pre_hook_stays_only_where_a_forward_needs_something_read_before_it(extra, lean, draws):
+    """A model that draws no randomness and has no buffers is recorded by its forward hook alone (one hook
+    call less in every forward); what it records is the same: the batch, the caller's line, the output."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), extra, nn.ReLU(), nn.Linear(8, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(3, 4), torch.tensor([0, 1, 0])
+    with tensor_dap.watch(model, optimizer, capture=False) as w:
+        _train(model, optimizer, 3, x, y)
+        assert (not model._forward_pre_hooks) == lean
+        optimizer.zero_grad()
+        out = model(x)  # the line that called the model
+        [f] = w._loop.forwards
+        assert f.args[0] is x and f.call is not None and f.call.text.endswith("# the line that called the model")
+        assert ("torch" in f.rng) == draws  # a forward drawing no randomness needs no RNG state
+        F.cross_entropy(out, y).backward()
+        assert w._loop.replayable and w._loop.forwards[0].output_grads()[0] is not None
+        optimizer.step()
+    assert not model._forward_pre_hooks and not model._forward_hooks  # closing removes whichever hooks it had
+
+
+def test_a_model_that_starts_drawing_randomness_later_is_probed_again(monkeypatch):
+    """Without the pre-hook, every PROBE_EVERY-th forward still runs with it to see which RNGs it draws from:
+    dropout switched on mid-run is found and its RNG state kept from then on (a replay needs the same mask)."""
+    from tensor_dap.state import RngUse
+
+    monkeypatch.setattr(RngUse, "PROBE_EVERY", 5)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.0), nn.ReLU(), nn.Linear(8, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(3, 4), torch.tensor([0, 1, 0])
+    with tensor_dap.watch(model, optimizer, capture=False) as w:
+        _train(model, optimizer, 2, x, y)
+        assert not model._forward_pre_hooks and w._loop.forwards[0].rng == {}
+        model[1].p = 0.5  # from now on the forward draws from torch's RNG
+        _train(model, optimizer, 7, x, y)
+        assert model._forward_pre_hooks and "torch" in w._loop.forwards[0].rng
+
+
+def test_a_root_module_calling_itself_keeps_its_pre_hook():
+    class Recursive(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 2)
+
+        def forward(self, x, depth=1):
+            return self.lin(x) if depth == 0 else self(x, depth=depth - 1)
+
+    torch.manual_seed(0)
+    model = Recursive()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with tensor_dap.watch(model, optimizer, capture=False):
+        _train(model, optimizer, 3, torch.randn(3, 4), torch.tensor([0, 1, 0]))
+        assert model._forward_pre_hooks  # only the pre-hook tells the outer call from the inner one
+
+
 # ------------------------------------------------------------------ AMP: GradScaler
 
 def amp_loop(bug, init_scale, steps, boost=1.0, **watch_kw):
