@@ -181,7 +181,7 @@ class LoopCapture:
         self._lean_left = 0  # forwards recorded by the forward hook alone before the next probe
         self._probed = False  # a forward of this step probed which RNGs it draws from: choose the hooks after it
         # The pre-hook is there only while something must be read before a forward runs (RNG states, buffers,
-        # a probe of which RNGs it draws from): otherwise the forward hook records the forward (``_lean``).
+        # a probe of which RNGs it draws from): otherwise the forward hook records the forward (``_choose_hooks``).
         self._pre_handle: Any = model.register_forward_pre_hook(self._pre, with_kwargs=True)
         self._post_handle = model.register_forward_hook(self._post, with_kwargs=True)
 
@@ -323,7 +323,7 @@ class LoopCapture:
         if self._pre_handle is not None and self._rngs.none and not self.buffers.names and not self._nested:
             self._pre_handle.remove()
             self._pre_handle = None
-            self._lean_left = RngUse.PROBE_EVERY - 1
+            self._lean_left = self._rngs.PROBE_EVERY - 1
 
     def _keep_grad(self, f: Forward, i: int, t: torch.Tensor) -> None:
         """See the gradient that will reach output ``i`` (``t``) in backward."""
