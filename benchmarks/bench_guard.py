@@ -203,9 +203,8 @@ def breakdown(steps: int) -> None:
     from tensor_dap.triggers import watch as watch_module
 
     spent: dict[str, list[float]] = {}
-    hooks = [(loop.LoopCapture, "_pre", "model's forward pre-hook"),
-             (loop.LoopCapture, "_post", "model's forward hook"),
-             (loop.LoopCapture, "_begin", "  of which recording the forward"),
+    hooks = [(loop.LoopCapture, "_begin", "model's call: before forward"),
+             (loop.LoopCapture, "_end", "model's call: after forward"),
              (loop_steps.LoopSteps, "_backward_loss", "backward() listener"),
              (loop.LoopCapture, "backward_called", "  of which the capture's"),
              (watch_module.watch, "_before_update", "optimizer pre-step hook"),
@@ -241,7 +240,7 @@ def breakdown(steps: int) -> None:
           f"(median of {steps} steps, timers included):")
     for _, _, label in hooks:
         calls = spent.get(label, [])
-        if len(calls) < steps:  # the forward pre-hook stays only where a forward needs it (RNG, buffers)
+        if len(calls) < steps:  # a hook not run in every step
             print(f"  {label:<32}{'':>8} called in {len(calls)} of {100 + steps} steps")
         else:
             print(f"  {label:<32}{statistics.median(calls[100:]) * 1e6:>8.1f} µs")

@@ -97,16 +97,6 @@ class RngUse:
             return capture_rng(), True
         return ({} if self._none else capture_rng(**streams)), False
 
-    @property
-    def none(self) -> bool:
-        """Probed, and no stream was seen moving: a call needs nothing captured before it."""
-        return self._none
-
-    def probe_next(self) -> None:
-        """Make the next ``before`` probe: for a caller that skips ``before`` while ``none`` holds and asks
-        again every ``PROBE_EVERY`` calls."""
-        self._calls = self.PROBE_EVERY - 1
-
     def after(self, before: dict[str, Any]) -> None:
         """A probing call ended: learn which streams it moved."""
         used = rngs_used(before)

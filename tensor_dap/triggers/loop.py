@@ -1,10 +1,12 @@
-"""The unchanged loop: what ``watch`` keeps from hooks to re-run a step nobody handed it.
+"""The unchanged loop: what ``watch`` keeps from the model's calls to re-run a step nobody handed it.
 
 ``with tensor_dap.watch(model, optimizer):`` around an existing loop gives watch no step
 function, so it keeps what the model itself saw between two optimizer steps: the root module's
 forward inputs (references, no copy) and RNG states for every forward (gradient accumulation
-runs several), the gradient that reached the model's outputs (from a hook on each output), the
-buffers at the first forward, and the line that called ``backward``. That is enough to run the
+runs several), the gradient that reached the model's outputs (kept by each output, or seen by a
+hook on the node that made it), the buffers at the first forward, and the line that called
+``backward``. It is recorded by a function in the model's ``_compiled_call_impl``, around torch's
+own call (``LoopCapture._wrap``). That is enough to run the
 model's forward and backward again exactly (``replay_forwards``); the loss function itself,
 outside the model, is not re-run: a NaN born there is named as a non-finite gradient arriving at
 the model's outputs, with the line of the ``backward()`` call.
@@ -15,6 +17,7 @@ A step starts at the first forward after an optimizer step or after the gradient
 
 from __future__ import annotations
 
+import bdb
 import math
 import weakref
 from dataclasses import dataclass, field
@@ -23,6 +26,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..errors import TriggerError
 from ..debug.frames import SourceLine, stand_in, user_line
 from ..nested import walk
 from ..state import BufferSnapshot, Buffers, RngUse, restore_rng
@@ -37,18 +41,17 @@ _NO_BUFFERS = BufferSnapshot([], [])
 _grad_enabled = torch.is_grad_enabled
 
 
-def _hook_frames() -> int:
-    """Frames torch runs between a module's caller and its forward hooks: ``Module.__call__``
-    (``_wrapped_call_impl``), ``_call_impl`` and its ``inner`` closure where this torch has them. The
-    hooks' ``user_line`` starts at the caller with no frame objects made for these (each ~1 µs in a step).
-    Counting fewer than there are would only make it walk; more, never (a frame not made by torch)."""
-    call_impl = torch.nn.Module._call_impl
-    inner = any(getattr(c, "co_name", None) == "inner" for c in call_impl.__code__.co_consts)
-    wrapped = getattr(torch.nn.Module, "_wrapped_call_impl", None)
-    return 1 + inner + (wrapped is not None and torch.nn.Module.__call__ is wrapped)
+_STOPS = (TriggerError, bdb.BdbQuit)  # a trigger stopping the run on purpose: passed on, unlike a failure
+_WRAPPED_CALL = getattr(torch.nn.Module, "_wrapped_call_impl", None)  # Module.__call__ (torch >= 2.2)
+_ABSENT = object()
 
 
-HOOK_FRAMES = _hook_frames()
+def _caller_frames(model: torch.nn.Module) -> int:
+    """Frames torch runs between the caller of ``model`` and the capture's wrapper: ``Module.__call__``
+    where the model's class keeps it (0 otherwise: ``user_line`` then walks up through what is there,
+    ``torch.compile``'s ``OptimizedModule.__call__`` for one). Counting fewer than there are would only
+    make it walk; more, never (a frame not made by torch)."""
+    return int(_WRAPPED_CALL is not None and type(model).__call__ is _WRAPPED_CALL)
 
 
 @dataclass(slots=True)
@@ -177,19 +180,12 @@ class LoopCapture:
         self._rngs = RngUse()  # which RNGs the model's forward draws from
         self._line: SourceLine | None = None  # the line calling backward() in this step
         self._pending: tuple[Forward, torch.Tensor, list[Any]] | None = None  # the last loss, not yet settled
-        self._nested = False  # the root module was seen calling itself: its forwards need the pre-hook
-        self._lean_left = 0  # forwards recorded by the forward hook alone before the next probe
-        self._probed = False  # a forward of this step probed which RNGs it draws from: choose the hooks after it
-        # The pre-hook is there only while something must be read before a forward runs (RNG states, buffers,
-        # a probe of which RNGs it draws from): otherwise the forward hook records the forward (``_choose_hooks``).
-        self._pre_handle: Any = model.register_forward_pre_hook(self._pre, with_kwargs=True)
-        self._post_handle = model.register_forward_hook(self._post, with_kwargs=True)
+        self._depth = 0  # inside the model's call: a nested call of the root module is part of it
+        self._above = _caller_frames(model)
+        self._wrap()
 
     def remove(self) -> None:
-        for h in (self._pre_handle, self._post_handle):
-            if h is not None:
-                h.remove()
-        self._pre_handle = self._post_handle = None
+        self._unwrap()
         self.forwards, self.losses = [], []
 
     @property
@@ -205,11 +201,18 @@ class LoopCapture:
         accelerator that read would stall the step) has its graph read before backward() frees what its nodes
         saved: if it reaches the outputs, it is the forward's loss, with the op that made it (``loss_graph``)
         and this backward()'s line. The line calling backward() is looked up once a step."""
-        self.settle()
-        if not (self.enabled and self.forwards):
+        if self._pending is not None:
+            self.settle()
+        forwards = self.forwards
+        if not (self.enabled and forwards):
             return
-        f = self.forwards[-1]
-        self._pending = (f, kept, f.marks() if shared else [])  # alone, nothing to tell apart: it is this step's
+        f = forwards[-1]
+        if shared:
+            self._pending = (f, kept, f.marks())
+        else:  # alone, nothing to tell apart: it is this step's
+            if f.loss is None:
+                f.loss = kept
+            self.on_loss(kept)
         if self._line is None:  # above: watch's listener, loss_tap's wrapper, then Tensor.backward or the
             self._line = user_line(skip=3)  # caller of torch.autograd.backward
         if not f.graph_read and kept.is_cpu and not math.isfinite(kept.item()):
@@ -247,23 +250,77 @@ class LoopCapture:
         self.updated = True
         for f in self.forwards:
             f.let_go()
-        if self._probed:
-            self._probed = False
-            self._choose_hooks()
+        if self.model.__dict__.get("_compiled_call_impl") is not self._call:
+            self._wrap()  # the model was compiled in place (``model.compile()``) since: around that, now
         if self._probe is None:
             self._probe = next((p for p in self.params if p.grad is not None), None)
 
-    # ------------------------------------------------------------ hooks
-    # They run in every training step, where each microsecond of Python costs several (caches are
+    # ------------------------------------------------------------ the model's call
+    # It runs in every training step, where each microsecond of Python costs several (caches are
     # cold after the step's kernels): the common path does as little as it can.
-    def _pre(self, module: torch.nn.Module, args: Any, kwargs: Any, above: int = HOOK_FRAMES) -> None:
-        """``above``: how many frames run between this method and the model's caller (torch's, as a hook)."""
-        if self.enabled and _grad_enabled():  # validation under no_grad is not part of a training step
-            self._begin(args, kwargs, 1 + above)
+    def _wrap(self) -> None:
+        """Put the capture around the model's call: ``Module.__call__`` runs ``_compiled_call_impl``
+        when a module has one (``Module.compile`` sets it), so the model keeps torch's fast path (no
+        hooks of ours for ``_call_impl`` to dispatch) and one call of ours records the forward before
+        and after it runs. Pickling and ``copy.deepcopy`` leave it out (``Module.__getstate__``)."""
+        model = self.model
+        self._saved = model.__dict__.get("_compiled_call_impl", _ABSENT)
+        inner = model._compiled_call_impl or model._call_impl  # a model compiled in place stays compiled
+        begin, end = self._begin, self._end
 
-    def _begin(self, args: Any, kwargs: Any, above: int, rng: dict[str, Any] | None = None) -> None:
-        """A forward of the root module: the first after an update opens a step. ``above``: frames between
-        this method and the model's caller; ``rng``: given where nothing was read (the forward draws none)."""
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if self._depth or not self.enabled or not _grad_enabled():
+                return inner(*args, **kwargs)  # a nested call of the root; a re-run; evaluation under no_grad
+            try:
+                f = begin(args, kwargs, self._above)  # may fire a trigger (a step the GradScaler skipped)
+            except _STOPS:
+                raise
+            except Exception:  # noqa: BLE001 - the capture's failure must not stop training
+                f = None
+            self._depth = 1
+            try:
+                output = inner(*args, **kwargs)
+            finally:
+                self._depth = 0
+            if f is not None:
+                try:
+                    end(f, output)
+                except Exception:  # noqa: BLE001 - as above: this step is then not replayable
+                    self.dropped = "the capture failed"
+            return output
+
+        self._call = call
+        model._compiled_call_impl = call
+
+    def _unwrap(self) -> None:
+        """Give the model back its own call (unless something replaced ours since: then theirs stays)."""
+        model = self.model
+        if model.__dict__.get("_compiled_call_impl") is self._call:
+            if self._saved is _ABSENT:
+                del model.__dict__["_compiled_call_impl"]
+            else:
+                model.__dict__["_compiled_call_impl"] = self._saved
+
+    def begin_running(self, args: Any) -> None:
+        """A forward of the model already running when the capture began (a watch attached from inside it:
+        ``attach``): recorded now, and its output by a forward hook that removes itself."""
+        if not (self.enabled and _grad_enabled()):
+            return
+        f = self._begin(args, None, 0)
+        if f is None:
+            return
+
+        def returned(module: torch.nn.Module, args: Any, kwargs: Any, output: Any) -> None:
+            handle.remove()
+            if f.args is args:
+                f.kwargs = kwargs
+                self._end(f, output)
+
+        handle = self.model.register_forward_hook(returned, with_kwargs=True)
+
+    def _begin(self, args: Any, kwargs: Any, above: int) -> Forward | None:
+        """A forward of the root module starts: the first after an update opens a step. ``above``: frames
+        between the caller of this method and the model's caller (torch's)."""
         if self._open:
             probe = self._probe
             if self._backward_seen and probe is not None and probe.grad is None:
@@ -271,59 +328,51 @@ class LoopCapture:
                 if not self.updated:
                     self.on_unstepped()
         if not self._open:
-            if self._pending is not None:
-                self.settle()  # a loss handed to backward() after the last update counts, as it came, in this step
-            self._open, self._backward_seen, self.updated, self.dropped = True, False, False, None
-            self.forwards, self.losses, self._line = [], [], None
-            self.start = self.buffers.save() if self.buffers.names else _NO_BUFFERS
+            self._open_step()
         forwards = self.forwards
-        if len(forwards) >= MAX_FORWARDS:
+        if len(forwards) >= MAX_FORWARDS or self.dropped is not None:
+            return self._drop()
+        rng, probing = self._rngs.before()
+        f = Forward(args, kwargs, rng, [], None, user_line(skip=2 + above), None, probing, [])
+        forwards.append(f)
+        return f
+
+    def _open_step(self) -> None:
+        if self._pending is not None:
+            self.settle()  # a loss handed to backward() after the last update counts, as it came, in this step
+        self._open, self._backward_seen, self.updated, self.dropped = True, False, False, None
+        self.forwards, self.losses, self._line = [], [], None
+        self.start = self.buffers.save() if self.buffers.names else _NO_BUFFERS
+
+    def _drop(self) -> None:
+        """Too many forwards in one step (a loop calling the model outside training): not replayable."""
+        if self.dropped is None:
             self.dropped = f"more than {MAX_FORWARDS} forwards between two optimizer steps"
             self.forwards = []
-        elif self.dropped is None:
-            rng, probing = (rng, False) if rng is not None else self._rngs.before()
-            forwards.append(Forward(args, kwargs, rng, [], None, user_line(skip=1 + above), None, probing, []))
 
-    def _post(self, module: torch.nn.Module, args: Any, kwargs: Any, output: Any) -> None:
-        if not self.enabled or not _grad_enabled():
-            return
-        if self._pre_handle is None:  # nothing to read before the forward: it is recorded now (see _choose_hooks)
-            self._begin(args, kwargs, 1 + HOOK_FRAMES, {})
-            self._lean_left -= 1
-            if not self._lean_left:  # the next forward probes the RNGs again: that needs the pre-hook
-                self._rngs.probe_next()
-                self._pre_handle = self.model.register_forward_pre_hook(self._pre, with_kwargs=True)
-        forwards = self.forwards
-        if not forwards or self.dropped is not None:
-            return
-        f = forwards[-1]
-        if f.args is not args:
-            self._nested = True  # a nested call of the root module: only the pre-hook tells them apart
-            return
-        if f.kwargs is None:  # captured from a global pre-hook, which torch gives no keyword arguments
-            f.kwargs = kwargs
+    def _end(self, f: Forward, output: Any) -> None:
+        """The forward ``f`` returned ``output``: see the gradients its outputs will get."""
         if f.probing:
             self._rngs.after(f.rng)
-            self._probed = True
+        if type(output) is torch.Tensor:  # the common case, with no walk
+            f.grads = [None]
+            if output.requires_grad:
+                if not output.dim() and output.is_floating_point():
+                    self.losses.append(output.detach())  # a loss computed inside the model
+                if output.grad_fn is not None and not output.retains_grad and output.nbytes <= RETAIN_BYTES:
+                    output.retain_grad()  # what _keep_grad does for it, without the call
+                    f.retained.append((0, output))
+                else:
+                    self._keep_grad(f, 0, output)
+            return
         tensors = output_tensors(output)
         loss = loss_in(tensors)
-        if loss is not None:  # a loss computed inside the model
+        if loss is not None:
             self.losses.append(loss)
         f.grads = [None] * len(tensors)
         for i, t in enumerate(tensors):
             if t.requires_grad:
                 self._keep_grad(f, i, t)
-
-    def _choose_hooks(self) -> None:
-        """At the end of a step that probed: keep the pre-hook only where a forward needs something read
-        before it runs (RNG states, buffers). Without it the forward hook records the forward, and puts the
-        pre-hook back for one forward every ``RngUse.PROBE_EVERY`` to probe again. (A root module calling
-        itself is told apart only by the pre-hook: one seen doing so keeps it; one that starts later is
-        recorded twice.)"""
-        if self._pre_handle is not None and self._rngs.none and not self.buffers.names and not self._nested:
-            self._pre_handle.remove()
-            self._pre_handle = None
-            self._lean_left = self._rngs.PROBE_EVERY - 1
 
     def _keep_grad(self, f: Forward, i: int, t: torch.Tensor) -> None:
         """See the gradient that will reach output ``i`` (``t``) in backward."""

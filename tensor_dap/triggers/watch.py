@@ -39,7 +39,7 @@ from .investigate import Investigation
 from .localize import StopRerun
 from .loss_tap import listen
 from .optimizer_call import MIN_SCALE, SCALER_PROBE_STEPS, closure_of, scaler_calling
-from .loop import HOOK_FRAMES, LoopCapture
+from .loop import LoopCapture
 from .loop_steps import LoopSteps
 from .report import Report
 from .sentinel import Sentinel, group
@@ -164,8 +164,8 @@ class watch(Investigation, LoopSteps):
     def begin_forward(self, module: torch.nn.Module, args: Any) -> None:
         """Capture the model's forward already running (a watch attached from inside it: ``attach``, from
         a global forward pre-hook); its keyword arguments are taken when it returns."""
-        if self._loop is not None:  # between the capture and torch's frames: this method and attach's hook
-            self._loop._pre(module, args, None, above=HOOK_FRAMES + 2)
+        if self._loop is not None:
+            self._loop.begin_running(args)
 
     def _at_exit(self) -> None:
         self.close(flush=False)

@@ -217,19 +217,19 @@ def _train(model, optimizer, steps, x, y):
         optimizer.step()
 
 
-@pytest.mark.parametrize("extra, lean, draws", [(nn.Identity(), True, False), (nn.Dropout(0.1), False, True),
-                                                (nn.BatchNorm1d(8), False, False)],
+@pytest.mark.parametrize("extra, draws", [(nn.Identity(), False), (nn.Dropout(0.1), True), (nn.BatchNorm1d(8), False)],
                          ids=["nothing-to-read", "draws-randomness", "has-buffers"])
-def test_the_pre_hook_stays_only_where_a_forward_needs_something_read_before_it(extra, lean, draws):
-    """A model that draws no randomness and has no buffers is recorded by its forward hook alone (one hook
-    call less in every forward); what it records is the same: the batch, the caller's line, the output."""
+def test_the_model_call_is_wrapped_with_no_module_hooks(extra, draws):
+    """The capture sits in the model's ``_compiled_call_impl`` (torch's fast path stays: no hooks to dispatch);
+    what it records is the batch, the caller's line, the RNG states the forward draws from, the output's
+    gradient; closing gives the model its own call back."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), extra, nn.ReLU(), nn.Linear(8, 2))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     x, y = torch.randn(3, 4), torch.tensor([0, 1, 0])
     with tensor_dap.watch(model, optimizer, capture=False) as w:
         _train(model, optimizer, 3, x, y)
-        assert (not model._forward_pre_hooks) == lean
+        assert not model._forward_pre_hooks and not model._forward_hooks and model._compiled_call_impl is not None
         optimizer.zero_grad()
         out = model(x)  # the line that called the model
         [f] = w._loop.forwards
@@ -238,12 +238,12 @@ def test_the_pre_hook_stays_only_where_a_forward_needs_something_read_before_it(
         F.cross_entropy(out, y).backward()
         assert w._loop.replayable and w._loop.forwards[0].output_grads()[0] is not None
         optimizer.step()
-    assert not model._forward_pre_hooks and not model._forward_hooks  # closing removes whichever hooks it had
+    assert "_compiled_call_impl" not in model.__dict__ and not model._forward_hooks  # its own call back
 
 
 def test_a_model_that_starts_drawing_randomness_later_is_probed_again(monkeypatch):
-    """Without the pre-hook, every PROBE_EVERY-th forward still runs with it to see which RNGs it draws from:
-    dropout switched on mid-run is found and its RNG state kept from then on (a replay needs the same mask)."""
+    """Every PROBE_EVERY-th forward keeps every RNG state to see which ones it draws from: dropout switched
+    on mid-run is found and its RNG state kept from then on (a replay needs the same mask)."""
     from tensor_dap.state import RngUse
 
     monkeypatch.setattr(RngUse, "PROBE_EVERY", 5)
@@ -253,13 +253,14 @@ def test_a_model_that_starts_drawing_randomness_later_is_probed_again(monkeypatc
     x, y = torch.randn(3, 4), torch.tensor([0, 1, 0])
     with tensor_dap.watch(model, optimizer, capture=False) as w:
         _train(model, optimizer, 2, x, y)
-        assert not model._forward_pre_hooks and w._loop.forwards[0].rng == {}
+        assert w._loop.forwards[0].rng == {}
         model[1].p = 0.5  # from now on the forward draws from torch's RNG
         _train(model, optimizer, 7, x, y)
-        assert model._forward_pre_hooks and "torch" in w._loop.forwards[0].rng
+        assert "torch" in w._loop.forwards[0].rng
 
 
-def test_a_root_module_calling_itself_keeps_its_pre_hook():
+def test_a_root_module_calling_itself_is_one_forward():
+    """The inner calls run inside the outer one: the step records the outer call, with its arguments."""
     class Recursive(nn.Module):
         def __init__(self):
             super().__init__()
@@ -271,9 +272,40 @@ def test_a_root_module_calling_itself_keeps_its_pre_hook():
     torch.manual_seed(0)
     model = Recursive()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    with tensor_dap.watch(model, optimizer, capture=False):
-        _train(model, optimizer, 3, torch.randn(3, 4), torch.tensor([0, 1, 0]))
-        assert model._forward_pre_hooks  # only the pre-hook tells the outer call from the inner one
+    x, y = torch.randn(3, 4), torch.tensor([0, 1, 0])
+    with tensor_dap.watch(model, optimizer, capture=False) as w:
+        _train(model, optimizer, 2, x, y)
+        optimizer.zero_grad()
+        F.cross_entropy(model(x, depth=2), y).backward()
+        [f] = w._loop.forwards
+        assert f.args == (x,) and f.kwargs == {"depth": 2} and f.output_grads()[0] is not None
+
+
+def test_the_wrapped_call_survives_compile_in_place_pickling_and_the_users_hooks(tmp_path):
+    """``model.compile()`` after the watch began replaces torch's call: the capture wraps the compiled one at
+    the next step. A copy or a pickle of the model leaves the capture out; the user's own hooks still run."""
+    import copy
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(3, 4), torch.tensor([0, 1, 0])
+    with tensor_dap.watch(model, optimizer, capture=False) as w:
+        _train(model, optimizer, 2, x, y)
+        twin = copy.deepcopy(model)
+        assert "_compiled_call_impl" not in twin.__dict__ and twin(x).shape == (3, 2)
+        torch.save(model, tmp_path / "model.pt")
+        assert "_compiled_call_impl" not in torch.load(tmp_path / "model.pt", weights_only=False).__dict__
+        seen = []
+        model.register_forward_hook(lambda m, a, out: seen.append(out.shape))
+        _train(model, optimizer, 2, x, y)
+        assert len(seen) == 2
+        compiled = []
+        model._compiled_call_impl = lambda *a, **k: compiled.append(1) or model._call_impl(*a, **k)  # as compile() does
+        _train(model, optimizer, 1, x, y)  # its step ends with the capture around the new call
+        _train(model, optimizer, 2, x, y)
+        assert len(compiled) == 3 and len(w._loop.forwards) == 1 and w._loop.forwards[0].args[0] is x
+    assert model._compiled_call_impl is not None and model(x).shape == (3, 2) and len(compiled) == 4
 
 
 # ------------------------------------------------------------------ AMP: GradScaler
