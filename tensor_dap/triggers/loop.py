@@ -47,10 +47,8 @@ _ABSENT = object()
 
 
 def _caller_frames(model: torch.nn.Module) -> int:
-    """Frames torch runs between the caller of ``model`` and the capture's wrapper: ``Module.__call__``
-    where the model's class keeps it (0 otherwise: ``user_line`` then walks up through what is there,
-    ``torch.compile``'s ``OptimizedModule.__call__`` for one). Counting fewer than there are would only
-    make it walk; more, never (a frame not made by torch)."""
+    """Frames torch runs between the caller of ``model`` and the capture: ``Module.__call__`` where the
+    model's class keeps it, else 0 (``user_line`` walks up: ``OptimizedModule.__call__``, for one)."""
     return int(_WRAPPED_CALL is not None and type(model).__call__ is _WRAPPED_CALL)
 
 
@@ -344,8 +342,7 @@ class LoopCapture:
         self.forwards, self.losses, self._line = [], [], None
         self.start = self.buffers.save() if self.buffers.names else _NO_BUFFERS
 
-    def _drop(self) -> None:
-        """Too many forwards in one step (a loop calling the model outside training): not replayable."""
+    def _drop(self) -> None:  # too many forwards in one step (the model called outside training)
         if self.dropped is None:
             self.dropped = f"more than {MAX_FORWARDS} forwards between two optimizer steps"
             self.forwards = []
