@@ -7,6 +7,7 @@ written. ``UsageError`` is a mistake in how a command was called: one line, exit
 
 from __future__ import annotations
 
+import bdb
 from typing import Any
 
 
@@ -28,6 +29,11 @@ class NonFiniteError(TriggerError):
 
 class LossThresholdError(TriggerError):
     """The loss crossed a threshold given to ``break_if`` (above, below, or a spike)."""
+
+
+# What tensor_dap's guards around its own code pass on instead of swallowing: a trigger stopping the run
+# on purpose, the user quitting the debugger a trigger opened.
+STOPS: tuple[type[BaseException], ...] = (TriggerError, bdb.BdbQuit)
 
 
 class UsageError(Exception):

@@ -220,11 +220,9 @@ class AutoTriggers:
             step = self.steps if self.steps else self.backwards - 1
             break_if(loss, above=self.loss_above, nan=nan, step=step, on=self.on, ranks=self.ranks)
         except Exception as exc:  # noqa: BLE001 - a trigger's own error is raised; ours never is
-            import bdb
+            from ..errors import STOPS
 
-            from ..errors import TriggerError
-
-            if isinstance(exc, (TriggerError, bdb.BdbQuit)):
+            if isinstance(exc, STOPS):
                 raise
             log.warning("tensor_dap: loss check skipped (%s: %s)", type(exc).__name__, exc)
 

@@ -10,7 +10,6 @@ state) back, so training continues bit-identically.
 
 from __future__ import annotations
 
-import bdb
 import contextlib
 import logging
 import math
@@ -21,7 +20,7 @@ from typing import Any, Callable
 import torch
 
 from ..dist import current_rank, no_collectives
-from ..errors import NonFiniteError, TriggerError
+from ..errors import STOPS, NonFiniteError, TriggerError
 from ..format import short_error
 from ..state import capture_rng, cloned, kept, load_optimizer_state, optimizer_kept, restore_rng, set_hyper
 from ..summary import describe
@@ -54,7 +53,7 @@ class Investigation:
         """Run our own code so that a failure of tensor_dap never breaks the training loop."""
         try:
             return fn(*args)
-        except (TriggerError, bdb.BdbQuit, KeyboardInterrupt):
+        except STOPS:  # (KeyboardInterrupt is no Exception: it passes too)
             raise
         except Exception as exc:  # noqa: BLE001 - tensor_dap's failure must not stop training
             log.warning("tensor_dap.watch: internal error, check skipped: %s: %s", type(exc).__name__, exc)

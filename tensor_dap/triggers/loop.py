@@ -6,10 +6,10 @@ forward inputs (references, no copy) and RNG states for every forward (gradient 
 runs several), the gradient that reached the model's outputs (kept by each output, or seen by a
 hook on the node that made it), the buffers at the first forward, and the line that called
 ``backward``. It is recorded by a function in the model's ``_compiled_call_impl``, around torch's
-own call (``LoopCapture._wrap``). That is enough to run the
-model's forward and backward again exactly (``replay_forwards``); the loss function itself,
-outside the model, is not re-run: a NaN born there is named as a non-finite gradient arriving at
-the model's outputs, with the line of the ``backward()`` call.
+own call (``LoopCapture._wrap``). That is enough to run the model's forward and backward again
+exactly (``replay_forwards``); the loss function itself, outside the model, is not re-run: a NaN
+born there is named as a non-finite gradient arriving at the model's outputs, with the line of the
+``backward()`` call.
 
 A step starts at the first forward after an optimizer step or after the gradients were reset
 (``zero_grad``), so a step a ``GradScaler`` skipped does not run into the next one.
@@ -17,7 +17,6 @@ A step starts at the first forward after an optimizer step or after the gradient
 
 from __future__ import annotations
 
-import bdb
 import math
 import weakref
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..errors import TriggerError
+from ..errors import STOPS
 from ..debug.frames import SourceLine, stand_in, user_line
 from ..nested import walk
 from ..state import BufferSnapshot, Buffers, RngUse, restore_rng
@@ -41,15 +40,14 @@ _NO_BUFFERS = BufferSnapshot([], [])
 _grad_enabled = torch.is_grad_enabled
 
 
-_STOPS = (TriggerError, bdb.BdbQuit)  # a trigger stopping the run on purpose: passed on, unlike a failure
-_WRAPPED_CALL = getattr(torch.nn.Module, "_wrapped_call_impl", None)  # Module.__call__ (torch >= 2.2)
+_WRAPPED_CALL = torch.nn.Module._wrapped_call_impl  # Module.__call__
 _ABSENT = object()
 
 
 def _caller_frames(model: torch.nn.Module) -> int:
     """Frames torch runs between the caller of ``model`` and the capture: ``Module.__call__`` where the
     model's class keeps it, else 0 (``user_line`` walks up: ``OptimizedModule.__call__``, for one)."""
-    return int(_WRAPPED_CALL is not None and type(model).__call__ is _WRAPPED_CALL)
+    return int(type(model).__call__ is _WRAPPED_CALL)
 
 
 @dataclass(slots=True)
@@ -208,9 +206,7 @@ class LoopCapture:
         if shared:
             self._pending = (f, kept, f.marks())
         else:  # alone, nothing to tell apart: it is this step's
-            if f.loss is None:
-                f.loss = kept
-            self.on_loss(kept)
+            self._accept(f, kept)
         if self._line is None:  # above: watch's listener, loss_tap's wrapper, then Tensor.backward or the
             self._line = user_line(skip=3)  # caller of torch.autograd.backward
         if not f.graph_read and kept.is_cpu and not math.isfinite(kept.item()):
@@ -228,9 +224,13 @@ class LoopCapture:
         if pending is not None:
             f, kept, before = pending
             if not before or any(now is not then for now, then in zip(f.marks(), before)):  # none: not told apart
-                if f.loss is None:
-                    f.loss = kept
-                self.on_loss(kept)
+                self._accept(f, kept)
+
+    def _accept(self, f: Forward, kept: torch.Tensor) -> None:
+        """``kept`` is the loss of ``f``'s step."""
+        if f.loss is None:
+            f.loss = kept
+        self.on_loss(kept)
 
     def made(self, t: torch.Tensor) -> bool:
         """Whether ``t`` is (a view of) an output of a forward of the step now open: another model's batch
@@ -271,7 +271,7 @@ class LoopCapture:
                 return inner(*args, **kwargs)  # a nested call of the root; a re-run; evaluation under no_grad
             try:
                 f = begin(args, kwargs, self._above)  # may fire a trigger (a step the GradScaler skipped)
-            except _STOPS:
+            except STOPS:
                 raise
             except Exception:  # noqa: BLE001 - the capture's failure must not stop training
                 f = None
@@ -351,20 +351,9 @@ class LoopCapture:
         """The forward ``f`` returned ``output``: see the gradients its outputs will get."""
         if f.probing:
             self._rngs.after(f.rng)
-        if type(output) is torch.Tensor:  # the common case, with no walk
-            f.grads = [None]
-            if output.requires_grad:
-                if not output.dim() and output.is_floating_point():
-                    self.losses.append(output.detach())  # a loss computed inside the model
-                if output.grad_fn is not None and not output.retains_grad and output.nbytes <= RETAIN_BYTES:
-                    output.retain_grad()  # what _keep_grad does for it, without the call
-                    f.retained.append((0, output))
-                else:
-                    self._keep_grad(f, 0, output)
-            return
         tensors = output_tensors(output)
         loss = loss_in(tensors)
-        if loss is not None:
+        if loss is not None:  # a loss computed inside the model
             self.losses.append(loss)
         f.grads = [None] * len(tensors)
         for i, t in enumerate(tensors):
