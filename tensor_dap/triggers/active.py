@@ -5,28 +5,25 @@ from __future__ import annotations
 
 from typing import Any
 
-_active: list[Any] = []
+# Every watch still open, oldest first. The unchanged loop's capture reads its length at every backward()
+# (more than one: two models training in one loop, and not every loss is every model's).
+open_watches: list[Any] = []
 
 
 def push(w: Any) -> None:
-    _active.append(w)
+    open_watches.append(w)
 
 
 def remove(w: Any) -> None:
-    if w in _active:
-        _active.remove(w)
+    if w in open_watches:
+        open_watches.remove(w)
 
 
 def current() -> Any:
     """The most recently started watch still open, or None."""
-    return _active[-1] if _active else None
+    return open_watches[-1] if open_watches else None
 
 
 def watches() -> tuple[Any, ...]:
     """Every watch still open, oldest first."""
-    return tuple(_active)
-
-
-def several() -> bool:
-    """More than one watch is open (two models training in one loop: not every loss is every model's)."""
-    return len(_active) > 1
+    return tuple(open_watches)

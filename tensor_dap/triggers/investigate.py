@@ -38,11 +38,12 @@ from .localize import (
     nonfinite_gradients,
     nonfinite_parameters,
 )
-from .loop import Forward
+from .forwards import Forward
 from .report import Report
 from .stop import dispatch
 
 log = logging.getLogger("tensor_dap.triggers")
+_UNREAD = object()
 
 
 class Investigation:
@@ -59,8 +60,10 @@ class Investigation:
             log.warning("tensor_dap.watch: internal error, check skipped: %s: %s", type(exc).__name__, exc)
             return None
 
-    def _read_and_fire(self, index: int, ctx: StepContext | None) -> None:
-        first = self._sentinel.read()
+    def _read_and_fire(self, index: int, ctx: StepContext | None, first: Any = _UNREAD) -> None:
+        """Read the sentinel (unless the caller did: ``first``) and report what it found."""
+        if first is _UNREAD:
+            first = self._sentinel.read()
         window, self._window = self._window or None, None
         if first is None:
             self._latched = False  # clean again: the next failure is news
@@ -263,6 +266,10 @@ class Investigation:
         with kept(self._params, self._buffers, params_too=not ctx.checked) as saved_rng, self._scaler_kept():
             start_rng = {**saved_rng, **ctx.rng}  # host RNGs the step does not use are unchanged since its start
             self._rerunning = True
+            loop = self._loop
+            capturing = loop is not None and loop.enabled
+            if capturing:
+                loop.enabled = False  # the unchanged loop's capture keeps none of the re-run
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")  # e.g. "full backward hook is firing..." on the first layer
@@ -271,6 +278,8 @@ class Investigation:
                                               input_bad=input_bad, reset=reset, inputs=inputs)
             finally:
                 self._rerunning = False
+                if capturing:
+                    loop.enabled = True
 
     @contextlib.contextmanager
     def _scaler_kept(self) -> Iterator[None]:

@@ -11,13 +11,14 @@ a loop skipped a batch itself): they are not counted and their losses are not th
 
 from __future__ import annotations
 
+import functools
+import operator
 from typing import Any
 
 import torch
 
-from .active import several
 from .capture import StepContext
-from .loop import replay_forwards
+from .forwards import loss_value, replay_forwards
 from .loss_tap import scaling
 
 
@@ -25,29 +26,20 @@ class LoopSteps:
     """Mixed into ``watch``: the state it reads is the watch's own (see watch.__init__)."""
 
     def _backward_loss(self, loss: torch.Tensor) -> None:
-        """A loss handed to ``backward()`` outside ``w.step``: the unchanged loop's loss, for the reports (with
-        a capture, once the loop has seen it reach the model: ``LoopCapture.settle``)."""
+        """A loss handed to ``backward()`` outside ``w.step`` with no capture (``rerun=False``): the unchanged
+        loop's loss, for the reports. (A capture takes it itself: ``LoopCapture.backward_called``.)"""
         if self._ctx is None and not self._rerunning and not self._replaying:
-            kept = loss.detach()
-            if self._loop is not None:
-                self._loop.backward_called(loss, kept, several())
-            else:
-                self._add_step_loss(kept)
-
-    def _add_step_loss(self, loss: torch.Tensor) -> None:
-        """Summed as they come: one small add per accumulated micro-batch."""
-        total = self._step_loss
-        summed = None if total is None else self._guard(torch.add, total, loss)
-        self._step_loss = summed if summed is not None else loss
+            self._step_losses.append(loss_value(loss))
 
     def _take_loop_losses(self) -> None:
         """The unchanged loop's step loss into the history: the losses the model returned (also watched by the
         sentinel), else the sum of the losses given to ``backward()`` in this step (accumulated micro-batches
-        add up, as their gradients do). Kept as tensors: read only when a report is made."""
+        add up, as their gradients do). Kept as ``loss_value`` keeps them: no device read before a report."""
         loop = self._loop
-        if loop is not None:
+        if loop is not None and loop.pending is not None:
             loop.settle()
-        loss = self._step_loss
+        losses = self._step_losses
+        loss = (losses[0] if len(losses) == 1 else self._guard(_summed, losses)) if losses else None
         if loop is not None and loop.losses:
             self._history.extend(loop.losses)
             self._last_loss = (self.step_count, loop.losses[-1])
@@ -58,7 +50,8 @@ class LoopSteps:
             self._last_loss = (self.step_count, loss)
         elif self._noted is not None:
             self._history.append(self._noted)
-        self._step_loss = self._noted = None
+        losses.clear()
+        self._noted = None
 
     def _loop_context(self, optimizer: Any = None) -> StepContext | None:
         """The unchanged loop's step as a context to re-run (its forwards and backwards, replayed), if it can be."""
@@ -80,9 +73,15 @@ class LoopSteps:
             if self._loop is not None:
                 self._loop.settle()
                 self._loop.losses = []
-            self._step_loss = self._noted = None
+            self._step_losses.clear()
+            self._noted = None
             return
         self._take_loop_losses()
         self._unstepped(self.step_count, self._loop_context())
         self.step_count += 1
         self._watched += 1
+
+
+def _summed(losses: list[torch.Tensor]) -> torch.Tensor:
+    """A step's losses (accumulated micro-batches), added up as their gradients are."""
+    return functools.reduce(operator.add, losses)

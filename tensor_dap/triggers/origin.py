@@ -86,9 +86,10 @@ def _float(t: torch.Tensor) -> bool:
 
 
 def kind_of(t: Any) -> str | None:
-    """"nan", "inf", or None for a finite (or non-float) tensor. Sparse tensors by their stored values."""
+    """"nan", "inf", or None for a finite (or non-float) tensor or float (a loss kept as its value:
+    ``forwards.loss_value``). Sparse tensors by their stored values."""
     if not isinstance(t, torch.Tensor):
-        return None
+        return ("nan" if t != t else "inf") if isinstance(t, float) and not math.isfinite(t) else None
     if t.layout == torch.sparse_coo:
         t = t._values()
     elif t.layout in (torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc):

@@ -24,7 +24,7 @@ from ..state import restore_rng
 from .incident import Bundle, read_bundle
 from .investigate import report_of
 from .localize import StopRerun, any_nonfinite, localize_rerun, nonfinite_parameters
-from .loop import Forward, replay_forwards
+from .forwards import Forward, replay_forwards
 from .report import Report
 from .stop import check_mode, dispatch
 
@@ -102,7 +102,7 @@ def _forward(saved: dict[str, Any], device: torch.device) -> Forward:
     args, kwargs, grads = map_tensors((tuple(saved.get("args", ())), dict(saved.get("kwargs", {})),
                                        list(saved.get("grads", []))), lambda t: t.to(device))
     line = saved.get("line")
-    return Forward(args, kwargs, dict(saved.get("rng") or {}), grads,
+    return Forward.saved(args, kwargs, dict(saved.get("rng") or {}), grads,
                    SourceLine(*line) if isinstance(line, (list, tuple)) and len(line) == 3 else None)
 
 

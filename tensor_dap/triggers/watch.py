@@ -46,7 +46,7 @@ from .sentinel import Sentinel, group
 from .hang import watchdog
 from .stop import check_mode
 
-LOSS_HISTORY = 32  # losses kept for the report (0-dim tensors: read only when a report is made)
+LOSS_HISTORY = 32  # losses kept for the report (values on the CPU; elsewhere 0-dim tensors, read only for a report)
 
 
 class watch(Investigation, LoopSteps):
@@ -107,11 +107,13 @@ class watch(Investigation, LoopSteps):
         self._mode: str | None = "optimizer" if optimizer is not None else None
         self._param_store: list[torch.Tensor] | None = None
         self._last_loss: tuple[int, torch.Tensor | None] = (-1, None)
+        self._step_losses: list[Any] = []  # the losses given to backward() this step (``forwards.loss_value``)
         self._loop = (LoopCapture(called(model), self._buffers, self._params, self._loop_unstepped,
-                                  self._add_step_loss) if rerun else None)
-        self._step_loss: torch.Tensor | None = None  # the sum of the losses given to backward() this step
+                                  self._step_losses.append) if rerun else None)
         self._noted: float | None = None  # the last loss break_if saw this step
-        self._untap = listen(self._backward_loss)
+        # The loss handed to backward(): the unchanged loop's capture takes it itself (one call less in every
+        # training step); without one, or once steps are handed over (w.step), watch does.
+        self._untap = listen(self._loop.backward_called if self._loop is not None else self._backward_loss)
         self._hang = watchdog(hang_after) if hang_after is not None else None
         self._handles: list[Any] = []
         # The work after an update (counting the step, ending the loop's capture) is done at the end of
@@ -187,6 +189,8 @@ class watch(Investigation, LoopSteps):
         if self._loop is not None:  # steps are handed over: the step function is re-run, not the model's
             self._loop.remove()     # forwards, so the unchanged loop's hooks go (a hooked module calls slower)
             self._loop = None
+            self._untap()
+            self._untap = listen(self._backward_loss)
         try:
             result = fn(*args, **kwargs)
             if probing:  # which RNGs the step itself draws from
@@ -263,10 +267,17 @@ class watch(Investigation, LoopSteps):
             return None  # a window's earlier steps run again as they ran, updates included
         if self._rerunning:
             raise StopRerun()  # localization re-runs forward and backward, never the update
-        if self.scaler is None and self._scaler_probes < SCALER_PROBE_STEPS:
+        if self._scaler_probes < SCALER_PROBE_STEPS:
             self._scaler_probes += 1
-            self.scaler = scaler_calling(optimizer)
+            if self.scaler is None:
+                self.scaler = scaler_calling(optimizer)
         ctx = self._ctx
+        if ctx is None and len(args) == 1 and not kwargs:  # the unchanged loop's step (args[0]: the optimizer)
+            self._take_loop_losses()
+            self._guard(self._check, self.step_count, None)
+            if self._post_hook is None:  # the update follows with nothing of watch before its end
+                self._after_update(optimizer, args, kwargs)
+            return None
         if ctx is not None:
             self._after_hook()  # ctx.updated is set once the update has run
             ctx.checked = True
@@ -336,8 +347,12 @@ class watch(Investigation, LoopSteps):
         """Observe this step's gradients, read the sentinel when due. Callers guard it (``_guard``)."""
         sentinel = self._sentinel
         sentinel.observe_params(self._groups, index)
-        if sentinel.due():
-            self._read_and_fire(index, ctx)
+        if sentinel.every == 1 or sentinel.due():
+            first = sentinel.read()
+            if first is None and ctx is None and not self._window:  # nothing found, no replay window to renew
+                self._window, self._latched = None, False  # (as _read_and_fire would: the unchanged loop's step)
+            else:
+                self._read_and_fire(index, ctx, first)
 
     def _unstepped(self, index: int, ctx: StepContext | None) -> None:
         """A step ended without an update: a GradScaler skipped it, or gradients accumulate. Its gradients may

@@ -1,0 +1,130 @@
+"""One forward of the model, as the unchanged loop keeps it (``loop``), and how a step is run again from them.
+
+A forward keeps references to its arguments, the RNG states it drew from, the gradient that reached its
+outputs, and the user's lines that called the model and ``backward()``: enough to run the model's forward
+and backward again exactly (``replay_forwards``), in a report's re-run or from an incident bundle.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+
+from ..debug.frames import Site, SourceLine, site_line, stand_in
+from ..nested import walk
+from ..state import restore_rng
+from .origin import Birth, Born, kind_of
+
+_new = object.__new__
+
+
+class Forward:
+    """One forward of the root module: its arguments, RNG states, and the gradients its outputs received.
+
+    Made in every training step, by ``LoopCapture._begin`` with no ``__init__`` to run: it sets the first
+    five attributes; the others keep their class defaults until a step sets them. Lines are kept as
+    ``Site``s and resolved when a report asks (``line``, ``call``)."""
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any] | None
+    rng: dict[str, Any]  # the RNG states it drew from
+    probing: bool  # this forward keeps every RNG state, to learn which ones the model draws from
+    call_at: Site  # the user's line that called the model (``model(x)``)
+    grads: list[torch.Tensor | None] | tuple[()] = ()  # by output tensor, in walk order (set by ``_end``)
+    backward_at: Site = None  # the user's line running when the output gradient arrived (backward())
+    loss: torch.Tensor | None = None  # the loss handed to backward() after this forward (``loss_tap``)
+    retained: list[tuple[int, torch.Tensor]] | tuple[()] = ()  # small outputs that keep their .grad
+    nodes: list[Any] | None = None  # the nodes that made the larger outputs (seen by node hooks)
+    larger: list[weakref.ref] | None = None  # those outputs, not kept alive: what made another model's batch
+    loss_birth: Birth | None = None  # a non-finite loss's op, read from its graph at backward() (``loss_graph``)
+    graph_read = False  # a non-finite loss reaching this forward's outputs had its graph read
+
+    @classmethod
+    def saved(cls, args: tuple[Any, ...], kwargs: dict[str, Any], rng: dict[str, Any],
+              grads: list[torch.Tensor | None], line: SourceLine | None) -> Forward:
+        """A forward read back from an incident bundle."""
+        f = _new(cls)
+        f.args, f.kwargs, f.rng, f.probing, f.call_at = args, kwargs, rng, False, None
+        f.grads, f.backward_at = grads, line
+        return f
+
+    @property
+    def line(self) -> SourceLine | None:
+        return site_line(self.backward_at)
+
+    @property
+    def call(self) -> SourceLine | None:
+        return site_line(self.call_at)
+
+    def model_nodes(self) -> list[Any]:
+        """The autograd nodes that made this forward's outputs (the loss computation's come after them)."""
+        return [t.grad_fn for _, t in self.retained if t.grad_fn is not None] + list(self.nodes or ())
+
+    def output_grads(self) -> list[torch.Tensor | None]:
+        """The gradients the outputs received: seen by hooks, or kept by small outputs themselves."""
+        for i, t in self.retained:
+            if self.grads[i] is None:
+                self.grads[i] = t.grad
+        return self.grads  # type: ignore[return-value]
+
+    def marks(self) -> list[Any]:
+        """The gradients its outputs hold now, by identity: a backward that reaches them replaces them."""
+        return [*(t.grad for _, t in self.retained), *self.grads]
+
+    def outputs(self) -> list[torch.Tensor]:
+        """The outputs of this forward still alive (while its step is open)."""
+        alive = [t for ref in self.larger or () if (t := ref()) is not None]
+        return [t for _, t in self.retained] + alive
+
+
+def output_tensors(output: Any) -> list[torch.Tensor]:
+    """The tensors among a forward's outputs, in a fixed order (a lone tensor or a flat tuple: no walk)."""
+    if isinstance(output, torch.Tensor):
+        return [output]
+    if type(output) in (tuple, list) and all(isinstance(t, torch.Tensor) for t in output):
+        return list(output)
+    return [t for _, t in walk(output)]
+
+
+def loss_value(loss: torch.Tensor) -> float | torch.Tensor:
+    """A loss handed to backward(), as watch keeps it for its reports: on the CPU its value (a read there is no
+    sync, and costs less than a detached tensor inside a training step), elsewhere the tensor, detached."""
+    return loss.item() if loss.is_cpu else loss.detach()
+
+
+def replay_forwards(model: torch.nn.Module, forwards: list[Forward], rng: dict[str, Any] | None = None) -> None:
+    """Run each forward again with its RNG states, then its backward from the gradients its outputs got.
+
+    ``rng``: every RNG state at the step's start, for the streams a forward did not save (host RNGs).
+    Raises ``Born`` when a gradient arriving at the outputs is already non-finite: the loss
+    computation outside the model produced it.
+    """
+    for f in forwards:
+        restore_rng({**(rng or {}), **f.rng})
+        out = model(*f.args, **f.kwargs)
+        pairs = [(t, g) for t, g in zip(output_tensors(out), f.output_grads()) if g is not None and t.requires_grad]
+        if f.loss is not None and (k := kind_of(f.loss)) is not None:  # the model's outputs came out finite
+            if f.loss_birth is not None:  # the op, found in the loss's graph when backward() was called
+                f.loss_birth.line = f.line or f.call
+                raise Born(f.loss_birth)
+            loss = torch.as_tensor(f.loss)
+            raise Born(Birth("loss", None, k, line=f.line or f.call, inputs=[("loss", loss)], output=loss,
+                             note="the loss handed to backward() is non-finite while the model's outputs are "
+                             "finite: the loss computation outside the model made it (the unchanged loop does "
+                             "not re-run the loss function; hand the step to watch.step to find the op)"))
+        if not pairs:
+            continue
+        bad = next(((t, g, k) for t, g in pairs if (k := kind_of(g)) is not None), None)
+        if bad is not None:
+            raise Born(Birth("loss", None, bad[2], line=f.line, inputs=[("grad at the model's output", bad[1])],
+                             output=bad[1], note="the gradient arriving at the model's outputs is non-finite: the "
+                             "loss computation outside the model made it (the unchanged loop does not re-run "
+                             "the loss function; hand the step to watch.step to find the op)"))
+        torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
+
+
+# An op re-run by replay_forwards that has no user frame of its own (a torch layer called by the loop)
+# is charged to the line that called the model, not to the optimizer hook the replay runs in.
+stand_in(replay_forwards.__code__, lambda frame: getattr(frame.f_locals.get("f"), "call", None))
