@@ -155,10 +155,15 @@ class LoopCapture:
             return False
 
     def stepped(self) -> None:
-        """The optimizer updated: the next forward starts a new step (and lets this one's forwards go: a small
-        output kept for its gradient is freed then, with what is left of its graph, not at this update)."""
+        """The optimizer updated: the next forward starts a new step."""
         self._open = False
         self.updated = True
+        for f in self.forwards:  # keep the outputs' gradients, not the outputs: their graph is then freed where
+            if f.retained:         # the loop frees it, not at the next forward
+                f.output_grads()
+                f.retained = ()
+            if f.nodes is not None:
+                f.nodes = f.larger = None
         if self._model_dict.get("_compiled_call_impl") is not self._call:
             self._wrap()  # the model was compiled in place (``model.compile()``) since: around that, now
         if self._probe is None:

@@ -143,9 +143,9 @@ def test_the_capture_keeps_references_not_copies_and_rerun_false_keeps_nothing()
         step_fn(x, y)
 
 
-def test_the_next_step_lets_go_of_the_outputs_and_the_report_has_the_gradient_they_received():
-    """Until the next forward the capture keeps the step's small outputs, whose .grad is the gradient that
-    reached them (for a report or bundle made after the update); the next step's first forward lets them go."""
+def test_the_step_lets_go_of_the_outputs_and_keeps_the_gradient_they_received():
+    """After the optimizer step only the gradient that reached the outputs is kept (for a later replay or
+    bundle): the outputs and their autograd graph are freed where the loop frees them."""
     import weakref
 
     model, optimizer, batch, _ = origins.build("zero_norm")
@@ -158,11 +158,9 @@ def test_the_next_step_lets_go_of_the_outputs_and_the_report_has_the_gradient_th
         optimizer.step()
         gone = weakref.ref(out)
         del out
+        assert gone() is None  # nothing of watch holds the output any more
         kept = w._loop.forwards[0].output_grads()[0]
         assert kept is not None and torch.equal(kept, seen)
-        optimizer.zero_grad()
-        model(x)
-        assert gone() is None  # nothing of watch holds the last step's output any more
 
 
 def _nan_input_report(call):
