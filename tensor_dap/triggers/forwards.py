@@ -34,7 +34,7 @@ class Forward:
     call_at: Site  # the user's line that called the model (``model(x)``)
     grads: list[torch.Tensor | None] | tuple[()] = ()  # by output tensor, in walk order (set by ``_end``)
     backward_at: Site = None  # the user's line running when the output gradient arrived (backward())
-    loss: torch.Tensor | None = None  # the loss handed to backward() after this forward (``loss_tap``)
+    loss: float | torch.Tensor | None = None  # the loss handed to backward() after it (``loss_value``)
     retained: list[tuple[int, torch.Tensor]] | tuple[()] = ()  # small outputs that keep their .grad
     nodes: list[Any] | None = None  # the nodes that made the larger outputs (seen by node hooks)
     larger: list[weakref.ref] | None = None  # those outputs, not kept alive: what made another model's batch
