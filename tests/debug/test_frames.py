@@ -1,10 +1,14 @@
-"""debug/frames.user_line: the user's line now, from a cache keyed by call site (it runs in every training step)."""
+"""debug/frames: the user's line now, from a cache keyed by call site (``user_line``, which runs in every training
+step), and ``CallSites``, which keeps it as code and instruction until a report asks (``site_line``)."""
 from __future__ import annotations
 
+import sys
 import textwrap
 import types
 
-from tensor_dap.debug.frames import user_line
+import torch
+
+from tensor_dap.debug.frames import CallSites, site_line, user_line
 
 
 def _compile(source: str, filename: str) -> types.FunctionType:
@@ -27,3 +31,39 @@ def test_each_call_site_keeps_its_own_line_and_a_new_code_object_is_not_mistaken
         moved = _compile("\n" * n + "def where():\n    return user_line()\n", str(tmp_path / f"b{n}.py"))
         line = moved()
         assert (line.line, line.file) == (n + 2, str(tmp_path / f"b{n}.py"))
+
+
+def test_call_sites_name_each_line_directly_and_through_one_library_frame_cached_or_not(tmp_path):
+    """The hooks keep where the model and backward() were called as (code, offset): from the user's own frame,
+    or through one library frame (``Tensor.backward``) to its caller; the identity cache must still tell the
+    lines of one function apart, and a call from another function must not be taken for the cached one."""
+    sites = CallSites()
+    namespace: dict = {}
+    # a frame of "library" code: compiled under torch's own file name, as Tensor.backward's is
+    exec(compile("def library(probe):\n    return probe()\n", torch._tensor.__file__, "exec"), namespace)
+    library = namespace["library"]
+
+    def probe() -> object:
+        return sites.at(sys._getframe(1))  # the library frame: the user's is one above it
+
+    source = """\
+        def where(first, direct):
+            if first:
+                return at(sys._getframe()) if direct else library(probe)
+            return at(sys._getframe()) if direct else library(probe)
+        """
+    env = {"at": sites.at, "sys": sys, "library": library, "probe": probe}
+    exec(compile(textwrap.dedent(source), str(tmp_path / "user.py"), "exec"), env)
+    where = env["where"]
+    for direct in (True, False):
+        for _ in range(3):  # the first round walks the frames, the next ones hit the cache
+            first, second = site_line(where(True, direct)), site_line(where(False, direct))
+            assert (first.line, second.line) == (3, 4) and first.file.endswith("user.py")
+            assert first.function == "where"
+    other = _compile("def where():\n    return user_line()\n", str(tmp_path / "other.py"))
+    env2 = {"at": sites.at, "sys": sys}
+    exec(compile("def elsewhere():\n\n    return at(sys._getframe())\n", str(tmp_path / "else.py"), "exec"), env2)
+    assert other().line == 2
+    line = site_line(env2["elsewhere"]())
+    assert (line.line, line.file) == (3, str(tmp_path / "else.py"))
+    assert site_line(where(False, True)).line == 4  # and back: the cache follows the latest caller

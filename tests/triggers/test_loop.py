@@ -554,3 +554,25 @@ def test_break_if_inside_an_unchanged_loop_adds_each_loss_to_the_history_once():
     report = info.value.report
     assert report.step == 3 and report.loss > 100
     assert report.loss_history == pytest.approx(seen)  # steps 0-2, each once
+
+
+def test_a_re_run_adds_nothing_to_the_step_it_re_runs():
+    """Localizing re-runs the step's forwards with the capture off: the step keeps its own forward, with the line
+    that called backward() (a re-run forward, with its gradients reset, would open a step of its own in the
+    capture and take its place), and the capture is on again for the next step."""
+    model, optimizer, batch, _ = origins.build("masked_softmax")
+    w = tensor_dap.watch(model, optimizer, on="raise", capture=False)
+    try:
+        with pytest.raises(NonFiniteError) as info:
+            for it in range(8):
+                x, pad, y = batch(it)
+                _, loss = model(x, pad, y)
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+        assert info.value.report.step == origins.BUG_STEP
+        forwards = w._loop.forwards
+        assert len(forwards) == 1 and w._loop.enabled
+        assert forwards[0].line is not None and forwards[0].line.text == "loss.backward()"  # not a re-run's
+    finally:
+        w.close(flush=False)
