@@ -79,25 +79,33 @@ def user_line(frame: Optional[FrameType] = None, skip: int = 0) -> Optional[Sour
 
     ``skip``: frames above the caller's known to be library code (torch's own hook callers), not
     walked: hooks that run every training step start where the user's frame usually is."""
-    if frame is not None:
-        f: Optional[FrameType] = frame
-    else:
+    if frame is None:
         try:
-            f = sys._getframe(1 + skip)
+            frame = sys._getframe(1 + skip)
         except ValueError:  # fewer frames than that
-            f = sys._getframe(1)
+            frame = sys._getframe(1)
+    return site_line(call_site(frame))
+
+
+# A user's line as a hook running in every training step takes it: the code and instruction offset of a
+# user's frame, turned into a line only when a report asks (``site_line``), or the line itself.
+Site = Union[SourceLine, "tuple[Any, int]", None]
+
+
+def call_site(frame: Optional[FrameType]) -> Site:
+    """The user's line running in ``frame`` or the nearest caller outside the libraries. A user's frame whose
+    code is cached gives its code and instruction, turned into a line only when asked (``site_line``: no
+    line-table walk for a call site seen before); every frame on the way is suspended in its call, so they
+    are stable now."""
+    f = frame
     while f is not None:
         code = f.f_code
         entry = _KIND.get(id(code))
         kind = entry[1] if entry is not None else _kind(code)
-        if kind == _USER:  # by instruction: no line-table walk for a call site seen before
-            site = (id(code), f.f_lasti)
-            line = _LINES.get(site) if entry is not None else None
-            if line is None:
-                line = SourceLine(code.co_filename, f.f_lineno, code.co_name)
-                if entry is not None and len(_LINES) < _KIND_MAX:
-                    _LINES[site] = line
-            return line
+        if kind == _USER:
+            if entry is not None:  # cached: its code stays alive, so its id names it
+                return (code, f.f_lasti)
+            return SourceLine(code.co_filename, f.f_lineno, code.co_name)
         if kind == _STAND_IN:
             recorded = _STAND_INS[code](f)
             if recorded is not None:
@@ -106,27 +114,6 @@ def user_line(frame: Optional[FrameType] = None, skip: int = 0) -> Optional[Sour
                 return SourceLine(code.co_filename, f.f_lineno, code.co_name)
         f = f.f_back
     return None
-
-
-# A user's line as a hook running in every training step takes it: the code and instruction offset of a
-# user's frame, turned into a line only when a report asks (``site_line``), or the line itself.
-Site = Union[SourceLine, "tuple[Any, int]", None]
-
-
-def call_site(frame: FrameType) -> Site:
-    """The user's line running in ``frame`` or the nearest caller outside the libraries, cheaply: through
-    frames whose code was seen before, the user's code and instruction, turned into a line only when a
-    report asks (``site_line``). Every frame on the way is suspended in its call, so these are stable now."""
-    f: Optional[FrameType] = frame
-    while f is not None:
-        code = f.f_code
-        entry = _KIND.get(id(code))
-        if entry is None or entry[1] == _STAND_IN:
-            break  # not seen yet, or a re-run's frame: the full walk
-        if entry[1] == _USER:  # cached: its code stays alive, so its id names it
-            return (code, f.f_lasti)
-        f = f.f_back
-    return user_line(frame)
 
 
 class CallSites:

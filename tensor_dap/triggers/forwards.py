@@ -17,15 +17,13 @@ from ..nested import walk
 from ..state import restore_rng
 from .origin import Birth, Born, kind_of
 
-_new = object.__new__
-
 
 class Forward:
     """One forward of the root module: its arguments, RNG states, and the gradients its outputs received.
 
-    Made in every training step, by ``LoopCapture._begin`` with no ``__init__`` to run: it sets the first
-    five attributes; the others keep their class defaults until a step sets them. Lines are kept as
-    ``Site``s and resolved when a report asks (``line``, ``call``)."""
+    Made in every training step (``LoopCapture._begin``): only the first five attributes are set then; the
+    others keep their class defaults until a step sets them. Lines are kept as ``Site``s and resolved when a
+    report asks (``line``, ``call``)."""
 
     args: tuple[Any, ...]
     kwargs: dict[str, Any] | None
@@ -41,12 +39,19 @@ class Forward:
     loss_birth: Birth | None = None  # a non-finite loss's op, read from its graph at backward() (``loss_graph``)
     graph_read = False  # a non-finite loss reaching this forward's outputs had its graph read
 
+    def __init__(self, args: tuple[Any, ...], kwargs: dict[str, Any] | None, rng: dict[str, Any],
+                 probing: bool = False, call_at: Site = None) -> None:
+        self.args = args
+        self.kwargs = kwargs
+        self.rng = rng
+        self.probing = probing
+        self.call_at = call_at
+
     @classmethod
     def saved(cls, args: tuple[Any, ...], kwargs: dict[str, Any], rng: dict[str, Any],
               grads: list[torch.Tensor | None], line: SourceLine | None) -> Forward:
         """A forward read back from an incident bundle."""
-        f = _new(cls)
-        f.args, f.kwargs, f.rng, f.probing, f.call_at = args, kwargs, rng, False, None
+        f = cls(args, kwargs, rng)
         f.grads, f.backward_at = grads, line
         return f
 

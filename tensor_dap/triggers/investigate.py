@@ -43,7 +43,6 @@ from .report import Report
 from .stop import dispatch
 
 log = logging.getLogger("tensor_dap.triggers")
-_UNREAD = object()
 
 
 class Investigation:
@@ -60,10 +59,8 @@ class Investigation:
             log.warning("tensor_dap.watch: internal error, check skipped: %s: %s", type(exc).__name__, exc)
             return None
 
-    def _read_and_fire(self, index: int, ctx: StepContext | None, first: Any = _UNREAD) -> None:
-        """Read the sentinel (unless the caller did: ``first``) and report what it found."""
-        if first is _UNREAD:
-            first = self._sentinel.read()
+    def _read_and_fire(self, index: int, ctx: StepContext | None) -> None:
+        first = self._sentinel.read()
         window, self._window = self._window or None, None
         if first is None:
             self._latched = False  # clean again: the next failure is news

@@ -29,7 +29,7 @@ from ..errors import STOPS
 from ..debug.frames import CallSites, Site, SourceLine, user_line
 from ..state import BufferSnapshot, Buffers, RngUse
 from .active import open_watches
-from .forwards import Forward, output_tensors
+from .forwards import Forward, loss_value, output_tensors
 from .loss_graph import read as read_loss
 
 MAX_FORWARDS = 64  # forwards kept per step; more (a loop calling the model outside training) drops the capture
@@ -39,9 +39,7 @@ RETAIN_BYTES = 1 << 20
 _NO_BUFFERS = BufferSnapshot([], [])
 _grad_enabled = torch.is_grad_enabled
 _getframe = sys._getframe
-_new = object.__new__  # makes a Forward with no __init__ to run
 _isfinite = math.isfinite
-_Tensor = torch.Tensor
 
 
 _WRAPPED_CALL = torch.nn.Module._wrapped_call_impl  # Module.__call__
@@ -80,7 +78,7 @@ class LoopCapture:
         self._probe: torch.Tensor | None = None  # a parameter whose .grad tells that zero_grad ran
         self._rngs = RngUse()  # which RNGs the model's forward draws from
         self._line: Site = None  # the line calling backward() in this step
-        self.pending: tuple[Forward, Any, list[Any]] | None = None  # the last loss, not yet settled (``settle``)
+        self._pending: tuple[Forward, Any, list[Any]] | None = None  # the last loss, not yet settled
         self._depth = 0  # inside the model's call: a nested call of the root module is part of it
         self._calls = CallSites()  # where the model is called from
         self._backwards = CallSites()  # where backward() is called from
@@ -104,19 +102,17 @@ class LoopCapture:
         backward() frees what its nodes saved: if it reaches the outputs, it is the forward's loss, with the op
         that made it (``loss_graph``) and this backward()'s line. The line calling backward() is looked up
         once a step."""
-        if self.pending is not None:
+        if self._pending is not None:
             self.settle()
         forwards = self.forwards
         if not (self.enabled and forwards):
             return
         f = forwards[-1]
-        kept = loss.item() if loss.is_cpu else loss.detach()  # (``loss_value``, inline: every step runs it)
+        kept = loss_value(loss)
         if len(open_watches) > 1:
-            self.pending = (f, kept, f.marks())
-        else:  # alone, nothing to tell apart: it is this step's (as ``_accept``, inline)
-            if f.loss is None:
-                f.loss = kept
-            self.on_loss(kept)
+            self._pending = (f, kept, f.marks())
+        else:  # alone, nothing to tell apart: it is this step's
+            self._accept(f, kept)
         line = self._line
         if line is None:  # above: loss_tap's wrapper, then Tensor.backward or the caller of torch.autograd.backward
             line = self._line = self._backwards.at(_getframe(2))
@@ -132,7 +128,7 @@ class LoopCapture:
 
     def settle(self) -> None:
         """The last loss handed to backward() is this step's if it reached the latest forward's outputs."""
-        pending, self.pending = self.pending, None
+        pending, self._pending = self._pending, None
         if pending is not None:
             f, kept, before = pending
             if not before or any(now is not then for now, then in zip(f.marks(), before)):  # none: not told apart
@@ -247,7 +243,7 @@ class LoopCapture:
             if len(forwards) >= MAX_FORWARDS or self.dropped is not None:
                 return self._drop()
         else:  # a new step
-            if self.pending is not None:
+            if self._pending is not None:
                 self.settle()  # a loss handed to backward() after the last update counts, as it came, in this step
             self._open = True
             self._backward_seen = self.updated = False
@@ -256,12 +252,7 @@ class LoopCapture:
             self.losses = []
             self.start = self.buffers.save() if self._buffered else _NO_BUFFERS
         rng, probing = self._rngs.before()
-        f = _new(Forward)  # no __init__ to run: a forward keeps five things, the rest has class defaults
-        f.args = args
-        f.kwargs = kwargs
-        f.rng = rng
-        f.probing = probing
-        f.call_at = self._calls.at(caller)  # resolved to a line when a report asks
+        f = Forward(args, kwargs, rng, probing, self._calls.at(caller))  # the line: resolved when a report asks
         forwards.append(f)
         return f
 
@@ -274,7 +265,7 @@ class LoopCapture:
         """The forward ``f`` returned ``output``: see the gradients its outputs will get."""
         if f.probing:
             self._rngs.after(f.rng)
-        tensors = [output] if type(output) is _Tensor else output_tensors(output)
+        tensors = output_tensors(output)
         f.grads = [None] * len(tensors)
         loss = None
         for i, t in enumerate(tensors):  # (no grad_fn read: it makes a Python object of the node, ~3 µs)

@@ -36,7 +36,7 @@ class LoopSteps:
         sentinel), else the sum of the losses given to ``backward()`` in this step (accumulated micro-batches
         add up, as their gradients do). Kept as ``loss_value`` keeps them: no device read before a report."""
         loop = self._loop
-        if loop is not None and loop.pending is not None:
+        if loop is not None:
             loop.settle()
         losses = self._step_losses
         loss = (losses[0] if len(losses) == 1 else self._guard(_summed, losses)) if losses else None

@@ -189,11 +189,6 @@ class Sentinel:
         """The first step with a non-finite value since the last read, else None; then reset."""
         if not self._observed:
             return None
-        if not self._bad and not self._pending:  # every value was read when observed (CPU): all finite
-            self._observed = False
-            self.reads += 1
-            self.failing = []
-            return None
         bad, self._bad, self._observed = self._bad, [], False
         pending, self._pending, self._count = self._pending, [], 0
         self.reads += 1

@@ -272,12 +272,6 @@ class watch(Investigation, LoopSteps):
             if self.scaler is None:
                 self.scaler = scaler_calling(optimizer)
         ctx = self._ctx
-        if ctx is None and len(args) == 1 and not kwargs:  # the unchanged loop's step (args[0]: the optimizer)
-            self._take_loop_losses()
-            self._guard(self._check, self.step_count, None)
-            if self._post_hook is None:  # the update follows with nothing of watch before its end
-                self._after_update(optimizer, args, kwargs)
-            return None
         if ctx is not None:
             self._after_hook()  # ctx.updated is set once the update has run
             ctx.checked = True
@@ -347,12 +341,8 @@ class watch(Investigation, LoopSteps):
         """Observe this step's gradients, read the sentinel when due. Callers guard it (``_guard``)."""
         sentinel = self._sentinel
         sentinel.observe_params(self._groups, index)
-        if sentinel.every == 1 or sentinel.due():
-            first = sentinel.read()
-            if first is None and ctx is None and not self._window:  # nothing found, no replay window to renew
-                self._window, self._latched = None, False  # (as _read_and_fire would: the unchanged loop's step)
-            else:
-                self._read_and_fire(index, ctx, first)
+        if sentinel.due():
+            self._read_and_fire(index, ctx)
 
     def _unstepped(self, index: int, ctx: StepContext | None) -> None:
         """A step ended without an update: a GradScaler skipped it, or gradients accumulate. Its gradients may
