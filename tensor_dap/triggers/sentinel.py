@@ -185,6 +185,22 @@ class Sentinel:
         self._checks += 1
         return self._checks % self.every == 0
 
+    def check_params(self, groups: Sequence[Sequence[torch.Tensor]], step: int) -> bool | None:
+        """``observe_params``, ``due`` and a read that finds nothing, in one call (a training step makes it):
+        None when no read is due; False when one was and every value seen since the last was finite on the
+        CPU (the read is counted and done); True when ``read`` has something to look at."""
+        self.observe_params(groups, step)
+        self._checks += 1
+        if self._checks % self.every:
+            return None
+        if self._bad or self._pending:
+            return True
+        if self._observed:
+            self._observed = False
+            self.reads += 1
+            self.failing = []
+        return False
+
     def read(self) -> int | None:
         """The first step with a non-finite value since the last read, else None; then reset."""
         if not self._observed:

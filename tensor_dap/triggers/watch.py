@@ -283,6 +283,8 @@ class watch(Investigation, LoopSteps):
                 self._loop.enabled = False
             self._after_hook()
             return self._checked_closure(optimizer, closure, args, kwargs, ctx)
+        if ctx is None and self._post_hook is None and self._plain_update():
+            return None  # an unchanged loop's ordinary step: done
         if ctx is None:
             self._take_loop_losses()
         self._guard(self._check, ctx.index if ctx else self.step_count, ctx)
@@ -339,10 +341,11 @@ class watch(Investigation, LoopSteps):
     # ------------------------------------------------------------ checks
     def _check(self, index: int, ctx: StepContext | None) -> None:
         """Observe this step's gradients, read the sentinel when due. Callers guard it (``_guard``)."""
-        sentinel = self._sentinel
-        sentinel.observe_params(self._groups, index)
-        if sentinel.due():
-            self._read_and_fire(index, ctx)
+        found = self._sentinel.check_params(self._groups, index)
+        if found or (found is False and (ctx is not None or self._window is not None)):  # a clean read renews
+            self._read_and_fire(index, ctx)                                                # a replay window
+        elif found is False:
+            self._latched = False  # clean again: the next failure is news
 
     def _unstepped(self, index: int, ctx: StepContext | None) -> None:
         """A step ended without an update: a GradScaler skipped it, or gradients accumulate. Its gradients may

@@ -576,3 +576,63 @@ def test_a_re_run_adds_nothing_to_the_step_it_re_runs():
         assert forwards[0].line is not None and forwards[0].line.text == "loss.backward()"  # not a re-run's
     finally:
         w.close(flush=False)
+
+
+@pytest.mark.parametrize("bug", ["zero_norm", "log_zero_loss", "nan_batch", "fp16_matmul"])
+def test_the_plain_steps_shortcut_ends_each_step_as_the_general_path_does(bug, monkeypatch):
+    """An unchanged loop's ordinary update takes a shortcut (``_plain_update``): it must leave what the general
+    path leaves (steps counted, sentinel reads, loss history) and fire the same report at the same step."""
+    from tensor_dap.triggers.loop_steps import LoopSteps
+
+    shortcut = LoopSteps._plain_update
+
+    def run(general: bool):
+        taken = []
+        monkeypatch.setattr(LoopSteps, "_plain_update",
+                            lambda self: False if general else taken.append(shortcut(self)) or taken[-1])
+        model, optimizer, batch, step_fn = origins.build(bug)
+        w = tensor_dap.watch(model, optimizer, on="log", capture=False)
+        states = []
+        for step in range(origins.BUG_STEP + 2):
+            step_fn(*batch(step))
+            states.append((w.step_count, w._watched, w.reads, w._latched, list(map(float, w._history))))
+        w.close(flush=False)
+        report = w.reports[0]
+        return taken, states, (where(report), report.loss, report.loss_history)
+
+    taken, shortcut_states, shortcut_report = run(general=False)
+    assert taken.count(True) >= origins.BUG_STEP  # the shortcut was the way every clean step went
+    _, general_states, general_report = run(general=True)
+    assert repr(shortcut_states) == repr(general_states)  # (repr: NaN losses compare equal)
+    assert repr(shortcut_report) == repr(general_report)
+
+
+def test_a_failure_after_clean_steps_is_news_again_on_either_path(monkeypatch):
+    """After a report, steps that stay non-finite are counted, not reported; once a step is clean again, the next
+    failure is reported anew, whether the steps took the shortcut or the general path."""
+    from tensor_dap.triggers.loop_steps import LoopSteps
+
+    shortcut = LoopSteps._plain_update
+
+    def run(general: bool):
+        monkeypatch.setattr(LoopSteps, "_plain_update", (lambda self: False) if general else shortcut)
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        x, y = torch.randn(16, 4), torch.randn(16, 1)
+        poisoned = {2, 3, 6}
+        with tensor_dap.watch(model, optimizer, on="log", capture=False) as w:
+            for step in range(8):
+                clean = [p.detach().clone() for p in model.parameters()]
+                optimizer.zero_grad()
+                out = model(x)
+                if step in poisoned:  # a NaN gradient at the output, this step only
+                    out.register_hook(lambda g: g * float("nan"))
+                F.mse_loss(out, y).backward()
+                optimizer.step()
+                with torch.no_grad():  # undo a poisoned update: the next step is clean again
+                    for p, c in zip(model.parameters(), clean):
+                        p.copy_(c) if not torch.isfinite(p).all() else None
+        return [r.step for r in w.reports], w.suppressed
+
+    assert run(general=False) == run(general=True) == ([2, 6], 1)
