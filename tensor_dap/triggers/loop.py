@@ -37,6 +37,8 @@ MAX_FORWARDS = 64  # forwards kept per step; more (a loop calling the model outs
 # in backward); a larger one is seen by a hook on the node that made it (no copy).
 RETAIN_BYTES = 1 << 20
 _NO_BUFFERS = BufferSnapshot([], [])
+_LOSS_BYTES = 16  # a loss the model returns is a scalar: at most this large (complex128)
+_Tensor = torch.Tensor
 _grad_enabled = torch.is_grad_enabled
 _getframe = sys._getframe
 _isfinite = math.isfinite
@@ -111,8 +113,10 @@ class LoopCapture:
         kept = loss_value(loss)
         if len(open_watches) > 1:
             self._pending = (f, kept, f.marks())
-        else:  # alone, nothing to tell apart: it is this step's
-            self._accept(f, kept)
+        else:  # alone, nothing to tell apart: it is this step's (``_accept``, in fewer lines: every step runs it)
+            if f.loss is None:
+                f.loss = kept
+            self.on_loss(kept)
         line = self._line
         if line is None:  # above: loss_tap's wrapper, then Tensor.backward or the caller of torch.autograd.backward
             line = self._line = self._backwards.at(_getframe(2))
@@ -265,6 +269,11 @@ class LoopCapture:
         """The forward ``f`` returned ``output``: see the gradients its outputs will get."""
         if f.probing:
             self._rngs.after(f.rng)
+        if (type(output) is _Tensor and output.requires_grad and _LOSS_BYTES < output.nbytes <= RETAIN_BYTES
+                and not output.is_leaf and not output.retains_grad):  # the common case in fewer lines: logits
+            output.retain_grad()
+            f.grads, f.retained = [None], [(0, output)]
+            return
         tensors = output_tensors(output)
         f.grads = [None] * len(tensors)
         loss = None
@@ -272,7 +281,7 @@ class LoopCapture:
             if not t.requires_grad:
                 continue
             size = t.nbytes
-            if loss is None and size <= 16 and t.dim() == 0 and t.is_floating_point():
+            if loss is None and size <= _LOSS_BYTES and t.dim() == 0 and t.is_floating_point():
                 loss = t.detach()  # a loss computed inside the model
                 self.losses.append(loss)
             if size <= RETAIN_BYTES and not t.is_leaf and not t.retains_grad:
