@@ -45,11 +45,6 @@ from .stop import dispatch
 log = logging.getLogger("tensor_dap.triggers")
 
 
-def internal_error(exc: Exception) -> None:
-    """tensor_dap failed in the user's training step: say so, and let the step go on."""
-    log.warning("tensor_dap.watch: internal error, check skipped: %s: %s", type(exc).__name__, exc)
-
-
 class Investigation:
     """Mixed into ``watch``: the state it reads is the watch's own (see watch.__init__)."""
 
@@ -61,7 +56,7 @@ class Investigation:
         except STOPS:  # (KeyboardInterrupt is no Exception: it passes too)
             raise
         except Exception as exc:  # noqa: BLE001 - tensor_dap's failure must not stop training
-            internal_error(exc)
+            log.warning("tensor_dap.watch: internal error, check skipped: %s: %s", type(exc).__name__, exc)
             return None
 
     def _read_and_fire(self, index: int, ctx: StepContext | None) -> None:

@@ -113,10 +113,8 @@ class LoopCapture:
         kept = loss_value(loss)
         if len(open_watches) > 1:
             self._pending = (f, kept, f.marks())
-        else:  # alone, nothing to tell apart: it is this step's (``_accept``, in fewer lines: every step runs it)
-            if f.loss is None:
-                f.loss = kept
-            self.on_loss(kept)
+        else:  # alone, nothing to tell apart: it is this step's
+            self._accept(f, kept)
         line = self._line
         if line is None:  # above: loss_tap's wrapper, then Tensor.backward or the caller of torch.autograd.backward
             line = self._line = self._backwards.at(_getframe(2))

@@ -17,10 +17,8 @@ from typing import Any
 
 import torch
 
-from ..errors import STOPS
 from .capture import StepContext
 from .forwards import loss_value, replay_forwards
-from .investigate import internal_error
 from .loss_tap import scaling
 
 
@@ -57,8 +55,8 @@ class LoopSteps:
 
     def _plain_update(self) -> bool:
         """An unchanged loop's update with nothing unusual about it: its loss into the history, the check,
-        the step's end. That is what ``_take_loop_losses``, ``_check`` and ``_after_update`` do, written out
-        in the fewest lines because it runs in every step of a plain loop, where each line of Python costs
+        the step's end. That is what ``_take_loop_losses`` and ``_after_update`` do around ``_check``, written
+        out in the fewest lines because it runs in every step of a plain loop, where each line of Python costs
         ~0.3 µs (the caches are cold after the step's kernels). False, with nothing done but settling the
         last loss, when the step needs the general path (several or no losses, a loss the model returned,
         a break_if's loss, ``every`` > 1)."""
@@ -73,15 +71,7 @@ class LoopSteps:
         loss = losses.pop()
         self._history.append(loss)
         self._last_loss = (index, loss)
-        try:
-            if sentinel.check_params(self._groups, index) or self._window is not None:
-                self._read_and_fire(index, None)
-            else:
-                self._latched = False  # clean again: the next failure is news
-        except STOPS:
-            raise
-        except Exception as exc:  # noqa: BLE001 - tensor_dap's failure must not stop training
-            internal_error(exc)
+        self._guard(self._check, index, None)
         self.step_count = index + 1
         self._watched += 1
         if loop is not None:
