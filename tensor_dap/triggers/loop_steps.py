@@ -7,6 +7,10 @@ without (the gradients were reset first) is counted only where a ``GradScaler`` 
 skipped an overflowing step, which is one of the run's steps. Without one, forwards and backwards with
 no update of this optimizer are not its steps (a GAN's generator step runs through the discriminator;
 a loop skipped a batch itself): they are not counted and their losses are not this model's history.
+
+A loop with no ``torch.optim`` optimizer updates its parameters by hand after ``backward()`` (pytorch/
+examples' word language model: ``p.data.add_(p.grad, alpha=-lr)``): until an optimizer is seen
+stepping, each ``backward()`` is a step, checked as it returns (``_step_by_hand``).
 """
 
 from __future__ import annotations
@@ -78,6 +82,32 @@ class LoopSteps:
             loop.stepped()
             loop.enabled = True
         return True
+
+    def _optimizer_found(self, optimizer: Any) -> bool:
+        """A torch.optim optimizer steps (none was given): checks move to its pre-step hook from now on.
+        True when the backward() before it already checked and counted this step (``_step_by_hand``)."""
+        assert self._untap_done is not None
+        self._untap_done()
+        self._untap_done = None
+        self._stepper = self._stepper or optimizer  # bundles carry its state
+        return self._by_hand and self._ctx is None
+
+    def _backward_done(self, loss: torch.Tensor) -> None:
+        """A backward() returned and no torch.optim optimizer has stepped: a loop that updates its
+        parameters by hand does so next, so its gradients are checked now, before that update."""
+        if self._ctx is None and not (self._rerunning or self._replaying):
+            self._guard(self._step_by_hand)
+
+    def _step_by_hand(self) -> None:
+        """Without torch.optim each backward() is a step: its loss into the history, the check, its end
+        (micro-batches accumulated by hand are then steps of their own, each checked)."""
+        index = self.step_count
+        self._take_loop_losses()
+        self._guard(self._check, index, None)
+        self._by_hand = True
+        self._after_update(None, (), {})
+        if self._hang is not None:
+            self._hang.beat()  # its beat is an optimizer's post-step hook otherwise
 
     def _loop_context(self, optimizer: Any = None) -> StepContext | None:
         """The unchanged loop's step as a context to re-run (its forwards and backwards, replayed), if it can be."""

@@ -4,7 +4,9 @@ the reports of ``watch`` on an unchanged loop (whose loss is computed outside th
 While anyone listens, ``torch.autograd.backward`` is wrapped (``Tensor.backward`` goes through it)
 and so is ``GradScaler.scale``, so a scaled loss is traced back to the loss it scaled. A listener gets
 the scalar tensor itself: nothing is read to the host here. Vector-Jacobian products (an explicit
-gradient) and several roots at once are not losses and are not passed on.
+gradient) and several roots at once are not losses and are not passed on. A listener is called as
+backward() starts, or (``done=True``) once it has returned: the gradients are then complete and
+nothing has used them yet (a loop that updates its parameters by hand does so after).
 """
 
 from __future__ import annotations
@@ -17,36 +19,43 @@ import torch
 
 Listener = Callable[[torch.Tensor], None]
 
-_listeners: list[Listener] = []
-# A snapshot, renewed on listen/stop: no copy per backward(), and a listener may stop while it is called.
+_listeners: list[tuple[Listener, bool]] = []  # (listener, called once backward() returned)
+# Snapshots, renewed on listen/stop: no copy per backward(), and a listener may stop while it is called.
 _calling: tuple[Listener, ...] = ()
+_finishing: tuple[Listener, ...] = ()
 _restore: list[tuple[Any, str, Any]] = []
 _scaled: dict[int, tuple[weakref.ref, weakref.ref]] = {}  # id(scaled loss) -> (scaled, loss)
 _scaling = [False]  # a GradScaler has scaled a loss while anyone listened
 
 
-def listen(fn: Listener) -> Callable[[], None]:
-    """Call ``fn(loss)`` at every ``backward()`` on a loss, until the returned function is called.
+def listen(fn: Listener, *, done: bool = False) -> Callable[[], None]:
+    """Call ``fn(loss)`` at every ``backward()`` on a loss (``done``: once it has returned), until the
+    returned function is called.
 
     ``fn`` may raise on purpose (a trigger stopping the run); the wrapper passes that on.
     """
-    global _calling
     if not _listeners:
         _install()
-    _listeners.append(fn)
-    _calling = tuple(_listeners)
+    entry = (fn, done)
+    _listeners.append(entry)
+    _renew()
 
     def stop() -> None:
-        global _calling
         for i, other in enumerate(_listeners):
-            if other is fn:
+            if other is entry:
                 del _listeners[i]
                 break
-        _calling = tuple(_listeners)
+        _renew()
         if not _listeners:
             _uninstall()
 
     return stop
+
+
+def _renew() -> None:
+    global _calling, _finishing
+    _calling = tuple(fn for fn, done in _listeners if not done)
+    _finishing = tuple(fn for fn, done in _listeners if done)
 
 
 def _install() -> None:
@@ -57,10 +66,14 @@ def _install() -> None:
     @functools.wraps(original)
     def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
         loss = _loss_of(tensors, args, kwargs)
-        if loss is not None:
-            for fn in _calling:
-                fn(loss)
-        return original(tensors, *args, **kwargs)
+        if loss is None:
+            return original(tensors, *args, **kwargs)
+        for fn in _calling:
+            fn(loss)
+        result = original(tensors, *args, **kwargs)
+        for fn in _finishing:
+            fn(loss)
+        return result
 
     _restore.append((torch.autograd, "backward", original))
     torch.autograd.backward = backward

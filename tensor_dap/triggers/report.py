@@ -175,7 +175,9 @@ def to_text(report: Report) -> str:
 
 def _bundle_lines(report: Report) -> list[str]:
     bundle = report.bundle
-    call = "model, optimizer=optimizer" if report.mode == "loop" else "model, step_fn, optimizer"
+    call = "model" if report.mode == "loop" else "model, step_fn"
+    if report.lr:  # an optimizer was known (a loop updating by hand has none): its update is replayed too
+        call += ", optimizer=optimizer" if report.mode == "loop" else ", optimizer"
     return [f"incident bundle: {bundle}",
             f"reproduce it: tensor_dap.replay({bundle!r}, {call})",
             f"show this report again: tensor-dap replay {bundle}"]

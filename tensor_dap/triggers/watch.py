@@ -114,6 +114,11 @@ class watch(Investigation, LoopSteps):
         # The loss handed to backward(): the unchanged loop's capture takes it itself (one call less in every
         # training step); without one, or once steps are handed over (w.step), watch does.
         self._untap = listen(self._loop.backward_called if self._loop is not None else self._backward_loss)
+        # Without an optimizer, the loop may update its parameters by hand (pytorch/examples' word language
+        # model): until a torch.optim optimizer steps, gradients are checked as each backward() returns.
+        self._untap_done: Callable[[], None] | None = (listen(self._backward_done, done=True)
+                                                       if optimizer is None else None)
+        self._by_hand = False  # a backward() has ended a step (``_step_by_hand``)
         self._hang = watchdog(hang_after) if hang_after is not None else None
         self._handles: list[Any] = []
         # The work after an update (counting the step, ending the loop's capture) is done at the end of
@@ -154,6 +159,9 @@ class watch(Investigation, LoopSteps):
             self._handles.clear()
             self._post_hook = None
             self._untap()
+            if self._untap_done is not None:
+                self._untap_done()
+                self._untap_done = None
             if self._loop is not None:
                 self._loop.remove()
             if self._hang is not None:
@@ -267,6 +275,8 @@ class watch(Investigation, LoopSteps):
             return None  # a window's earlier steps run again as they ran, updates included
         if self._rerunning:
             raise StopRerun()  # localization re-runs forward and backward, never the update
+        if self._untap_done is not None and self._optimizer_found(optimizer):
+            return None  # the backward() before it checked this step and ended it
         if self._scaler_probes < SCALER_PROBE_STEPS:
             self._scaler_probes += 1
             if self.scaler is None:

@@ -128,3 +128,20 @@ def test_watch_hang_after_starts_and_stops_a_watchdog(tmp_path, monkeypatch):
     w.close()
     w._hang._thread.join(timeout=10)
     assert not w._hang._thread.is_alive()
+
+
+def test_a_loop_updating_by_hand_beats_the_watchdog_at_each_backward(tmp_path, monkeypatch):
+    """No optimizer steps there, so the step a watchdog counts is each backward() (else it would call the run hung)."""
+    import torch
+
+    import tensor_dap
+
+    monkeypatch.chdir(tmp_path)
+    model = torch.nn.Linear(2, 1)
+    with tensor_dap.watch(model, hang_after=60, capture=False) as w:
+        for _ in range(3):
+            model.zero_grad()
+            model(torch.ones(4, 2)).sum().backward()
+            for p in model.parameters():
+                p.data.add_(p.grad, alpha=-0.1)
+        assert w._hang is not None and w._hang.steps == 3 == w.step_count

@@ -7,6 +7,7 @@ the same training, the test asserts that both name the same place.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import origins
@@ -17,6 +18,7 @@ from torch import nn
 
 import tensor_dap
 from tensor_dap import LossThresholdError, NonFiniteError
+from tensor_dap.triggers.report import to_text
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.filterwarnings("ignore::UserWarning")]
 MICRO = 4
@@ -636,3 +638,109 @@ def test_a_failure_after_clean_steps_is_news_again_on_either_path(monkeypatch):
         return [r.step for r in w.reports], w.suppressed
 
     assert run(general=False) == run(general=True) == ([2, 6], 1)
+
+
+# ------------------------------------------------------------------ updates by hand, no torch.optim
+
+def _loss_by_hand(bug, model, b):
+    """The loss of origins' training for ``bug`` (its step function without the optimizer)."""
+    if bug in ("masked_softmax", "where_sqrt"):
+        return model(*b)[1]
+    x, y, scale = b
+    out = model(x)
+    return origins.soft_target_loss(out * scale, y) if bug == "log_zero_loss" else F.mse_loss(out, y)
+
+
+def train_by_hand(model, batch, loss_of, steps, lr=1e-2, seen=None):
+    """pytorch/examples' word language model: ``model.zero_grad()``, backward, then ``p.data.add_(p.grad)``.
+    ``seen``: gets each step's parameters from just before its update."""
+    for step in range(steps):
+        model.zero_grad()
+        loss = loss_of(model, batch(step))
+        if seen is not None:
+            seen.append([p.detach().clone() for p in model.parameters()])
+        loss.backward()
+        for p in model.parameters():
+            if p.grad is not None:
+                p.data.add_(p.grad, alpha=-lr)
+
+
+@pytest.mark.parametrize("bug", ["masked_softmax", "where_sqrt", "nan_batch", "log_zero_loss"])
+def test_a_loop_updating_by_hand_is_checked_before_its_update_and_localized(bug, tmp_path):
+    """With no torch.optim optimizer, each backward() is a step, checked as it returns: the stop comes before
+    the update by hand (the parameters are that step's), and the birthplace is the one w.step names."""
+    model, _, batch, _ = origins.build(bug)
+    seen = []
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, on="raise", capture=str(tmp_path)) as w:
+        train_by_hand(model, batch, functools.partial(_loss_by_hand, bug), origins.BUG_STEP + 3, seen=seen)
+    report = info.value.report
+    module, phase, op = origins.EXPECTED[bug]
+    assert (report.step, report.module, report.phase, report.op) == (origins.BUG_STEP, module, phase, op)
+    if bug == "log_zero_loss":  # outside the model: the backward() it reached (the loss function is not re-run)
+        assert report.source["text"] == "loss.backward()" and report.source["file"] == __file__
+    else:
+        assert report.source["line"] == origins.birth_line(bug)
+    assert report.mode == "loop" and w.step_count == origins.BUG_STEP == len(seen) - 1
+    assert len(report.loss_history) == origins.BUG_STEP + 1
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), seen[-1]))  # not updated with NaN
+    assert f"tensor_dap.replay({report.bundle!r}, model)" in to_text(report)  # no optimizer to pass
+    if bug != "log_zero_loss":  # (the loss function is not in an unchanged loop's bundle)
+        with pytest.raises(NonFiniteError) as again:
+            tensor_dap.replay(report.bundle, model, on="raise")
+        assert (again.value.report.module, again.value.report.op) == (module, op)
+
+
+def test_a_loop_updating_by_hand_keeps_its_numerics_and_counts_its_non_finite_steps(monkeypatch, capsys):
+    from tensor_dap.triggers import aftermath
+
+    monkeypatch.setattr(aftermath, "INTERVAL", 0.0)
+    steps, loss_of = origins.BUG_STEP + 3, functools.partial(_loss_by_hand, "where_sqrt")
+
+    def run(watched):
+        model, _, batch, _ = origins.build("where_sqrt")
+        torch.manual_seed(7)
+        w = tensor_dap.watch(model, on="log", capture=False) if watched else None
+        train_by_hand(model, batch, loss_of, steps)
+        if w is not None:
+            w.close()
+        return [p.detach().clone() for p in model.parameters()] + [torch.rand(3)], w
+
+    plain, _ = run(watched=False)
+    params, w = run(watched=True)
+    assert all(torch.equal(a.nan_to_num(), b.nan_to_num()) for a, b in zip(plain, params))
+    assert (w.step_count, w.reads, len(w.reports)) == (steps, steps, 1)
+    err = capsys.readouterr().err
+    assert err.count("is non-finite too") == 2
+    assert f"3 of the {steps} steps watched were non-finite (the first at step {origins.BUG_STEP})" in err
+
+
+def test_an_optimizer_stepping_later_takes_over_the_check_and_each_step_counts_once():
+    """No optimizer given: the first step is checked as backward() returns, then the optimizer that steps takes
+    the check over (its pre-step hook): every step is counted and read once, and reports carry its lr."""
+    model, optimizer, batch, step_fn = origins.build("where_sqrt")
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, on="raise", capture=False) as w:
+        for step in range(origins.BUG_STEP + 2):
+            step_fn(*batch(step))
+            assert (w.step_count, w.reads) == (step + 1, step + 1)
+    report = info.value.report
+    assert (report.step, report.module, report.op) == (origins.BUG_STEP, *[origins.EXPECTED["where_sqrt"][i]
+                                                                          for i in (0, 2)])
+    assert report.lr == [optimizer.param_groups[0]["lr"]]
+
+
+def test_a_done_listener_is_called_once_backward_has_filled_the_gradients():
+    from tensor_dap.triggers.loss_tap import listen
+
+    original = torch.autograd.backward
+    w = torch.ones(3, requires_grad=True)
+    seen = []
+    stops = [listen(lambda loss: seen.append(("done", w.grad is None)), done=True),
+             listen(lambda loss: seen.append(("before", w.grad is None)))]
+    try:
+        (w * 2).sum().backward()
+        torch.autograd.backward([(w * 3).sum()], [torch.ones(())])  # an explicit gradient: not a loss
+    finally:
+        for stop in stops:
+            stop()
+    assert seen == [("before", True), ("done", False)]
+    assert torch.autograd.backward is original
