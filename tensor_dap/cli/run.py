@@ -37,7 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also debug child processes such as DataLoader workers (off: it stalls DDP start-up)")
     triggers = parser.add_argument_group("training triggers, without changing the program")
     triggers.add_argument("--break-on-nan", action="store_true",
-                          help="watch the model of each optimizer: stop where a NaN/Inf is born")
+                          help="watch the model of each optimizer (with none, the model a loop updates by "
+                               "hand): stop where a NaN/Inf is born")
     triggers.add_argument("--loss-above", type=float, metavar="X",
                           help="stop when the loss (the tensor .backward() is called on) exceeds X")
     triggers.add_argument("--guard", action="store_true",

@@ -22,10 +22,12 @@ from .eager import eager
 from .watch import watch
 
 
-def find_model(modules: Collection[torch.nn.Module], optimizer: torch.optim.Optimizer
+def find_model(modules: Collection[torch.nn.Module], optimizer: Optional[torch.optim.Optimizer]
                ) -> tuple[Optional[torch.nn.Module], list[torch.nn.Module]]:
-    """The root module among ``modules`` holding most of ``optimizer``'s parameters, and other roots holding some."""
-    wanted = _params_of(optimizer)
+    """The root module among ``modules`` holding most of ``optimizer``'s parameters (None: of the parameters
+    that require gradients), and other roots holding some."""
+    wanted = _params_of(optimizer) if optimizer is not None else {
+        id(p) for m in modules for p in m.parameters() if p.requires_grad}
     inner: set[int] = set()
     for m in modules:
         inner.update(id(sub) for sub in m.modules() if sub is not m)

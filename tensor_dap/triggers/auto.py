@@ -11,9 +11,11 @@ Written against the public ``watch`` and ``break_if``; what it adds is *finding*
 - The loss: the scalar tensor ``.backward()`` is called on (``loss_tap``); a GradScaler's scaled
   loss is traced back to the loss it scaled, so thresholds compare the real value.
 
-Until a watch is attached the loss is checked for NaN/Inf at each ``.backward()``; where a
-watch cannot apply (no ``torch.optim`` optimizer, a custom update loop, parameters no called
-module holds) that loss check stays on for the whole run instead.
+Until a watch is attached the loss is checked for NaN/Inf at each ``.backward()``. A first
+``backward()`` with no ``torch.optim`` optimizer created yet is a loop that updates its parameters
+by hand: the root module that ran holding most trainable parameters gets a ``watch`` without an
+optimizer, which checks the gradients as each ``backward()`` returns. Where no watch can apply
+(parameters no called module holds) the loss check stays on for the whole run instead.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class AutoTriggers:
         self._handles: list[Any] = []
         self._restore: list[tuple[Any, str, Any]] = []
         self._untap: Optional[Callable[[], None]] = None
+        self._by_hand: Any = None  # the watch of a loop with no torch.optim optimizer (``_watch_by_hand``)
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
         self._handles.append(register_optimizer_step_post_hook(self._after_step))
@@ -63,12 +66,16 @@ class AutoTriggers:
     @property
     def watches(self) -> list[Any]:
         """The watches attached so far (one per optimizer whose model has run)."""
-        return [a.watch for a in self._attachments if a.watch is not None]
+        found = [a.watch for a in self._attachments if a.watch is not None]
+        return found + [self._by_hand] if self._by_hand is not None else found
 
     def close(self) -> None:
         for a in self._attachments:
             _quietly(a.close)
         self._attachments.clear()
+        if self._by_hand is not None:
+            _quietly(self._by_hand.close)
+            self._by_hand = None
         for h in self._handles:
             h.remove()
         self._handles.clear()
@@ -132,6 +139,8 @@ class AutoTriggers:
         if self.replay:
             self._stop_noting()
             self._replay(optimizer)
+        if self._by_hand is not None and self._takes_over(optimizer):
+            return  # made before tensor_dap began: the watch its first backward() found becomes this optimizer's
         try:
             self._attach(optimizer)
         except Exception as exc:  # noqa: BLE001 - a failure here must never stop the program's step
@@ -213,6 +222,8 @@ class AutoTriggers:
 
     def _check_loss(self, loss: torch.Tensor) -> None:
         self.backwards += 1
+        if self.backwards == 1 and self.nan and not self.replay and not self._optimizers:
+            self._watch_by_hand()
         nan = self._loss_nan or not self.watches  # once a watch runs, NaN is its job (one report, not two)
         if self.loss_above is None and not nan:
             return  # nothing to compare: no host read of the loss
@@ -225,6 +236,34 @@ class AutoTriggers:
             if isinstance(exc, STOPS):
                 raise
             log.warning("tensor_dap: loss check skipped (%s: %s)", type(exc).__name__, exc)
+
+
+    def _watch_by_hand(self) -> None:
+        """The first backward() came with no torch.optim optimizer made: the loop updates its parameters by hand.
+        Its model (the root module that ran holding most trainable parameters) is watched from this backward()
+        on; the forward already done is not captured, so a NaN in this first step is reported unlocalized.
+        (An optimizer made before tensor_dap began, stepping after all, takes that watch over.)"""
+        from .attach import find_model
+        from .watch import watch
+
+        model, _ = find_model(list(self._seen), None)
+        if model is None:
+            return
+        try:
+            self._by_hand = watch(model, on=self.on, ranks=self.ranks)
+        except Exception as exc:  # noqa: BLE001 - the loss check stays on
+            log.warning("tensor_dap: could not watch %s (%s: %s)", type(model).__name__, type(exc).__name__, exc)
+            return
+        self._stop_noting()
+        note(f"tensor_dap: --break-on-nan: no torch.optim optimizer: watching {type(model).__name__}, its "
+             "gradients checked as each .backward() returns", style="")
+
+
+    def _takes_over(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Whether ``optimizer`` updates the model watched since the first backward() (``_watch_by_hand``)."""
+        from .attach import find_model
+
+        return find_model([self._by_hand.model], optimizer)[0] is not None
 
 
 def _quietly(fn: Any) -> None:

@@ -84,12 +84,16 @@ class LoopSteps:
         return True
 
     def _optimizer_found(self, optimizer: Any) -> bool:
-        """A torch.optim optimizer steps (none was given): checks move to its pre-step hook from now on.
-        True when the backward() before it already checked and counted this step (``_step_by_hand``)."""
+        """A torch.optim optimizer updating the model steps (none was given): it is the watch's optimizer from now
+        on, checked in its pre-step hook. True when the backward() before it already checked and counted this
+        step (``_step_by_hand``)."""
+        ours = {id(p) for p in self._params}
+        if not any(id(p) in ours for group in optimizer.param_groups for p in group["params"]):
+            return False  # another model's optimizer
         assert self._untap_done is not None
         self._untap_done()
         self._untap_done = None
-        self._stepper = self._stepper or optimizer  # bundles carry its state
+        self.optimizer = self._stepper = optimizer  # its post-step hook, its state in bundles, its lr in reports
         return self._by_hand and self._ctx is None
 
     def _backward_done(self, loss: torch.Tensor) -> None:

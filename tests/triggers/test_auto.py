@@ -50,7 +50,7 @@ def test_attached_at_the_first_step_and_removed_on_close():
             model(torch.randn(4, 3)).sum().backward()
             optimizer.step()
         assert len(auto.watches) == 1 and auto.watches[0].model is model and auto.steps == 3
-        assert auto.watches[0].optimizer is optimizer
+        assert auto.watches[0].optimizer is optimizer and auto.watches[0].step_count == 3
         assert auto._forward is None  # the global forward hook is gone after the first step
     assert torch.autograd.backward is original_backward
     assert not torch.nn.modules.module._global_forward_pre_hooks
@@ -132,9 +132,16 @@ def test_loss_above_reads_the_loss_at_backward_and_sees_through_a_grad_scaler(tm
     assert HEADLINE.search(scaled.stderr).group(1) == loss.group(1)
 
 
-def test_without_torch_optim_the_loss_is_checked_instead(tmp_path):
+def test_without_torch_optim_the_model_is_watched_as_each_backward_returns(tmp_path):
+    """A loop updating by hand: the first backward() finds the model; a NaN batch is localized at its step (the
+    loss check alone would only say the loss is NaN)."""
     done = _run([*TENSOR_DAP, "--guard", TRAIN, "manual"], tmp_path)
-    assert done.returncode == 1 and "NonFiniteError: tensor_dap trigger · step 3 · loss is nan" in done.stderr
+    assert done.returncode == 1 and "no torch.optim optimizer: watching Sequential" in done.stderr
+    assert "NonFiniteError: tensor_dap trigger · step 3 · non-finite input batch" in done.stderr
+    assert "where: input of 0 (Linear)" in done.stderr and "TRAINING-DONE" not in done.stdout
+    clean = _run([*TENSOR_DAP, "--guard", TRAIN, "manual", "--bug-step", "99"], tmp_path)
+    plain = _run([sys.executable, TRAIN, "manual", "--bug-step", "99"], tmp_path)
+    assert clean.returncode == plain.returncode == 0 and clean.stdout == plain.stdout  # numerics unchanged
 
 
 def test_f5_debug_training_stops_in_vscode_and_continues(tmp_path):

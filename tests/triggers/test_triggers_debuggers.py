@@ -148,3 +148,36 @@ def test_terminal_opens_pdb_on_break_if():
         child.expect("TRAINING-DONE")
     finally:
         child.close(force=True)
+
+
+@pytest.mark.timeout(120)
+def test_terminal_stops_a_loop_updating_by_hand_before_its_update():
+    """``tensor-dap run --break-on-nan`` on a loop with no torch.optim optimizer (pytorch/examples' word language
+    model): the gradients are checked as backward() returns, so pdb opens on that line, before the update."""
+    script = os.path.join(DEBUGGEES, "debuggee_by_hand.py")
+    child = pexpect.spawn(sys.executable, ["-m", "tensor_dap", "run", "--break-on-nan", script], encoding="utf-8",
+                          timeout=60, env={**os.environ, "PYTHONUNBUFFERED": "1"}, dimensions=(50, 160))
+    try:
+        child.expect(PROMPT)
+        shown = child.before
+        assert "no torch.optim optimizer: watching Net" in shown
+        assert "step 3" in shown and "SqrtBackward0" in shown and "backward of act (RootAct)" in shown
+        with open(script, encoding="utf-8") as f:
+            birth = next(n for n, text in enumerate(f, 1) if text.rstrip().endswith("# BIRTH"))
+        assert f"debuggee_by_hand.py:{birth}" in shown
+        child.sendline("p step, all(bool(p.isfinite().all()) for p in model.parameters())")
+        child.expect(PROMPT)
+        assert child.before.strip().splitlines()[-1].strip() == "(3, True)"  # not updated with NaN yet
+        child.sendline("where")
+        child.expect(PROMPT)
+        assert "loss.backward()" in child.before and "tensor_dap" + os.sep not in child.before
+        child.sendline("c")
+        child.expect("TRAINING-DONE")
+        after = child.before
+        child.expect(pexpect.EOF)
+        after += child.before  # the count comes as the run ends
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+    assert "step 4 is non-finite too" in after  # never silently
+    assert "3 of the 6 steps watched were non-finite (the first at step 3)" in after
