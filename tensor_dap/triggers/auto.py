@@ -32,6 +32,7 @@ from ..console import note
 from .break_if import break_if
 from .eager import eager
 from .loss_tap import listen
+from .optimizer_call import closure_of
 
 log = logging.getLogger("tensor_dap.triggers")
 
@@ -48,6 +49,7 @@ class AutoTriggers:
         self._seen: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
         self._optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
         self._unwatched: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()  # its model never ran
+        self._closing: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()  # first step, with a closure
         self._loss_nan = False  # checking the loss for NaN at .backward(): watch could not apply
         self._handles: list[Any] = []
         self._restore: list[tuple[Any, str, Any]] = []
@@ -130,10 +132,13 @@ class AutoTriggers:
             forward.remove()
             self._forward = None
 
-    def _before_step(self, optimizer: torch.optim.Optimizer, _args: Any, _kwargs: Any) -> None:
+    def _before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if optimizer in self._optimizers:
             self._stop_noting()  # every optimizer since start-up is known from its creation
-            self._first_step_of(optimizer)
+            if closure_of(args, kwargs) is None:
+                self._first_step_of(optimizer)
+            else:  # LBFGS & co: the model runs inside step(), in the closure: known once the step is over
+                self._closing.add(optimizer)
             return
         self._optimizers.add(optimizer)
         if self.replay:
@@ -211,8 +216,14 @@ class AutoTriggers:
         self._loss_nan = True
         self._read_losses()
 
-    def _after_step(self, _optimizer: Any, _args: Any, _kwargs: Any) -> None:
+    def _after_step(self, optimizer: Any, _args: Any, _kwargs: Any) -> None:
         self.steps += 1
+        if optimizer in self._closing:
+            self._closing.discard(optimizer)
+            self._first_step_of(optimizer)
+            for w in self.watches:  # attached inside this step's closure, after its pre-step hook
+                if w.optimizer is optimizer:
+                    w.step_count = max(w.step_count, self.steps)
 
     # ------------------------------------------------------------ the loss
     def _read_losses(self) -> None:

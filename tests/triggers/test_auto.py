@@ -5,9 +5,11 @@ import re
 import subprocess
 import sys
 
+import pytest
 import torch
 from torch import nn
 
+from tensor_dap import NonFiniteError
 from tensor_dap.triggers.attach import find_model
 from tensor_dap.triggers.auto import AutoTriggers
 
@@ -88,6 +90,7 @@ def test_a_nan_in_the_very_first_step_is_localized_and_bundled(tmp_path):
 
 
 COMPILED = """
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -200,3 +203,36 @@ def test_replay_of_a_bundle_with_an_empty_state_pt_is_one_line(tmp_path):
     shown = subprocess.run([sys.executable, "-m", "tensor_dap", "replay", str(bundle)], cwd=tmp_path,
                            capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0 and "x" in shown.stdout and shown.stderr == ""  # it reads report.json only
+
+
+def _lbfgs_run(bug_step, auto=None):
+    """pytorch/examples' time-sequence prediction: LBFGS, whose model runs inside ``step(closure)``."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 1))
+    optimizer = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=4)
+    x, y = torch.randn(16, 3), torch.rand(16, 1) + 0.5
+    for step in range(4):
+        def closure(step=step):
+            optimizer.zero_grad()
+            target = y if step != bug_step else (y - 1.0).log()  # log of a negative number
+            loss = nn.functional.mse_loss(model(x), target)
+            loss.backward()
+            return loss
+        optimizer.step(closure)
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def test_a_closure_optimizer_is_watched_from_the_model_run_inside_its_first_step(capsys):
+    """LBFGS calls the model only inside ``step(closure)``: its first step is not "a model that never ran"; the
+    watch attached inside that closure localizes a later step's NaN (the closure is re-run: the loss's line)."""
+    plain = _lbfgs_run(bug_step=None)
+    with AutoTriggers(nan=True, on="raise") as auto:
+        guarded = _lbfgs_run(bug_step=None)
+        assert len(auto.watches) == 1 and auto.watches[0].step_count == 4 and not auto._loss_nan
+    assert all(torch.equal(a, b) for a, b in zip(plain, guarded))
+    with AutoTriggers(nan=True, on="raise"), pytest.raises(NonFiniteError) as info:
+        _lbfgs_run(bug_step=2)
+    report = info.value.report
+    assert (report.step, report.op, report.module) == (2, "log", None)
+    assert report.source["text"].startswith("target = y if step != bug_step else (y - 1.0).log()")
+    assert "holds the parameters" not in capsys.readouterr().err
