@@ -744,3 +744,22 @@ def test_a_done_listener_is_called_once_backward_has_filled_the_gradients():
             stop()
     assert seen == [("before", True), ("done", False)]
     assert torch.autograd.backward is original
+
+
+@pytest.mark.parametrize("bug", ["masked_softmax", "where_sqrt"])
+def test_micro_batches_accumulated_by_hand_are_steps_of_their_own(bug):
+    """4 micro-batches per update by hand: each backward() is checked as it returns, so the third micro-batch of
+    update 1 (backward 6) is the step named, with the birthplace the accumulated optimizer loop gets."""
+    model, _, batch, _ = origins.build(bug)
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, on="raise", capture=False):
+        for update in range(3):
+            for i in range(MICRO):
+                _, loss = model(*batch(update * MICRO + i - 2))  # micro-batch 6 is origins' BUG_STEP
+                (loss / MICRO).backward()
+            for p in model.parameters():
+                p.data.add_(p.grad, alpha=-1e-2)
+            model.zero_grad()
+    report = info.value.report
+    module, phase, op = origins.EXPECTED[bug]
+    assert (report.step, report.module, report.phase, report.op) == (1 * MICRO + 2, module, phase, op)
+    assert report.source["line"] == origins.birth_line(bug)
