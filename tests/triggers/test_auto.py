@@ -147,16 +147,18 @@ def test_without_torch_optim_the_model_is_watched_as_each_backward_returns(tmp_p
     assert clean.returncode == plain.returncode == 0 and clean.stdout == plain.stdout  # numerics unchanged
 
 
-def test_f5_debug_training_stops_in_vscode_and_continues(tmp_path):
+@pytest.mark.parametrize("mode", ["nan", "manual"])
+def test_f5_debug_training_stops_in_vscode_and_continues(tmp_path, mode):
     """The "Debug Training (tensor_dap)" template as VS Code runs it (debugpy launch of ``-m tensor_dap`` with the
-    template's args, ``${file}`` = the training script): the NaN stops the IDE with the culprit in the locals."""
+    template's args, ``${file}`` = the training script): the NaN stops the IDE with the culprit in the locals,
+    with an optimizer or with an update by hand (``manual``: the stop is at ``loss.backward()``)."""
     from dapclient import DapClient
 
     from tensor_dap.dap.launch import templates
 
     config = templates().configurations[0]
     assert config["module"] == "tensor_dap" and config["justMyCode"] is False
-    args = [TRAIN if a == "${file}" else a for a in config["args"]] + ["nan"]
+    args = [TRAIN if a == "${file}" else a for a in config["args"]] + [mode]
     main = os.path.join(os.path.dirname(HERE), "tensor_dap", "__main__.py")  # = -m tensor_dap
     client = DapClient.launch(main, args=args, just_my_code=config["justMyCode"], timeout=120, cwd=str(tmp_path))
     try:
