@@ -106,6 +106,9 @@ class AutoTriggers:
             original(optimizer, *args, **kwargs)
             if optimizer not in self._optimizers:
                 self._optimizers.add(optimizer)
+                if self._by_hand is not None and self._takes_over(optimizer):
+                    _quietly(self._by_hand.close)  # its model has an optimizer after all: that one's watch follows
+                    self._by_hand = None
                 try:
                     self._attachments.append(self._attach_to(optimizer, seen=None))
                 except Exception as exc:  # noqa: BLE001 - never stop the program from building its optimizer

@@ -238,3 +238,21 @@ def test_a_closure_optimizer_is_watched_from_the_model_run_inside_its_first_step
     assert (report.step, report.op, report.module) == (2, "log", None)
     assert report.source["text"].startswith("target = y if step != bug_step else (y - 1.0).log()")
     assert "holds the parameters" not in capsys.readouterr().err
+
+
+def test_an_optimizer_made_after_a_first_backward_gets_the_only_watch():
+    """A backward() before any optimizer exists (a gradient check before training) watches the model as trained by
+    hand; the optimizer made next takes over: one watch, one report, the step counted from its own first step."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1))
+    x = torch.randn(8, 3)
+    with AutoTriggers(nan=True, on="raise") as auto:
+        model(x).sum().backward()  # before training: a look at the gradients
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        with pytest.raises(NonFiniteError) as info:
+            for step in range(4):
+                optimizer.zero_grad()
+                model(x if step != 2 else x / 0).sum().backward()
+                optimizer.step()
+        assert len(auto.watches) == 1 and auto.watches[0].optimizer is optimizer
+    assert info.value.report.step == 2 and info.value.report.where == "input of 0 (Linear)"
