@@ -47,8 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           help="re-run an incident bundle's failing step on the model and optimizer the program "
                                "builds, stop where the NaN was born, then end (what VS Code's Replay button runs)")
     triggers.add_argument("--hang-after", type=float, metavar="SECONDS",
-                          help="when no optimizer step completes for SECONDS, write every rank's stacks "
-                               "to .tensor_dap/incidents/<time>-hang/ and say where each rank waits")
+                          help="when no optimizer step (by hand: no .backward()) completes for SECONDS, write "
+                               "every rank's stacks to .tensor_dap/incidents/<time>-hang/ and say where each rank "
+                               "waits")
     parser.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="module [args]",
                         help="run a library module as a script, as python -m does")
     parser.add_argument("program", nargs=argparse.REMAINDER, metavar="script.py [args]",

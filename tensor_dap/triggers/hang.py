@@ -4,10 +4,12 @@ A multi-GPU hang gives no error: one rank waits in a collective for another that
 elsewhere (a data loader, an ``if rank == 0`` branch, a deadlock). ``watchdog(hang_after)``
 runs a daemon thread per process; each ``torch.optim`` step (a global post-step hook) resets
 its clock (start-up, before the first step, gets ``startup`` seconds, at least
-``hang_after``). When the clock passes ``hang_after`` seconds, each rank writes
-``.tensor_dap/incidents/<UTC time>-hang/rank<N>.txt`` (all its threads' Python stacks) and one
-line saying where its main thread is; rank 0 then gathers every rank's line into
-``summary.txt``. Nothing is stopped: the run goes on, and the watchdog re-arms at the next step.
+``hang_after``). Until an optimizer has stepped, each ``backward()`` that returns resets it too: a
+loop that updates its parameters by hand has no other step to see. When the clock passes
+``hang_after`` seconds, each rank writes ``.tensor_dap/incidents/<UTC time>-hang/rank<N>.txt``
+(all its threads' Python stacks) and one line saying where its main thread is; rank 0 then
+gathers every rank's line into ``summary.txt``. Nothing is stopped: the run goes on, and the
+watchdog re-arms at the next step.
 
 The ranks of one job agree on the folder without communicating (the collectives are what
 hangs): the first rank to fire names it in a marker file that the others read.
@@ -65,9 +67,15 @@ class Watchdog:
         self._stop = threading.Event()
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
-        self._handle = register_optimizer_step_post_hook(lambda *_: self.beat())
+        self._handle = register_optimizer_step_post_hook(self._stepped)
+        self._optimized = False  # an optimizer has stepped: its steps are the beats from then on
+        self._backward_beat = False  # a backward() beat since the last optimizer step (that step's beat)
+        self._untap: Any = None
         self._thread: Optional[threading.Thread] = None
         if hang_after is not None:
+            from .loss_tap import listen
+
+            self._untap = listen(self._backward_done, done=True)
             self._thread = threading.Thread(target=self._run, name="tensor_dap-hang-watchdog", daemon=True)
             self._thread.start()
 
@@ -81,6 +89,21 @@ class Watchdog:
             self._suggest = False
             self._say_suggestion()
 
+    def _stepped(self, *_: Any) -> None:
+        self._optimized = True
+        if self._backward_beat:  # this step's backward() beat already (the first optimizer step)
+            self._backward_beat = False
+            return
+        self.beat()
+
+    def _backward_done(self, _loss: Any) -> None:
+        if not self._optimized:
+            self._backward_beat = True
+            self.beat()
+        elif self._untap is not None:  # optimizer steps from now on: stop listening
+            self._untap()
+            self._untap = None
+
     def median_step(self) -> Optional[float]:
         """The median seconds between steps so far (the first interval, with start-up, left out)."""
         recent = list(self._durations)[1:]
@@ -89,6 +112,9 @@ class Watchdog:
     def close(self) -> None:
         self._stop.set()
         self._handle.remove()
+        if self._untap is not None:
+            self._untap()
+            self._untap = None
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=1.0)
 
@@ -124,8 +150,9 @@ class Watchdog:
         stacks = live_stacks(skip_current=True)
         here = where(stacks[0]) if stacks else "?"
         r = self.rank
+        step = "optimizer step" if self._optimized or not self.steps else "step (backward())"
         header = (f"rank {r.rank} (local rank {r.local_rank}) pid {os.getpid()} on {socket.gethostname()}: "
-                  f"no optimizer step for {idle:.1f} s (after {self.steps} steps)\nmain thread: {here}\n\n")
+                  f"no {step} for {idle:.1f} s (after {self.steps} steps)\nmain thread: {here}\n\n")
         path = os.path.join(folder, f"rank{r.rank}.txt")
         with open(path, "w") as f:
             f.write(header + render(stacks))
@@ -134,7 +161,7 @@ class Watchdog:
                        "idle_s": round(idle, 3), "steps": self.steps}, f)
         self.reports.append(folder)
         who = f"rank {r.rank}: " if r.distributed else ""
-        note(f"tensor_dap: {who}no optimizer step for {idle:.0f} s; stacks of every thread in {path}\n"
+        note(f"tensor_dap: {who}no {step} for {idle:.0f} s; stacks of every thread in {path}\n"
              f"  {who or 'main thread: '}{here}")
         if r.rank == 0 and r.distributed:
             self._summarize(folder)

@@ -110,8 +110,6 @@ class LoopSteps:
         self._guard(self._check, index, None)
         self._by_hand = True
         self._after_update(None, (), {})
-        if self._hang is not None:
-            self._hang.beat()  # its beat is an optimizer's post-step hook otherwise
 
     def _loop_context(self, optimizer: Any = None) -> StepContext | None:
         """The unchanged loop's step as a context to re-run (its forwards and backwards, replayed), if it can be."""

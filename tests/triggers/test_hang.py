@@ -145,3 +145,23 @@ def test_a_loop_updating_by_hand_beats_the_watchdog_at_each_backward(tmp_path, m
             for p in model.parameters():
                 p.data.add_(p.grad, alpha=-0.1)
         assert w._hang is not None and w._hang.steps == 3 == w.step_count
+
+
+def test_a_loop_updating_by_hand_resets_the_clock_at_each_backward(tmp_path, capsys):
+    """No optimizer steps in a loop that updates by hand: each backward() is its step (``tensor-dap run --hang-after``
+    would otherwise call every such run hung); an optimizer loop is counted once per step as before."""
+    w_param = torch.nn.Parameter(torch.ones(2))
+    with hang.watchdog(0.4, root=str(tmp_path), rank=LaunchRank(), startup=0.4) as dog:
+        for _ in range(6):
+            w_param.sum().backward()
+            with torch.no_grad():
+                w_param -= 0.1 * w_param.grad
+            time.sleep(0.15)  # each step well under hang_after, all of them well over it
+        assert dog.reports == [] and dog.steps == 6
+        _stuck(1.0)
+        assert len(dog.reports) == 1
+    assert "no step (backward()) for" in open(os.path.join(dog.reports[0], "rank0.txt")).read()
+    optimizer = torch.optim.SGD([w_param], lr=0.1)
+    with hang.watchdog(60, root=str(tmp_path), rank=LaunchRank()) as dog:
+        _steps(optimizer, 3)
+        assert dog.steps == 3
