@@ -184,8 +184,9 @@ class AutoTriggers:
         # The watch's own pre-step hook is registered now, inside this step's hooks: torch calls it
         # for this very step, so the first update is checked too.
 
-    def _replay(self, optimizer: torch.optim.Optimizer) -> None:
+    def _replay(self, optimizer: Optional[torch.optim.Optimizer]) -> None:
         """``--replay BUNDLE``: the program built its model and optimizer; re-run the bundle's step on them, then end.
+        ``optimizer`` None: a bundle of a loop updating by hand, replayed at the program's first backward().
 
         It stops where the NaN was born, in the debugger the user is in; the program does not
         train on (exit code 0 when the failure reproduced, 1 when the step ran clean).
@@ -195,12 +196,14 @@ class AutoTriggers:
         from .replay import replay
 
         model, _ = find_model(list(self._seen), optimizer)
+        trains = f"the parameters of {type(optimizer).__name__}" if optimizer is not None else "parameters"
         if model is None:
-            note(f"tensor_dap: --replay: no module that ran before the first step holds the parameters of "
-                 f"{type(optimizer).__name__}; nothing to replay on")
+            note(f"tensor_dap: --replay: no module that ran before the first step holds {trains}; nothing to "
+                 "replay on")
             raise SystemExit(2)
-        note(f"tensor_dap: replaying {self.replay} on the program's {type(model).__name__} and "
-             f"{type(optimizer).__name__}", style="")
+        with_optimizer = f" and {type(optimizer).__name__}" if optimizer is not None else ""
+        note(f"tensor_dap: replaying {self.replay} on the program's {type(model).__name__}{with_optimizer}",
+             style="")
         try:
             report = replay(self.replay, model, optimizer=optimizer, on=self.on)
         except TriggerError as exc:  # nobody to stop for: the report is shown, the program ends
@@ -238,6 +241,9 @@ class AutoTriggers:
         self.backwards += 1
         if self.backwards == 1 and self.nan and not self.replay and not self._optimizers:
             self._watch_by_hand()
+        if self.backwards == 1 and self.replay and _written_by_hand(self.replay):
+            self._stop_noting()
+            self._replay(None)
         nan = self._loss_nan or not self.watches  # once a watch runs, NaN is its job (one report, not two)
         if self.loss_above is None and not nan:
             return  # nothing to compare: no host read of the loss
@@ -278,6 +284,20 @@ class AutoTriggers:
         from .attach import find_model
 
         return find_model([self._by_hand.model], optimizer)[0] is not None
+
+
+def _written_by_hand(bundle: str) -> bool:
+    """Whether ``bundle`` is an unchanged loop's step with no optimizer known (its report has no learning rate):
+    a loop updating by hand, which has no optimizer step to replay it at."""
+    import json
+    import os
+
+    try:
+        with open(os.path.join(bundle, "report.json"), encoding="utf-8") as f:
+            report = json.load(f)
+        return report.get("mode") == "loop" and not report.get("lr")
+    except (OSError, ValueError, AttributeError):
+        return False  # the replay itself says what is wrong with it
 
 
 def _quietly(fn: Any) -> None:

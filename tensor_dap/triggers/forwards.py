@@ -49,9 +49,9 @@ class Forward:
 
     @classmethod
     def saved(cls, args: tuple[Any, ...], kwargs: dict[str, Any], rng: dict[str, Any],
-              grads: list[torch.Tensor | None], line: SourceLine | None) -> Forward:
-        """A forward read back from an incident bundle."""
-        f = cls(args, kwargs, rng)
+              grads: list[torch.Tensor | None], line: SourceLine | None, call: SourceLine | None = None) -> Forward:
+        """A forward read back from an incident bundle (``call``: the line that called the model)."""
+        f = cls(args, kwargs, rng, call_at=call)
         f.grads, f.backward_at = grads, line
         return f
 

@@ -342,8 +342,9 @@ class Investigation:
 
 def _forward_state(f: Forward) -> dict[str, Any]:
     """One captured forward in safe types, for ``state.pt``."""
-    line = tuple(f.line) if f.line is not None else None
-    return {"args": f.args, "kwargs": f.kwargs, "rng": safe_rng(f.rng), "grads": list(f.output_grads()), "line": line}
+    line, call = (tuple(where) if where is not None else None for where in (f.line, f.call))
+    return {"args": f.args, "kwargs": f.kwargs, "rng": safe_rng(f.rng), "grads": list(f.output_grads()), "line": line,
+            "call": call}
 
 
 def report_of(finding: Finding, *, step: int | None, kind: str = "nonfinite", headline: str | None = None) -> Report:

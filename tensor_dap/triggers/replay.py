@@ -101,9 +101,10 @@ def replay(bundle: str | Bundle, model: torch.nn.Module, step_fn: Callable[..., 
 def _forward(saved: dict[str, Any], device: torch.device) -> Forward:
     args, kwargs, grads = map_tensors((tuple(saved.get("args", ())), dict(saved.get("kwargs", {})),
                                        list(saved.get("grads", []))), lambda t: t.to(device))
-    line = saved.get("line")
-    return Forward.saved(args, kwargs, dict(saved.get("rng") or {}), grads,
-                   SourceLine(*line) if isinstance(line, (list, tuple)) and len(line) == 3 else None)
+    line, call = (where if isinstance(where, (list, tuple)) and len(where) == 3 else None
+                  for where in (saved.get("line"), saved.get("call")))  # (bundles before Dec 2026 have no call)
+    return Forward.saved(args, kwargs, dict(saved.get("rng") or {}), grads, SourceLine(*line) if line else None,
+                         SourceLine(*call) if call else None)
 
 
 class _UpdateGuard:

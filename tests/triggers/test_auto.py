@@ -177,16 +177,21 @@ def test_f5_debug_training_stops_in_vscode_and_continues(tmp_path, mode):
         client.close()
 
 
-def test_replay_reruns_a_bundle_on_the_programs_own_model_then_ends(tmp_path):
+@pytest.mark.parametrize("mode", ["nan", "manual"])
+def test_replay_reruns_a_bundle_on_the_programs_own_model_then_ends(tmp_path, mode):
     """`tensor-dap run --replay BUNDLE train.py` (VS Code's Replay button): the program builds its model and
-    optimizer, the bundle's step is re-run on them at the first step, the report names where it was born again."""
-    first = _run([*TENSOR_DAP, "--break-on-nan", TRAIN, "nan"], tmp_path)
+    optimizer, the bundle's step is re-run on them at the first step (``manual``, no optimizer: at the first
+    backward()), the report names where it was born again, with the line that called the model."""
+    first = _run([*TENSOR_DAP, "--break-on-nan", TRAIN, mode], tmp_path)
     bundles = sorted((tmp_path / ".tensor_dap" / "incidents").iterdir())
     assert first.returncode == 1 and len(bundles) == 1, first.stderr
-    again = _run([*TENSOR_DAP, "--replay", str(bundles[0]), TRAIN, "nan"], tmp_path)
+    again = _run([*TENSOR_DAP, "--replay", str(bundles[0]), TRAIN, mode], tmp_path)
     assert again.returncode == 0, again.stderr
-    assert "replaying" in again.stderr and "step 3 · replay:" in again.stderr
+    assert "replaying" in again.stderr and "step 3 · replay: non-finite input batch" in again.stderr
     assert "STEP 1" not in again.stdout and "TRAINING-DONE" not in again.stdout  # it ends at the first step
+    line = next(n for n, text in enumerate(open(TRAIN), 1) if "mse_loss(model(x), y)" in text)
+    assert f"op: linear at debuggee_launch_train.py:{line} " in first.stderr
+    assert f"op: linear at debuggee_launch_train.py:{line} " in again.stderr  # not where the replay ran
     missing = _run([*TENSOR_DAP, "--replay", str(tmp_path / "nope"), TRAIN, "nan"], tmp_path)
     assert missing.returncode == 2 and "not an incident bundle" in missing.stderr
     assert len(missing.stderr.strip().splitlines()) == 1

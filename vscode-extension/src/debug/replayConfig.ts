@@ -1,8 +1,9 @@
 /**
  * The debug configuration that replays an incident bundle. Re-running a step needs the user's
  * model and optimizer, which only their program builds, so the replay runs that program under
- * `tensor-dap run --replay BUNDLE`: at the program's first optimizer step tensor_dap re-runs the
- * bundle's step on them and stops where the NaN was born, then the program ends.
+ * `tensor-dap run --replay BUNDLE`: at the program's first optimizer step (a loop updating its
+ * parameters by hand: its first backward()) tensor_dap re-runs the bundle's step on them and stops
+ * where the NaN was born, then the program ends.
  * The program comes from the report (`program`, `args`, when the writer records them), else
  * from the user.
  */
