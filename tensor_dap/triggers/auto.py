@@ -275,8 +275,9 @@ class AutoTriggers:
             log.warning("tensor_dap: could not watch %s (%s: %s)", type(model).__name__, type(exc).__name__, exc)
             return
         self._stop_noting()
-        note(f"tensor_dap: --break-on-nan: no torch.optim optimizer: watching {type(model).__name__}, its "
-             "gradients checked as each .backward() returns", style="")
+        note(f"tensor_dap: --break-on-nan: .backward() with no torch.optim optimizer made: watching "
+             f"{type(model).__name__} as a loop updating it by hand (its gradients checked as each .backward() "
+             "returns, until an optimizer steps)", style="")
 
 
     def _takes_over(self, optimizer: torch.optim.Optimizer) -> bool:

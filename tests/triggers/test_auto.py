@@ -139,7 +139,7 @@ def test_without_torch_optim_the_model_is_watched_as_each_backward_returns(tmp_p
     """A loop updating by hand: the first backward() finds the model; a NaN batch is localized at its step (the
     loss check alone would only say the loss is NaN)."""
     done = _run([*TENSOR_DAP, "--guard", TRAIN, "manual"], tmp_path)
-    assert done.returncode == 1 and "no torch.optim optimizer: watching Sequential" in done.stderr
+    assert done.returncode == 1 and "no torch.optim optimizer made: watching Sequential" in done.stderr
     assert "NonFiniteError: tensor_dap trigger · step 3 · non-finite input batch" in done.stderr
     assert "where: input of 0 (Linear)" in done.stderr and "TRAINING-DONE" not in done.stdout
     clean = _run([*TENSOR_DAP, "--guard", TRAIN, "manual", "--bug-step", "99"], tmp_path)

@@ -160,7 +160,7 @@ def test_terminal_stops_a_loop_updating_by_hand_before_its_update():
     try:
         child.expect(PROMPT)
         shown = child.before
-        assert "no torch.optim optimizer: watching Net" in shown
+        assert "no torch.optim optimizer made: watching Net" in shown
         assert "step 3" in shown and "SqrtBackward0" in shown and "backward of act (RootAct)" in shown
         with open(script, encoding="utf-8") as f:
             birth = next(n for n, text in enumerate(f, 1) if text.rstrip().endswith("# BIRTH"))
