@@ -257,7 +257,6 @@ class AutoTriggers:
                 raise
             log.warning("tensor_dap: loss check skipped (%s: %s)", type(exc).__name__, exc)
 
-
     def _watch_by_hand(self) -> None:
         """The first backward() came with no torch.optim optimizer made: the loop updates its parameters by hand.
         Its model (the root module that ran holding most trainable parameters) is watched from this backward()
@@ -278,7 +277,6 @@ class AutoTriggers:
         note(f"tensor_dap: --break-on-nan: .backward() with no torch.optim optimizer made: watching "
              f"{type(model).__name__} as a loop updating it by hand (its gradients checked as each .backward() "
              "returns, until an optimizer steps)", style="")
-
 
     def _takes_over(self, optimizer: torch.optim.Optimizer) -> bool:
         """Whether ``optimizer`` updates the model watched since the first backward() (``_watch_by_hand``)."""

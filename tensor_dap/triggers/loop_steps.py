@@ -87,7 +87,7 @@ class LoopSteps:
         """A torch.optim optimizer updating the model steps (none was given): it is the watch's optimizer from now
         on, checked in its pre-step hook. True when the backward() before it already checked and counted this
         step (``_step_by_hand``)."""
-        ours = {id(p) for p in self._params}
+        ours = self._param_ids
         if not any(id(p) in ours for group in optimizer.param_groups for p in group["params"]):
             return False  # another model's optimizer
         assert self._untap_done is not None

@@ -119,6 +119,7 @@ class watch(Investigation, LoopSteps):
         self._untap_done: Callable[[], None] | None = (listen(self._backward_done, done=True)
                                                        if optimizer is None else None)
         self._by_hand = False  # a backward() has ended a step (``_step_by_hand``)
+        self._param_ids = frozenset(map(id, self._params))  # which optimizer found stepping is this model's
         self._hang = watchdog(hang_after) if hang_after is not None else None
         self._handles: list[Any] = []
         # The work after an update (counting the step, ending the loop's capture) is done at the end of
