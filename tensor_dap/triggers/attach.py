@@ -19,6 +19,7 @@ from typing import Any, Optional
 import torch
 
 from .eager import eager
+from .optimizer_call import param_ids
 from .watch import watch
 
 
@@ -26,7 +27,7 @@ def find_model(modules: Collection[torch.nn.Module], optimizer: Optional[torch.o
                ) -> tuple[Optional[torch.nn.Module], list[torch.nn.Module]]:
     """The root module among ``modules`` holding most of ``optimizer``'s parameters (None: of the parameters
     that require gradients), and other roots holding some."""
-    wanted = _params_of(optimizer) if optimizer is not None else {
+    wanted = param_ids(optimizer) if optimizer is not None else {
         id(p) for m in modules for p in m.parameters() if p.requires_grad}
     inner: set[int] = set()
     for m in modules:
@@ -42,10 +43,6 @@ def find_model(modules: Collection[torch.nn.Module], optimizer: Optional[torch.o
     if not scored:
         return None, []
     return scored[0][1], [m for _, m in scored[1:]]
-
-
-def _params_of(optimizer: torch.optim.Optimizer) -> set[int]:
-    return {id(p) for group in optimizer.param_groups for p in group["params"]}
 
 
 class Attachment:
@@ -70,7 +67,7 @@ class Attachment:
             return
         from torch.nn.modules.module import register_module_forward_pre_hook
 
-        self._params = _params_of(optimizer)
+        self._params = param_ids(optimizer)
         self._hook = register_module_forward_pre_hook(eager(self._called))  # also inside compiled models
 
     def _called(self, module: torch.nn.Module, args: Any) -> None:

@@ -239,11 +239,8 @@ class AutoTriggers:
 
     def _check_loss(self, loss: torch.Tensor) -> None:
         self.backwards += 1
-        if self.backwards == 1 and self.nan and not self.replay and not self._optimizers:
-            self._watch_by_hand()
-        if self.backwards == 1 and self.replay and _written_by_hand(self.replay):
-            self._stop_noting()
-            self._replay(None)
+        if self.backwards == 1:
+            self._first_backward()
         nan = self._loss_nan or not self.watches  # once a watch runs, NaN is its job (one report, not two)
         if self.loss_above is None and not nan:
             return  # nothing to compare: no host read of the loss
@@ -256,6 +253,15 @@ class AutoTriggers:
             if isinstance(exc, STOPS):
                 raise
             log.warning("tensor_dap: loss check skipped (%s: %s)", type(exc).__name__, exc)
+
+    def _first_backward(self) -> None:
+        """No optimizer made yet (``--break-on-nan``), or a bundle with none (``--replay``): a loop updating by hand."""
+        if self.replay:
+            if _written_by_hand(self.replay):
+                self._stop_noting()
+                self._replay(None)
+        elif self.nan and not self._optimizers:
+            self._watch_by_hand()
 
     def _watch_by_hand(self) -> None:
         """The first backward() came with no torch.optim optimizer made: the loop updates its parameters by hand.

@@ -24,6 +24,7 @@ import torch
 from .capture import StepContext
 from .forwards import loss_value, replay_forwards
 from .loss_tap import scaling
+from .optimizer_call import param_ids
 
 
 class LoopSteps:
@@ -87,8 +88,7 @@ class LoopSteps:
         """A torch.optim optimizer updating the model steps (none was given): it is the watch's optimizer from now
         on, checked in its pre-step hook. True when the backward() before it already checked and counted this
         step (``_step_by_hand``)."""
-        ours = self._param_ids
-        if not any(id(p) in ours for group in optimizer.param_groups for p in group["params"]):
+        if self._param_ids.isdisjoint(param_ids(optimizer)):
             return False  # another model's optimizer
         assert self._untap_done is not None
         self._untap_done()

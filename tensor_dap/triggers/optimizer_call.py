@@ -18,6 +18,11 @@ def closure_of(args: Any, kwargs: Any) -> Callable[[], Any] | None:
     return closure if callable(closure) else None
 
 
+def param_ids(optimizer: torch.optim.Optimizer) -> set[int]:
+    """The ids of the parameters ``optimizer`` updates: which model is its (``attach``, ``watch`` finding one)."""
+    return {id(p) for group in optimizer.param_groups for p in group["params"]}
+
+
 def stored_values(grad: torch.Tensor) -> torch.Tensor:
     """A sparse gradient (``nn.Embedding(sparse=True)``) by its stored values: NaN there is NaN in the update."""
     if grad.layout == torch.sparse_coo:
