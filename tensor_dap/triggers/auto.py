@@ -55,6 +55,7 @@ class AutoTriggers:
         self._restore: list[tuple[Any, str, Any]] = []
         self._untap: Optional[Callable[[], None]] = None
         self._by_hand: Any = None  # the watch of a loop with no torch.optim optimizer (``_watch_by_hand``)
+        self._replayed = False  # --replay ran (or was said not to)
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
         self._handles.append(register_optimizer_step_post_hook(self._after_step))
@@ -72,6 +73,10 @@ class AutoTriggers:
         return found + [self._by_hand] if self._by_hand is not None else found
 
     def close(self) -> None:
+        if self.replay and not self._replayed:  # never silent: the program ended before anything to replay at
+            self._replayed = True
+            note(f"tensor_dap: --replay: the program ended before a step to replay it at: {self.replay} was "
+                 "not replayed")
         for a in self._attachments:
             _quietly(a.close)
         self._attachments.clear()
@@ -195,6 +200,7 @@ class AutoTriggers:
         from .attach import find_model
         from .replay import replay
 
+        self._replayed = True
         model, _ = find_model(list(self._seen), optimizer)
         trains = f"the parameters of {type(optimizer).__name__}" if optimizer is not None else "parameters"
         if model is None:
@@ -257,7 +263,7 @@ class AutoTriggers:
     def _first_backward(self) -> None:
         """No optimizer made yet (``--break-on-nan``), or a bundle with none (``--replay``): a loop updating by hand."""
         if self.replay:
-            if _written_by_hand(self.replay):
+            if _replays_at_backward(self.replay):
                 self._stop_noting()
                 self._replay(None)
         elif self.nan and not self._optimizers:
@@ -291,9 +297,10 @@ class AutoTriggers:
         return find_model([self._by_hand.model], optimizer)[0] is not None
 
 
-def _written_by_hand(bundle: str) -> bool:
-    """Whether ``bundle`` is an unchanged loop's step with no optimizer known (its report has no learning rate):
-    a loop updating by hand, which has no optimizer step to replay it at."""
+def _replays_at_backward(bundle: str) -> bool:
+    """Whether ``bundle`` is replayed at the first backward(): an unchanged loop's step with no optimizer known
+    (its report has no learning rate), from a loop updating by hand, which has no optimizer step to wait for;
+    or a bundle whose report cannot be read, so that the replay says what is wrong with it now."""
     import json
     import os
 
@@ -302,7 +309,7 @@ def _written_by_hand(bundle: str) -> bool:
             report = json.load(f)
         return report.get("mode") == "loop" and not report.get("lr")
     except (OSError, ValueError, AttributeError):
-        return False  # the replay itself says what is wrong with it
+        return True
 
 
 def _quietly(fn: Any) -> None:

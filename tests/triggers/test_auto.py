@@ -261,3 +261,27 @@ def test_an_optimizer_made_after_a_first_backward_gets_the_only_watch():
                 optimizer.step()
         assert len(auto.watches) == 1 and auto.watches[0].optimizer is optimizer
     assert info.value.report.step == 2 and info.value.report.where == "input of 0 (Linear)"
+
+
+@pytest.mark.parametrize("mode", ["manual", "nan"])
+def test_replay_of_a_damaged_report_is_one_line_even_for_a_loop_updating_by_hand(tmp_path, mode):
+    """A bundle whose report.json cannot be read is refused at the first backward(): a loop updating by hand
+    would otherwise train to its end waiting for an optimizer step that never comes."""
+    bundle = tmp_path / "b"
+    bundle.mkdir()
+    (bundle / "report.json").write_text("{bad")
+    done = _run([*TENSOR_DAP, "--replay", str(bundle), TRAIN, mode], tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith(f"tensor_dap: --replay: {bundle}: cannot read report.json")
+    assert "STEP 1" not in done.stdout
+
+
+def test_replay_says_so_when_the_program_ends_with_nothing_to_replay_at(tmp_path):
+    program = tmp_path / "no_training.py"
+    program.write_text("print('EVALUATION-ONLY')\n")
+    bundle = tmp_path / "b"
+    bundle.mkdir()
+    (bundle / "report.json").write_text('{"kind": "nan", "headline": "x", "mode": "loop", "lr": [0.1]}')
+    done = _run([*TENSOR_DAP, "--replay", str(bundle), str(program)], tmp_path)
+    assert "EVALUATION-ONLY" in done.stdout
+    assert f"--replay: the program ended before a step to replay it at: {bundle} was not replayed" in done.stderr
