@@ -5,7 +5,9 @@ elsewhere (a data loader, an ``if rank == 0`` branch, a deadlock). ``watchdog(ha
 runs a daemon thread per process; each ``torch.optim`` step (a global post-step hook) resets
 its clock (start-up, before the first step, gets ``startup`` seconds, at least
 ``hang_after``). Until an optimizer has stepped, each ``backward()`` that returns resets it too: a
-loop that updates its parameters by hand has no other step to see. When the clock passes
+loop that updates its parameters by hand has no other step to see. Start-up ends at the first
+optimizer step or the second ``backward()``, not the first: the first step's collective still
+waits for ranks that start slower (a debugger listening, a cold disk). When the clock passes
 ``hang_after`` seconds, each rank writes ``.tensor_dap/incidents/<UTC time>-hang/rank<N>.txt``
 (all its threads' Python stacks) and one line saying where its main thread is; rank 0 then
 gathers every rank's line into ``summary.txt``. Nothing is stopped: the run goes on, and the
@@ -70,6 +72,7 @@ class Watchdog:
         self._handle = register_optimizer_step_post_hook(self._stepped)
         self._optimized = False  # an optimizer has stepped: its steps are the beats from then on
         self._backward_beat = False  # a backward() beat since the last optimizer step (that step's beat)
+        self._warm = False  # start-up is over: the clock allows hang_after, not startup
         self._untap: Any = None
         self._thread: Optional[threading.Thread] = None
         if hang_after is not None:
@@ -81,6 +84,10 @@ class Watchdog:
 
     def beat(self) -> None:
         """One step completed (called by the optimizer hook; call it yourself in a loop without torch.optim)."""
+        self._count()
+        self._warm = True
+
+    def _count(self) -> None:
         now = time.monotonic()
         self._durations.append(now - self._last)
         self._last = now
@@ -91,15 +98,19 @@ class Watchdog:
 
     def _stepped(self, *_: Any) -> None:
         self._optimized = True
+        self._warm = True
         if self._backward_beat:  # this step's backward() beat already (the first optimizer step)
             self._backward_beat = False
             return
-        self.beat()
+        self._count()
 
     def _backward_done(self, _loss: Any) -> None:
         if not self._optimized:
             self._backward_beat = True
-            self.beat()
+            self._count()
+            # The first backward() may be followed by an optimizer step that waits in its first collective for a
+            # rank still starting up: start-up ends at a step, or at a second backward() (a loop updating by hand).
+            self._warm = self._warm or self.steps >= 2
         elif self._untap is not None:  # optimizer steps from now on: stop listening
             self._untap()
             self._untap = None
@@ -132,7 +143,7 @@ class Watchdog:
             if fired_at is not None and self.steps != fired_at:
                 fired_at = None
             idle = time.monotonic() - self._last
-            limit = self.hang_after if self.steps else self.startup
+            limit = self.hang_after if self._warm else self.startup
             if fired_at is None and idle >= limit:
                 fired_at = self.steps
                 try:

@@ -147,6 +147,25 @@ def test_a_loop_updating_by_hand_beats_the_watchdog_at_each_backward(tmp_path, m
         assert w._hang is not None and w._hang.steps == 3 == w.step_count
 
 
+def test_the_first_steps_collective_still_gets_the_start_up_allowance(tmp_path):
+    """The first backward() is no completed step: an optimizer step may follow that waits in its collective for a rank
+    still starting up (under torchrun, the one a debugger listens in). Only a step or a second backward() ends it."""
+    w_param = torch.nn.Parameter(torch.ones(2))
+    optimizer = torch.optim.SGD([w_param], lr=0.1)
+    with hang.watchdog(0.3, root=str(tmp_path), rank=LaunchRank(), startup=30.0) as dog:
+        w_param.sum().backward()
+        _stuck(1.0)  # the first all_reduce, waiting for the slow rank
+        assert dog.reports == []
+        optimizer.step()
+        _stuck(1.0)
+        assert len(dog.reports) == 1
+    with hang.watchdog(0.3, root=str(tmp_path), rank=LaunchRank(), startup=30.0) as dog:
+        for _ in range(2):
+            w_param.sum().backward()  # a loop updating by hand: its second backward() ends start-up
+        _stuck(1.0)
+        assert len(dog.reports) == 1
+
+
 def test_a_loop_updating_by_hand_resets_the_clock_at_each_backward(tmp_path, capsys):
     """No optimizer steps in a loop that updates by hand: each backward() is its step (``tensor-dap run --hang-after``
     would otherwise call every such run hung); an optimizer loop is counted once per step as before."""
