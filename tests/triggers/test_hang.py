@@ -157,12 +157,12 @@ def test_the_first_steps_collective_still_gets_the_start_up_allowance(tmp_path):
         _stuck(1.0)  # the first all_reduce, waiting for the slow rank
         assert dog.reports == []
         optimizer.step()
-        _stuck(1.0)
+        _stuck(1.5)
         assert len(dog.reports) == 1
     with hang.watchdog(0.3, root=str(tmp_path), rank=LaunchRank(), startup=30.0) as dog:
         for _ in range(2):
             w_param.sum().backward()  # a loop updating by hand: its second backward() ends start-up
-        _stuck(1.0)
+        _stuck(1.5)
         assert len(dog.reports) == 1
 
 
