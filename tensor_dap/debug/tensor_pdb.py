@@ -57,7 +57,31 @@ class TensorPdb(pdb.Pdb):
             current = self.stack[self.curindex]
             self.stack = [e for e in self.stack if e is current or not self.hide_frame(e[0])]
             self.curindex = self.stack.index(current)
+        if f is None and tb is not None:
+            self._start_in_user_code()
         return stop
+
+    def _start_in_user_code(self) -> None:
+        """Post-mortem of an exception raised inside a library (torch's ``binary_cross_entropy`` refusing a NaN):
+        start at the innermost frame of the user's code, the line that called it; ``down`` still goes there."""
+        from ..libraries import is_user_file
+
+        for index in range(len(self.stack) - 1, -1, -1):
+            frame = self.stack[index][0]
+            if is_user_file(frame.f_code.co_filename):
+                break
+        else:
+            return
+        if index == self.curindex:
+            return
+        raised = self.stack[-1][0]
+        self.message(f"(raised in {raised.f_code.co_filename}:{self.stack[-1][1]} in {raised.f_code.co_name}; "
+                     "`down` goes there)")
+        self.curindex, self.curframe = index, frame
+        try:
+            self.curframe_locals = frame.f_locals
+        except AttributeError:  # a read-only property in newer Pythons: it follows curframe
+            pass
 
     # ------------------------------------------------------------------ output
     def _print(self, renderable: Any) -> None:

@@ -152,3 +152,27 @@ def test_crash_report_folds_library_frames_and_bounds_its_cost():
     full = _run("-m", "tensor_dap", "run", deep, env={**_env(), "TENSOR_DAP_FULL_TRACEBACK": "1"})
     assert "frames in torch hidden" not in full.stderr and "module.py" in full.stderr
     assert len(full.stderr.splitlines()) > len(err.splitlines())
+
+
+@pytest.mark.timeout(60)
+def test_post_mortem_starts_in_the_users_frame_when_torch_raised():
+    """The exception comes from torch's own Python (functional.py): the prompt opens on the user's line that
+    called it, with the user's locals, and `down` still reaches torch's frame."""
+    child = _spawn(os.path.join(DEBUGGEES, "debuggee_pdb_crash_in_torch.py"))
+    try:
+        child.expect_exact("(raised in ")
+        child.expect(r"functional\.py:\d+ in binary_cross_entropy; `down` goes there\)")
+        child.expect_exact("-> return F.binary_cross_entropy(scaled, labels)  # CALLS-TORCH")
+        child.expect_exact("(Pdb) ")
+        child.sendline("p scaled")
+        child.expect_exact("tensor[2] x∈[0.6, 1.6]")
+        child.expect_exact("(Pdb) ")
+        child.sendline("down")
+        child.expect(r"functional\.py\(\d+\)binary_cross_entropy\(\)")
+        child.expect_exact("(Pdb) ")
+        child.sendline("q")
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 1
+    finally:
+        child.close(force=True)
