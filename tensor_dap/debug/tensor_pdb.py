@@ -58,7 +58,10 @@ class TensorPdb(pdb.Pdb):
             self.stack = [e for e in self.stack if e is current or not self.hide_frame(e[0])]
             self.curindex = self.stack.index(current)
         if f is None and tb is not None:
-            self._start_in_user_code()
+            try:
+                self._start_in_user_code()
+            except Exception:  # noqa: BLE001 - a post-mortem must open even where this guess fails
+                pass
         return stop
 
     def _start_in_user_code(self) -> None:
