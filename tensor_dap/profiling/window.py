@@ -1,7 +1,8 @@
 """A torch.profiler over a window of training steps, so a long run never makes a giant trace.
 
 Steps are counted by ``tensor_dap.step()``, or, when the program never calls it, by
-optimizer steps (torch's global optimizer hook). From the start of the program until the
+optimizer steps (torch's global optimizer hook): those of the first optimizer to step, so a
+GAN's two optimizers make one step per iteration. From the start of the program until the
 first step the profiler records everything (the *prelude*); at the first step the prelude
 stops and a scheduled profiler skips ``wait`` steps, warms up for ``warmup`` and records
 ``active``. Until the program first calls ``tensor_dap.step()`` optimizer steps count; that
@@ -14,6 +15,7 @@ its first step (the prelude) rather than by the fragment after its last step.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from typing import Any, Callable, ContextManager
 
 from . import marks
@@ -41,18 +43,30 @@ class StepWindow:
         self._prelude_end = "the end of step 1"
         self._window: Any = None
         self._hook: Any = None
+        self._pacer: Any = None  # the first optimizer to step (a weak reference): only its steps count
+        self._optimizers: set[int] = set()  # the ids of every optimizer seen stepping
 
     def start(self) -> None:
         import torch.profiler
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
-        self._hook = register_optimizer_step_post_hook(lambda *_: marks.optimizer_stepped())
+        self._hook = register_optimizer_step_post_hook(self._optimizer_stepped)
         marks.add_step_listener(self._on_step)
         # no Python stacks in the prelude: torch's Python tracer keeps frame names as pointers into code
         # objects, and the import-time code a prelude spans is freed before the trace is read, so the
         # names came back as garbage (UnicodeDecodeError; pytorch/pytorch#130622, fixed after torch 2.13)
         self._prelude = torch.profiler.profile(**{**self.kwargs, "with_stack": False})
         self._prelude.start()
+
+    def _optimizer_stepped(self, optimizer: Any, *_: Any) -> None:
+        """A GAN steps two optimizers per iteration: only the first one to step (while it lives) counts steps."""
+        self._optimizers.add(id(optimizer))
+        pacer = self._pacer() if self._pacer is not None else None
+        if pacer is None:
+            self._pacer = weakref.ref(optimizer)
+        elif pacer is not optimizer:
+            return
+        marks.optimizer_stepped()
 
     def _on_step(self, source: str) -> None:
         if source == "optimizer" and self.counted_by == "explicit":
@@ -104,7 +118,9 @@ class StepWindow:
             return
         self.delivered = True
         last = min(self.first + self.active - 1, self.steps)
-        by = "tensor_dap.step()" if self.counted_by == "explicit" else "optimizer.step()"
+        optimizers = len(self._optimizers)
+        by = ("tensor_dap.step()" if self.counted_by == "explicit" else
+              "optimizer.step()" if optimizers < 2 else f"optimizer.step() of the first of {optimizers} optimizers")
         self._kept_prelude = None
         self.on_trace(prof, f"steps {self.first}–{last} (counted by {by})" if last > self.first
                       else f"step {self.first} (counted by {by})")

@@ -17,16 +17,22 @@ TAGGED = textwrap.dedent('''
     from torch import nn
 
     steps, per_step, explicit = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "explicit"
-    model = nn.Linear(8, 8)
+    gan = sys.argv[3] == "gan"  # a second model and optimizer, stepped after the first in every step
+    model, other = nn.Linear(8, 8), nn.Linear(8, 8)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    opt_other = torch.optim.Adam(other.parameters(), lr=0.01)
     x = torch.randn(4, 8)
     for i in range(1, steps + 1):
         with torch.profiler.record_function(f"tag{i}"):
             torch.full((i,), float(i)).sum()
-        for _ in range(per_step):  # gradient accumulation's K updates, or a GAN's two optimizers
+        for _ in range(per_step):  # several updates in a step
             opt.zero_grad()
             model(x).sum().backward()
             opt.step()
+        if gan:
+            opt_other.zero_grad()
+            other(x).sum().backward()
+            opt_other.step()
         if explicit:
             tensor_dap.step()
 ''')
@@ -46,7 +52,8 @@ def _tags(folder):
 
 @pytest.mark.parametrize("per_step, how, by", [(1, "explicit", "tensor_dap.step()"),
                                                (3, "explicit", "tensor_dap.step()"),
-                                               (1, "optimizer", "optimizer.step()")])
+                                               (1, "optimizer", "optimizer.step()"),
+                                               (1, "gan", "optimizer.step() of the first of 2 optimizers")])
 def test_the_window_records_the_steps_it_names(tmp_path, per_step, how, by):
     r, folder = _profile(tmp_path, "torch", 9, per_step, how)
     assert f"steps 4–6 (counted by {by})" in r.stderr
