@@ -66,7 +66,21 @@ def route_breakpoints() -> None:
 def _crash(exc: BaseException) -> int:
     from ..debug.crash import handle
 
+    _explain_with_watches()
     return handle(exc, exc.__traceback__)
+
+
+def _explain_with_watches() -> None:
+    """Before the crash report: an open watch names where a non-finite value that this step made was born."""
+    if "tensor_dap.triggers.active" not in sys.modules:
+        return  # no watch was ever made
+    from ..triggers import active
+
+    for w in active.watches():
+        try:
+            w.explain_crash()
+        except Exception as exc:  # noqa: BLE001 - the crash report comes first
+            print(f"tensor_dap: {short_error(exc, limit=None)}", file=sys.stderr)
 
 
 def target_of(args: argparse.Namespace) -> tuple[runner.Target, list[str]]:

@@ -31,6 +31,7 @@ from typing import Any, Callable
 import torch
 
 from ..dist import called, current_rank, unwrap
+from ..errors import STOPS
 from ..state import Buffers, RngUse, capture_rng, hyper
 from . import active
 from .aftermath import Aftermath
@@ -145,6 +146,8 @@ class watch(Investigation, LoopSteps):
         return self
 
     def __exit__(self, exc_type: object, *_: object) -> None:
+        if isinstance(exc_type, type) and issubclass(exc_type, Exception) and not issubclass(exc_type, STOPS):
+            self._guard(self.explain_crash)  # the program crashed on a value this step made non-finite?
         self.close(flush=exc_type is None)
 
     def close(self, *, flush: bool = True) -> None:

@@ -1,0 +1,144 @@
+"""A program that crashes on a value its step made non-finite, before the sentinel could see it (torch's
+``binary_cross_entropy`` refusing NaN probabilities right after the forward; ``clip_grad_norm_`` with
+``error_if_nonfinite``): the open watch names where it was born, bundles the step, and the crash goes on."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import tensor_dap
+
+pytestmark = [pytest.mark.timeout(90), pytest.mark.filterwarnings("ignore::UserWarning")]
+BAD_STEP = 3
+
+
+class VAE(nn.Module):
+    """pytorch/examples' VAE, small; from BAD_STEP on its log-variance is scaled up (a bad rescale)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.enc, self.mu, self.logvar, self.dec = nn.Linear(16, 8), nn.Linear(8, 4), nn.Linear(8, 4), nn.Linear(4, 16)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        h = F.relu(self.enc(x))
+        logvar = self.logvar(h) * (1e4 if self.calls > BAD_STEP else 1.0)
+        std = torch.exp(0.5 * logvar)  # EXP-LINE
+        z = self.mu(h) + torch.randn_like(std) * std
+        return torch.sigmoid(self.dec(z))
+
+
+def _train(model, optimizer, clip=False):
+    torch.manual_seed(0)
+    x = (torch.rand(8, 16) > 0.5).float()
+    for _ in range(6):
+        optimizer.zero_grad()
+        loss = F.binary_cross_entropy(model(x), x)  # raises on NaN probabilities
+        loss.backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, error_if_nonfinite=True)
+        optimizer.step()
+
+
+def test_a_crash_on_a_nan_the_forward_made_names_its_birthplace(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    torch.manual_seed(0)
+    model = VAE()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    with pytest.raises(RuntimeError, match="between 0 and 1"):  # the program's own crash still happens
+        with tensor_dap.watch(model, optimizer, on="raise") as w:
+            _train(model, optimizer)
+    (report,) = w.reports
+    assert (report.step, report.phase, report.op) == (BAD_STEP, "forward", "exp")
+    assert (os.path.basename(report.source["file"]), report.source["line"]) == (os.path.basename(__file__),
+                                                                             _line("EXP-LINE"))
+    assert any("as the program crashed" in n for n in report.notes)
+    assert report.bundle is not None and os.path.isfile(os.path.join(report.bundle, "state.pt"))
+
+
+class Sqrt(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        h = self.lin(x).abs() + 1.0 - (100.0 if self.calls > BAD_STEP else 0.0)  # all positive until BAD_STEP
+        return torch.where(h > 0, torch.sqrt(h), h).sigmoid()  # SQRT-LINE
+
+
+def test_clip_grad_norm_refusing_a_nan_gradient_names_the_backward_op(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    torch.manual_seed(0)
+    model = Sqrt()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(RuntimeError, match="non-finite"):
+        with tensor_dap.watch(model, optimizer, on="raise", capture=False) as w:
+            torch.manual_seed(0)
+            x = torch.randn(8, 4)
+            for _ in range(6):
+                optimizer.zero_grad()
+                model(x).sum().backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, error_if_nonfinite=True)
+                optimizer.step()
+    (report,) = w.reports
+    assert (report.step, report.phase, report.op) == (BAD_STEP, "backward", "SqrtBackward0")
+    assert (os.path.basename(report.source["file"]), report.source["line"]) == (os.path.basename(__file__),
+                                                                             _line("SQRT-LINE"))
+
+
+def test_a_crash_with_every_value_finite_adds_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    model = nn.Linear(4, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+        with tensor_dap.watch(model, optimizer, on="raise") as w:
+            for n in (4, 4, 5):
+                optimizer.zero_grad()
+                model(torch.ones(2, n)).sum().backward()
+                optimizer.step()
+    assert w.reports == []
+    assert not os.path.exists(tmp_path / ".tensor_dap")
+
+
+PROGRAM = textwrap.dedent('''
+    import torch, torch.nn.functional as F
+    from torch import nn
+    model = nn.Sequential(nn.Linear(6, 6), nn.Tanh(), nn.Linear(6, 6))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.rand(4, 6)
+    for step in range(5):
+        optimizer.zero_grad()
+        out = model(x if step < 2 else x * 0 / 0)  # the batch turns NaN at step 2
+        loss = F.binary_cross_entropy(out.sigmoid(), x)
+        loss.backward()
+        optimizer.step()
+''')
+
+
+def test_tensor_dap_run_names_it_before_the_crash_report(tmp_path):
+    """`tensor-dap run --break-on-nan`: the watch it made says where, then the crash report follows."""
+    (tmp_path / "train.py").write_text(PROGRAM)
+    done = subprocess.run([sys.executable, "-m", "tensor_dap", "run", "--break-on-nan", "train.py"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+                          env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"})
+    assert done.returncode == 1, done.stderr[-2000:]
+    err = done.stderr
+    assert "step 2 · non-finite input batch" in err, err[-3000:]
+    assert err.index("as the program crashed") < err.index("Traceback (most recent call last)")
+    assert "all elements of input should be between 0 and 1" in err
+
+
+def _line(marker: str) -> int:
+    with open(__file__) as f:
+        return next(i for i, text in enumerate(f, 1) if f"# {marker}" in text and "marker" not in text)
