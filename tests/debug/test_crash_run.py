@@ -30,6 +30,14 @@ def _spawn(script, env=None):
                          timeout=30, dimensions=(60, 200))
 
 
+def _quit(child):
+    """`q` at the post-mortem prompt: the program ends with the crash's exit code, 1."""
+    child.sendline("q")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 1
+
+
 @pytest.mark.timeout(60)
 def test_run_explains_a_shape_mismatch_and_exits_nonzero():
     r = _run("-m", "tensor_dap", "run", CRASH, "--lr", "3")
@@ -56,10 +64,7 @@ def test_run_opens_post_mortem_on_a_terminal():
         child.expect_exact("(Pdb) ")
         child.sendline("p h")
         child.expect(r"tensor\[4, 3\] n=12")
-        child.sendline("q")
-        child.expect(pexpect.EOF)
-        child.close()
-        assert child.exitstatus == 1
+        _quit(child)
     finally:
         child.close(force=True)
 
@@ -170,9 +175,6 @@ def test_post_mortem_starts_in_the_users_frame_when_torch_raised():
         child.sendline("down")
         child.expect(r"functional\.py\(\d+\)binary_cross_entropy\(\)")
         child.expect_exact("(Pdb) ")
-        child.sendline("q")
-        child.expect(pexpect.EOF)
-        child.close()
-        assert child.exitstatus == 1
+        _quit(child)
     finally:
         child.close(force=True)
