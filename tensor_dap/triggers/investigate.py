@@ -193,10 +193,12 @@ class Investigation:
         optimizer = self.optimizer or self._stepper
         if optimizer is not None:
             report.lr = [float(g["lr"]) for g in optimizer.param_groups if "lr" in g]
-        report.max_abs = self._max_abs(finding)
+        if finding is not None or report.max_abs is None:  # (a break_if's report may know its op already)
+            report.max_abs = self._max_abs(finding)
         birth = finding.birth if finding is not None else None
-        report.diagnosis = diagnose(birth, phase=report.phase, kind=report.kind, max_abs=report.max_abs,
-                                    loss_history=report.loss_history)
+        if finding is not None or report.diagnosis is None:
+            report.diagnosis = diagnose(birth, phase=report.phase, kind=report.kind, max_abs=report.max_abs,
+                                        loss_history=report.loss_history)
 
     def _loss_history(self) -> list[float]:
         values = []

@@ -84,7 +84,7 @@ class Report:
         src = self.source or {}
         if src.get("file"):
             # the unchanged loop finds a loss op in the loss's graph: its line is the backward() call after it
-            at = ", in the loss computed before " if self.phase == "loss" and self.mode == "loop" else " at "
+            at = ", in the loss computed before " if self.phase == "loss" and self.mode != "step" else " at "
             text += f"{at if text else ''}{os.path.basename(str(src['file']))}:{src.get('line')}"
             if src.get("text"):
                 text += f"  {src['text']}"

@@ -285,3 +285,40 @@ def test_replay_says_so_when_the_program_ends_with_nothing_to_replay_at(tmp_path
     done = _run([*TENSOR_DAP, "--replay", str(bundle), str(program)], tmp_path)
     assert "EVALUATION-ONLY" in done.stdout
     assert f"--replay: the program ended before a step to replay it at: {bundle} was not replayed" in done.stderr
+
+
+FORWARD_FORWARD = '''
+import torch
+from torch import nn
+
+class Layer(nn.Linear):  # pytorch/examples' forward-forward: each layer trains itself, forward called directly
+    def __init__(self):
+        super().__init__(8, 8)
+        self.opt = torch.optim.Adam(self.parameters(), lr=0.01)
+
+    def train_once(self, x, threshold):
+        goodness = self.forward(x).pow(2).mean(1)
+        loss = torch.log1p(torch.exp(threshold - goodness)).mean()  # a hand-written softplus
+        self.opt.zero_grad()
+        loss.backward()  # BACKWARD-LINE
+        self.opt.step()
+
+layer = Layer()
+for threshold in (2.0, 2.0, 200.0):  # exp(200) overflows float32
+    layer.train_once(torch.rand(16, 8), threshold)
+print("DONE")
+'''
+
+
+def test_a_model_that_never_runs_through_call_gets_its_loss_op_named(tmp_path):
+    """No module runs through ``__call__`` (its forward is called directly): no model to watch, so the loss is checked
+    at each backward(); a non-finite one is named by the op of the loss computation that made it."""
+    (tmp_path / "ff.py").write_text(FORWARD_FORWARD)
+    done = _run([*TENSOR_DAP, "--break-on-nan", "ff.py"], tmp_path)
+    assert done.returncode == 1 and "DONE" not in done.stdout
+    err = " ".join(done.stderr.split())
+    assert "no module run with gradients holds the parameters of Adam" in err
+    assert "step 2 · loss is inf" in err
+    line = next(i for i, text in enumerate(FORWARD_FORWARD.splitlines(), 1) if "BACKWARD-LINE" in text)
+    assert f"op: exp, in the loss computed before ff.py:{line} loss.backward() # BACKWARD-LINE" in err
+    assert "diagnosis: exp overflowed" in err

@@ -321,6 +321,26 @@ def test_break_if_thresholds_and_return_value():
     assert tensor_dap.break_if(torch.tensor(float("inf")), on="log") is True
 
 
+def test_break_if_names_the_op_that_made_a_non_finite_loss():
+    """A loss that still holds its graph: the op that made Inf/NaN from finite values is read from it (a
+    hand-written softplus, log1p(exp(x)), overflowing in exp), at the line that checked the loss."""
+    scores = torch.tensor([150.0, -3.0, 2.0], requires_grad=True)
+    loss = torch.log1p(torch.exp(scores * 1.0)).mean()
+    with pytest.raises(NonFiniteError) as info:
+        tensor_dap.break_if(loss, on="raise")  # CHECKED-HERE
+    report = info.value.report
+    assert (report.op, report.phase, report.module) == ("exp", "loss", None)
+    assert report.source["text"].endswith("# CHECKED-HERE") and report.source["file"] == __file__
+    assert report.diagnosis.startswith("exp overflowed")
+    assert "op: exp, in the loss computed before test_triggers.py:" in str(info.value)
+    assert ("op output", "output") in [(sec, name) for sec, name, _ in report.tensors]
+    # a non-finite value with no graph to read (or none made by an op from finite values): no op is named
+    for loss in (torch.tensor(float("nan")), torch.tensor([float("nan"), 1.0], requires_grad=True).sum()):
+        with pytest.raises(NonFiniteError) as info:
+            tensor_dap.break_if(loss, on="raise")
+        assert info.value.report.op is None
+
+
 def test_break_if_spike_after_warmup_and_automatic_step():
     fired = []
     for i in range(30):
