@@ -34,7 +34,8 @@ DIAGNOSES = {
     "sqrt": "sqrt has an infinite gradient at 0 and is NaN below it, and torch.where does not stop the unused "
             "branch's NaN gradient: clamp the input first (torch.sqrt(x.clamp_min(eps)))",
     "div": "division by zero: add an epsilon to the denominator (x / (norm + eps)) or clamp it (norm.clamp_min(eps))",
-    "exp": "exp overflowed: subtract the maximum first (torch.logsumexp, softmax) or clamp its input",
+    "exp": ("exp overflowed: subtract the maximum first (torch.logsumexp, softmax; F.softplus for log(1 + exp(x))) "
+            "or clamp its input"),
     "fp16": "float16 overflow (its largest value is 65504): compute in bfloat16 "
             "(torch.autocast(dtype=torch.bfloat16)), keep this op in float32, or scale the loss with "
             "torch.amp.GradScaler",
