@@ -66,11 +66,11 @@ def route_breakpoints() -> None:
 def _crash(exc: BaseException) -> int:
     from ..debug.crash import handle
 
-    _explain_with_watches()
+    _explain_with_watches(exc)
     return handle(exc, exc.__traceback__)
 
 
-def _explain_with_watches() -> None:
+def _explain_with_watches(exc: BaseException) -> None:
     """Before the crash report: an open watch names where a non-finite value that this step made was born."""
     if "tensor_dap.triggers.active" not in sys.modules:
         return  # no watch was ever made
@@ -78,7 +78,7 @@ def _explain_with_watches() -> None:
 
     for w in active.watches():
         try:
-            w.explain_crash()
+            w.explain_crash(exc.__traceback__)
         except Exception as exc:  # noqa: BLE001 - the crash report comes first
             print(f"tensor_dap: {short_error(exc, limit=None)}", file=sys.stderr)
 

@@ -21,12 +21,10 @@ from typing import Any
 
 import torch
 
-from .capture import Source, StepContext
+from .capture import StepContext
 from .forwards import loss_value, replay_forwards
-from .localize import nonfinite
 from .loss_tap import scaling
 from .optimizer_call import param_ids
-from .report import emit
 
 
 class LoopSteps:
@@ -123,30 +121,6 @@ class LoopSteps:
         return StepContext(self.step_count, lambda: replay_forwards(self._inner, forwards), (), {}, forwards[0].rng,
                            loop.start, checked=True, optimizer=optimizer or self._stepper, forwards=forwards,
                            updated=loop.updated)
-
-    def explain_crash(self) -> Any:
-        """An exception is ending the program inside a step whose model already made a non-finite value, before
-        the sentinel could see it (torch's ``binary_cross_entropy`` refusing NaN probabilities right after the
-        forward; ``clip_grad_norm_(error_if_nonfinite=True)``): re-run the step's captured forwards to name where
-        it was born, and report and bundle it as a trigger would, without stopping (the crash goes on). The
-        report, or None when there is nothing to explain."""
-        if self._latched or self._rerunning or self._replaying or self._ctx is not None:
-            return None
-        ctx = self._loop_context()
-        if ctx is None or ctx.updated or not (any(nonfinite(t) for f in ctx.forwards for t in f.outputs())
-                                              or any(nonfinite(p.grad) for p in self._params)):
-            return None
-        finding = self._rerun(ctx)
-        if finding is None:
-            return None
-        report = self._report(finding, ctx.index, ctx.index, None)
-        report.notes.append("found as the program crashed: this step's non-finite value came first (the crash "
-                            "follows)")
-        self._latched = True
-        self._bundle(report, Source(ctx, None, None))
-        self.reports.append(report)
-        emit(report)
-        return report
 
     def _loop_unstepped(self) -> None:
         """The unchanged loop reset gradients with no update since its last backward: a step a GradScaler

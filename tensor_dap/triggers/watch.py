@@ -36,6 +36,7 @@ from ..state import Buffers, RngUse, capture_rng, hyper
 from . import active
 from .aftermath import Aftermath
 from .capture import Source, StepContext, Window, add_to_window, loss_of, open_window
+from .crashed import CrashExplanation
 from .investigate import Investigation
 from .localize import StopRerun
 from .loss_tap import listen
@@ -50,7 +51,7 @@ from .stop import check_mode
 LOSS_HISTORY = 32  # losses kept for the report (values on the CPU; elsewhere 0-dim tensors, read only for a report)
 
 
-class watch(Investigation, LoopSteps):
+class watch(Investigation, LoopSteps, CrashExplanation):
     """Watch forward outputs, gradients, losses and parameter updates of ``model`` for NaN/Inf.
 
     Around an unchanged loop it captures what re-running a step needs from hooks (``rerun=False``
@@ -145,9 +146,9 @@ class watch(Investigation, LoopSteps):
     def __enter__(self) -> watch:  # noqa: PYI034 - no typing_extensions dependency
         return self
 
-    def __exit__(self, exc_type: object, *_: object) -> None:
+    def __exit__(self, exc_type: object, _exc: object, tb: Any) -> None:
         if isinstance(exc_type, type) and issubclass(exc_type, Exception) and not issubclass(exc_type, STOPS):
-            self._guard(self.explain_crash)  # the program crashed on a value this step made non-finite?
+            self._guard(self.explain_crash, tb)  # the program crashed on a value this step made non-finite?
         self.close(flush=exc_type is None)
 
     def close(self, *, flush: bool = True) -> None:

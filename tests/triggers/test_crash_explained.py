@@ -65,6 +65,29 @@ def test_a_crash_on_a_nan_the_forward_made_names_its_birthplace(tmp_path, monkey
     assert report.bundle is not None and os.path.isfile(os.path.join(report.bundle, "state.pt"))
 
 
+def test_w_step_mode_re_runs_the_step_function_that_crashed(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    torch.manual_seed(0)
+    model = VAE()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x = (torch.rand(8, 16) > 0.5).float()
+
+    def train_step():
+        optimizer.zero_grad()
+        loss = F.binary_cross_entropy(model(x), x)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    with pytest.raises(RuntimeError, match="between 0 and 1"):
+        with tensor_dap.watch(model, optimizer, on="raise", capture=False) as w:
+            for _ in range(6):
+                w.step(train_step)
+    (report,) = w.reports
+    assert (report.step, report.phase, report.op) == (BAD_STEP, "forward", "exp")
+    assert report.source["line"] == _line("EXP-LINE")
+
+
 class Sqrt(nn.Module):
     def __init__(self) -> None:
         super().__init__()

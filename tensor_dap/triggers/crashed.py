@@ -1,0 +1,77 @@
+"""When the program crashes on a NaN first: ``watch`` names where it was born before the crash goes on.
+
+The sentinel looks at the gradients before the update, but a non-finite value the forward made
+often ends the program before that: torch's ``binary_cross_entropy`` refuses NaN probabilities
+right after the forward (pytorch/examples' VAE and DCGAN), ``clip_grad_norm_(error_if_nonfinite=True)``
+refuses a NaN gradient. When an exception leaves the watch (its ``with`` block, or the end of a
+program under ``tensor-dap run``) in a step that has not updated yet and shows a non-finite value
+(the model's outputs or the gradients, or a tensor in the frames the exception left), the step is
+re-run from what it captured (the unchanged loop's forwards, or the ``w.step`` function) and
+reported and bundled as a trigger would, without stopping: the crash then goes on as it would have.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import torch
+
+from .capture import Source, StepContext
+from .localize import nonfinite
+from .report import Report, emit
+
+FRAME_TENSORS = 32  # tensors of the crashed frames looked at, at most (each is read whole)
+
+
+class CrashExplanation:
+    """Mixed into ``watch``: the state it reads is the watch's own (see watch.__init__)."""
+
+    def explain_crash(self, tb: Any = None) -> Report | None:
+        """The report of where this step's first non-finite value was born, or None when there is nothing to
+        explain (every value finite, the step already reported or updated). ``tb``: the crash's traceback."""
+        if self._latched or self._rerunning or self._replaying or self._ctx is not None:
+            return None
+        ctx = self._crashed_step(tb)
+        if ctx is None:
+            return None
+        try:
+            finding = self._rerun(ctx)
+        except Exception:  # noqa: BLE001 - the re-run crashed as the program did, before any non-finite value
+            return None
+        if finding is None:
+            return None
+        report = self._report(finding, ctx.index, ctx.index, None)
+        report.notes.append("found as the program crashed: this step's non-finite value came first (the crash "
+                            "follows)")
+        self._latched = True
+        self._bundle(report, Source(ctx.outer or ctx, None, None))
+        self.reports.append(report)
+        emit(report)
+        return report
+
+    def _crashed_step(self, tb: Any) -> StepContext | None:
+        """The step the crash ended, if it can be re-run and something non-finite is there to find."""
+        if self._loop is not None:
+            ctx = self._loop_context()
+            outputs = [] if ctx is None else [t for f in ctx.forwards for t in f.outputs()]
+        else:  # w.step: the step function that raised
+            ctx, outputs = self._last_ctx, []
+        if ctx is None or ctx.updated:
+            return None
+        if any(map(nonfinite, outputs)) or any(nonfinite(p.grad) for p in self._params) \
+                or any(map(nonfinite, _frame_tensors(tb))):
+            return ctx
+        return None
+
+
+def _frame_tensors(tb: Any) -> list[torch.Tensor]:
+    """Floating tensors held by the locals of the frames the exception left, innermost first, at most
+    ``FRAME_TENSORS``."""
+    frames = []
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    found = (v for frame in reversed(frames) for v in list(frame.f_locals.values())
+             if isinstance(v, torch.Tensor) and (v.is_floating_point() or v.is_complex()) and v.device.type != "meta")
+    return list(itertools.islice(found, FRAME_TENSORS))
