@@ -322,3 +322,34 @@ def test_a_model_that_never_runs_through_call_gets_its_loss_op_named(tmp_path):
     line = next(i for i, text in enumerate(FORWARD_FORWARD.splitlines(), 1) if "BACKWARD-LINE" in text)
     assert f"op: exp, in the loss computed before ff.py:{line} loss.backward() # BACKWARD-LINE" in err
     assert "diagnosis: exp overflowed" in err
+
+
+SPAWNED = '''
+import torch
+import torch.multiprocessing as mp
+
+def train(_):  # pytorch/examples' mnist_hogwild: the training runs in processes started with spawn
+    w = torch.nn.Parameter(torch.ones(2))
+    opt = torch.optim.SGD([w], lr=0.1)
+    for _ in range(3):
+        opt.zero_grad()
+        (w * float("nan")).sum().backward()
+        opt.step()
+
+if __name__ == "__main__":
+    mp.set_start_method("spawn", force=True)
+    p = mp.Process(target=train, args=(0,))
+    p.start()
+    p.join()
+    print("PARENT-DONE")
+'''
+
+
+def test_a_run_whose_training_ran_elsewhere_says_nothing_was_checked(tmp_path):
+    (tmp_path / "hog.py").write_text(SPAWNED)
+    done = _run([*TENSOR_DAP, "--break-on-nan", "hog.py"], tmp_path)
+    assert done.returncode == 0 and "PARENT-DONE" in done.stdout
+    err = " ".join(done.stderr.split())
+    assert "no backward() or optimizer step ran in this process, so nothing was checked" in err
+    trained = _run([*TENSOR_DAP, "--guard", TRAIN, "clean"], tmp_path)  # a run that trained here: no such line
+    assert trained.returncode == 0 and "nothing was checked" not in trained.stderr
