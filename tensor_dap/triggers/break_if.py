@@ -76,11 +76,17 @@ def break_if(loss: Any, *, above: float | None = None, below: float | None = Non
         return False
     from ..summary import describe
 
-    report = Report(kind=kind, headline=headline, step=index, phase="loss", rank=current_rank(), loss=value)
+    birth = _loss_birth(loss) if kind == "nonfinite" and getattr(loss, "grad_fn", None) is not None else None
+    if birth is not None:  # the op that made it, as the unchanged loop reports one (a report for the birth)
+        from .investigate import report_of
+        from .localize import from_birth
+
+        report = report_of(from_birth(birth, None), step=index, kind=kind, headline=headline)
+        report.loss = value
+    else:
+        report = Report(kind=kind, headline=headline, step=index, phase="loss", rank=current_rank(), loss=value)
     if hasattr(loss, "detach"):
-        report.tensors.append(("the value checked", "loss", describe(loss)))
-        if kind == "nonfinite" and loss.grad_fn is not None:
-            _name_the_op(report, loss)
+        report.tensors.insert(0, ("the value checked", "loss", describe(loss)))
     if watching is not None:  # inside a watch: the step is bundled, the report gets the loss history
         watching.adopt(report)
     error = NonFiniteError if kind == "nonfinite" else LossThresholdError
@@ -88,33 +94,17 @@ def break_if(loss: Any, *, above: float | None = None, below: float | None = Non
     return True
 
 
-def _name_the_op(report: Report, loss: Any) -> None:
+def _loss_birth(loss: Any) -> Any:
     """A non-finite loss still holding its autograd graph: the op of the loss computation that made it from finite
-    values (``loss_graph``: ``exp`` overflowing in a hand-written softplus), at the line that checked the loss
-    (the op's own line is not known), with its diagnosis."""
+    values (``loss_graph``: ``exp`` overflowing in a hand-written softplus), placed at the line that checked the
+    loss (the op's own line is not known), or None."""
     from ..debug.frames import user_line
-    from .diagnose import diagnose
-    from .investigate import max_abs
     from .loss_graph import read
 
     birth = read(loss).birth
-    if birth is None:
-        return
-    line = user_line()
-    report.op, report.forward_op = birth.op, birth.forward_op
-    report.source = {"file": line.file, "line": line.line, "text": line.text} if line is not None else None
-    if birth.cause is None:  # made from finite inputs: how large they were tells an overflow
-        report.max_abs = max_abs([t for _, t in birth.inputs if hasattr(t, "detach")])
-    report.diagnosis = diagnose(birth, phase="loss", kind=report.kind, max_abs=report.max_abs, loss_history=[])
-    report.tensors += [("op inputs", name, _describe(t)) for name, t in birth.inputs if hasattr(t, "detach")]
-    if hasattr(birth.output, "detach"):
-        report.tensors.append(("op output", "output", _describe(birth.output)))
-
-
-def _describe(t: Any) -> Any:
-    from ..summary import describe
-
-    return describe(t)
+    if birth is not None:
+        birth.line = user_line()
+    return birth
 
 
 def _verdict(site: _Site, value: float, *, above: float | None, below: float | None, nan: bool,

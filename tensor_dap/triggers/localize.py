@@ -146,7 +146,7 @@ def nonfinite_gradients(model: torch.nn.Module) -> Finding | None:
     return None
 
 
-def from_birth(birth: Birth, model: torch.nn.Module, seen_at: str | None = None) -> Finding:
+def from_birth(birth: Birth, model: torch.nn.Module | None, seen_at: str | None = None) -> Finding:
     """A finding for the op where a non-finite value was born (``seen_at``: the module whose output showed it)."""
     module = _submodule(model, birth.module)
     what = "NaN" if birth.kind == "nan" else "Inf"
@@ -174,8 +174,8 @@ def from_birth(birth: Birth, model: torch.nn.Module, seen_at: str | None = None)
     return Finding(birth.phase, birth.module, birth.module_type, note, rows, culprit, birth)
 
 
-def _submodule(model: torch.nn.Module, path: str | None) -> torch.nn.Module | None:
-    if path is None:
+def _submodule(model: torch.nn.Module | None, path: str | None) -> torch.nn.Module | None:
+    if path is None or model is None:  # no model: a birth in the loss computation (``break_if``)
         return None
     try:
         return model.get_submodule(path)

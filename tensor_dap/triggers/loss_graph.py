@@ -123,9 +123,9 @@ def _birth_at(node: Any) -> Birth | None:
     if kind is None:
         return None
     return Birth("loss", op, kind, inputs=inputs, output=output.detach(),
-                 note="born in the loss computation outside the model, before the backward() call named here "
-                      "(the unchanged loop reads the loss's autograd graph; it does not re-run the loss function, "
-                      "so the op's own line is not known: hand the step to watch.step for it)")
+                 note="born in the loss computation outside the model, before the line named here (read from the "
+                      "loss's autograd graph: the loss function is not re-run, so the op's own line is not known; "
+                      "hand the step to watch.step for it)")
 
 
 def _recompute(op: str, saved: dict[str, Any]) -> torch.Tensor | None:
