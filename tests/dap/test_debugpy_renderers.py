@@ -21,6 +21,7 @@ import dapclient
 import pytest
 import torch
 from dapclient import DapClient, DapError
+from markers import file_marker_line
 from zoo import ZOO
 
 from tensor_dap.dap import expand as dap_children
@@ -39,10 +40,6 @@ FALLBACK = "tensor_dap could not render"
 
 TENSOR_CHILDREN = ["shape", "dtype", "device", "stats", "grad", "requires_grad", "is_leaf", "grad_fn", "layout",
                    "stride", "is_contiguous", "numel", "nbytes", "storage", "values"]
-
-
-def marker_line(path: Path, marker: str) -> int:
-    return next(n for n, text in enumerate(path.read_text().splitlines(), 1) if f"# {marker}" in text)
 
 
 class Session:
@@ -64,7 +61,7 @@ class Session:
 def _launch(script: Path, line_marker: str, condition: str | None = None, env: dict | None = None):
     dap = DapClient.launch(str(script), env=env, timeout=60)
     try:
-        line = marker_line(script, line_marker)
+        line = file_marker_line(script, line_marker)
         bps = dap.set_breakpoints(str(script), [line], conditions={line: condition} if condition else None)
         assert bps[0]["verified"]
         dap.configuration_done()
@@ -468,7 +465,7 @@ def test_launch_configs_point_at_files_that_exist():
         if c.get("module") == "tensor_dap":
             assert (REPO / c["module"] / "__main__.py").is_file(), c["name"]
     tour = next(c for c in configs if c.get("program", "").endswith(ZOO_SCRIPT.name) and "env" not in c)
-    assert marker_line(ZOO_SCRIPT, "BP-loop")  # the line docs/vscode.md tells users to break on
+    assert file_marker_line(ZOO_SCRIPT, "BP-loop")  # the line docs/vscode.md tells users to break on
     assert tour["python"].endswith(".venv/bin/python")
 
 
@@ -578,7 +575,7 @@ def _launch_via(adapter_cmd: list[str], script: Path, python: Path) -> DapClient
 
 
 def _assert_installed_session(dap: DapClient, script: Path, installed: dict, debugpy_dir: Path) -> None:
-    line = marker_line(script, "BP-here")
+    line = file_marker_line(script, "BP-here")
     assert dap.set_breakpoints(str(script), [line])[0]["verified"]
     dap.configuration_done()
     assert dap.wait_for_event("stopped", timeout=60)["reason"] == "breakpoint"

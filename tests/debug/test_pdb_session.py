@@ -9,16 +9,12 @@ import sys
 import pexpect
 import pytest
 from dapclient import DapClient
+from markers import file_marker_line
 
 DEBUGGEES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "debuggees")
 TRAIN = os.path.join(DEBUGGEES, "debuggee_pdb_train.py")
 DAP_SCRIPT = os.path.join(DEBUGGEES, "debuggee_pdb_dap.py")
 PROMPT = "(Pdb) "
-
-
-def _line(path, marker):
-    with open(path) as f:
-        return next(n for n, text in enumerate(f, 1) if marker in text)
 
 
 def _env(**extra):
@@ -55,7 +51,7 @@ def test_breakpoint_session_shows_tensors_and_runs_every_command():
     child = _spawn(_env())
     try:
         # stopped in the user's frame, on the line after breakpoint()
-        assert f"debuggee_pdb_train.py({_line(TRAIN, 'BREAKPOINT') + 1})main()" in child.before
+        assert f"debuggee_pdb_train.py({file_marker_line(TRAIN, 'BREAKPOINT') + 1})main()" in child.before
 
         out = _run(child, "p x")
         assert re.search(r"tensor\[32, 8\] n=256 \(1\.0 KiB\) x∈\[-?[\d.]+, [\d.]+\] μ=\S+ σ=\S+", out)
@@ -166,7 +162,7 @@ def test_without_a_terminal_breakpoint_logs_and_continues(stdin):
                        text=True, env=_env(), timeout=50)
     assert r.returncode == 0, r.stderr
     assert "finished True" in r.stdout
-    where = f"debuggee_pdb_train.py:{_line(TRAIN, 'BREAKPOINT')} in main"
+    where = f"debuggee_pdb_train.py:{file_marker_line(TRAIN, 'BREAKPOINT')} in main"
     assert f"breakpoint at {where} skipped: stdin is not a terminal" in r.stderr
 
 
@@ -179,7 +175,7 @@ def test_set_trace_under_a_dap_client_stops_in_the_users_frame():
         # pydevd stops on the next line of the frame it is given (like debugpy.breakpoint()):
         # the user's step(), right after the set_trace() call, never inside tensor_dap
         assert top["name"] == "step" and top["source"]["path"] == DAP_SCRIPT
-        assert top["line"] == _line(DAP_SCRIPT, "STOP-NEXT")
+        assert top["line"] == file_marker_line(DAP_SCRIPT, "STOP-NEXT")
         assert "x" in dap.frame_locals()
         dap.continue_()
         out = dap.wait_for_output("done 6.0", timeout=30)

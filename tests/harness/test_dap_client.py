@@ -8,6 +8,7 @@ import textwrap
 
 import pytest
 from dapclient import DapClient, DapError, attach_to_listener, free_port
+from markers import marker_line
 
 pytest.importorskip("debugpy")
 
@@ -26,10 +27,6 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def line_of(marker: str) -> int:
-    return next(n for n, text in enumerate(SCRIPT.splitlines(), 1) if marker in text)
-
-
 @pytest.fixture
 def script(tmp_path):
     path = tmp_path / "prog.py"
@@ -40,13 +37,13 @@ def script(tmp_path):
 @pytest.mark.timeout(60)
 def test_breakpoint_locals_and_hover_evaluate(script):
     with DapClient.launch(script, args=["a1"], timeout=30) as dap:
-        bps = dap.set_breakpoints(script, [line_of("BP-end")])
+        bps = dap.set_breakpoints(script, [marker_line(SCRIPT, "BP-end")])
         assert bps[0]["verified"]
         dap.configuration_done()
         ev = dap.wait_for_event("stopped", timeout=30)
         assert ev["reason"] == "breakpoint"
         frames = dap.stack_trace(ev["threadId"])
-        assert frames[0]["line"] == line_of("BP-end")
+        assert frames[0]["line"] == marker_line(SCRIPT, "BP-end")
 
         local_vars = dap.frame_locals()
         assert local_vars["x"]["value"] == "41"
@@ -64,7 +61,8 @@ def test_breakpoint_locals_and_hover_evaluate(script):
 @pytest.mark.timeout(60)
 def test_conditional_breakpoint_stops_at_right_iteration(script):
     with DapClient.launch(script, timeout=30) as dap:
-        dap.set_breakpoints(script, [line_of("BP-loop")], conditions={line_of("BP-loop"): "i == 3"})
+        loop = marker_line(SCRIPT, "BP-loop")
+        dap.set_breakpoints(script, [loop], conditions={loop: "i == 3"})
         dap.set_exception_breakpoints(["uncaught"])
         dap.configuration_done()
         dap.wait_for_event("stopped", timeout=30)
@@ -78,7 +76,7 @@ def test_conditional_breakpoint_stops_at_right_iteration(script):
 @pytest.mark.timeout(60)
 def test_continue_to_termination_captures_output(script):
     with DapClient.launch(script, args=["a1", "a2"], env={"TENSOR_DAP_TEST": "1"}, timeout=30) as dap:
-        dap.set_breakpoints(script, [line_of("BP-loop")])
+        dap.set_breakpoints(script, [marker_line(SCRIPT, "BP-loop")])
         dap.configuration_done()
         dap.wait_for_event("stopped", timeout=30)
         dap.set_breakpoints(script, [])  # clear, then run to the end
@@ -103,7 +101,8 @@ def test_attach_to_listening_debuggee(script, tmp_path):
         log_dir=str(tmp_path / "logs"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
         with dap:
-            dap.set_breakpoints(script, [line_of("BP-loop")], conditions={line_of("BP-loop"): "i == 2"})
+            loop = marker_line(SCRIPT, "BP-loop")
+            dap.set_breakpoints(script, [loop], conditions={loop: "i == 2"})
             dap.configuration_done()
             ev = dap.wait_for_event("stopped", timeout=30)
             assert dap.frame_locals(ev["threadId"])["i"]["value"] == "2"

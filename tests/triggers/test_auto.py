@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from markers import marker_line
 from tensor_dap import NonFiniteError
 from tensor_dap.triggers.attach import find_model
 from tensor_dap.triggers.auto import AutoTriggers
@@ -319,7 +320,7 @@ def test_a_model_that_never_runs_through_call_gets_its_loss_op_named(tmp_path):
     err = " ".join(done.stderr.split())
     assert "no module run with gradients holds the parameters of Adam" in err
     assert "step 2 · loss is inf" in err
-    line = next(i for i, text in enumerate(FORWARD_FORWARD.splitlines(), 1) if "BACKWARD-LINE" in text)
+    line = marker_line(FORWARD_FORWARD, "BACKWARD-LINE")
     assert f"op: exp, in the loss computed before ff.py:{line} loss.backward() # BACKWARD-LINE" in err
     assert "diagnosis: exp overflowed" in err
 

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import tensor_dap
+from markers import file_marker_line
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.filterwarnings("ignore::UserWarning")]
 BAD_STEP = 3
@@ -60,7 +61,7 @@ def test_a_crash_on_a_nan_the_forward_made_names_its_birthplace(tmp_path, monkey
     (report,) = w.reports
     assert (report.step, report.phase, report.op) == (BAD_STEP, "forward", "exp")
     assert (os.path.basename(report.source["file"]), report.source["line"]) == (os.path.basename(__file__),
-                                                                             _line("EXP-LINE"))
+                                                                             file_marker_line(__file__, "EXP-LINE"))
     assert any("as the program crashed" in n for n in report.notes)
     assert report.bundle is not None and os.path.isfile(os.path.join(report.bundle, "state.pt"))
 
@@ -85,7 +86,7 @@ def test_w_step_mode_re_runs_the_step_function_that_crashed(tmp_path, monkeypatc
                 w.step(train_step)
     (report,) = w.reports
     assert (report.step, report.phase, report.op) == (BAD_STEP, "forward", "exp")
-    assert report.source["line"] == _line("EXP-LINE")
+    assert report.source["line"] == file_marker_line(__file__, "EXP-LINE")
 
 
 class Sqrt(nn.Module):
@@ -117,7 +118,7 @@ def test_clip_grad_norm_refusing_a_nan_gradient_names_the_backward_op(tmp_path, 
     (report,) = w.reports
     assert (report.step, report.phase, report.op) == (BAD_STEP, "backward", "SqrtBackward0")
     assert (os.path.basename(report.source["file"]), report.source["line"]) == (os.path.basename(__file__),
-                                                                             _line("SQRT-LINE"))
+                                                                             file_marker_line(__file__, "SQRT-LINE"))
 
 
 def test_a_crash_with_every_value_finite_adds_nothing(tmp_path, monkeypatch):
@@ -161,7 +162,3 @@ def test_tensor_dap_run_names_it_before_the_crash_report(tmp_path):
     assert err.index("as the program crashed") < err.index("Traceback (most recent call last)")
     assert "all elements of input should be between 0 and 1" in err
 
-
-def _line(marker: str) -> int:
-    with open(__file__) as f:
-        return next(i for i, text in enumerate(f, 1) if f"# {marker}" in text and "marker" not in text)
