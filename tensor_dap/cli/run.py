@@ -79,8 +79,8 @@ def _explain_with_watches(exc: BaseException) -> None:
     for w in active.watches():
         try:
             w.explain_crash(exc.__traceback__)
-        except Exception as exc:  # noqa: BLE001 - the crash report comes first
-            print(f"tensor_dap: {short_error(exc, limit=None)}", file=sys.stderr)
+        except Exception as error:  # noqa: BLE001 - the crash report comes first
+            print(f"tensor_dap: {short_error(error, limit=None)}", file=sys.stderr)
 
 
 def target_of(args: argparse.Namespace) -> tuple[runner.Target, list[str]]:
