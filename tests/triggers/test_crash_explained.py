@@ -162,3 +162,29 @@ def test_tensor_dap_run_names_it_before_the_crash_report(tmp_path):
     assert err.index("as the program crashed") < err.index("Traceback (most recent call last)")
     assert "all elements of input should be between 0 and 1" in err
 
+
+
+def test_one_watch_failing_to_explain_leaves_the_others_their_turn(monkeypatch, capsys):
+    """Two watches open (a GAN): the first one's failure is one line, and the second still sees the crash. (Stand-ins
+    for the watches: what is tested is tensor-dap run's loop over them.)"""
+    from tensor_dap.cli import run
+    from tensor_dap.triggers import active
+
+    seen = []
+
+    class Failing:
+        def explain_crash(self, tb):
+            raise RuntimeError("boom")
+
+    class Explaining:
+        def explain_crash(self, tb):
+            seen.append(tb)
+
+    monkeypatch.setattr(active, "watches", lambda: (Failing(), Explaining()))
+    try:
+        raise ValueError("the program's crash")
+    except ValueError as exc:
+        crash = exc
+    run._explain_with_watches(crash)
+    assert seen == [crash.__traceback__]
+    assert "tensor_dap: RuntimeError: boom" in capsys.readouterr().err
