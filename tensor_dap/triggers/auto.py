@@ -304,15 +304,13 @@ def _replays_at_backward(bundle: str) -> bool:
     """Whether ``bundle`` is replayed at the first backward(): an unchanged loop's step with no optimizer known
     (its report has no learning rate), from a loop updating by hand, which has no optimizer step to wait for;
     or a bundle whose report cannot be read, so that the replay says what is wrong with it now."""
-    import json
-    import os
+    from .incident import BundleError, read_report
 
     try:
-        with open(os.path.join(bundle, "report.json"), encoding="utf-8") as f:
-            report = json.load(f)
-        return report.get("mode") == "loop" and not report.get("lr")
-    except (OSError, ValueError, AttributeError):
+        report = read_report(bundle)  # bounded and validated: a bundle may come from anywhere
+    except BundleError:
         return True
+    return report.mode == "loop" and not report.lr
 
 
 def _quietly(fn: Any) -> None:
