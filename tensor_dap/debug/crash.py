@@ -16,7 +16,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from ..libraries import is_user_file, library_of
+from ..libraries import library_of
+from .frames import failing_frame
 from ..probe.shape_errors import ShapeExplanation, explain
 from ..summary import TensorSummary
 
@@ -44,18 +45,6 @@ def _is_runner(filename: str) -> bool:
     """tensor_dap's runner and runpy: the frames above the user's script."""
     return filename.startswith("<frozen runpy") or library_of(filename) == "tensor_dap" \
         or os.path.abspath(filename) == os.path.abspath(runpy.__file__)
-
-
-def failing_frame(tb: Any) -> Any:
-    """The innermost frame of the user's code, else the innermost frame."""
-    last = user = None
-    while tb is not None:
-        last = tb
-        if is_user_file(tb.tb_frame.f_code.co_filename):
-            user = tb
-        tb = tb.tb_next
-    chosen = user or last
-    return (chosen.tb_frame, chosen.tb_lineno) if chosen is not None else (None, 0)
 
 
 def build_report(exc: BaseException, tb: Any = None) -> CrashReport:

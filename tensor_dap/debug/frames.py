@@ -14,7 +14,7 @@ import sys
 from types import FrameType
 from typing import Any, Callable, NamedTuple, Optional, Union
 
-from ..libraries import is_framework
+from ..libraries import is_framework, is_user_file
 
 
 def is_library(filename: str) -> bool:
@@ -157,3 +157,16 @@ def site_line(site: Site) -> Optional[SourceLine]:
         if len(_LINES) < _KIND_MAX:
             _LINES[key] = line
     return line
+
+
+def failing_frame(tb: Any) -> Any:
+    """(frame, line) of a traceback's innermost frame of the user's code, else its innermost frame: where a crash
+    report and its post-mortem start."""
+    last = user = None
+    while tb is not None:
+        last = tb
+        if is_user_file(tb.tb_frame.f_code.co_filename):
+            user = tb
+        tb = tb.tb_next
+    chosen = user or last
+    return (chosen.tb_frame, chosen.tb_lineno) if chosen is not None else (None, 0)

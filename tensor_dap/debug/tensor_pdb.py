@@ -59,22 +59,18 @@ class TensorPdb(pdb.Pdb):
             self.curindex = self.stack.index(current)
         if f is None and tb is not None:
             try:
-                self._start_in_user_code()
+                self._start_in_user_code(tb)
             except Exception:  # noqa: BLE001 - a post-mortem must open even where this guess fails
                 pass
         return stop
 
-    def _start_in_user_code(self) -> None:
+    def _start_in_user_code(self, tb: Any) -> None:
         """Post-mortem of an exception raised inside a library (torch's ``binary_cross_entropy`` refusing a NaN):
-        start at the innermost frame of the user's code, the line that called it; ``down`` still goes there."""
-        from ..libraries import is_user_file
+        start at the frame the crash report names, the innermost of the user's code; ``down`` still goes there."""
+        from .frames import failing_frame
 
-        for index in range(len(self.stack) - 1, -1, -1):
-            frame = self.stack[index][0]
-            if is_user_file(frame.f_code.co_filename):
-                break
-        else:
-            return
+        frame, _ = failing_frame(tb)
+        index = next((i for i, (f, _) in enumerate(self.stack) if f is frame), self.curindex)
         if index == self.curindex:
             return
         raised = self.stack[-1][0]
