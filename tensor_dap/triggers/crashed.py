@@ -12,7 +12,6 @@ reported and bundled as a trigger would, without stopping: the crash then goes o
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import torch
@@ -66,12 +65,18 @@ class CrashExplanation:
 
 
 def _frame_tensors(tb: Any) -> list[torch.Tensor]:
-    """Floating tensors held by the locals of the frames the exception left, innermost first, at most
-    ``FRAME_TENSORS``."""
+    """The tensors reachable from the locals of the frames the exception left (``probe.scan``), innermost frame
+    first, at most ``FRAME_TENSORS``."""
+    from ..probe.scan import reachable_tensors
+
     frames = []
     while tb is not None:
         frames.append(tb.tb_frame)
         tb = tb.tb_next
-    found = (v for frame in reversed(frames) for v in list(frame.f_locals.values())
-             if isinstance(v, torch.Tensor) and (v.is_floating_point() or v.is_complex()) and v.device.type != "meta")
-    return list(itertools.islice(found, FRAME_TENSORS))
+    found: list[torch.Tensor] = []
+    for frame in reversed(frames):
+        if len(found) >= FRAME_TENSORS:
+            break
+        tensors, _ = reachable_tensors(frame.f_locals, modules=False, limit=FRAME_TENSORS - len(found))
+        found += [t for _, t in tensors]
+    return found
