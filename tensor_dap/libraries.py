@@ -50,12 +50,31 @@ def _owner(filename: str) -> Optional[str]:
         return "tensor_dap"
     for site in _SITE:  # site-packages lives inside the standard library folder on some layouts: first
         if path.startswith(site):
-            return path[len(site):].split(os.sep)[0].split(".")[0] or "python"
+            return _top_level(path[len(site):])
+    packages = _PACKAGES_DIR.search(path)  # the user site, Debian's dist-packages, one a .pth or PYTHONPATH adds
+    if packages:
+        return _top_level(path[packages.end():])
+    if _in_torch(path):  # torch built from a source checkout
+        return "torch"
     if path.startswith(_STDLIB):
         return "python"
     if path.startswith(_SCRIPTS):
         return _launched(path)
     return None
+
+
+_PACKAGES_DIR = re.compile(r".*[/\\](?:site|dist)-packages[/\\]")
+
+
+def _top_level(rest: str) -> str:
+    """The package a path inside a packages folder belongs to (``torch/nn/functional.py`` -> torch)."""
+    return rest.split(os.sep)[0].split(".")[0] or "python"
+
+
+def _in_torch(path: str) -> bool:
+    torch = sys.modules.get("torch")
+    where = getattr(torch, "__file__", None)
+    return bool(where) and path.startswith(os.path.dirname(os.path.realpath(where)) + os.sep)
 
 
 def _launched(path: str) -> Optional[str]:

@@ -45,3 +45,36 @@ def test_a_console_script_launcher_is_its_packages_code(tmp_path):
     own.write_text("import sys\nfrom mytool.cli import main\nif __name__ == '__main__':\n    sys.exit(main())\n")
     assert is_user_file(str(own))
     assert library_of(os.path.join(os.path.dirname(sys.executable), "no-such-launcher")) is None
+
+
+def test_packages_outside_this_interpreters_own_site_are_still_packages(tmp_path):
+    """The user site (pip install --user), Debian's dist-packages, or a folder a .pth file or PYTHONPATH adds
+    hold packages too: torch installed there is still torch, and the debugger hides it."""
+    for folder in ("home/u/.local/lib/python3.11/site-packages", "usr/lib/python3/dist-packages"):
+        functional = tmp_path / folder / "torch" / "nn" / "functional.py"
+        functional.parent.mkdir(parents=True)
+        functional.write_text("")
+        assert library_of(str(functional)) == "torch" and is_framework(str(functional))
+        plugin = tmp_path / folder / "accelerate.py"
+        plugin.write_text("")
+        assert library_of(str(plugin)) == "accelerate" and not is_user_file(str(plugin))
+    mine = tmp_path / "project" / "train.py"  # the user's own code beside them
+    mine.parent.mkdir()
+    mine.write_text("")
+    assert is_user_file(str(mine))
+
+
+def test_torch_built_from_a_source_checkout_is_torch(tmp_path, monkeypatch):
+    """Not under any packages folder: found by where the imported torch lives. (A module object standing
+    in for torch: the real one cannot be moved out of site-packages here.)"""
+    import sys
+    import types
+
+    checkout = tmp_path / "pytorch" / "torch"
+    (checkout / "optim").mkdir(parents=True)
+    (checkout / "optim" / "optimizer.py").write_text("")
+    stand_in = types.ModuleType("torch")
+    stand_in.__file__ = str(checkout / "__init__.py")
+    monkeypatch.setitem(sys.modules, "torch", stand_in)
+    assert library_of(str(checkout / "optim" / "optimizer.py")) == "torch"
+    assert is_user_file(str(tmp_path / "pytorch" / "setup.py"))
