@@ -39,11 +39,33 @@ def children(value: Any, path: str = "", dotted: bool = False) -> Iterator[tuple
 
 
 def _mapping_children(value: Mapping, path: str, dotted: bool) -> Iterator[tuple[str, Any]]:
-    for key, child in value.items():
+    for i, (key, child) in enumerate(value.items()):
         if dotted:
-            yield (f"{path}.{key}" if path else str(key)), child
+            text = str(key) if type(key) in (str, int) else key_text(key, i)
+            yield (f"{path}.{text}" if path else text), child
         else:
-            yield f"{path}[{key!r}]", child
+            yield f"{path}[{key_text(key, i)}]", child
+
+
+KEY_CHARS = 40  # a mapping key longer than this is cut: a path must stay one short line
+_PLAIN_KEYS = (str, bytes, int, float, bool, type(None))
+
+
+def key_text(key: Any, index: int) -> str:
+    """A mapping key as a path shows it: a plain key (or a tuple of them) as Python writes it, cut short;
+    any other object as ``<#index Type>``, a tensor with its shape (``self.state[<#3 Parameter[32, 96]>]``,
+    an optimizer's state): its repr may be many lines long, slow, or raise."""
+    if type(key) in _PLAIN_KEYS or (type(key) is tuple and len(key) <= 8
+                                                               and all(type(k) in _PLAIN_KEYS for k in key)):
+        text = repr(key)
+        return text if len(text) <= KEY_CHARS else text[:KEY_CHARS - 1] + "…"
+    name = type(key).__name__
+    if is_tensor(key):
+        try:
+            name += f"[{', '.join(str(n) for n in key.shape)}]"
+        except Exception:  # noqa: BLE001 - a tensor subclass without a readable shape: its type alone
+            pass
+    return f"<#{index} {name}>"
 
 
 def walk(value: Any, prefix: str = "", *, is_leaf: Callable[[Any], bool] = is_tensor,

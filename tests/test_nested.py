@@ -29,6 +29,24 @@ def test_dotted_names_read_like_state_dict_keys():
     assert [p for p, _ in walk(ckpt, dotted=True)] == ["model.fc.weight", "hist[0]"]
 
 
+def test_a_key_that_is_not_plain_is_named_by_type_shape_and_position_on_one_short_line():
+    """An optimizer's state is keyed by its parameters: their repr is many lines of numbers."""
+    w, b = torch.nn.Parameter(torch.randn(300, 40)), torch.nn.Parameter(torch.randn(40))
+    state = {w: {"exp_avg": torch.zeros(300, 40)}, b: {"exp_avg": torch.zeros(40)}}
+
+    class Loud:
+        def __repr__(self):
+            raise RuntimeError("no repr")
+
+    other = {Loud(): torch.ones(1), ("layer", 3): torch.ones(1), "k" * 100: torch.ones(1), 7: torch.ones(1)}
+    assert [p for p, _ in walk(state, "self.state")] == [
+        "self.state[<#0 Parameter[300, 40]>]['exp_avg']", "self.state[<#1 Parameter[40]>]['exp_avg']"]
+    names = [p for p, _ in walk(other, "x")]
+    assert names[:2] == ["x[<#0 Loud>]", "x[('layer', 3)]"] and names[3] == "x[7]"
+    assert names[2].startswith("x['kkk") and names[2].endswith("…]") and len(names[2]) == len("x[]") + 40
+    assert [p for p, _ in walk({w: torch.ones(1), 3: torch.ones(1)}, dotted=True)] == ["<#0 Parameter[300, 40]>", "3"]
+
+
 def test_a_self_referencing_list_is_walked_once():
     loop: list = [torch.ones(1)]
     loop.append(loop)
