@@ -78,8 +78,9 @@ class AutoTriggers:
             note(f"tensor_dap: --replay: the program ended before a step to replay it at: {self.replay} was "
                  "not replayed")
         elif (self.nan or self.loss_above is not None) and not (self.steps or self.backwards) and self._handles:
-            note("tensor_dap: no backward() or optimizer step ran in this process, so nothing was checked "
-                 "(training in child processes, e.g. torch.multiprocessing with spawn, is not watched)")
+            note("tensor_dap: no backward() or optimizer step ran in this process before it ended, so nothing was "
+                 "checked (a program that stopped early; or training in child processes, e.g. "
+                 "torch.multiprocessing with spawn, which is not watched)")
         for a in self._attachments:
             _quietly(a.close)
         self._attachments.clear()
