@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from ..debug.frames import Site, SourceLine, site_line, stand_in
+from ..libraries import is_user_file
 from ..nested import walk
 from ..state import restore_rng
 from .origin import Birth, Born, kind_of
@@ -99,6 +100,16 @@ def loss_value(loss: torch.Tensor) -> float | torch.Tensor:
     return loss.item() if loss.is_cpu else loss.detach()
 
 
+def loss_line(f: Forward) -> tuple[SourceLine | None, bool]:
+    """(line, after) naming a loss computed outside the model, whose own line is not known: the ``backward()``
+    call after it; or, where that call is in a library's code (accelerate, Lightning, HF's Trainer) and the
+    model was called from the user's, that call before it (``after``: True)."""
+    back, call = f.line, f.call
+    if call is not None and (back is None or (not is_user_file(back.file) and is_user_file(call.file))):
+        return call, True
+    return back, False
+
+
 def replay_forwards(model: torch.nn.Module, forwards: list[Forward], rng: dict[str, Any] | None = None) -> None:
     """Run each forward again with its RNG states, then its backward from the gradients its outputs got.
 
@@ -112,10 +123,11 @@ def replay_forwards(model: torch.nn.Module, forwards: list[Forward], rng: dict[s
         pairs = [(t, g) for t, g in zip(output_tensors(out), f.output_grads()) if g is not None and t.requires_grad]
         if f.loss is not None and (k := kind_of(f.loss)) is not None:  # the model's outputs came out finite
             if f.loss_birth is not None:  # the op, found in the loss's graph when backward() was called
-                f.loss_birth.line = f.line or f.call
+                f.loss_birth.line, f.loss_birth.after_call = loss_line(f)
                 raise Born(f.loss_birth)
             loss = torch.as_tensor(f.loss)
-            raise Born(Birth("loss", None, k, line=f.line or f.call, inputs=[("loss", loss)], output=loss,
+            line, after = loss_line(f)
+            raise Born(Birth("loss", None, k, line=line, after_call=after, inputs=[("loss", loss)], output=loss,
                              note="the loss handed to backward() is non-finite while the model's outputs are "
                              "finite: the loss computation outside the model made it (the unchanged loop does "
                              "not re-run the loss function; hand the step to watch.step to find the op)"))
@@ -123,10 +135,12 @@ def replay_forwards(model: torch.nn.Module, forwards: list[Forward], rng: dict[s
             continue
         bad = next(((t, g, k) for t, g in pairs if (k := kind_of(g)) is not None), None)
         if bad is not None:
-            raise Born(Birth("loss", None, bad[2], line=f.line, inputs=[("grad at the model's output", bad[1])],
-                             output=bad[1], note="the gradient arriving at the model's outputs is non-finite: the "
-                             "loss computation outside the model made it (the unchanged loop does not re-run "
-                             "the loss function; hand the step to watch.step to find the op)"))
+            line, after = loss_line(f)
+            raise Born(Birth("loss", None, bad[2], line=line, after_call=after,
+                             inputs=[("grad at the model's output", bad[1])], output=bad[1],
+                             note="the gradient arriving at the model's outputs is non-finite: the loss computation "
+                             "outside the model made it (the unchanged loop does not re-run the loss function; hand "
+                             "the step to watch.step to find the op)"))
         torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
 
 

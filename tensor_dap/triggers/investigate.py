@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..debug.frames import SourceLine
 from ..dist import current_rank, no_collectives
 from ..errors import STOPS, NonFiniteError, TriggerError
 from ..format import short_error
@@ -356,11 +357,18 @@ def report_of(finding: Finding, *, step: int | None, kind: str = "nonfinite", he
                     module=finding.module, module_type=finding.module_type, rank=current_rank(),
                     notes=[finding.note], tensors=list(finding.tensors), op=finding.op,
                     forward_op=birth.forward_op if birth is not None else None,
-                    source={"file": line.file, "line": line.line, "text": line.text} if line else None)
+                    source=_source(line, after=birth is not None and birth.after_call))
     report.loss = next((float(s.values[0]) for sec, _, s in finding.tensors if sec == "loss" and s.values), None)
     report.max_abs = op_max_abs(finding)
     report.diagnosis = diagnose(birth, phase=report.phase, kind=kind, max_abs=report.max_abs, loss_history=[])
     return report
+
+
+def _source(line: SourceLine | None, after: bool) -> dict[str, Any] | None:
+    """A report's source line; ``after``: the line is the model's call that the loss op came after."""
+    if line is None:
+        return None
+    return {"file": line.file, "line": line.line, "text": line.text, **({"after": True} if after else {})}
 
 
 def op_max_abs(finding: Finding | None) -> float | None:

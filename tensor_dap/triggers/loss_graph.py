@@ -14,7 +14,8 @@ The output of a node is read where the node saved it (``_saved_result``) or comp
 its saved inputs for the ops that make NaN/Inf from finite values (the log family, ``sqrt``,
 ``div``, ``pow``...). Ops whose output nothing saved and that cannot be re-computed are passed
 over; no source line is known (nodes keep none outside anomaly mode): the report names the line
-of the ``backward()`` call instead, as the loss computed before it.
+of the ``backward()`` call instead, as the loss computed before it (or, where that call is in a library's
+code, the line that called the model, as the loss computed after it).
 """
 
 from __future__ import annotations
@@ -123,9 +124,9 @@ def _birth_at(node: Any) -> Birth | None:
     if kind is None:
         return None
     return Birth("loss", op, kind, inputs=inputs, output=output.detach(),
-                 note="born in the loss computation outside the model, before the line named here (read from the "
-                      "loss's autograd graph: the loss function is not re-run, so the op's own line is not known; "
-                      "hand the step to watch.step for it)")
+                 note="born in the loss computation outside the model, between the model's call and backward() (read "
+                      "from the loss's autograd graph: the loss function is not re-run, so the op's own line is not "
+                      "known; hand the step to watch.step for it)")
 
 
 def _recompute(op: str, saved: dict[str, Any]) -> torch.Tensor | None:

@@ -56,6 +56,7 @@ class Birth:
     output: Any = None  # the op's output (backward: grad_input)
     cause: Birth | None = None  # a NaN born from an Inf: the Inf's birth (e.g. masked_fill before softmax)
     deliberate: bool = False  # an Inf put there on purpose (a -inf mask), not a bug by itself
+    after_call: bool = False  # phase "loss": ``line`` is the model's call the loss was computed after (not backward())
     note: str = ""
 
 

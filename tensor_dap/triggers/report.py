@@ -83,9 +83,14 @@ class Report:
             text += f" (the backward of {self.forward_op})"
         src = self.source or {}
         if src.get("file"):
-            # the unchanged loop finds a loss op in the loss's graph: its line is the backward() call after it
-            at = ", in the loss computed before " if self.phase == "loss" and self.mode != "step" else " at "
-            text += f"{at if text else ''}{os.path.basename(str(src['file']))}:{src.get('line')}"
+            # the unchanged loop finds a loss op in the loss's graph: its own line is not known, so the line is the
+            # backward() call after it, or the model's call before it where backward() runs in a library's code
+            if self.phase == "loss" and self.mode != "step":
+                at = f"in the loss computed {'after' if src.get('after') else 'before'} "
+                at = f", {at}" if text else at
+            else:
+                at = " at " if text else ""
+            text += f"{at}{os.path.basename(str(src['file']))}:{src.get('line')}"
             if src.get("text"):
                 text += f"  {src['text']}"
         return text

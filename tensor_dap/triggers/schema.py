@@ -87,7 +87,8 @@ def _source(value: Any) -> dict[str, Any] | None:
         raise ValueError(f"field 'source': expected an object, got {type(value).__name__}")
     return {"file": _check("source.file", value.get("file"), str),
             "line": _check("source.line", value.get("line"), int),
-            "text": _check("source.text", value.get("text", ""), str)}
+            "text": _check("source.text", value.get("text", ""), str),
+            **({"after": True} if _check("source.after", value.get("after", False), bool) else {})}
 
 
 def _tensor_row(i: int, row: Any) -> tuple[str, str, TensorSummary]:

@@ -48,6 +48,9 @@ test('incident: the newer fields are read when present, bad ones ignored', () =>
     assert.equal(where(r), '<root>');
     assert.deepEqual(r.tensors, []);
     assert.deepEqual(parseIncidentReport('{"kind": "x", "loss_history": [[3, 1.0], {"step": 4, "loss": 2}]}').lossHistory, [[3, 1], [4, 2]]);
+    const after = (v: unknown) => parseIncidentReport(JSON.stringify({ kind: 'nonfinite', headline: 'h', source: { file: 'a.py', line: 3, after: v } })).source;
+    assert.deepEqual(after(true), { file: 'a.py', line: 3, text: undefined, after: true }, "the model's call the loss came after");
+    assert.equal(after('yes')?.after, undefined);
 });
 
 test('incident: not a report', () => {

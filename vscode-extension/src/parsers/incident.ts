@@ -18,6 +18,8 @@ export interface IncidentSource {
     file: string;
     line: number;
     text?: string;
+    /** The line is the model's call the loss op came after (backward() ran in a library's code). */
+    after?: boolean;
 }
 
 export interface IncidentReport {
@@ -102,7 +104,11 @@ function sourceOf(v: unknown): IncidentSource | undefined {
         return undefined;
     }
     const line = int(v.line);
-    return { file: v.file, line: line !== undefined && line > 0 ? line : 1, text: str(v.text) };
+    const source: IncidentSource = { file: v.file, line: line !== undefined && line > 0 ? line : 1, text: str(v.text) };
+    if (v.after === true) {
+        source.after = true;
+    }
+    return source;
 }
 
 /** Accepts [loss, ...] (steps counted back from the report's step) or [[step, loss], ...] or [{step, loss}]. */

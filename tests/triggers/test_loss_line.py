@@ -1,0 +1,73 @@
+"""The line naming a loss op outside the model, when ``backward()`` is called from a library's code.
+
+HF's Trainer (through accelerate), Lightning and other trainers call ``loss.backward()`` in their own
+files; the user's ``compute_loss`` / ``training_step`` calls the model and computes the loss. The
+unchanged loop cannot re-run the loss function, so the op's own line is not known: the report names
+the user's line that called the model, as the loss computed *after* it, not the trainer's backward().
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from markers import file_marker_line
+from torch import nn
+
+import tensor_dap
+from tensor_dap import NonFiniteError
+from tensor_dap.triggers.report import Report
+
+pytestmark = pytest.mark.timeout(60)
+
+TRAINER = "def backward(loss):\n    loss.backward()\n"  # what accelerate's Accelerator.backward comes down to
+
+
+def compute_loss(model, x, y, sharpen):
+    logits = model(x)  # MODEL-CALL
+    probs = torch.softmax(logits * sharpen, dim=-1)
+    return -torch.log(probs.gather(1, y[:, None])).mean()  # underflows to log(0) once sharpened
+
+
+def train(tmp_path, monkeypatch, backward):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(32, 8), torch.randint(0, 4, (32,))
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False):
+        for step in range(6):
+            optimizer.zero_grad()
+            backward(compute_loss(model, x, y, 1e4 if step == 3 else 1.0))
+            optimizer.step()
+    return info.value.report
+
+
+def test_a_trainers_backward_names_the_users_model_call_instead(tmp_path, monkeypatch):
+    site = tmp_path / "lib" / "python3" / "site-packages"  # an installed package: not the user's code
+    site.mkdir(parents=True)
+    (site / "trainer_lib.py").write_text(TRAINER)
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.delitem(sys.modules, "trainer_lib", raising=False)
+    import trainer_lib
+
+    report = train(tmp_path, monkeypatch, trainer_lib.backward)
+    assert (report.phase, report.module, report.op, report.step) == ("loss", None, "log", 3)
+    assert os.path.samefile(report.source["file"], __file__)
+    assert report.source["line"] == file_marker_line(__file__, "MODEL-CALL")
+    assert report.origin.startswith(f"log, in the loss computed after {os.path.basename(__file__)}:")
+    assert "logits = model(x)" in report.origin
+    again = Report.from_dict(report.to_dict())  # report.json keeps which side of the loss the line is on
+    assert again.origin == report.origin
+
+
+def test_the_users_own_backward_call_stays_the_line_named(tmp_path, monkeypatch):
+    def backward(loss):
+        loss.backward()  # USER-BACKWARD
+
+    report = train(tmp_path, monkeypatch, backward)
+    assert report.source["line"] == file_marker_line(__file__, "USER-BACKWARD")
+    assert report.origin.startswith(f"log, in the loss computed before {os.path.basename(__file__)}:")
+    assert "after" not in report.source
