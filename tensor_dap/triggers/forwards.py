@@ -16,7 +16,7 @@ from ..debug.frames import Site, SourceLine, site_line, stand_in
 from ..libraries import is_user_file
 from ..nested import walk
 from ..state import restore_rng
-from .origin import Birth, Born, kind_of
+from .origin import GRAD_AT_OUTPUTS, Birth, Born, kind_of
 
 
 class Forward:
@@ -137,7 +137,7 @@ def replay_forwards(model: torch.nn.Module, forwards: list[Forward], rng: dict[s
         if bad is not None:
             line, after = loss_line(f)
             raise Born(Birth("loss", None, bad[2], line=line, after_call=after,
-                             inputs=[("grad at the model's output", bad[1])], output=bad[1],
+                             inputs=[(GRAD_AT_OUTPUTS, bad[1])], output=bad[1],
                              note="the gradient arriving at the model's outputs is non-finite: the loss computation "
                              "outside the model made it (the unchanged loop does not re-run the loss function; hand "
                              "the step to watch.step to find the op)"))

@@ -23,7 +23,7 @@ import torch
 from ..debug.frames import SourceLine
 from ..nested import walk
 from ..summary import TensorSummary, describe
-from .origin import Birth, Born, Tracker, kind_of
+from .origin import GRAD_AT_OUTPUTS, Birth, Born, Tracker, kind_of
 
 MAX_ROWS = 8  # tensors listed per report section
 
@@ -70,6 +70,8 @@ class Finding:
         if self.phase == "optimizer":
             return f"the optimizer update made a parameter of {name} non-finite"
         if self.phase == "loss":
+            if birth is not None and birth.inputs and birth.inputs[0][0] == GRAD_AT_OUTPUTS:  # the loss was finite
+                return f"{'NaN' if birth.kind == 'nan' else 'Inf'} in the gradient the loss sent to the model's outputs"
             return "non-finite loss"
         return f"first non-finite value in the {self.phase} of {name}"
 

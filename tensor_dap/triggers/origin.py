@@ -41,6 +41,9 @@ MAX_NODES = 256  # autograd nodes discovered behind one op's output (the inside 
 _BACKWARD = ("backward", "grad")  # Tensor.backward, torch.autograd.backward / grad: the loss is known here
 
 
+GRAD_AT_OUTPUTS = "grad at the model's output"  # the input of a loss-phase birth seen in the loss's backward
+
+
 @dataclass
 class Birth:
     """One op that produced the first NaN (or Inf) of a lineage. Live references, for the report and the debugger."""

@@ -17,6 +17,7 @@ from ..dap import attached
 from ..debug.frames import user_frame
 from ..dist import may_stop
 from ..errors import TriggerError
+from ..libraries import is_user_file, library_of
 from .report import Report, emit, logger, to_text
 
 MODES = ("auto", "break", "raise", "log")
@@ -87,7 +88,7 @@ def stop_in_debugger(report: Report, *, how: str, **found: Any) -> None:
     """
     fields = {k: v for k, v in found.items() if k in Culprit.__dataclass_fields__}
     _last[:] = [Culprit(report, **{"step": report.step, **fields})]
-    frame = user_frame(sys._getframe(1)) or sys._getframe(1)
+    frame = _training_loop(user_frame(sys._getframe(1)) or sys._getframe(1))
     try:
         if how == "dap":
             _break_into_dap(frame)
@@ -95,6 +96,26 @@ def stop_in_debugger(report: Report, *, how: str, **found: Any) -> None:
             _open_pdb(frame, report)
     finally:
         _last.clear()  # the culprit's tensors (activations) are not kept alive once training goes on
+
+
+def _training_loop(frame: Any) -> Any:
+    """``frame``, or past the ``step`` methods of libraries' optimizer wrappers (accelerate's, Lightning's) that
+    call the real optimizer: the stop lands in the loop that stepped, where the batch and the model are."""
+    try:
+        f = frame
+        while f is not None and f.f_code.co_name == "step" and not is_user_file(f.f_code.co_filename) \
+                and _steps_an_optimizer(f.f_locals.get("self")):
+            f = user_frame(f.f_back)
+        return f if f is not None else frame
+    except Exception:  # noqa: BLE001 - an odd frame: stop where the hook was called
+        return frame
+
+
+def _steps_an_optimizer(obj: Any) -> bool:
+    from torch.optim import Optimizer
+
+    return isinstance(obj, Optimizer) or any(isinstance(getattr(obj, name, None), Optimizer)
+                                             for name in ("optimizer", "_optimizer"))
 
 
 def _break_into_dap(frame: Any) -> None:
@@ -159,7 +180,9 @@ def _first_shown_frame(frame: Any) -> Any:
 
 
 def _open_pdb(frame: Any, report: Report) -> None:
-    header = (f"{report.headline} (step {report.step}): stopped in your code before the update; "
+    filename = frame.f_code.co_filename
+    where = "in your code" if is_user_file(filename) else f"in the training loop of {library_of(filename)}"
+    header = (f"{report.headline} (step {report.step}): stopped {where} before the update; "
               "tensor_dap.culprit() holds the module, its inputs and output")
     try:
         from ..debug.session import set_trace

@@ -8,12 +8,12 @@ the user's line that called the model, as the loss computed *after* it, not the 
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 
 import pytest
 import torch
-import torch.nn.functional as F
 from markers import file_marker_line
 from torch import nn
 
@@ -71,3 +71,25 @@ def test_the_users_own_backward_call_stays_the_line_named(tmp_path, monkeypatch)
     assert report.source["line"] == file_marker_line(__file__, "USER-BACKWARD")
     assert report.origin.startswith(f"log, in the loss computed before {os.path.basename(__file__)}:")
     assert "after" not in report.source
+
+
+def test_a_finite_loss_whose_backward_sends_nan_to_the_model_is_named_so():
+    """A where/sqrt trap in the loss computation: the loss is finite, its backward is not. The unchanged loop
+    sees the gradient reaching the model's outputs already NaN: the loss phase, not a module, and not called
+    a non-finite loss."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False):
+        for step in range(3):
+            optimizer.zero_grad()
+            out = model(torch.randn(8, 4))
+            loss = torch.where(out > 0, torch.sqrt(out), out).sum()
+            loss.backward()  # GRAD-BACKWARD
+            optimizer.step()
+    report = info.value.report
+    assert report.headline == "NaN in the gradient the loss sent to the model's outputs", report.headline
+    assert (report.phase, report.module, report.step) == ("loss", None, 0)
+    assert report.loss is not None and math.isfinite(report.loss)  # the loss itself was fine
+    assert report.source["line"] == file_marker_line(__file__, "GRAD-BACKWARD")
+    assert "the gradient arriving at the model's outputs is non-finite" in report.notes[0]

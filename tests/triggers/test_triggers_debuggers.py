@@ -181,3 +181,56 @@ def test_terminal_stops_a_loop_updating_by_hand_before_its_update():
     assert child.exitstatus == 0
     assert "step 4 is non-finite too" in after  # never silently
     assert "3 of the 6 steps watched were non-finite (the first at step 3)" in after
+
+
+WRAPPER = '''import torch
+
+
+class WrappedOptimizer:  # what accelerate's AcceleratedOptimizer and Lightning's LightningOptimizer are
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+
+    def step(self, closure=None):
+        return self.optimizer.step(closure)
+
+
+def train(model, optimizer, batches):  # a trainer's loop (HF's Trainer._run_epoch)
+    wrapped = WrappedOptimizer(optimizer)
+    for step, x in enumerate(batches):
+        optimizer.zero_grad()
+        out = model(x)
+        torch.where(out > 0, torch.sqrt(out), out).sum().backward()
+        wrapped.step()  # TRAINER-STEP
+'''
+SCRIPT = '''import torch
+import trainer_lib
+
+model = torch.nn.Linear(4, 4)
+trainer_lib.train(model, torch.optim.SGD(model.parameters(), lr=0.1), [torch.randn(8, 4) for _ in range(3)])
+print("TRAINING-DONE")
+'''
+
+
+@pytest.mark.timeout(120)
+def test_terminal_stops_in_a_trainers_loop_not_in_its_optimizer_wrapper(tmp_path):
+    """A trainer steps through a wrapper (accelerate, Lightning): pdb opens in the loop that called it, where
+    the batch and the model are, and says that loop is a library's."""
+    site = tmp_path / "lib" / "site-packages"  # an installed package, not the user's code
+    site.mkdir(parents=True)
+    (site / "trainer_lib.py").write_text(WRAPPER)
+    (tmp_path / "main.py").write_text(SCRIPT)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(site)}
+    child = pexpect.spawn(sys.executable, ["-m", "tensor_dap", "run", "--break-on-nan", "main.py"], cwd=str(tmp_path),
+                          encoding="utf-8", timeout=60, env=env, dimensions=(50, 160))
+    try:
+        child.expect(PROMPT)
+        shown = " ".join(child.before.split())
+        assert "stopped in the training loop of trainer_lib before the update" in shown
+        assert "-> wrapped.step() # TRAINER-STEP" in shown and "trainer_lib.py" in shown
+        child.sendline("p step, x.shape")
+        child.expect(PROMPT)
+        assert "(0, torch.Size([8, 4]))" in child.before
+        child.sendline("c")
+        child.expect("TRAINING-DONE")
+    finally:
+        child.close(force=True)
