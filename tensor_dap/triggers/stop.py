@@ -179,10 +179,16 @@ def _first_shown_frame(frame: Any) -> Any:
         return frame
 
 
+def _whose(frame: Any) -> str:
+    owner = library_of(frame.f_code.co_filename)
+    if owner is None:
+        return "in your code"
+    possessive = f"{owner}'" if owner.endswith("s") else f"{owner}'s"  # transformers' code, lightning's code
+    return f"in {possessive} code that called optimizer.step()"
+
+
 def _open_pdb(frame: Any, report: Report) -> None:
-    filename = frame.f_code.co_filename
-    where = "in your code" if is_user_file(filename) else f"in the training loop of {library_of(filename)}"
-    header = (f"{report.headline} (step {report.step}): stopped {where} before the update; "
+    header = (f"{report.headline} (step {report.step}): stopped {_whose(frame)} before the update; "
               "tensor_dap.culprit() holds the module, its inputs and output")
     try:
         from ..debug.session import set_trace

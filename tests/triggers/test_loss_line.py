@@ -81,7 +81,7 @@ def test_a_finite_loss_whose_backward_sends_nan_to_the_model_is_named_so():
     model = nn.Linear(4, 4)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False):
-        for step in range(3):
+        for _ in range(3):
             optimizer.zero_grad()
             out = model(torch.randn(8, 4))
             loss = torch.where(out > 0, torch.sqrt(out), out).sum()
