@@ -24,6 +24,7 @@ _SQRT = {"sqrt", "rsqrt", "sqrt_", "rsqrt_", "pow", "pow_", "float_power"}
 _DIV = {"div", "div_", "true_divide", "reciprocal", "reciprocal_", "floor_divide", "remainder", "fmod", "norm",
         "normalize"}
 _EXP = {"exp", "exp_", "exp2", "expm1", "sinh", "cosh"}
+_NLL = {"cross_entropy", "nll_loss", "nll_loss2d", "nll_loss_nd"}
 
 DIAGNOSES = {
     "masked_softmax": "a softmax row whose entries are all -inf (a fully masked row) gives NaN: mask with a "
@@ -39,6 +40,9 @@ DIAGNOSES = {
     "fp16": "float16 overflow (its largest value is 65504): compute in bfloat16 "
             "(torch.autocast(dtype=torch.bfloat16)), keep this op in float32, or scale the loss with "
             "torch.amp.GradScaler",
+    "no_targets": "every target of this batch is the ignore_index (-100 by default: a batch of padding only), and "
+                  "the mean over zero targets is 0/0: skip batches with no real targets, or sum the loss and divide "
+                  "by max(1, number of targets)",
     "input": "the batch itself holds NaN/Inf: check the data pipeline (assert torch.isfinite(batch).all() where it "
              "is made) or skip such batches",
     "divergence": "the training diverged: lower the learning rate or clip gradients "
@@ -65,6 +69,8 @@ def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: floa
         return DIAGNOSES["fp16"]
     if op in _SOFTMAX and birth.kind == "nan" and _masked_row(birth):
         return DIAGNOSES["masked_softmax"]
+    if op in _NLL and birth.kind == "nan" and _all_ignored(birth):
+        return DIAGNOSES["no_targets"]
     for names, key in ((_LOG, "log"), (_SQRT, "sqrt"), (_DIV, "div")):
         if op in names or op.rstrip("_") in names:
             if key == "sqrt" and op.startswith("pow") and not _fractional_power(birth):
@@ -119,6 +125,20 @@ def _masked_row(birth: Birth) -> bool:
         return birth.cause is not None  # NaN from Infs, shape unknown: still the likely story
     with torch.no_grad():
         return bool(torch.isneginf(x).all(dim=-1).any()) or birth.cause is not None
+
+
+def _all_ignored(birth: Birth) -> bool:
+    """Class-index targets that are all outside the classes: cross_entropy raises for such a target unless it is
+    the ignore_index, so every target was ignored."""
+    tensors = _tensors(birth.inputs)
+    if len(tensors) < 2 or tensors[0].dim() == 0:
+        return False
+    scores, target = tensors[0], tensors[1]
+    if target.is_floating_point() or target.is_complex() or target.numel() == 0:
+        return False
+    classes = scores.shape[1] if scores.dim() > 1 else scores.shape[0]
+    with torch.no_grad():
+        return bool(((target < 0) | (target >= classes)).all())
 
 
 def _fractional_power(birth: Birth) -> bool:

@@ -19,7 +19,6 @@ from typing import Any, Callable
 
 import torch
 
-from ..debug.frames import SourceLine
 from ..dist import current_rank, no_collectives
 from ..errors import STOPS, NonFiniteError, TriggerError
 from ..format import short_error
@@ -40,7 +39,7 @@ from .localize import (
     nonfinite_parameters,
 )
 from .forwards import Forward
-from .report import Report
+from .report import Report, source_field
 from .stop import dispatch
 
 log = logging.getLogger("tensor_dap.triggers")
@@ -119,6 +118,9 @@ class Investigation:
         grads_bad = any(nonfinite(p.grad) for p in self._params if p.grad is not None)
         loss_step, loss = self._last_loss
         loss_bad = loss is not None and loss_step >= first and nonfinite(loss)
+        if not loss_bad and self._running_loss[0] == index and nonfinite(self._running_loss[1]):
+            loss_step, loss = self._running_loss  # this step's loss, handed to backward() inside w.step
+            loss_bad = True
         can_rerun = ctx is not None and ctx.index == index
         pre_update = ctx is None or ctx.checked  # else the step's own update already ran
         finding = nonfinite_parameters(self._inner) if pre_update else None
@@ -147,7 +149,10 @@ class Investigation:
                               "is finite: the loss computation overflowed, or a term no parameter depends on "
                               "is non-finite", [("loss", "loss", describe(loss))], {"loss": loss})
         report = self._report(finding, step, index, None, first=first)
-        return report, {**finding.culprit, "step": step}, None
+        culprit = {**finding.culprit, "step": step}
+        if loss_bad and step == loss_step:
+            culprit.setdefault("loss", loss)  # tensor_dap.culprit().loss, whatever op the re-run named
+        return report, culprit, None
 
     def _upstream(self, finding: Finding | None) -> Finding | None:
         """A batch already non-finite that another open watch's model made in its current step (a GAN's
@@ -202,8 +207,14 @@ class Investigation:
                                         loss_history=report.loss_history)
 
     def _loss_history(self) -> list[float]:
+        """The losses kept, oldest first; inside ``w.step``, with the running step's loss once it reached
+        ``backward()`` (``fn`` has not returned it yet)."""
+        kept = list(self._history)
+        step, loss = self._running_loss
+        if self._ctx is not None and step == self._ctx.index and loss is not None:
+            kept.append(loss)
         values = []
-        for v in list(self._history):
+        for v in kept:
             with contextlib.suppress(Exception):
                 values.append(float(v))
         return values
@@ -357,18 +368,11 @@ def report_of(finding: Finding, *, step: int | None, kind: str = "nonfinite", he
                     module=finding.module, module_type=finding.module_type, rank=current_rank(),
                     notes=[finding.note], tensors=list(finding.tensors), op=finding.op,
                     forward_op=birth.forward_op if birth is not None else None,
-                    source=_source(line, after=birth is not None and birth.after_call))
+                    source=source_field(line, after=birth is not None and birth.after_call))
     report.loss = next((float(s.values[0]) for sec, _, s in finding.tensors if sec == "loss" and s.values), None)
     report.max_abs = op_max_abs(finding)
     report.diagnosis = diagnose(birth, phase=report.phase, kind=kind, max_abs=report.max_abs, loss_history=[])
     return report
-
-
-def _source(line: SourceLine | None, after: bool) -> dict[str, Any] | None:
-    """A report's source line; ``after``: the line is the model's call that the loss op came after."""
-    if line is None:
-        return None
-    return {"file": line.file, "line": line.line, "text": line.text, **({"after": True} if after else {})}
 
 
 def op_max_abs(finding: Finding | None) -> float | None:

@@ -32,9 +32,17 @@ class LoopSteps:
 
     def _backward_loss(self, loss: torch.Tensor) -> None:
         """A loss handed to ``backward()`` outside ``w.step`` with no capture (``rerun=False``): the unchanged
-        loop's loss, for the reports. (A capture takes it itself: ``LoopCapture.backward_called``.)"""
-        if self._ctx is None and not self._rerunning and not self._replaying:
+        loop's loss, for the reports. (A capture takes it itself: ``LoopCapture.backward_called``.) Inside
+        ``w.step`` it is checked with the step's gradients, before the update: a loss that goes non-finite while
+        every gradient stays finite (a batch whose targets are all ignored) is then caught in its own step."""
+        if self._rerunning or self._replaying:
+            return
+        ctx = self._ctx
+        if ctx is None:
             self._step_losses.append(loss_value(loss))
+        elif not ctx.checked:
+            self._running_loss = (ctx.index, loss.detach())
+            self._guard(self._sentinel.observe_value, loss, ctx.index)
 
     def _take_loop_losses(self) -> None:
         """The unchanged loop's step loss into the history: the losses the model returned (also watched by the

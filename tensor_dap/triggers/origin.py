@@ -3,16 +3,14 @@
 Runs only inside localization's re-run of one failing step, so it may be thorough: a
 ``TorchFunctionMode`` sees every torch call of the forward (``softmax``, ``div``, ``linear``...),
 checks its outputs, and keeps a *lineage* for each non-finite tensor: the birth it descends from.
-A birth is an op whose output holds NaN while no input does, or Inf while every input is finite.
-Each autograd node the forward creates is remembered with the op, module and line that made it,
-and a hook on the node names it when its backward turns finite gradients into non-finite ones
-(``SqrtBackward0``, the backward of ``sqrt`` at ``model.py:41``).
+A birth is an op whose output holds NaN while no input does, or Inf while every input is finite. Each
+autograd node the forward creates is remembered with the op, module and line that made it, and a hook on
+the node names it when its backward turns finite gradients into non-finite ones (``SqrtBackward0``).
 
-Not every Inf is a bug: ``masked_fill(mask, -inf)`` and ``-inf`` mask buffers are deliberate, and
-they only matter once they make a NaN (a fully masked softmax row). Births from a non-finite
-Python constant, and Inf-only tensors that existed before the step (buffers, constants), are
-marked ``deliberate``; ``root`` follows a NaN back to the first accidental birth, stopping at
-deliberate ones, so the report names the op where things actually went wrong.
+Not every Inf is a bug: ``masked_fill(mask, -inf)`` and ``-inf`` mask buffers are deliberate, and they only
+matter once they make a NaN (a fully masked softmax row). Births from a non-finite Python constant, and
+Inf-only tensors that existed before the step (buffers, constants), are marked ``deliberate``; ``root``
+follows a NaN back to the first accidental birth, stopping at deliberate ones (the op that went wrong).
 """
 
 from __future__ import annotations
@@ -39,8 +37,6 @@ log = logging.getLogger("tensor_dap.triggers")
 MAX_TENSORS = 64  # tensors looked at in one op's arguments or outputs
 MAX_NODES = 256  # autograd nodes discovered behind one op's output (the inside of composite ops)
 _BACKWARD = ("backward", "grad")  # Tensor.backward, torch.autograd.backward / grad: the loss is known here
-
-
 GRAD_AT_OUTPUTS = "grad at the model's output"  # the input of a loss-phase birth seen in the loss's backward
 
 

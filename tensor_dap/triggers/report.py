@@ -112,6 +112,13 @@ class Report:
         return cls(**report_fields(data, {f.name for f in dataclasses.fields(cls)}))
 
 
+def source_field(line: Any, after: bool = False) -> dict[str, Any] | None:
+    """A ``SourceLine`` as ``Report.source``; ``after``: it is the model's call that a loss op came after."""
+    if line is None:
+        return None
+    return {"file": line.file, "line": line.line, "text": line.text, **({"after": True} if after else {})}
+
+
 # ------------------------------------------------------------------ renderers
 
 def safe(report: Report) -> Report:

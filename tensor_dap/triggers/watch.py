@@ -109,6 +109,7 @@ class watch(Investigation, LoopSteps, CrashExplanation):
         self._mode: str | None = "optimizer" if optimizer is not None else None
         self._param_store: list[torch.Tensor] | None = None
         self._last_loss: tuple[int, torch.Tensor | None] = (-1, None)
+        self._running_loss: tuple[int, torch.Tensor | None] = (-1, None)  # inside w.step: handed to backward()
         self._step_losses: list[Any] = []  # the losses given to backward() this step (``forwards.loss_value``)
         self._loop = (LoopCapture(called(model), self._buffers, self._params, self._loop_unstepped,
                                   self._step_losses.append) if rerun else None)

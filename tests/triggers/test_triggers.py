@@ -232,14 +232,17 @@ def test_every_n_failure_found_by_the_last_read_at_close_is_localized_too():
 def test_every_n_replays_learning_rate_changes_made_between_steps(every, start):
     """exploding_lr multiplies lr outside the step function: the replay applies each step's own lr,
     so the first bad step and its module are those that hooks on every module see. The loss
-    overflows at step 9: with every=5 that is a read step, whose loss is only read at the next read."""
+    overflows at step 9: with every=5 that is a read step, and its loss, handed to backward(), is read
+    with its own gradients, before the update: that step itself is re-run, no window is replayed."""
     _, exc = train("exploding_lr", on="raise", every=every, steps=16)
     step, _, _ = oracle("exploding_lr", until=exc.report.step)  # module hooks see the same step...
     # ...but the overflow is born in the loss, before any module's backward sees it
     assert (exc.report.step, exc.report.phase, exc.report.module, exc.report.op) == (step, "loss", None, "mse_loss")
+    replayed = [n for n in exc.report.notes if "re-run from the state saved" in n]
     if every == 5:
-        assert step == start  # a read step's own loss: read only by the next read, still localized
-    assert any(f"re-run from the state saved at the start of step {start}" in n for n in exc.report.notes)
+        assert step == start and not replayed and not any("detected at step" in n for n in exc.report.notes)
+    else:
+        assert any(f"re-run from the state saved at the start of step {start}" in n for n in replayed)
 
 
 @pytest.mark.parametrize("bug", ["log_zero", "backward_nan"])
@@ -263,14 +266,40 @@ def test_every_n_window_replay_keeps_numerics_rng_and_optimizer_objects_identica
     assert torch.equal(plain_draw[0], watched_draw[0]) and plain_draw[1] == watched_draw[1]
 
 
-def test_a_loss_caught_at_the_next_step_says_which_step_the_bundle_holds(tmp_path):
+def test_a_loss_that_overflows_with_finite_gradients_is_caught_and_bundled_in_its_own_step(tmp_path):
+    """The loss handed to backward() is checked with the step's gradients, before the update."""
     _, exc = train("exploding_lr", on="raise", capture=str(tmp_path))
     report = exc.report
-    assert report.phase == "loss"
+    assert (report.phase, report.op) == ("loss", "mse_loss")
     bundle_step = torch.load(os.path.join(report.bundle, "state.pt"), weights_only=False)["step"]
-    assert bundle_step == report.step + 1 and report.bundle.endswith(f"-step{bundle_step}")
-    assert any(f"detected at step {bundle_step}" in n for n in report.notes)
-    assert any(f"the bundle holds step {bundle_step}" in n for n in report.notes)
+    assert bundle_step == report.step and report.bundle.endswith(f"-step{bundle_step}")
+    assert not any("detected at step" in n or "the bundle holds step" in n for n in report.notes)
+    assert report.loss == float("inf") and report.loss_history[-1] == float("inf")
+
+
+def test_a_value_returned_after_the_update_is_caught_at_the_next_step_which_says_what_the_bundle_holds(tmp_path):
+    """What ``fn`` returns is its loss; one computed after the update (a metric) is only known when ``fn``
+    returns: the next step's check finds it, and the report says which step the bundle holds."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def step_fn(x, step):
+        optimizer.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+        return loss.detach() / 0 if step == 3 else loss.detach()  # a metric gone wrong, after the update
+
+    with pytest.raises(NonFiniteError) as info, \
+            tensor_dap.watch(model, optimizer, on="raise", capture=str(tmp_path)) as w:
+        for step in range(6):
+            w.step(step_fn, torch.randn(8, 4), step)
+    report = info.value.report
+    assert (report.step, report.phase) == (3, "loss")
+    bundle_step = torch.load(os.path.join(report.bundle, "state.pt"), weights_only=False)["step"]
+    assert bundle_step == 4 and any("detected at step 4" in n for n in report.notes)
+    assert any("the bundle holds step 4" in n for n in report.notes)
 
 
 @pytest.mark.parametrize("bug", sorted(EXPECTED))

@@ -1,0 +1,58 @@
+"""Diagnoses that need a real step to be told: a batch whose every target is ignored (padding only)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import tensor_dap
+from tensor_dap import NonFiniteError
+from tensor_dap.triggers.diagnose import DIAGNOSES, diagnose
+from tensor_dap.triggers.origin import Birth
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class LM(nn.Module):
+    """A language model that computes its loss in forward, as HF models do with ``labels``."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb, self.head = nn.Embedding(50, 16), nn.Linear(16, 50)
+
+    def forward(self, ids, labels):
+        logits = self.head(self.emb(ids))
+        return F.cross_entropy(logits.view(-1, 50), labels.view(-1))  # IGNORED
+
+
+@pytest.mark.parametrize("loop", [False, True], ids=["w.step", "unchanged loop"])
+def test_a_batch_of_padding_only_is_diagnosed_as_every_target_ignored(loop):
+    torch.manual_seed(0)
+    model = LM()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def train_step(ids, labels):
+        optimizer.zero_grad()
+        loss = model(ids, labels)
+        loss.backward()  # its gradients are finite (zero): only the loss tells
+        optimizer.step()
+        return loss
+
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False) as w:
+        for step in range(5):
+            ids = torch.randint(0, 50, (4, 12))
+            labels = ids.clone() if step != 3 else torch.full_like(ids, -100)  # the last batch: all padding
+            train_step(ids, labels) if loop else w.step(train_step, ids, labels)
+    report = info.value.report
+    assert (report.step, report.phase, report.module, report.op) == (3, "forward", "", "cross_entropy")
+    assert report.diagnosis == DIAGNOSES["no_targets"]
+
+
+def test_a_nan_in_cross_entropy_with_real_targets_is_not_called_all_ignored():
+    logits, targets = torch.randn(6, 5), torch.tensor([0, 4, 2, -100, 1, 3])
+    birth = Birth("forward", "cross_entropy", "nan", inputs=[("args[0]", logits), ("args[1]", targets)])
+    assert diagnose(birth, phase="forward", kind="nonfinite", max_abs=None, loss_history=[]) is None
+    birth.inputs[1] = ("args[1]", torch.full((6,), -100))
+    assert diagnose(birth, phase="forward", kind="nonfinite", max_abs=None, loss_history=[]) == DIAGNOSES["no_targets"]
