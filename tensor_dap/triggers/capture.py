@@ -74,15 +74,19 @@ def nbytes(obj: Any) -> int:
     return sum(t.numel() * t.element_size() for _, t in tensors_in(obj))
 
 
-def loss_of(result: Any) -> torch.Tensor | None:
-    """The loss inside what a step function returned: a scalar tensor, the first item, or ['loss']."""
+def returned_loss(result: Any) -> torch.Tensor | None:
+    """The loss inside what a step function returned, as it is: a scalar tensor, the first item, or ['loss']."""
     if isinstance(result, dict):
         result = result.get("loss")
     elif isinstance(result, (tuple, list)) and result:
         result = result[0]
-    if isinstance(result, torch.Tensor) and result.numel() == 1:
-        return result.detach()
-    return None
+    return result if isinstance(result, torch.Tensor) and result.numel() == 1 else None
+
+
+def loss_of(result: Any) -> torch.Tensor | None:
+    """``returned_loss``, detached."""
+    loss = returned_loss(result)
+    return loss.detach() if loss is not None else None
 
 
 def open_window(start: int, params: list[torch.Tensor], optimizer: torch.optim.Optimizer) -> Window | None:

@@ -35,7 +35,7 @@ from ..errors import STOPS
 from ..state import Buffers, RngUse, capture_rng, hyper
 from . import active
 from .aftermath import Aftermath
-from .capture import Source, StepContext, Window, add_to_window, loss_of, open_window
+from .capture import Source, StepContext, Window, add_to_window, loss_of, open_window, returned_loss
 from .crashed import CrashExplanation
 from .investigate import Investigation
 from .localize import StopRerun
@@ -209,11 +209,13 @@ class watch(Investigation, LoopSteps, CrashExplanation):
             result = fn(*args, **kwargs)
             if probing:  # which RNGs the step itself draws from
                 self._rngs.after(ctx.rng)
-            loss = loss_of(result)
+            returned = returned_loss(result)
+            loss = returned.detach() if returned is not None else None
             self._last_loss = (ctx.index, loss)
             if loss is not None:
                 self._history.append(loss)
-                self._guard(self._sentinel.observe_value, loss, ctx.index)
+                if returned is not self._running_loss[1]:  # else checked when handed to backward()
+                    self._guard(self._sentinel.observe_value, loss, ctx.index)
             if not ctx.checked and self._mode is None and self._params_changed():
                 self._mode = "manual"
             if not ctx.checked and self._mode == "manual":
