@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 from .. import runner
 from ..console import note
-from ..errors import UsageError
+from ..errors import STOPS, UsageError
 from ..format import short_error
 
 _TORCHRUN = ("torch.distributed.run", "torch.distributed.launch", "torchrun")
@@ -71,9 +71,11 @@ def _crash(exc: BaseException) -> int:
 
 
 def _explain_with_watches(exc: BaseException) -> None:
-    """Before the crash report: an open watch names where a non-finite value that this step made was born."""
-    if "tensor_dap.triggers.active" not in sys.modules:
-        return  # no watch was ever made
+    """Before the crash report: an open watch names where a non-finite value that this step made was born.
+    Not after a trigger's own stop (its error, or quitting its debugger): that was reported, and another
+    watch (a GAN's other model, whose graph the loss also went through) would report it a second time."""
+    if "tensor_dap.triggers.active" not in sys.modules or isinstance(exc, STOPS):
+        return  # no watch was ever made; or a trigger stopped the run
     from ..triggers import active
 
     for w in active.watches():

@@ -164,6 +164,51 @@ def test_tensor_dap_run_names_it_before_the_crash_report(tmp_path):
 
 
 
+GAN = textwrap.dedent('''
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    G = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 6))
+    D = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 1), nn.Sigmoid())
+    optD = torch.optim.Adam(D.parameters(), lr=1e-3)
+    optG = torch.optim.Adam(G.parameters(), lr=1e-3)
+
+    def bce(p, t):  # hand-written, as in a DCGAN: log(0) once D saturates
+        return -(t * torch.log(p) + (1 - t) * torch.log(1 - p)).mean()
+
+    for step in range(6):
+        D.zero_grad()
+        bce(D(torch.randn(16, 6)), torch.ones(16)).backward()
+        fake = G(torch.randn(16, 4))
+        bce(D(fake.detach()), torch.zeros(16)).backward()
+        optD.step()
+        G.zero_grad()
+        p = D(fake)
+        if step == 3:
+            p = p * 0
+        bce(p, torch.ones(16)).backward()  # G-BACKWARD
+        optG.step()
+''')
+
+
+def test_a_trigger_of_one_watch_is_reported_once_though_its_loss_went_through_the_other_model(tmp_path):
+    """A DCGAN's generator loss goes through the discriminator: when the generator's watch stops the run, the
+    discriminator's watch does not report the same Inf again as a crash it explains (found in pytorch/examples'
+    dcgan with a hand-written BCE: two reports, two bundles, for one incident)."""
+    (tmp_path / "train.py").write_text(GAN)
+    done = subprocess.run([sys.executable, "-m", "tensor_dap", "run", "--break-on-nan", "train.py"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+                          env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"})
+    assert done.returncode == 1, done.stderr[-2000:]
+    err = done.stderr
+    assert err.count("tensor_dap trigger ·") == 1, err[-4000:]
+    assert "NonFiniteError: tensor_dap trigger · step 3 · Inf born in log, outside any module" in err
+    assert f"train.py:{file_marker_line(tmp_path / 'train.py', 'G-BACKWARD')}" in err
+    assert "as the program crashed" not in err
+    assert len(list((tmp_path / ".tensor_dap" / "incidents").iterdir())) == 1
+
+
 def test_one_watch_failing_to_explain_leaves_the_others_their_turn(monkeypatch, capsys):
     """Two watches open (a GAN): the first one's failure is one line, and the second still sees the crash. (Stand-ins
     for the watches: what is tested is tensor-dap run's loop over them.)"""
