@@ -167,7 +167,8 @@ def from_birth(birth: Birth, model: torch.nn.Module | None, seen_at: str | None 
     out_section = "grad_input" if birth.phase == "backward" else "op output"
     in_section = "grad_output" if birth.phase == "backward" else "op inputs"
     rows = [(in_section, name, describe(t)) for name, t in birth.inputs[:MAX_ROWS] if isinstance(t, torch.Tensor)]
-    rows += _rows(out_section, birth.output, "output")
+    if not any(birth.output is t for _, t in birth.inputs):  # a batch or buffer that came in non-finite: no output
+        rows += _rows(out_section, birth.output, "output")
     if module is not None:
         rows += _param_rows(module)
     culprit = {"module": module, "inputs": [t for _, t in birth.inputs], "output": birth.output}

@@ -417,6 +417,8 @@ def test_lbfgs_closure_is_checked_before_its_update(loop):
     report = info.value.report
     assert (report.step, report.phase, report.module, report.op) == (origins.BUG_STEP, "input", "inp", "linear")
     assert all(torch.isfinite(p).all() for p in model.parameters())  # caught before LBFGS updated anything
+    sections = [section for section, _, _ in report.tensors]  # the batch as the op's input, not again as its output
+    assert sections.count("op inputs") == 1 and "op output" not in sections
 
 
 # ------------------------------------------------------------------ break_if inside watch; after a report
