@@ -17,8 +17,9 @@ from typing import Any
 import torch
 
 from .capture import Source, StepContext
-from .localize import nonfinite
+from .localize import nonfinite, nonfinite_parameters
 from .report import Report, emit
+from .upstream import upstream
 
 FRAME_TENSORS = 32  # tensors of the crashed frames looked at, at most (each is read whole)
 
@@ -34,12 +35,13 @@ class CrashExplanation:
         ctx = self._crashed_step(tb)
         if ctx is None:
             return None
-        try:
-            finding = self._rerun(ctx)
+        try:  # weights already non-finite (an earlier update, after a stop was continued): no op to find
+            finding = nonfinite_parameters(self._inner) or self._rerun(ctx)
         except Exception:  # noqa: BLE001 - the re-run crashed as the program did, before any non-finite value
             return None
         if finding is None:
             return None
+        finding = self._guard(upstream, self, finding) or finding  # a batch another watched model made
         report = self._report(finding, ctx.index, ctx.index, None)
         report.notes.append("found as the program crashed: this step's non-finite value came first (the crash "
                             "follows)")

@@ -57,8 +57,10 @@ def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: floa
     """The likeliest cause and fix, or None. ``kind`` is the report's ("nonfinite", "above", "spike"...)."""
     if kind == "scaler":
         return DIAGNOSES["scaler"]
-    if kind in ("above", "spike") or phase == "optimizer":
+    if kind in ("above", "spike"):
         return _divergence(max_abs, loss_history, force=True)
+    if phase == "optimizer":  # an update overflowing is a divergence; one that used NaN gradients (after a
+        return _divergence(max_abs, loss_history, force=False)  # stop was continued) is not: no guess
     if phase == "input":
         return DIAGNOSES["input"]
     if birth is None:

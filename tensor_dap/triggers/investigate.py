@@ -24,7 +24,6 @@ from ..errors import STOPS, NonFiniteError, TriggerError
 from ..format import short_error
 from ..state import capture_rng, cloned, kept, load_optimizer_state, optimizer_kept, restore_rng, set_hyper
 from ..summary import describe
-from . import active
 from .capture import Source, StepContext, Window
 from .diagnose import diagnose
 from .incident import safe_rng, write_bundle
@@ -41,6 +40,7 @@ from .localize import (
 from .forwards import Forward
 from .report import Report, source_field
 from .stop import dispatch
+from .upstream import upstream
 
 log = logging.getLogger("tensor_dap.triggers")
 
@@ -135,7 +135,7 @@ class Investigation:
                 finding = self._rerun(ctx) if can_rerun else None  # type: ignore[arg-type]
             except Exception as exc:  # noqa: BLE001 - the step raised when run again: report without the re-run
                 finding, failed = None, f"re-running the step failed ({short_error(exc, limit=None)}); "
-            finding = self._guard(self._upstream, finding) or finding
+            finding = self._guard(upstream, self, finding) or finding
             if finding is None and grads_bad:
                 finding = nonfinite_gradients(self._inner)
                 if finding is not None and can_rerun:
@@ -153,26 +153,6 @@ class Investigation:
         if loss_bad and step == loss_step:
             culprit.setdefault("loss", loss)  # tensor_dap.culprit().loss, whatever op the re-run named
         return report, culprit, None
-
-    def _upstream(self, finding: Finding | None) -> Finding | None:
-        """A batch already non-finite that another open watch's model made in its current step (a GAN's
-        generator feeding the discriminator): that watch re-runs its own captured forwards to find where."""
-        birth = finding.birth if finding is not None else None
-        if birth is None or birth.phase != "input":
-            return None
-        bad = next((t for _, t in birth.inputs if isinstance(t, torch.Tensor)), None)
-        for other in active.watches():
-            loop = getattr(other, "_loop", None)
-            if other is self or bad is None or loop is None or not loop.made(bad):
-                continue
-            ctx = other._loop_context()
-            found = other._rerun(ctx) if ctx is not None else None
-            if found is not None and found.phase in ("forward", "input"):
-                name = type(other._inner).__name__
-                found.note = (f"this model's input is the output of {name}, watched too: born in {name}'s "
-                              f"forward (module paths are {name}'s). " + found.note).strip()
-                return found
-        return None
 
     def _report(self, finding: Finding, step: int, index: int, window: Window | None, *,
                 first: int | None = None, kind: str = "nonfinite", headline: str | None = None) -> Report:

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -207,6 +208,65 @@ def test_a_trigger_of_one_watch_is_reported_once_though_its_loss_went_through_th
     assert f"train.py:{file_marker_line(tmp_path / 'train.py', 'G-BACKWARD')}" in err
     assert "as the program crashed" not in err
     assert len(list((tmp_path / ".tensor_dap" / "incidents").iterdir())) == 1
+
+
+CONTINUED_GAN = textwrap.dedent('''
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+    import tensor_dap
+
+    torch.manual_seed(0)
+
+    class Gen(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(4, 8), nn.Linear(8, 6)
+            self.calls = 0
+
+        def forward(self, z):
+            self.calls += 1
+            h = self.b(torch.tanh(self.a(z)))
+            return torch.where(h > 0, torch.sqrt(h), h) if self.calls >= 4 else h  # NaN gradients from step 3 on
+
+    G = Gen()
+    D = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 1), nn.Sigmoid())
+    optD = torch.optim.Adam(D.parameters(), lr=1e-3)
+    optG = torch.optim.Adam(G.parameters(), lr=1e-3)
+    tensor_dap.watch(D, optD, on="log"), tensor_dap.watch(G, optG, on="log")  # reported, and trained on
+    for step in range(8):
+        D.zero_grad()
+        F.binary_cross_entropy(D(torch.randn(16, 6)), torch.ones(16, 1)).backward()
+        fake = G(torch.randn(16, 4))
+        F.binary_cross_entropy(D(fake.detach()), torch.zeros(16, 1)).backward()  # raises on NaN probabilities
+        optD.step()
+        G.zero_grad()
+        F.binary_cross_entropy(D(fake), torch.ones(16, 1)).backward()
+        optG.step()
+''')
+
+
+def test_a_crash_on_a_batch_another_watched_model_made_from_broken_weights_says_so(tmp_path):
+    """The generator's NaN step was reported and its update trained on (``on="log"``, or ``c`` at the stop): the
+    next step the discriminator crashes on the generator's NaN output. Its report says the batch is the output of
+    the other watched model, whose parameters are non-finite since an update it reported (not "born in linear",
+    and no divergence guessed: nothing grew)."""
+    (tmp_path / "train.py").write_text(CONTINUED_GAN)
+    done = subprocess.run([sys.executable, "-m", "tensor_dap", "run", "train.py"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+                          env={**os.environ, "NO_COLOR": "1", "COLUMNS": "250"})
+    assert done.returncode == 1, done.stderr[-2000:]
+    out = done.stdout + done.stderr
+    assert "step 3 · NaN born in SqrtBackward0" in out, out[-4000:]
+    assert "step 4 · the optimizer update made a parameter of a non-finite" in out, out[-4000:]
+    (step4,) = (tmp_path / ".tensor_dap" / "incidents").glob("*-step4")
+    report = json.loads((step4 / "report.json").read_text())
+    assert (report["phase"], report["module"], report["diagnosis"]) == ("optimizer", "a", None)
+    assert report["notes"][0].startswith("this model's input is the output of Gen, watched too, whose parameters "
+                                         "are non-finite (module paths are Gen's)")
+    assert report["notes"][0].endswith("Gen's non-finite step was reported before")
+    assert "diverged" not in out
+    assert "all elements of input should be between 0 and 1" in out  # the program's own crash follows
 
 
 def test_one_watch_failing_to_explain_leaves_the_others_their_turn(monkeypatch, capsys):
