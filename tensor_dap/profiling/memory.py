@@ -26,7 +26,7 @@ from .memory_sites import Site, peak_rss, torch_sites, tracemalloc_sites
 from .output import CUDA_SNAPSHOT, MEMORY, write_json
 from .recorder import Recorder
 from .tables import plain, table, where
-from .window import StepWindow
+from .window import StepWindow, unreadable
 
 GROWTH = 1.25  # a new snapshot when traced memory exceeds the last one by this factor
 POLL_S = 0.05
@@ -118,7 +118,10 @@ class MemoryRecorder(Recorder):
         self._maybe_snapshot(at_step=True)
 
     def _on_trace(self, prof: Any, covers: str) -> None:
-        self._torch_sites = torch_sites(prof, SITES_KEPT)
+        try:
+            self._torch_sites = torch_sites(prof, SITES_KEPT)
+        except Exception as exc:  # noqa: BLE001 - torch's own parsing failed: the rest of the profile stands
+            self.notes.append(unreadable(exc))
         self._torch_covers = covers
 
     def stop(self) -> None:

@@ -18,7 +18,7 @@ from ..format import fmt_shape
 from .output import TRACE, TRACE_GZ
 from .recorder import Options, Recorder
 from .tables import plain, seconds, table
-from .window import StepWindow
+from .window import StepWindow, unreadable
 
 GZIP_ABOVE = 16 * 2**20
 # how torch names a Python call recorded with with_stack (when its flag is missing)
@@ -69,7 +69,10 @@ class TorchRecorder(Recorder):
                 self._files = [TRACE]
         except Exception as exc:  # noqa: BLE001 - the table below may still be useful
             self.notes.append(f"could not write the trace: {exc}")
-        self._rows = top_ops(prof, self._cuda)
+        try:
+            self._rows = top_ops(prof, self._cuda)
+        except Exception as exc:  # noqa: BLE001 - as above: the trace file may still be there
+            self.notes.append(unreadable(exc))
         self.notes.append(f"recorded {covers}")
 
     def stop(self) -> None:

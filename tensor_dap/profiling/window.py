@@ -23,6 +23,13 @@ from . import marks
 OnTrace = Callable[[Any, str], None]  # (the finished torch profiler, what it covers)
 
 
+def unreadable(exc: BaseException) -> str:
+    """The note for a window whose events torch could not read back: that part of a profile is left out."""
+    return (f"torch's profiler could not read back its events ({type(exc).__name__}: {str(exc)[:120]}), a known "
+            "torch bug when with_stack=True recorded Python code freed during the window (pytorch/pytorch#136040): "
+            "left out of this profile; the rest of it stands")
+
+
 class StepWindow:
     def __init__(self, profiler_kwargs: dict[str, Any], wait: int, warmup: int, active: int, on_trace: OnTrace,
                  aside: Callable[[], ContextManager[Any]] = contextlib.nullcontext) -> None:
