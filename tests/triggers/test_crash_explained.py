@@ -151,13 +151,19 @@ PROGRAM = textwrap.dedent('''
 ''')
 
 
+def _crashed_run(folder, *args: str) -> subprocess.CompletedProcess:
+    """``tensor-dap run ARGS`` in ``folder`` with no terminal, for a program that ends on a crash (exit code 1)."""
+    done = subprocess.run([sys.executable, "-m", "tensor_dap", "run", *args], cwd=folder, capture_output=True,
+                          text=True, timeout=120, stdin=subprocess.DEVNULL,
+                          env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"})
+    assert done.returncode == 1, done.stderr[-2000:]
+    return done
+
+
 def test_tensor_dap_run_names_it_before_the_crash_report(tmp_path):
     """`tensor-dap run --break-on-nan`: the watch it made says where, then the crash report follows."""
     (tmp_path / "train.py").write_text(PROGRAM)
-    done = subprocess.run([sys.executable, "-m", "tensor_dap", "run", "--break-on-nan", "train.py"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
-                          env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"})
-    assert done.returncode == 1, done.stderr[-2000:]
+    done = _crashed_run(tmp_path, "--break-on-nan", "train.py")
     err = done.stderr
     assert "step 2 · non-finite input batch" in err, err[-3000:]
     assert err.index("as the program crashed") < err.index("Traceback (most recent call last)")
@@ -198,10 +204,7 @@ def test_a_trigger_of_one_watch_is_reported_once_though_its_loss_went_through_th
     discriminator's watch does not report the same Inf again as a crash it explains (found in pytorch/examples'
     dcgan with a hand-written BCE: two reports, two bundles, for one incident)."""
     (tmp_path / "train.py").write_text(GAN)
-    done = subprocess.run([sys.executable, "-m", "tensor_dap", "run", "--break-on-nan", "train.py"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
-                          env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"})
-    assert done.returncode == 1, done.stderr[-2000:]
+    done = _crashed_run(tmp_path, "--break-on-nan", "train.py")
     err = done.stderr
     assert err.count("tensor_dap trigger ·") == 1, err[-4000:]
     assert "NonFiniteError: tensor_dap trigger · step 3 · Inf born in log, outside any module" in err
@@ -252,10 +255,7 @@ def test_a_crash_on_a_batch_another_watched_model_made_from_broken_weights_says_
     the other watched model, whose parameters are non-finite since an update it reported (not "born in linear",
     and no divergence guessed: nothing grew)."""
     (tmp_path / "train.py").write_text(CONTINUED_GAN)
-    done = subprocess.run([sys.executable, "-m", "tensor_dap", "run", "train.py"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
-                          env={**os.environ, "NO_COLOR": "1", "COLUMNS": "250"})
-    assert done.returncode == 1, done.stderr[-2000:]
+    done = _crashed_run(tmp_path, "train.py")
     out = done.stdout + done.stderr
     assert "step 3 · NaN born in SqrtBackward0" in out, out[-4000:]
     assert "step 4 · the optimizer update made a parameter of a non-finite" in out, out[-4000:]
