@@ -56,3 +56,14 @@ def test_a_nan_in_cross_entropy_with_real_targets_is_not_called_all_ignored():
     assert diagnose(birth, phase="forward", kind="nonfinite", max_abs=None, loss_history=[]) is None
     birth.inputs[1] = ("args[1]", torch.full((6,), -100))
     assert diagnose(birth, phase="forward", kind="nonfinite", max_abs=None, loss_history=[]) == DIAGNOSES["no_targets"]
+
+
+def test_a_parameter_an_update_made_non_finite_is_called_a_divergence_only_with_evidence():
+    """Weights an update wrote NaN into: a divergence when values grew huge or the loss rose, else no guess (the
+    update used NaN gradients of a step that was reported and continued: a GAN's generator, seen by the other)."""
+    quiet = diagnose(None, phase="optimizer", kind="nonfinite", max_abs=0.57, loss_history=[1.43, 1.42, 1.53, 1.46])
+    assert quiet is None
+    grown = diagnose(None, phase="optimizer", kind="nonfinite", max_abs=3e33, loss_history=[1.4, 1.5])
+    assert grown.startswith(DIAGNOSES["divergence"]) and "values up to 3e+33" in grown
+    rising = diagnose(None, phase="optimizer", kind="nonfinite", max_abs=2.0, loss_history=[0.5, 40.0])
+    assert rising.startswith(DIAGNOSES["divergence"]) and "the loss went from 0.5 to 40" in rising
