@@ -68,6 +68,8 @@ class Finding:
         if self.phase == "input":
             return f"non-finite input batch, first seen by {name}"
         if self.phase == "optimizer":
+            if self.culprit.get("before_watch"):
+                return f"a parameter of {name} was non-finite before the first watched step"
             return f"the optimizer update made a parameter of {name} non-finite"
         if self.phase == "loss":
             if birth is not None and birth.inputs and birth.inputs[0][0] == GRAD_AT_OUTPUTS:  # the loss was finite
@@ -123,15 +125,17 @@ def _owners(model: torch.nn.Module) -> dict[int, tuple[str, torch.nn.Module, str
     return owners
 
 
-def nonfinite_parameters(model: torch.nn.Module) -> Finding | None:
-    """The first module (registration order) holding a non-finite parameter, if any."""
+def nonfinite_parameters(model: torch.nn.Module, *, first_step: bool = False) -> Finding | None:
+    """The first module (registration order) holding a non-finite parameter, if any. ``first_step``: no update
+    was watched yet, so none of ours wrote it (a checkpoint loaded with NaN/Inf, or training before the watch)."""
     for path, mod in model.named_modules():
         for pname, p in mod.named_parameters(recurse=False):
             if nonfinite(p):
-                return Finding(
-                    "optimizer", path, type(mod).__name__,
-                    f"parameter {pname!r} is non-finite before the step: the previous update wrote it",
-                    _param_rows(mod), {"module": mod, "parameter": p})
+                why = ("it was so when the watch began (already at the first watched step: a checkpoint loaded "
+                       "with NaN/Inf, or updates before the watch)" if first_step else "the previous update wrote it")
+                return Finding("optimizer", path, type(mod).__name__,
+                               f"parameter {pname!r} is non-finite before the step: {why}",
+                               _param_rows(mod), {"module": mod, "parameter": p, "before_watch": first_step})
     return None
 
 

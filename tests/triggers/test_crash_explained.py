@@ -293,3 +293,29 @@ def test_one_watch_failing_to_explain_leaves_the_others_their_turn(monkeypatch, 
     run._explain_with_watches(crash)
     assert seen == [crash.__traceback__]
     assert "tensor_dap: RuntimeError: boom" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("crashes", [False, True])
+def test_weights_non_finite_before_the_first_watched_step_are_not_blamed_on_an_update(crashes):
+    """A checkpoint saved from a diverged run: the first watched step already has a NaN weight. The report says
+    so at step 0, whether the sentinel sees it or the program crashes on it first (``binary_cross_entropy``
+    refusing NaN probabilities); it was "the optimizer update made …" at step -1, and "NaN born in linear"."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    with torch.no_grad():
+        model[2].weight[0, 3] = float("nan")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    expected = RuntimeError if crashes else tensor_dap.NonFiniteError
+    with pytest.raises(expected), tensor_dap.watch(model, optimizer, on="raise", capture=False) as w:
+        for _ in range(3):
+            optimizer.zero_grad()
+            out = model(torch.randn(16, 4))
+            if crashes:
+                F.binary_cross_entropy(torch.sigmoid(out), torch.ones(16, 1)).backward()
+            else:
+                F.mse_loss(out, torch.zeros(16, 1)).backward()
+            optimizer.step()
+    (report,) = w.reports
+    assert (report.step, report.phase, report.module) == (0, "optimizer", "2")
+    assert report.headline == "a parameter of 2 was non-finite before the first watched step"
+    assert "parameter 'weight' is non-finite before the step: it was so when the watch began" in report.notes[0]

@@ -330,7 +330,7 @@ def test_an_internal_failure_never_breaks_the_training_loop(monkeypatch, caplog)
     import sys
 
     monkeypatch.setattr(sys.modules["tensor_dap.triggers.investigate"], "nonfinite_parameters",
-                        lambda model: 1 / 0)
+                        lambda model, **kw: 1 / 0)
     w, exc = train("inf_input", on="raise", steps=8)
     assert exc is None and not w.reports
     assert "internal error" in caplog.text and "ZeroDivisionError" in caplog.text
