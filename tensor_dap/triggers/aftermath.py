@@ -69,6 +69,14 @@ class Aftermath:
              f"({self.count} non-finite steps since step {self.first}{more})")
         self._last, self.unprinted = now, 0
 
+    def caused(self, step: int | None, model: str, since: int | None) -> None:
+        """This model's first non-finite step came from another watched model's output, whose NaN step was
+        reported and trained on (``c`` at its stop, ``on="log"``): said in a line, not stopped for again."""
+        name = f"{self.model} " if self.model else ""
+        _say(f"tensor_dap: {name}step {step} is non-finite: its input is the output of {model}, whose weights are "
+             f"non-finite since its step {since} reported above; training goes on with NaN/Inf")
+        self._last = time.monotonic()
+
     def summary(self, steps: int) -> None:
         """The end of the run: how many steps were non-finite."""
         if self.count:

@@ -83,6 +83,9 @@ class Investigation:
             return
         self._latched = True
         self._aftermath.reported(report.step, self._sentinel.failing)
+        if "aftermath_of" in culprit:  # another watch reported first and the run went on: one line, no stop
+            self._aftermath.caused(report.step, *culprit["aftermath_of"])
+            return
         self._finish(report, culprit, source or (Source(ctx.outer or ctx, None, None) if ctx is not None else None))
 
     def _finish(self, report: Report, culprit: dict[str, Any], source: Source | None,

@@ -31,6 +31,8 @@ def upstream(watch: Any, finding: Finding | None) -> Finding | None:
             earlier = f"; {name}'s non-finite step was reported before" if other.reports else ""
             broken.note = (f"this model's input is the output of {name}, watched too, whose parameters are "
                            f"non-finite (module paths are {name}'s): {broken.note}{earlier}")
+            if other.reports:  # the run was continued past that report: this is its aftermath, not news
+                broken.culprit["aftermath_of"] = (name, other.reports[-1].step)
             return broken
         ctx = other._loop_context()
         found = other._rerun(ctx) if ctx is not None else None
