@@ -44,6 +44,7 @@ class Finding:
     tensors: list[tuple[str, str, TensorSummary]] = field(default_factory=list)
     culprit: dict[str, Any] = field(default_factory=dict)  # module, inputs, output, grad_input, ...
     birth: Birth | None = None  # the op where it was born, when the re-run's tracker saw it
+    before_watch: bool = False  # phase "optimizer": the parameter was non-finite before any watched update
 
     @property
     def op(self) -> str | None:
@@ -68,7 +69,7 @@ class Finding:
         if self.phase == "input":
             return f"non-finite input batch, first seen by {name}"
         if self.phase == "optimizer":
-            if self.culprit.get("before_watch"):
+            if self.before_watch:
                 return f"a parameter of {name} was non-finite before the first watched step"
             return f"the optimizer update made a parameter of {name} non-finite"
         if self.phase == "loss":
@@ -135,7 +136,7 @@ def nonfinite_parameters(model: torch.nn.Module, *, first_step: bool = False) ->
                        "with NaN/Inf, or updates before the watch)" if first_step else "the previous update wrote it")
                 return Finding("optimizer", path, type(mod).__name__,
                                f"parameter {pname!r} is non-finite before the step: {why}",
-                               _param_rows(mod), {"module": mod, "parameter": p, "before_watch": first_step})
+                               _param_rows(mod), {"module": mod, "parameter": p}, before_watch=first_step)
     return None
 
 
