@@ -74,19 +74,24 @@ def nbytes(obj: Any) -> int:
     return sum(t.numel() * t.element_size() for _, t in tensors_in(obj))
 
 
-def returned_loss(result: Any) -> torch.Tensor | None:
-    """The loss inside what a step function returned, as it is: a scalar tensor, the first item, or ['loss']."""
+def loss_of(result: Any) -> torch.Tensor | None:
+    """The loss inside what a step function returned: a scalar tensor, the first item, or ['loss']."""
     if isinstance(result, dict):
         result = result.get("loss")
     elif isinstance(result, (tuple, list)) and result:
         result = result[0]
-    return result if isinstance(result, torch.Tensor) and result.numel() == 1 else None
+    if isinstance(result, torch.Tensor) and result.numel() == 1:
+        return result.detach()
+    return None
 
 
-def loss_of(result: Any) -> torch.Tensor | None:
-    """``returned_loss``, detached."""
-    loss = returned_loss(result)
-    return loss.detach() if loss is not None else None
+def same_value(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` is ``b`` (or a detached view of it) unchanged since: the same memory, which ``b`` keeps alive
+    so no other tensor can take it, the same dtype and version. A loss already read need not be read again."""
+    try:
+        return a.data_ptr() == b.data_ptr() != 0 and a.dtype == b.dtype and a._version == b._version
+    except Exception:  # noqa: BLE001 - a tensor without memory (meta, fake): read it
+        return False
 
 
 def open_window(start: int, params: list[torch.Tensor], optimizer: torch.optim.Optimizer) -> Window | None:

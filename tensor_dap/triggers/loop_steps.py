@@ -41,7 +41,7 @@ class LoopSteps:
         if ctx is None:
             self._step_losses.append(loss_value(loss))
         elif not ctx.checked:
-            self._running_loss = (ctx.index, loss)  # the tensor itself: what fn returns, if it is, is not read twice
+            self._running_loss = (ctx.index, loss.detach())
             self._guard(self._sentinel.observe_value, loss, ctx.index)
 
     def _take_loop_losses(self) -> None:

@@ -35,7 +35,7 @@ from ..errors import STOPS
 from ..state import Buffers, RngUse, capture_rng, hyper
 from . import active
 from .aftermath import Aftermath
-from .capture import Source, StepContext, Window, add_to_window, loss_of, open_window, returned_loss
+from .capture import Source, StepContext, Window, add_to_window, loss_of, open_window, same_value
 from .crashed import CrashExplanation
 from .investigate import Investigation
 from .localize import StopRerun
@@ -209,13 +209,13 @@ class watch(Investigation, LoopSteps, CrashExplanation):
             result = fn(*args, **kwargs)
             if probing:  # which RNGs the step itself draws from
                 self._rngs.after(ctx.rng)
-            returned = returned_loss(result)
-            loss = returned.detach() if returned is not None else None
+            loss = loss_of(result)
             self._last_loss = (ctx.index, loss)
             if loss is not None:
                 self._history.append(loss)
-                if returned is not self._running_loss[1]:  # else checked when handed to backward()
-                    self._guard(self._sentinel.observe_value, loss, ctx.index)
+                step, running = self._running_loss
+                if step != ctx.index or running is None or not same_value(loss, running):  # else checked when
+                    self._guard(self._sentinel.observe_value, loss, ctx.index)         # handed to backward()
             if not ctx.checked and self._mode is None and self._params_changed():
                 self._mode = "manual"
             if not ctx.checked and self._mode == "manual":

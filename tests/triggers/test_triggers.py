@@ -758,3 +758,37 @@ def test_a_step_that_fails_when_run_again_is_still_reported():
     report = info.value.report
     assert report.step == planted.BUG_STEP and report.phase == "backward" and report.module
     assert report.notes[0].startswith("re-running the step failed (ValueError: batch 5 was already consumed)")
+
+
+@pytest.mark.parametrize("returns", ["the same loss", "another tensor"])
+def test_w_step_reads_the_loss_handed_to_backward_once_and_keeps_no_graph(returns, monkeypatch):
+    """Inside w.step the loss handed to backward() is checked then; when fn returns that same loss it is not read
+    a second time, and a different tensor it returns is. What watch keeps of it is detached: no autograd graph
+    held for a step, and no 'requires_grad to a scalar' warning when a report reads the history."""
+    import warnings
+
+    from tensor_dap.triggers.sentinel import Sentinel
+
+    seen = []
+    observe = Sentinel.observe_value
+    monkeypatch.setattr(Sentinel, "observe_value", lambda self, value, step: (seen.append(step),
+                                                                             observe(self, value, step))[1])
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(x):
+        optimizer.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+        return loss if returns == "the same loss" else loss.detach().clone()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with tensor_dap.watch(model, optimizer, on="raise", capture=False) as w:
+            for _ in range(3):
+                w.step(step, torch.randn(8, 4))
+            assert w._running_loss[1].grad_fn is None and not w._running_loss[1].requires_grad
+            assert len(w._loss_history()) == 3
+    assert seen == ([0, 1, 2] if returns == "the same loss" else [0, 0, 1, 1, 2, 2])
