@@ -77,32 +77,9 @@ def test_the_discriminator_is_not_stopped_again_for_the_generator_s_reported_nan
     wrote NaN into its weights, so the next fake batch is NaN and the discriminator's gradients follow. That is the
     aftermath of the report already made: the discriminator says so in one line and does not stop the run again
     (it stopped a second time, naming the generator's module paths as if they were news: found on DCGAN)."""
-    import tensor_dap
-
-    class SqrtGenerator(gan.Generator):
-        calls = 0
-
-        def forward(self, z):
-            self.calls += 1
-            h = super().forward(z)
-            return torch.where(h > 0, torch.sqrt(h), h) if self.calls > BUG_STEP else h  # NaN gradients
-
-    torch.manual_seed(0)
-    netG, netD = SqrtGenerator(), gan.Discriminator()
-    optG, optD = torch.optim.Adam(netG.parameters(), lr=1e-3), torch.optim.Adam(netD.parameters(), lr=1e-3)
-    with tensor_dap.watch(netD, optD, on="raise", capture=False) as wd, \
-            tensor_dap.watch(netG, optG, on="log", capture=False) as wg:
-        for _ in range(BUG_STEP + 3):
-            netD.zero_grad()
-            gan.hand_bce(netD(torch.randn(16, 6)), torch.ones(16)).backward()
-            fake = netG(torch.randn(16, 4))
-            gan.hand_bce(netD(fake.detach()), torch.zeros(16)).backward()
-            optD.step()
-            netG.zero_grad()
-            gan.hand_bce(netD(fake), torch.ones(16)).backward()
-            optG.step()
-        assert [r.step for r in wg.reports] == [BUG_STEP] and wd.reports == []
+    (wd, wg), _, _ = gan.train(BUG_STEP + 3, watched=True, bug="generator_sqrt", generator_on="log")
+    assert [r.step for r in wg.reports] == [BUG_STEP] and wd.reports == []
     err = capsys.readouterr().err
-    assert (f"tensor_dap: Discriminator step {BUG_STEP + 1} is non-finite: its input is the output of SqrtGenerator, "
+    assert (f"tensor_dap: Discriminator step {BUG_STEP + 1} is non-finite: its input is the output of Generator, "
             f"whose weights are non-finite since its step {BUG_STEP} reported above") in " ".join(err.split())
     assert f"tensor_dap.watch(Discriminator): 2 of the {BUG_STEP + 3} steps watched were non-finite" in err
