@@ -19,7 +19,7 @@ from typing import Any, Optional
 import torch
 
 from .eager import eager
-from .optimizer_call import param_ids
+from .optimizer_call import closure_of, param_ids
 from .watch import watch
 
 
@@ -69,6 +69,17 @@ class Attachment:
 
         self._params = param_ids(optimizer)
         self._hook = register_module_forward_pre_hook(eager(self._called))  # also inside compiled models
+        # A step with a closure (LBFGS) runs the model inside step(): the watch is then made after that step's
+        # pre-step hook, and is told the closure to check (``watch.join_step``).
+        self._closure: Any = None
+        self._step_hooks = [optimizer.register_step_pre_hook(self._step_begins),
+                            optimizer.register_step_post_hook(self._step_ends)]
+
+    def _step_begins(self, _optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._closure = closure_of(args, kwargs)
+
+    def _step_ends(self, *_: Any) -> None:
+        self._closure = None
 
     def _called(self, module: torch.nn.Module, args: Any) -> None:
         if self.watch is not None or not torch.is_grad_enabled():
@@ -77,10 +88,20 @@ class Attachment:
             return
         self._hook.remove()  # removing a global hook from inside it is safe: torch iterates over a copy
         self._hook = None
+        closure = self._closure
+        self._remove_step_hooks()
         self.watch = watch(module, self.optimizer, **self.options)
         self.watch.begin_forward(module, args)  # its own pre-hook missed the call already running
+        if closure is not None:
+            self.watch.join_step(closure)  # ... and the step already running, whose closure called the model
+
+    def _remove_step_hooks(self) -> None:
+        for h in getattr(self, "_step_hooks", ()):
+            h.remove()
+        self._step_hooks = []
 
     def close(self) -> None:
+        self._remove_step_hooks()
         if self._hook is not None:
             self._hook.remove()
             self._hook = None

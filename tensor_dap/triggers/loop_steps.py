@@ -11,19 +11,24 @@ a loop skipped a batch itself): they are not counted and their losses are not th
 A loop with no ``torch.optim`` optimizer updates its parameters by hand after ``backward()`` (pytorch/
 examples' word language model: ``p.data.add_(p.grad, alpha=-lr)``): until an optimizer is seen
 stepping, each ``backward()`` is a step, checked as it returns (``_step_by_hand``).
+
+A watch attached inside a running ``step(closure)`` (LBFGS's first step: ``attach`` finds the model when the
+closure calls it) missed that step's pre-step hook, which wraps the closure; each evaluation of that closure is
+checked as its ``backward()`` returns instead, until the update ends (``join_step``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import operator
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from .capture import StepContext
 from .forwards import loss_value, replay_forwards
-from .loss_tap import scaling
+from .loss_tap import listen, scaling
 from .optimizer_call import param_ids
 
 
@@ -118,6 +123,32 @@ class LoopSteps:
         self._guard(self._check, index, None)
         self._by_hand = True
         self._after_update(None, (), {})
+
+    def join_step(self, closure: Callable[[], Any]) -> None:
+        """Attached inside a running ``optimizer.step(closure)``: check each evaluation of ``closure`` in this step as
+        its backward() returns (before the optimizer uses its gradients), as the pre-step hook would have had it
+        wrapped; a failing one is re-run through ``closure``, so a NaN in the loss is named too."""
+        if self._joined is None and self._loop is not None:
+            self._joined = (closure, listen(self._joined_backward, done=True))
+            self._after_hook()  # the step's end: the post-step hook, which also ends the join
+
+    def _joined_backward(self, loss: torch.Tensor) -> None:
+        if self._joined is None or self._rerunning or self._replaying:
+            return
+        index, loop = self.step_count, self._loop
+        self._take_loop_losses()
+        self._guard(self._sentinel.observe_value, loss, index)
+        ctx = self._loop_context()
+        if ctx is not None:  # this evaluation, from its forward's start: re-run through the closure itself
+            ctx = dataclasses.replace(ctx, fn=self._joined[0], forwards=None)
+        self._guard(self._check, index, ctx)
+        if loop is not None:
+            loop.stepped()  # the next evaluation's forward opens a capture of its own (LBFGS moves the parameters)
+
+    def _end_join(self) -> None:
+        if self._joined is not None:
+            self._joined[1]()
+            self._joined = None
 
     def _loop_context(self, optimizer: Any = None) -> StepContext | None:
         """The unchanged loop's step as a context to re-run (its forwards and backwards, replayed), if it can be."""

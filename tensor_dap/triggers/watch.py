@@ -122,6 +122,7 @@ class watch(Investigation, LoopSteps, CrashExplanation):
         self._untap_done: Callable[[], None] | None = (listen(self._backward_done, done=True)
                                                        if optimizer is None else None)
         self._by_hand = False  # a backward() has ended a step (``_step_by_hand``)
+        self._joined: tuple[Callable[[], Any], Callable[[], None]] | None = None  # (closure, untap): ``join_step``
         self._param_ids = frozenset(map(id, self._params))  # which optimizer found stepping is this model's
         self._hang = watchdog(hang_after) if hang_after is not None else None
         self._handles: list[Any] = []
@@ -168,6 +169,7 @@ class watch(Investigation, LoopSteps, CrashExplanation):
             if self._untap_done is not None:
                 self._untap_done()
                 self._untap_done = None
+            self._end_join()
             if self._loop is not None:
                 self._loop.remove()
             if self._hang is not None:
@@ -324,6 +326,7 @@ class watch(Investigation, LoopSteps, CrashExplanation):
         self._handles.append(self._post_hook)
 
     def _after_update(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._end_join()
         if self._ctx is not None:
             self._ctx.updated = True
         elif not self._replaying:

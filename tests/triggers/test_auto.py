@@ -12,6 +12,7 @@ from torch import nn
 from markers import marker_line
 from tensor_dap import NonFiniteError
 from tensor_dap.triggers.attach import find_model
+from tensor_dap.triggers import loss_tap
 from tensor_dap.triggers.auto import AutoTriggers
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -213,10 +214,12 @@ def test_replay_of_a_bundle_with_an_empty_state_pt_is_one_line(tmp_path):
     assert shown.returncode == 0 and "x" in shown.stdout and shown.stderr == ""  # it reads report.json only
 
 
-def _lbfgs_run(bug_step, auto=None):
+def _lbfgs_run(bug_step, models=None):
     """pytorch/examples' time-sequence prediction: LBFGS, whose model runs inside ``step(closure)``."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 1))
+    if models is not None:
+        models.append(model)
     optimizer = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=4)
     x, y = torch.randn(16, 3), torch.rand(16, 1) + 0.5
     for step in range(4):
@@ -244,6 +247,22 @@ def test_a_closure_optimizer_is_watched_from_the_model_run_inside_its_first_step
     assert (report.step, report.op, report.module) == (2, "log", None)
     assert report.source["text"].startswith("target = y if step != bug_step else (y - 1.0).log()")
     assert "holds the parameters" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bug_step", [0, 1])
+def test_a_closure_optimizers_first_step_is_checked_before_its_update(bug_step):
+    """The watch is made inside the first step's closure, after that step's pre-step hook: each evaluation of the
+    closure is still checked as its backward() returns, before LBFGS moves the parameters, and named by re-running
+    the closure (found in pytorch/examples' time_sequence_prediction, which went NaN in step 0 and was reported at
+    step 1 as "the optimizer update made a parameter non-finite")."""
+    models = []
+    with AutoTriggers(nan=True, on="raise"), pytest.raises(NonFiniteError) as info:
+        _lbfgs_run(bug_step=bug_step, models=models)
+    report = info.value.report
+    assert (report.step, report.op, report.module) == (bug_step, "log", None)
+    assert report.source["text"].startswith("target = y if step != bug_step else (y - 1.0).log()")
+    assert all(torch.isfinite(p).all() for p in models[0].parameters())  # stopped before LBFGS used the NaN
+    assert loss_tap._listeners == []  # closed with the run: no listener of the joined step is left behind
 
 
 def test_an_optimizer_made_after_a_first_backward_gets_the_only_watch():
