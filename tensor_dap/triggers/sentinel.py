@@ -158,6 +158,12 @@ class Sentinel:
         else:
             self._keep(step, [value.detach().reshape(()).abs().float()], (value.device,))  # |x| non-finite iff x is
 
+    def observe_number(self, value: float, step: int) -> None:
+        """Fold in a value already read on the host (an unchanged loop's loss on the CPU: ``loss_value``)."""
+        self._observed = True
+        if not math.isfinite(value):
+            self._note_bad(step)
+
     def _note_bad(self, step: int) -> None:
         if not self._bad or self._bad[-1] != step:
             self._bad.append(step)

@@ -765,3 +765,35 @@ def test_micro_batches_accumulated_by_hand_are_steps_of_their_own(bug):
     module, phase, op = origins.EXPECTED[bug]
     assert (report.step, report.module, report.phase, report.op) == (1 * MICRO + 2, module, phase, op)
     assert report.source["line"] == origins.birth_line(bug)
+
+
+@pytest.mark.parametrize("how", ["optimizer", "by hand", "rerun=False", "accumulated"])
+def test_a_loss_gone_non_finite_with_finite_gradients_stops_in_its_own_step(how):
+    """A squared error that overflows is inf while its gradient, 2 (pred - y), is finite: the unchanged loop checks
+    the loss handed to backward() with the step's gradients (pytorch/examples' regression with ``mse_loss``
+    trained on an inf loss for 8 steps, until its forward overflowed too)."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3) if how != "by hand" else None
+    x = torch.randn(8, 4)
+    micro = 2 if how == "accumulated" else 1
+    losses = []
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False,
+                                                                 rerun=how != "rerun=False"):
+        for step in range(5):
+            model.zero_grad()
+            for _ in range(micro):
+                y = torch.full((8, 1), 3e19 if step == 3 else 1.0)  # (pred - y)² overflows float32 at step 3
+                loss = F.mse_loss(model(x), y)
+                loss.backward()
+            assert all(torch.isfinite(p.grad).all() for p in model.parameters())  # only the loss tells
+            losses.append(loss.item())
+            if optimizer is not None:
+                optimizer.step()
+            else:
+                with torch.no_grad():
+                    for p in model.parameters():
+                        p.add_(p.grad, alpha=-1e-3)
+    report = info.value.report
+    assert report.step == 3 and report.phase == "loss" and math.isinf(report.loss)
+    assert report.loss_history[:3] == pytest.approx([micro * v for v in losses[:3]])  # accumulated: the summed loss
