@@ -12,10 +12,11 @@ zero norm, ``sqrt`` of a negative number.
 
 The output of a node is read where the node saved it (``_saved_result``) or computed again from
 its saved inputs for the ops that make NaN/Inf from finite values (the log family, ``sqrt``,
-``div``, ``pow``...). Ops whose output nothing saved and that cannot be re-computed are passed
-over; no source line is known (nodes keep none outside anomaly mode): the report names the line
-of the ``backward()`` call instead, as the loss computed before it (or, where that call is in a library's
-code, the line that called the model, as the loss computed after it).
+``div``, ``pow``..., and the losses ``mse_loss`` and ``nll_loss``). Ops whose output nothing saved
+and that cannot be re-computed are passed over; no source line is known (nodes keep none outside
+anomaly mode): the report names the line of the ``backward()`` call instead, as the loss computed
+before it (or, where that call is in a library's code, the line that called the model, as the loss
+computed after it).
 """
 
 from __future__ import annotations
@@ -42,6 +43,21 @@ _UNARY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
                                             "expm1", "reciprocal", "lgamma", "digamma", "tan", "asin", "acos",
                                             "atanh", "erfinv", "logit")
 }
+
+_REDUCTIONS = ("none", "mean", "sum")  # the enum a loss node saves as its ``reduction``
+# Loss functions that make NaN/Inf from finite inputs: a squared error that overflows; a mean negative
+# log-likelihood over no target at all (every one the ignore_index: 0/0). ``total_weight`` 0 says the latter.
+_LOSSES: dict[str, Callable[[torch.Tensor, torch.Tensor, dict[str, Any]], torch.Tensor]] = {
+    "mse_loss": lambda x, t, s: torch.nn.functional.mse_loss(x, t, reduction=_REDUCTIONS[s.get("reduction", 1)]),
+    "nll_loss": lambda x, t, s: torch.nn.functional.nll_loss(
+        x, t, weight=s.get("weight"), reduction=_REDUCTIONS[s.get("reduction", 1)],
+        ignore_index=_signed(s.get("ignore_index", -100))),
+}
+
+
+def _signed(value: int) -> int:
+    """A node's saved int64 reads back as unsigned (-100 as 2**64 - 100)."""
+    return value - (1 << 64) if value >= 1 << 63 else value
 
 
 class LossGraph(NamedTuple):
@@ -114,11 +130,15 @@ def _birth_at(node: Any) -> Birth | None:
     """``node``'s op, when its saved inputs are finite and its output (saved, or computed again) is not."""
     saved = _saved(node)
     result = saved.pop("result", None)
-    inputs = [("input" if name == "self" else name, v.detach()) for name, v in saved.items()
-              if isinstance(v, torch.Tensor) and v.is_floating_point()]
+    op = forward_name(node.name())
+    if op in _LOSSES:  # the scores and the targets, in the op's order (class indices too: the diagnosis reads them)
+        inputs = [(name, saved[key].detach()) for name, key in (("input", "self"), ("target", "target"))
+                  if isinstance(saved.get(key), torch.Tensor)]
+    else:
+        inputs = [("input" if name == "self" else name, v.detach()) for name, v in saved.items()
+                  if isinstance(v, torch.Tensor) and v.is_floating_point()]
     if any(kind_of(v) is not None for _, v in inputs):
         return None  # a non-finite input: born earlier
-    op = forward_name(node.name())
     output = result if isinstance(result, torch.Tensor) else _recompute(op, saved)
     kind = kind_of(output)
     if kind is None:
@@ -149,6 +169,8 @@ def _recompute(op: str, saved: dict[str, Any]) -> torch.Tensor | None:
             return torch.where(divisor == 0, torch.tensor(float("inf")), divisor.new_zeros(()))
         if op in ("mul", "xlogy") and isinstance(x, torch.Tensor) and isinstance(other, torch.Tensor):
             return getattr(torch, op)(x, other)
+        if op in _LOSSES and isinstance(x, torch.Tensor) and isinstance(saved.get("target"), torch.Tensor):
+            return _LOSSES[op](x, saved["target"], saved)
     except Exception:  # noqa: BLE001 - shapes or dtypes the op refuses now: not known
         return None
     return None
@@ -165,9 +187,13 @@ def _sliced(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torc
 
 
 def _numel(*operands: Any) -> int:
-    """Elements of the broadcast result of the tensor operands (1 for numbers)."""
-    shapes = [t.shape for t in operands if isinstance(t, torch.Tensor)]
-    try:
-        return torch.broadcast_shapes(*shapes).numel() if shapes else 1
-    except RuntimeError:
-        return 1 << 62
+    """Elements of the broadcast result of the tensor operands (1 for numbers). Worked out here:
+    ``torch.broadcast_shapes`` imports sympy on its first call (half a second inside the user's backward())."""
+    shapes = [tuple(t.shape) for t in operands if isinstance(t, torch.Tensor)]
+    total = 1
+    for i in range(1, max(map(len, shapes), default=0) + 1):
+        sizes = {shape[-i] for shape in shapes if len(shape) >= i} - {1}
+        if len(sizes) > 1:
+            return 1 << 62  # not broadcastable: the op would refuse them
+        total *= sizes.pop() if sizes else 1
+    return total

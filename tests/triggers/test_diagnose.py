@@ -67,3 +67,22 @@ def test_a_parameter_an_update_made_non_finite_is_called_a_divergence_only_with_
     assert grown.startswith(DIAGNOSES["divergence"]) and "values up to 3e+33" in grown
     rising = diagnose(None, phase="optimizer", kind="nonfinite", max_abs=2.0, loss_history=[0.5, 40.0])
     assert rising.startswith(DIAGNOSES["divergence"]) and "the loss went from 0.5 to 40" in rising
+
+
+def test_a_padding_only_batch_in_a_loss_outside_the_model_is_diagnosed_in_the_unchanged_loop():
+    """The loss function nobody handed over: its NaN (0/0, every gradient zero) is read from the loss's graph
+    as ``nll_loss``, cross_entropy's second half, with the class-index targets the diagnosis needs."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(50, 16), nn.Linear(16, 50))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False):
+        for step in range(5):
+            ids = torch.randint(0, 50, (4, 12))
+            labels = ids.clone() if step != 2 else torch.full_like(ids, -100)
+            loss = F.cross_entropy(model(ids).view(-1, 50), labels.view(-1))
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    report = info.value.report
+    assert (report.step, report.phase, report.module, report.op) == (2, "loss", None, "nll_loss")
+    assert report.diagnosis == DIAGNOSES["no_targets"]

@@ -4,6 +4,8 @@ loss's autograd graph when backward() is called (``loss_graph``)."""
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -48,6 +50,30 @@ def test_the_ops_that_make_non_finite_values_from_finite_ones_are_named(make, op
     assert birth is not None and birth.op == op
 
 
+def test_a_squared_error_that_overflows_is_named_mse_loss():
+    x = torch.tensor([1e30, 2.0], requires_grad=True)
+    y = x * 1.0
+    birth = loss_birth(nn.functional.mse_loss(y, torch.zeros(2)), y)
+    assert (birth.op, birth.kind) == ("mse_loss", "inf")
+    assert [name for name, _ in birth.inputs] == ["input", "target"]
+
+
+@pytest.mark.parametrize("reduction, ignore_index", [("mean", -100), ("mean", 3)])
+def test_a_mean_over_targets_all_ignored_is_named_nll_loss_with_the_targets(reduction, ignore_index):
+    """cross_entropy is log_softmax then nll_loss: a batch whose targets are all the ignore_index is 0/0 there
+    (torch saves the ignore_index as an unsigned number: -100 reads back as 2**64 - 100)."""
+    scores = torch.randn(4, 5, requires_grad=True)
+    logits = scores * 1.0
+    targets = torch.full((4,), ignore_index)
+    birth = loss_birth(nn.functional.cross_entropy(logits, targets, ignore_index=ignore_index,
+                                                   reduction=reduction), logits)
+    assert (birth.op, birth.kind) == ("nll_loss", "nan")
+    assert torch.equal(dict(birth.inputs)["target"], targets)
+    with_one = targets.clone()
+    with_one[0] = 1
+    assert loss_birth(nn.functional.cross_entropy(logits, with_one, ignore_index=ignore_index), logits) is None
+
+
 def test_only_the_loss_computation_after_the_model_is_looked_at():
     """A NaN the model masks itself (where/sqrt: NaN in the unused branch) is older than the loss's log(0);
     with the model's last node as the boundary the walk names the loss op, without it the older one."""
@@ -67,9 +93,9 @@ def test_the_earliest_birth_wins():
 
 
 def test_what_cannot_be_told_is_none_and_nothing_raises():
-    x = torch.tensor([1e30, 2.0], requires_grad=True)
+    x = torch.tensor([3e38, 2.0], requires_grad=True)
     y = x * 1.0
-    assert loss_birth(nn.functional.mse_loss(y, torch.zeros(2)), y) is None  # overflow in one op
+    assert loss_birth(torch.cat([y, y]).sum(), y) is None  # a sum that overflows: SumBackward0 saves no input
     assert loss_birth((y * 2).sum(), y) is None  # finite
     loss = torch.log(y - y).sum()
     loss.backward()  # the nodes' saved tensors are freed now: reading them fails inside, quietly
@@ -111,3 +137,25 @@ def test_a_large_input_is_re_computed_in_slices(monkeypatch):
     birth = loss_birth(torch.log(y * 1.0).sum(), y)
     assert birth.op == "log" and birth.output.numel() <= 64 and torch.isneginf(birth.output).any()
     assert loss_birth((y / (y - y)).sum(), y) is None  # 1200 elements > 64: not re-computed
+
+
+def test_the_first_read_imports_nothing_heavy_inside_the_users_backward():
+    """``torch.broadcast_shapes`` imports sympy on its first call: half a second (seconds on a loaded machine),
+    which ran the walk past its budget and lost the op. A fresh process must read the op without it."""
+    code = ("import sys, torch\n"
+            "from tensor_dap.triggers.loss_graph import read\n"
+            "x = torch.tensor([1.0, 2.0], requires_grad=True)\n"
+            "y = x * 1.0\n"
+            "print(read((y / (y - y)).sum(), [y.grad_fn]).birth.op, 'sympy' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.split() == ["div", "False"]
+
+
+@pytest.mark.parametrize("a", [(), (1,), (3,), (2, 3), (2, 1), (4, 1, 3), (0,), (0, 3)])
+@pytest.mark.parametrize("b", [(), (3,), (1, 3), (5, 2, 1), (0, 1)])
+def test_the_size_of_a_broadcast_result_is_torchs(a, b):
+    try:
+        want = torch.broadcast_shapes(a, b).numel()
+    except RuntimeError:
+        want = 1 << 62  # not broadcastable: never re-computed
+    assert loss_graph._numel(torch.empty(a), torch.empty(b), 2.0) == want
