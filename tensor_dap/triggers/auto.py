@@ -77,7 +77,8 @@ class AutoTriggers:
             self._replayed = True
             note(f"tensor_dap: --replay: the program ended before a step to replay it at: {self.replay} was "
                  "not replayed")
-        elif (self.nan or self.loss_above is not None) and not (self.steps or self.backwards) and self._handles:
+        elif ((self.nan or self.loss_above is not None) and not (self.steps or self.backwards) and self._handles
+              and not any(w.reports for w in self.watches)):  # (a crash in the first forward, explained: checked)
             note("tensor_dap: no backward() or optimizer step ran in this process before it ended, so nothing was "
                  "checked (a program that stopped early; or training in child processes, e.g. "
                  "torch.multiprocessing with spawn, which is not watched)")

@@ -34,6 +34,8 @@ DIAGNOSES = {
            "(x.clamp_min(eps)) first",
     "sqrt": "sqrt has an infinite gradient at 0 and is NaN below it, and torch.where does not stop the unused "
             "branch's NaN gradient: clamp the input first (torch.sqrt(x.clamp_min(eps)))",
+    "sqrt_forward": "sqrt of a negative number is NaN: make sure its input cannot be negative (a log-variance is "
+                    "not a variance: std = torch.exp(0.5 * logvar)) or clamp it (torch.sqrt(x.clamp_min(eps)))",
     "div": "division by zero: add an epsilon to the denominator (x / (norm + eps)) or clamp it (norm.clamp_min(eps))",
     "exp": ("exp overflowed: subtract the maximum first (torch.logsumexp, softmax; F.softplus for log(1 + exp(x))) "
             "or clamp its input"),
@@ -77,6 +79,8 @@ def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: floa
         if op in names or op.rstrip("_") in names:
             if key == "sqrt" and op.startswith("pow") and not _fractional_power(birth):
                 break
+            if key == "sqrt" and birth.phase != "backward" and birth.kind == "nan":
+                return DIAGNOSES["sqrt_forward"]  # a negative input itself, not the gradient at 0
             return DIAGNOSES[key]
     diverged = _divergence(max_abs, loss_history, force=False)
     if diverged:

@@ -373,3 +373,41 @@ def test_a_run_whose_training_ran_elsewhere_says_nothing_was_checked(tmp_path):
     assert "no backward() or optimizer step ran in this process before it ended, so nothing was checked" in err
     trained = _run([*TENSOR_DAP, "--guard", TRAIN, "clean"], tmp_path)  # a run that trained here: no such line
     assert trained.returncode == 0 and "nothing was checked" not in trained.stderr
+
+
+VAE_SQRT = '''
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+class VAE(nn.Module):  # pytorch/examples' VAE with a planted std = sqrt(logvar)
+    def __init__(self):
+        super().__init__()
+        self.enc, self.mu, self.logvar, self.dec = nn.Linear(8, 6), nn.Linear(6, 2), nn.Linear(6, 2), nn.Linear(2, 8)
+
+    def forward(self, x):
+        h = torch.relu(self.enc(x))
+        std = torch.sqrt(self.logvar(h))  # BUG
+        return torch.sigmoid(self.dec(self.mu(h) + torch.randn_like(std) * std))
+
+torch.manual_seed(0)
+model = VAE()
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+x = torch.rand(16, 8)
+recon = model(x)
+F.binary_cross_entropy(recon, x).backward()  # raises: its input holds NaN
+optimizer.step()
+'''
+
+
+def test_a_crash_in_the_first_forward_is_explained_and_not_called_unchecked(tmp_path):
+    """No backward() ran (the loss function raised on the NaN first): the crash names the op that made it, and
+    the end of the run does not add that nothing was checked."""
+    (tmp_path / "vae.py").write_text(VAE_SQRT)
+    done = _run([*TENSOR_DAP, "--break-on-nan", "vae.py"], tmp_path)
+    err = " ".join(done.stderr.split())
+    assert done.returncode == 1 and "all elements of input should be between 0 and 1" in err
+    line = marker_line(VAE_SQRT, "BUG")
+    assert f"op: sqrt at vae.py:{line} std = torch.sqrt(self.logvar(h)) # BUG" in err
+    assert "diagnosis: sqrt of a negative number is NaN" in err
+    assert "nothing was checked" not in err

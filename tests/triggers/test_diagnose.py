@@ -86,3 +86,15 @@ def test_a_padding_only_batch_in_a_loss_outside_the_model_is_diagnosed_in_the_un
     report = info.value.report
     assert (report.step, report.phase, report.module, report.op) == (2, "loss", None, "nll_loss")
     assert report.diagnosis == DIAGNOSES["no_targets"]
+
+
+@pytest.mark.parametrize("phase, op, kind, key", [
+    ("forward", "sqrt", "nan", "sqrt_forward"),  # pytorch/examples' VAE with std = sqrt(logvar)
+    ("loss", "sqrt", "nan", "sqrt_forward"),
+    ("backward", "SqrtBackward0", "nan", "sqrt"),  # the gradient at 0, or torch.where's unused branch
+    ("forward", "rsqrt", "inf", "sqrt"),  # rsqrt(0): the zero, not a negative number
+])
+def test_sqrt_is_diagnosed_by_where_its_nan_came_from(phase, op, kind, key):
+    x = torch.tensor([-1.0, 4.0])
+    birth = Birth(phase, op, kind, forward_op="sqrt" if phase == "backward" else None, inputs=[("args[0]", x)])
+    assert diagnose(birth, phase=phase, kind="nonfinite", max_abs=None, loss_history=[]) == DIAGNOSES[key]
