@@ -30,6 +30,9 @@ DIAGNOSES = {
     "masked_softmax": "a softmax row whose entries are all -inf (a fully masked row) gives NaN: mask with a "
                       "large negative number (torch.finfo(dtype).min) instead of -inf, or guard rows with "
                       "nothing to attend to",
+    "masked_attention": "a query whose every key is masked (key_padding_mask or attn_mask True across a whole row: "
+                        "an all-padding sequence) gives NaN in the attention's softmax: drop empty sequences from "
+                        "the batch, or leave one key unmasked (e.g. the first token)",
     "log": "log of zero is -inf (and of a negative number NaN): add an epsilon (log(x + eps)) or clamp "
            "(x.clamp_min(eps)) first",
     "sqrt": "sqrt has an infinite gradient at 0 and is NaN below it, and torch.where does not stop the unused "
@@ -73,6 +76,8 @@ def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: floa
         return DIAGNOSES["fp16"]
     if op in _SOFTMAX and birth.kind == "nan" and _masked_row(birth):
         return DIAGNOSES["masked_softmax"]
+    if op == "multi_head_attention_forward" and birth.kind == "nan" and _all_keys_masked(birth):
+        return DIAGNOSES["masked_attention"]  # nn.MultiheadAttention: its softmax is inside, seen as one op
     if op in _NLL and birth.kind == "nan" and _all_ignored(birth):
         return DIAGNOSES["no_targets"]
     for names, key in ((_LOG, "log"), (_SQRT, "sqrt"), (_DIV, "div")):
@@ -131,6 +136,26 @@ def _masked_row(birth: Birth) -> bool:
         return birth.cause is not None  # NaN from Infs, shape unknown: still the likely story
     with torch.no_grad():
         return bool(torch.isneginf(x).all(dim=-1).any()) or birth.cause is not None
+
+
+def _all_keys_masked(birth: Birth) -> bool:
+    """Some query of ``multi_head_attention_forward`` has every key masked, by its key_padding_mask (N, S), its
+    attn_mask ((L, S) or (N * heads, L, S)), or the two together (left padding under a causal mask)."""
+    masks = {name: t for name, t in birth.inputs if name in ("key_padding_mask", "attn_mask")
+             and isinstance(t, torch.Tensor) and t.dim() > 0}
+    with torch.no_grad():
+        blocked = {name: m if m.dtype == torch.bool else torch.isneginf(m) for name, m in masks.items()}
+        if any(bool(m.all(dim=-1).any()) for m in blocked.values()):
+            return True
+        keys, attn = blocked.get("key_padding_mask"), blocked.get("attn_mask")
+        if keys is None or attn is None or keys.dim() != 2:
+            return False
+        try:
+            if attn.dim() == 2:  # (L, S), shared by the batch
+                return bool((keys[:, None, :] | attn[None]).all(dim=-1).any())
+            return bool((keys[:, None, None, :] | attn.view(keys.shape[0], -1, *attn.shape[-2:])).all(dim=-1).any())
+        except RuntimeError:  # shapes that do not line up: not told
+            return False
 
 
 def _all_ignored(birth: Birth) -> bool:

@@ -98,3 +98,83 @@ def test_sqrt_is_diagnosed_by_where_its_nan_came_from(phase, op, kind, key):
     x = torch.tensor([-1.0, 4.0])
     birth = Birth(phase, op, kind, forward_op="sqrt" if phase == "backward" else None, inputs=[("args[0]", x)])
     assert diagnose(birth, phase=phase, kind="nonfinite", max_abs=None, loss_history=[]) == DIAGNOSES[key]
+
+
+class Classifier(nn.Module):
+    """nn.MultiheadAttention with a key_padding_mask: torch turns the mask into -inf inside its own forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb, self.attn, self.head = nn.Embedding(20, 16), nn.MultiheadAttention(16, 2, batch_first=True), \
+            nn.Linear(16, 2)
+
+    def forward(self, ids, pad, scale=1.0):
+        h = self.emb(ids) * scale
+        out, _ = self.attn(h, h, h, key_padding_mask=pad)
+        return self.head(out.mean(1))
+
+
+@pytest.mark.parametrize("loop", [False, True], ids=["w.step", "unchanged loop"])
+def test_an_all_padding_sequence_in_multihead_attention_is_diagnosed(loop):
+    torch.manual_seed(0)
+    model = Classifier()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def train_step(ids, pad, y):
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(ids, pad), y)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False) as w:
+        for step in range(5):
+            ids, pad = torch.randint(0, 20, (4, 6)), torch.zeros(4, 6, dtype=torch.bool)
+            pad[2] = step == 3  # step 3: the third sequence is all padding
+            batch = (ids, pad, torch.randint(0, 2, (4,)))
+            train_step(*batch) if loop else w.step(train_step, *batch)
+    report = info.value.report
+    assert (report.step, report.phase, report.module) == (3, "forward", "attn")
+    assert report.op == "multi_head_attention_forward"
+    assert report.diagnosis == DIAGNOSES["masked_attention"]
+
+
+def test_multihead_attention_overflowing_is_not_called_a_padding_mask():
+    torch.manual_seed(0)
+    model = Classifier()
+    ids, pad = torch.randint(0, 20, (4, 6)), torch.zeros(4, 6, dtype=torch.bool)
+    pad[:, -1] = True  # ordinary padding: every query still has keys
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def train_step():
+        optimizer.zero_grad()
+        F.cross_entropy(model(ids, pad, scale=1e30), torch.zeros(4, dtype=torch.long)).backward()  # q·k overflows
+        optimizer.step()
+
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False) as w:
+        w.step(train_step)
+    report = info.value.report
+    assert (report.module, report.op) == ("attn", "multi_head_attention_forward")  # born there all the same
+    assert report.diagnosis != DIAGNOSES["masked_attention"]
+
+
+def _mha_birth(**masks):
+    q = torch.randn(5, 2, 8)
+    return Birth("forward", "multi_head_attention_forward", "nan", inputs=[("args[0]", q), *masks.items()])
+
+
+@pytest.mark.parametrize("masks, masked", [
+    (dict(key_padding_mask=torch.tensor([[0.0, 0.0, float("-inf")], [float("-inf")] * 3])), True),
+    (dict(key_padding_mask=torch.tensor([[0.0, 0.0, float("-inf")], [0.0, float("-inf"), float("-inf")]])), False),
+    (dict(attn_mask=torch.triu(torch.ones(3, 3, dtype=torch.bool), 1)), False),  # causal: the diagonal stays
+    # left padding under a causal mask: the first query sees only the first key, which is padding
+    (dict(key_padding_mask=torch.tensor([[True, False, False], [False, False, False]]),
+          attn_mask=torch.triu(torch.ones(3, 3, dtype=torch.bool), 1)), True),
+    (dict(key_padding_mask=torch.tensor([[False, False, True], [False, False, False]]),
+          attn_mask=torch.triu(torch.ones(3, 3, dtype=torch.bool), 1).expand(4, 3, 3)), False),  # 2 heads
+    (dict(key_padding_mask=torch.tensor([[True, False, False], [False, False, False]]),
+          attn_mask=torch.triu(torch.ones(3, 3, dtype=torch.bool), 1).expand(4, 3, 3)), True),
+])
+def test_a_query_with_every_key_masked_is_told_from_the_masks_multihead_attention_got(masks, masked):
+    diagnosis = diagnose(_mha_birth(**masks), phase="forward", kind="nonfinite", max_abs=None, loss_history=[])
+    assert (diagnosis == DIAGNOSES["masked_attention"]) == masked
