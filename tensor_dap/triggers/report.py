@@ -86,8 +86,8 @@ class Report:
             # the unchanged loop finds a loss op in the loss's graph: its own line is not known, so the line is the
             # backward() call after it, or the model's call before it where backward() runs in a library's code
             if self.phase == "loss" and self.mode != "step":
-                at = f"in the loss computed {'after' if src.get('after') else 'before'} "
-                at = f", {at}" if text else at
+                text = text or "not known"  # (an op the loss's graph cannot tell: a sum that overflowed)
+                at = f", in the loss computed {'after' if src.get('after') else 'before'} "
             else:
                 at = " at " if text else ""
             text += f"{at}{os.path.basename(str(src['file']))}:{src.get('line')}"

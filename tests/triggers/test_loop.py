@@ -796,4 +796,20 @@ def test_a_loss_gone_non_finite_with_finite_gradients_stops_in_its_own_step(how)
                         p.add_(p.grad, alpha=-1e-3)
     report = info.value.report
     assert report.step == 3 and report.phase == "loss" and math.isinf(report.loss)
+    if how != "rerun=False":  # (which keeps nothing to localize with: the loss's graph is not read)
+        assert report.origin.startswith("mse_loss, in the loss computed before test_loop.py:")
     assert report.loss_history[:3] == pytest.approx([micro * v for v in losses[:3]])  # accumulated: the summed loss
+
+
+def test_a_loss_op_the_graph_cannot_tell_is_said_to_be_not_known():
+    model = nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False):
+        out = model(torch.ones(1, 2))
+        loss = (torch.cat([out, out]) * 0 + 3e38).sum()  # a sum that overflows: its node saves nothing to tell by
+        loss.backward()
+        optimizer.step()
+    report = info.value.report
+    assert (report.phase, report.op) == ("loss", None)
+    assert report.origin.startswith("not known, in the loss computed before test_loop.py:")
+    assert "op: not known, in the loss computed before" in to_text(report)
