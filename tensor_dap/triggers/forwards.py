@@ -117,6 +117,7 @@ def replay_forwards(model: torch.nn.Module, forwards: list[Forward], rng: dict[s
     Raises ``Born`` when a gradient arriving at the outputs is already non-finite: the loss
     computation outside the model produced it.
     """
+    params: list[torch.Tensor] | None = None
     for f in forwards:
         restore_rng({**(rng or {}), **f.rng})
         out = model(*f.args, **f.kwargs)
@@ -141,7 +142,12 @@ def replay_forwards(model: torch.nn.Module, forwards: list[Forward], rng: dict[s
                              note="the gradient arriving at the model's outputs is non-finite: the loss computation "
                              "outside the model made it (the unchanged loop does not re-run the loss function; hand "
                              "the step to watch.step to find the op)"))
-        torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
+        if params is None:
+            params = [p for p in model.parameters() if p.requires_grad]
+        # Into the model's parameters only: an input made upstream (a GAN's generator output, whose graph its
+        # own backward freed) is not gone through again.
+        if params:
+            torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs], inputs=params)
 
 
 # An op re-run by replay_forwards that has no user frame of its own (a torch layer called by the loop)

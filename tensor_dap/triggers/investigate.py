@@ -29,13 +29,13 @@ from .diagnose import diagnose
 from .incident import safe_rng, write_bundle
 from .localize import (
     NOT_LOCAL,
-    NOT_REPRODUCED,
     Finding,
     any_nonfinite,
     localize_rerun,
     nonfinite,
     nonfinite_gradients,
     nonfinite_parameters,
+    not_reproduced,
 )
 from .forwards import Forward
 from .report import Report, source_field
@@ -140,7 +140,8 @@ class Investigation:
             if finding is None and grads_bad:
                 finding = nonfinite_gradients(self._inner)
                 if finding is not None and can_rerun:
-                    finding.note = (failed or (NOT_LOCAL if current_rank() is not None else NOT_REPRODUCED)) \
+                    finding.note = (failed or (NOT_LOCAL if current_rank() is not None
+                                               else not_reproduced(ctx is not None and ctx.mode == "loop"))) \
                         + finding.note
         elif not loss_bad:
             return None, {}, None  # the sum of norms overflowed, but every value is finite: no alarm

@@ -13,6 +13,7 @@ hooks when a model's in-place ops forbid them) and a hook on every parameter's g
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import islice
@@ -30,6 +31,19 @@ MAX_ROWS = 8  # tensors listed per report section
 NOT_LOCAL = ("this rank's own step is finite when re-run alone: the non-finite gradient arrived through "
              "the all-reduce from another rank (see its report); ")
 NOT_REPRODUCED = "the re-run did not reproduce it (a nondeterministic step?); "
+
+
+def not_reproduced(loop: bool) -> str:
+    """Why a re-run of an unchanged loop's step (``loop``) found nothing: a gradient penalty, if the program takes
+    gradients of gradients (its double backward is not re-run: only the model's forwards and backward are)."""
+    from .loss_tap import double_backward_line
+
+    line = double_backward_line() if loop else None
+    if line is None:
+        return NOT_REPRODUCED
+    return (f"the re-run did not reproduce it: the program takes gradients of gradients (torch.autograd.grad with "
+            f"create_graph=True at {os.path.basename(line.file)}:{line.line}: a gradient penalty), whose backward "
+            "the unchanged loop does not re-run; hand the step to watch.step to localize it; ")
 
 
 

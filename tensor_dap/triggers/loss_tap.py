@@ -7,15 +7,22 @@ the scalar tensor itself: nothing is read to the host here. Vector-Jacobian prod
 gradient) and several roots at once are not losses and are not passed on. A listener is called as
 backward() starts, or (``done=True``) once it has returned: the gradients are then complete and
 nothing has used them yet (a loop that updates its parameters by hand does so after).
+
+``torch.autograd.grad`` is wrapped too, only to note where a program takes gradients of gradients
+(``create_graph=True``: a WGAN-GP gradient penalty), whose double backward the unchanged loop's
+re-run cannot reproduce (``double_backward_line``).
 """
 
 from __future__ import annotations
 
 import functools
+import sys
 import weakref
 from typing import Any, Callable
 
 import torch
+
+from ..debug.frames import CallSites, Site, SourceLine, site_line
 
 Listener = Callable[[torch.Tensor], None]
 
@@ -26,6 +33,8 @@ _finishing: tuple[Listener, ...] = ()
 _restore: list[tuple[Any, str, Any]] = []
 _scaled: dict[int, tuple[weakref.ref, weakref.ref]] = {}  # id(scaled loss) -> (scaled, loss)
 _scaling = [False]  # a GradScaler has scaled a loss while anyone listened
+_double: list[Site] = [None]  # where torch.autograd.grad(create_graph=True) was last called while anyone listened
+_grad_sites = CallSites()
 
 
 def listen(fn: Listener, *, done: bool = False) -> Callable[[], None]:
@@ -77,6 +86,16 @@ def _install() -> None:
 
     _restore.append((torch.autograd, "backward", original))
     torch.autograd.backward = backward
+    grad = torch.autograd.grad
+
+    @functools.wraps(grad)
+    def traced_grad(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("create_graph") or (len(args) > 4 and args[4]):
+            _double[0] = _grad_sites.at(sys._getframe(1))
+        return grad(*args, **kwargs)
+
+    _restore.append((torch.autograd, "grad", grad))
+    torch.autograd.grad = traced_grad
     scaler = getattr(getattr(torch, "amp", None), "GradScaler", None)
     if scaler is not None:
         scale = scaler.scale
@@ -97,6 +116,13 @@ def _uninstall() -> None:
     _restore.clear()
     _scaled.clear()
     _scaling[0] = False
+    _double[0] = None
+
+
+def double_backward_line() -> SourceLine | None:
+    """The user's line that last took gradients with ``create_graph=True`` while anyone listened, if one did."""
+    site = _double[0]
+    return site_line(site) if site is not None else None
 
 
 def scaling() -> bool:

@@ -12,6 +12,8 @@ import pytest
 import torch
 from gan import BUG_STEP
 
+import tensor_dap
+from markers import marker_line
 from tensor_dap import NonFiniteError
 
 pytestmark = [pytest.mark.timeout(60)]
@@ -83,3 +85,59 @@ def test_the_discriminator_is_not_stopped_again_for_the_generator_s_reported_nan
     assert (f"tensor_dap: Discriminator step {BUG_STEP + 1} is non-finite: its input is the output of Generator, "
             f"whose weights are non-finite since its step {BUG_STEP} reported above") in " ".join(err.split())
     assert f"tensor_dap.watch(Discriminator): 2 of the {BUG_STEP + 3} steps watched were non-finite" in err
+
+
+WGAN_GP = '''
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+G = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+D = nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Linear(8, 1))
+optD, optG = torch.optim.Adam(D.parameters(), 1e-3), torch.optim.Adam(G.parameters(), 1e-3)
+
+
+def d_step(step, real, fake):
+    interp = (0.5 * real + 0.5 * fake).requires_grad_(True)
+    grad, = torch.autograd.grad(D(interp).sum() * (0.0 if step == 3 else 1.0), interp, create_graph=True)  # GRAD
+    gp = ((torch.sqrt((grad ** 2).sum(dim=1)) - 1) ** 2).mean()  # GP: sqrt of a zero norm, step 3
+    loss = D(fake).mean() - D(real).mean() + 10 * gp
+    optD.zero_grad()
+    loss.backward()
+    optD.step()
+
+
+def train(w=None):
+    for step in range(6):
+        real, fake = torch.randn(16, 2), G(torch.randn(16, 4)).detach()
+        w.step(d_step, step, real, fake) if w is not None else d_step(step, real, fake)
+        loss = -D(G(torch.randn(16, 4))).mean()  # D runs in G's step too: D's capture keeps that forward
+        optG.zero_grad()
+        loss.backward()
+        optG.step()
+'''
+
+
+@pytest.mark.parametrize("loop", [True, False], ids=["unchanged loop", "w.step"])
+def test_a_gradient_penalty_s_nan_is_localized_by_w_step_and_explained_by_the_loop(tmp_path, loop):
+    """WGAN-GP: the NaN is born in the double backward of the penalty. w.step re-runs it (SqrtBackward0 at its line);
+    the unchanged loop re-runs the model's forwards and backward only: it says so, naming the create_graph line,
+    and its re-run of D's forward from G's step (whose graph G's backward freed) no longer fails."""
+    import importlib.util
+
+    path = tmp_path / "wgan_gp.py"
+    path.write_text(WGAN_GP)
+    spec = importlib.util.spec_from_file_location("wgan_gp", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(NonFiniteError) as info, \
+            tensor_dap.watch(module.D, module.optD, on="raise", capture=False) as w:
+        module.train(None if loop else w)
+    report = info.value.report
+    assert report.step == 3
+    if loop:
+        note = " ".join(report.notes)
+        assert f"create_graph=True at wgan_gp.py:{marker_line(WGAN_GP, 'GRAD')}: a gradient penalty" in note
+        assert "re-running the step failed" not in note
+    else:
+        assert (report.op, report.source["line"]) == ("SqrtBackward0", marker_line(WGAN_GP, "GP"))

@@ -539,6 +539,25 @@ def test_the_loss_tap_sees_through_loss_scaling_and_skips_what_is_not_a_loss():
     # the last listener gone, torch is as it was
     assert not hasattr(torch.autograd.backward, "__wrapped__")
     assert not hasattr(torch.amp.GradScaler.scale, "__wrapped__")
+    assert not hasattr(torch.autograd.grad, "__wrapped__")
+
+
+def test_the_loss_tap_notes_where_gradients_of_gradients_are_taken():
+    from tensor_dap.triggers.loss_tap import double_backward_line, listen
+
+    x = torch.ones(3, requires_grad=True)
+    stop = listen(lambda loss: None)
+    try:
+        torch.autograd.grad((x ** 2).sum(), x)  # first order only: not noted
+        assert double_backward_line() is None
+        torch.autograd.grad((x ** 3).sum(), x, None, None, True)  # create_graph given by position
+        line = double_backward_line()
+        assert line is not None and line.text.startswith("torch.autograd.grad((x ** 3).sum(), x, None, None, True)")
+        g, = torch.autograd.grad((x ** 2).sum(), x, create_graph=True)
+        assert g.requires_grad and double_backward_line().text.startswith("g, = torch.autograd.grad(")  # the latest
+    finally:
+        stop()
+    assert double_backward_line() is None  # forgotten with the last listener
 
 
 def test_break_if_inside_an_unchanged_loop_adds_each_loss_to_the_history_once():
