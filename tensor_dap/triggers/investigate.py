@@ -11,8 +11,10 @@ state) back, so training continues bit-identically.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
+import operator
 import warnings
 from collections.abc import Iterator
 from typing import Any, Callable
@@ -190,11 +192,14 @@ class Investigation:
 
     def _loss_history(self) -> list[float]:
         """The losses kept, oldest first; inside ``w.step``, with the running step's loss once it reached
-        ``backward()`` (``fn`` has not returned it yet)."""
+        ``backward()`` (``fn`` has not returned it yet); in the unchanged loop, with the losses of the step not
+        ended yet (a crash explained before its update, a ``break_if`` after its backward)."""
         kept = list(self._history)
         step, loss = self._running_loss
         if self._ctx is not None and step == self._ctx.index and loss is not None:
             kept.append(loss)
+        elif self._ctx is None and self._step_losses:
+            kept.append(functools.reduce(operator.add, self._step_losses))  # micro-batches add up
         values = []
         for v in kept:
             with contextlib.suppress(Exception):

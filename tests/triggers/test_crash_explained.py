@@ -111,13 +111,18 @@ def test_clip_grad_norm_refusing_a_nan_gradient_names_the_backward_op(tmp_path, 
         with tensor_dap.watch(model, optimizer, on="raise", capture=False) as w:
             torch.manual_seed(0)
             x = torch.randn(8, 4)
+            losses = []
             for _ in range(6):
                 optimizer.zero_grad()
-                model(x).sum().backward()
+                loss = model(x).sum()
+                losses.append(loss.item())
+                loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, error_if_nonfinite=True)
                 optimizer.step()
     (report,) = w.reports
     assert (report.step, report.phase, report.op) == (BAD_STEP, "backward", "SqrtBackward0")
+    # the step that crashed before its update has its own loss in the report, not the step's before
+    assert report.loss == pytest.approx(losses[-1]) and report.loss_history == pytest.approx(losses)
     assert (os.path.basename(report.source["file"]), report.source["line"]) == (os.path.basename(__file__),
                                                                              file_marker_line(__file__, "SQRT-LINE"))
 
