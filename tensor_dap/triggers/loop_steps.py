@@ -138,6 +138,17 @@ class LoopSteps:
         self._by_hand = True
         self._after_update(None, (), {})
 
+    def _handed_over(self) -> StepContext | None:
+        """The last ``w.step``, when an update runs outside any: a step function that stops before
+        ``optimizer.step()``, which the loop calls after it. That update is that step's: checked before it with the
+        step re-runnable, and not counted as a step of its own."""
+        last = self._last_ctx
+        if (self._loop is None and last is not None and not last.checked and not last.updated
+                and last.index == self.step_count - 1):
+            self._adopted = last
+            return last
+        return None
+
     def join_step(self, closure: Callable[[], Any]) -> None:
         """Attached inside a running ``optimizer.step(closure)``: check each evaluation of ``closure`` in this step as
         its backward() returns (before the optimizer uses its gradients), as the pre-step hook would have had it

@@ -88,6 +88,7 @@ class watch(Investigation, LoopSteps, CrashExplanation):
         self._buffers = Buffers(self._inner)
         self._ctx: StepContext | None = None
         self._last_ctx: StepContext | None = None
+        self._adopted: StepContext | None = None  # the last w.step, whose update runs after it (``_handed_over``)
         self._rerunning = False
         self._replaying = False  # replaying a window's steps, updates included (every > 1)
         self._window: Window | None | bool = None  # False: no window until the next read (too large)
@@ -291,7 +292,7 @@ class watch(Investigation, LoopSteps, CrashExplanation):
             self._scaler_probes += 1
             if self.scaler is None:
                 self.scaler = scaler_calling(optimizer)
-        ctx = self._ctx
+        ctx = self._ctx or self._handed_over()
         if ctx is not None:
             self._after_hook()  # ctx.updated is set once the update has run
             ctx.checked = True
@@ -327,8 +328,9 @@ class watch(Investigation, LoopSteps, CrashExplanation):
 
     def _after_update(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._end_join()
-        if self._ctx is not None:
-            self._ctx.updated = True
+        ctx, self._adopted = self._ctx or self._adopted, None
+        if ctx is not None:
+            ctx.updated = True
         elif not self._replaying:
             self.step_count += 1  # a plain loop: count optimizer steps
             self._watched += 1

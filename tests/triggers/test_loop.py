@@ -7,6 +7,7 @@ the same training, the test asserts that both name the same place.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 
@@ -832,3 +833,48 @@ def test_a_loss_op_the_graph_cannot_tell_is_said_to_be_not_known():
     assert (report.phase, report.op) == ("loss", None)
     assert report.origin.startswith("not known, in the loss computed before test_loop.py:")
     assert "op: not known, in the loss computed before" in to_text(report)
+
+
+class _SqrtFrom(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 8), nn.Linear(8, 2)
+
+    def forward(self, x, bug=False):
+        h = torch.tanh(self.a(x))
+        if bug:
+            h = torch.where(h > 0, torch.sqrt(h), h)  # the NaN is born in its backward
+        return self.b(h)
+
+
+@pytest.mark.parametrize("given", [True, False], ids=["optimizer given", "optimizer found"])
+def test_a_step_function_that_stops_before_the_update_owns_the_update_after_it(given):
+    """``w.step(forward_backward)`` and then ``optimizer.step()`` in the loop: the update is that step's, checked
+    before it with the step re-runnable, and counted once (it was reported at step 7, unlocalized)."""
+    def run(bug_step, watched=True):
+        torch.manual_seed(0)
+        model = _SqrtFrom()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def forward_backward(x, y, bug):
+            loss = F.cross_entropy(model(x, bug), y)
+            loss.backward()
+            return loss
+
+        watch = tensor_dap.watch(model, optimizer if given else None, on="raise", capture=False) if watched else None
+        with watch or contextlib.nullcontext():
+            for step in range(5):
+                optimizer.zero_grad()
+                batch = (torch.randn(8, 4), torch.randint(0, 2, (8,)), step == bug_step)
+                watch.step(forward_backward, *batch) if watch else forward_backward(*batch)
+                optimizer.step()
+        return watch, [p.detach().clone() for p in model.parameters()]
+
+    w, params = run(bug_step=None)
+    assert (w.step_count, w.reports) == (5, [])
+    assert all(torch.equal(a, b) for a, b in zip(params, run(bug_step=None, watched=False)[1]))
+    with pytest.raises(NonFiniteError) as info:
+        run(bug_step=3)
+    report = info.value.report
+    assert (report.step, report.phase, report.op) == (3, "backward", "SqrtBackward0")
+    assert report.source["text"].startswith("h = torch.where(h > 0, torch.sqrt(h), h)")
