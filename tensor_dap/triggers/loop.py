@@ -33,6 +33,11 @@ from .forwards import Forward, loss_value, output_tensors
 from .loss_graph import read as read_loss
 
 MAX_FORWARDS = 64  # forwards kept per step; more (a loop calling the model outside training) drops the capture
+# Forwards kept in a row with no backward() after them: their outputs, and so their graphs, stay alive only
+# through the capture. More (an evaluation run with gradients on: no torch.no_grad()) lets them go.
+MAX_UNUSED = 8
+_UNUSED = (f"more than {MAX_UNUSED} forwards with gradients on and no backward() after them (an evaluation "
+           "without torch.no_grad()?): not kept, so their graphs are freed as they would be without tensor_dap")
 # An output this small keeps its own gradient (``retain_grad``: torch copies it in C++, no Python call
 # in backward); a larger one is seen by a hook on the node that made it (no copy).
 RETAIN_BYTES = 1 << 20
@@ -77,6 +82,7 @@ class LoopCapture:
         self.updated = False  # the step's optimizer update ran
         self._open = False
         self._backward_seen = False
+        self._unused = 0  # forwards since the last backward()
         self._probe: torch.Tensor | None = None  # a parameter whose .grad tells that zero_grad ran
         self._rngs = RngUse()  # which RNGs the model's forward draws from
         self._line: Site = None  # the line calling backward() in this step
@@ -106,6 +112,7 @@ class LoopCapture:
         once a step."""
         if self._pending is not None:
             self.settle()
+        self._unused = 0
         forwards = self.forwards
         if not (self.enabled and forwards):
             return
@@ -236,12 +243,15 @@ class LoopCapture:
         that called the model (or torch's frame below it)."""
         if self._open:
             probe = self._probe
-            if self._backward_seen and probe is not None and probe.grad is None:
+            if (self._backward_seen or self.dropped is _UNUSED) and probe is not None and probe.grad is None:
                 self._open = False  # gradients were reset with no update in between: a skipped step
-                if not self.updated:
+                if self._backward_seen and not self.updated:  # (or an evaluation before the next step)
                     self.on_unstepped()
         if self._open:
             forwards = self.forwards
+            self._unused += 1
+            if self._unused > MAX_UNUSED and self.dropped is None:
+                self.dropped, self.forwards = _UNUSED, []  # their outputs go: nothing but the capture held them
             if len(forwards) >= MAX_FORWARDS or self.dropped is not None:
                 return self._drop()
         else:  # a new step
@@ -250,6 +260,7 @@ class LoopCapture:
             self._open = True
             self._backward_seen = self.updated = False
             self.dropped = self._line = None
+            self._unused = 1
             self.forwards = forwards = []
             self.losses = []
             self.start = self.buffers.save() if self._buffered else _NO_BUFFERS

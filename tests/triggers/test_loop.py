@@ -878,3 +878,37 @@ def test_a_step_function_that_stops_before_the_update_owns_the_update_after_it(g
     report = info.value.report
     assert (report.step, report.phase, report.op) == (3, "backward", "SqrtBackward0")
     assert report.source["text"].startswith("h = torch.where(h > 0, torch.sqrt(h), h)")
+
+
+def test_an_evaluation_with_gradients_on_keeps_no_graphs_alive_and_the_next_step_is_localized():
+    """Validation that forgot torch.no_grad(): the capture kept every forward's output, so their graphs, until the
+    next update (a real run: 3.5x the peak memory). Past MAX_UNUSED forwards with no backward() it lets them go;
+    the training step after it opens its own capture when its gradients are reset, and is localized."""
+    import gc
+    import weakref
+
+    from tensor_dap.triggers.loop import MAX_UNUSED
+
+    torch.manual_seed(0)
+    model = _SqrtFrom()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))
+    outputs = []
+    with pytest.raises(NonFiniteError) as info, \
+            tensor_dap.watch(model, optimizer, on="raise", capture=False) as w:
+        for epoch in range(2):
+            for _ in range(2):
+                optimizer.zero_grad()
+                F.cross_entropy(model(x, bug=epoch == 1), y).backward()
+                optimizer.step()
+            if epoch == 0:
+                for _ in range(3 * MAX_UNUSED):  # validation, gradients on
+                    out = model(x)
+                    outputs.append(weakref.ref(out))
+                    F.cross_entropy(out, y).item()
+                del out
+                gc.collect()
+                assert all(ref() is None for ref in outputs)  # nothing kept them
+                assert w._loop.forwards == [] and "no backward() after them" in w._loop.dropped
+    report = info.value.report
+    assert (report.step, report.phase, report.op) == (2, "backward", "SqrtBackward0")
