@@ -35,6 +35,7 @@ class Forward:
     backward_at: Site = None  # the user's line running when the output gradient arrived (backward())
     loss: float | torch.Tensor | None = None  # the loss handed to backward() after it (``loss_value``)
     retained: list[tuple[int, torch.Tensor]] | tuple[()] = ()  # small outputs that keep their .grad
+    weak: list[tuple[int, weakref.ref]] | tuple[()] = ()  # the same, let go (``weaken``): alive while the user's
     nodes: list[Any] | None = None  # the nodes that made the larger outputs (seen by node hooks)
     larger: list[weakref.ref] | None = None  # those outputs, not kept alive: what made another model's batch
     loss_birth: Birth | None = None  # a non-finite loss's op, read from its graph at backward() (``loss_graph``)
@@ -64,25 +65,37 @@ class Forward:
     def call(self) -> SourceLine | None:
         return site_line(self.call_at)
 
+    def weaken(self) -> None:
+        """Hold the outputs weakly, and the nodes not at all: a forward no backward() followed (an evaluation with
+        gradients on) keeps its graph alive only if the user does. Hooks on the nodes still see a gradient."""
+        self.weak = [*self.weak, *((i, weakref.ref(t)) for i, t in self.retained)]
+        self.retained, self.nodes = (), None
+
+    def _kept(self) -> list[tuple[int, torch.Tensor]]:
+        """The outputs that keep their .grad: held, or held weakly and still alive."""
+        if not self.weak:
+            return self.retained  # type: ignore[return-value]
+        return [*self.retained, *((i, t) for i, ref in self.weak if (t := ref()) is not None)]
+
     def model_nodes(self) -> list[Any]:
         """The autograd nodes that made this forward's outputs (the loss computation's come after them)."""
-        return [t.grad_fn for _, t in self.retained if t.grad_fn is not None] + list(self.nodes or ())
+        return [t.grad_fn for _, t in self._kept() if t.grad_fn is not None] + list(self.nodes or ())
 
     def output_grads(self) -> list[torch.Tensor | None]:
         """The gradients the outputs received: seen by hooks, or kept by small outputs themselves."""
-        for i, t in self.retained:
+        for i, t in self._kept():
             if self.grads[i] is None:
                 self.grads[i] = t.grad
         return self.grads  # type: ignore[return-value]
 
     def marks(self) -> list[Any]:
         """The gradients its outputs hold now, by identity: a backward that reaches them replaces them."""
-        return [*(t.grad for _, t in self.retained), *self.grads]
+        return [*(t.grad for _, t in self._kept()), *self.grads]
 
     def outputs(self) -> list[torch.Tensor]:
         """The outputs of this forward still alive (while its step is open)."""
         alive = [t for ref in self.larger or () if (t := ref()) is not None]
-        return [t for _, t in self.retained] + alive
+        return [t for _, t in self._kept()] + alive
 
 
 def output_tensors(output: Any) -> list[torch.Tensor]:

@@ -33,11 +33,10 @@ from .forwards import Forward, loss_value, output_tensors
 from .loss_graph import read as read_loss
 
 MAX_FORWARDS = 64  # forwards kept per step; more (a loop calling the model outside training) drops the capture
-# Forwards kept in a row with no backward() after them: their outputs, and so their graphs, stay alive only
-# through the capture. More (an evaluation run with gradients on: no torch.no_grad()) lets them go.
+# Forwards in a row with no backward() after them whose outputs the capture holds (and so their graphs). Past
+# that (an evaluation run with gradients on: no torch.no_grad()), they are held weakly: alive only while the
+# user holds them (an RL episode's outputs, backpropagated at its end), freed as without tensor_dap otherwise.
 MAX_UNUSED = 8
-_UNUSED = (f"more than {MAX_UNUSED} forwards with gradients on and no backward() after them (an evaluation "
-           "without torch.no_grad()?): not kept, so their graphs are freed as they would be without tensor_dap")
 # An output this small keeps its own gradient (``retain_grad``: torch copies it in C++, no Python call
 # in backward); a larger one is seen by a hook on the node that made it (no copy).
 RETAIN_BYTES = 1 << 20
@@ -164,9 +163,9 @@ class LoopCapture:
         self._open = False
         self.updated = True
         for f in self.forwards:  # keep the outputs' gradients, not the outputs: their graph is then freed where
-            if f.retained:         # the loop frees it, not at the next forward
+            if f.retained or f.weak:  # the loop frees it, not at the next forward
                 f.output_grads()
-                f.retained = ()
+                f.retained = f.weak = ()
             if f.nodes is not None:
                 f.nodes = f.larger = None
         if self._model_dict.get("_compiled_call_impl") is not self._call:
@@ -243,15 +242,17 @@ class LoopCapture:
         that called the model (or torch's frame below it)."""
         if self._open:
             probe = self._probe
-            if (self._backward_seen or self.dropped is _UNUSED) and probe is not None and probe.grad is None:
+            if (self._backward_seen or self._unused > MAX_UNUSED) and probe is not None and probe.grad is None:
                 self._open = False  # gradients were reset with no update in between: a skipped step
                 if self._backward_seen and not self.updated:  # (or an evaluation before the next step)
                     self.on_unstepped()
         if self._open:
             forwards = self.forwards
             self._unused += 1
-            if self._unused > MAX_UNUSED and self.dropped is None:
-                self.dropped, self.forwards = _UNUSED, []  # their outputs go: nothing but the capture held them
+            if self._unused > MAX_UNUSED:
+                for f in forwards[-MAX_UNUSED:]:
+                    if f.retained or f.nodes:
+                        f.weaken()
             if len(forwards) >= MAX_FORWARDS or self.dropped is not None:
                 return self._drop()
         else:  # a new step

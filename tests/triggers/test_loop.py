@@ -882,8 +882,8 @@ def test_a_step_function_that_stops_before_the_update_owns_the_update_after_it(g
 
 def test_an_evaluation_with_gradients_on_keeps_no_graphs_alive_and_the_next_step_is_localized():
     """Validation that forgot torch.no_grad(): the capture kept every forward's output, so their graphs, until the
-    next update (a real run: 3.5x the peak memory). Past MAX_UNUSED forwards with no backward() it lets them go;
-    the training step after it opens its own capture when its gradients are reset, and is localized."""
+    next update (a real run: 3.5x the peak memory). Past MAX_UNUSED forwards with no backward() it holds them
+    weakly; the training step after it opens its own capture when its gradients are reset, and is localized."""
     import gc
     import weakref
 
@@ -895,12 +895,14 @@ def test_an_evaluation_with_gradients_on_keeps_no_graphs_alive_and_the_next_step
     x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))
     outputs = []
     with pytest.raises(NonFiniteError) as info, \
-            tensor_dap.watch(model, optimizer, on="raise", capture=False) as w:
+            tensor_dap.watch(model, optimizer, on="raise", capture=False):
         for epoch in range(2):
-            for _ in range(2):
+            for i in range(2):
                 optimizer.zero_grad()
-                F.cross_entropy(model(x, bug=epoch == 1), y).backward()
+                F.cross_entropy(model(x, bug=epoch == 1 and i == 1), y).backward()
                 optimizer.step()
+                if epoch == 1:  # the next step's capture holds none of the evaluation's
+                    assert all(ref() is None for ref in outputs)
             if epoch == 0:
                 for _ in range(3 * MAX_UNUSED):  # validation, gradients on
                     out = model(x)
@@ -908,7 +910,26 @@ def test_an_evaluation_with_gradients_on_keeps_no_graphs_alive_and_the_next_step
                     F.cross_entropy(out, y).item()
                 del out
                 gc.collect()
-                assert all(ref() is None for ref in outputs)  # nothing kept them
-                assert w._loop.forwards == [] and "no backward() after them" in w._loop.dropped
+                assert all(ref() is None for ref in outputs[:-MAX_UNUSED])  # held by nothing else: freed
+    report = info.value.report
+    assert (report.step, report.phase, report.op) == (3, "backward", "SqrtBackward0")
+
+
+def test_an_episode_of_forwards_backpropagated_at_its_end_is_still_replayed():
+    """pytorch/examples' actor-critic: the policy runs once per environment step and the episode's loss goes
+    backward at its end. The user holds those outputs, so held weakly they still get their gradients, and the
+    step re-runs: a NaN born in the model's backward is named."""
+    from tensor_dap.triggers.loop import MAX_UNUSED
+
+    torch.manual_seed(0)
+    model = _SqrtFrom()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False):
+        for episode in range(3):
+            outs = [model(torch.randn(1, 4), bug=episode == 2) for _ in range(3 * MAX_UNUSED)]
+            loss = torch.stack([o.logsumexp(-1).sum() for o in outs]).sum()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
     report = info.value.report
     assert (report.step, report.phase, report.op) == (2, "backward", "SqrtBackward0")
