@@ -134,6 +134,15 @@ class LoopCapture:
             if f.backward_at is None:
                 f.backward_at = line
 
+    def step_forwards(self) -> list[Forward]:
+        """This step's forwards, to re-run: one whose output's gradient no hook saw arrive (held weakly, or not the
+        step's last) is given the line that called backward() in this step."""
+        if self._line is not None:
+            for f in self.forwards:
+                if f.backward_at is None:
+                    f.backward_at = self._line
+        return list(self.forwards)
+
     def settle(self) -> None:
         """The last loss handed to backward() is this step's if it reached the latest forward's outputs."""
         pending, self._pending = self._pending, None

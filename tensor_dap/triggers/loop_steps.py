@@ -181,7 +181,7 @@ class LoopSteps:
         if loop is None or not loop.replayable or loop.start is None:
             return None
         loop.settle()  # the last loss handed to backward() is its forward's before the forwards are re-run
-        forwards = list(loop.forwards)
+        forwards = loop.step_forwards()
         return StepContext(self.step_count, lambda: replay_forwards(self._inner, forwards), (), {}, forwards[0].rng,
                            loop.start, checked=True, optimizer=optimizer or self._stepper, forwards=forwards,
                            updated=loop.updated)

@@ -12,6 +12,7 @@ import functools
 import math
 
 import origins
+from markers import file_marker_line
 import pytest
 import torch
 import torch.nn.functional as F
@@ -933,3 +934,22 @@ def test_an_episode_of_forwards_backpropagated_at_its_end_is_still_replayed():
             optimizer.step()
     report = info.value.report
     assert (report.step, report.phase, report.op) == (2, "backward", "SqrtBackward0")
+
+
+def test_an_episode_s_nan_advantage_is_charged_to_its_backward_line():
+    """actor-critic's returns normalized by a zero std (every return equal): the NaN reaches the outputs of the
+    episode's first forward, whose gradient no hook saw arrive: its line is the step's backward() call."""
+    torch.manual_seed(0)
+    model = _SqrtFrom()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False):
+        outs = [model(torch.randn(1, 4)) for _ in range(20)]
+        returns = torch.ones(20)
+        advantages = (returns - returns.mean()) / returns.std()  # 0/0
+        loss = torch.stack([o.sum() * a for o, a in zip(outs, advantages)]).sum()
+        optimizer.zero_grad()
+        loss.backward()  # EPISODE-BACKWARD
+        optimizer.step()
+    report = info.value.report
+    assert (report.step, report.phase) == (0, "loss")
+    assert report.source["line"] == file_marker_line(__file__, "EPISODE-BACKWARD")
