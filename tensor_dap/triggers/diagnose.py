@@ -150,12 +150,17 @@ def _all_keys_masked(birth: Birth) -> bool:
         keys, attn = blocked.get("key_padding_mask"), blocked.get("attn_mask")
         if keys is None or attn is None or keys.dim() != 2:
             return False
+        # How many keys each query may see in each sequence, as a product of the open positions: no (N, L, S)
+        # temporary (a 4096-token causal mask over a batch of 32 would be 512 MB of it).
+        keys_open, attn_open = (~keys).float(), (~attn).float()
         try:
             if attn.dim() == 2:  # (L, S), shared by the batch
-                return bool((keys[:, None, :] | attn[None]).all(dim=-1).any())
-            return bool((keys[:, None, None, :] | attn.view(keys.shape[0], -1, *attn.shape[-2:])).all(dim=-1).any())
+                seen = attn_open @ keys_open.T  # (L, N)
+            else:  # (N * heads, L, S)
+                seen = torch.bmm(attn_open.view(keys.shape[0], -1, attn.shape[-1]), keys_open[:, :, None])
         except RuntimeError:  # shapes that do not line up: not told
             return False
+        return bool((seen == 0).any())
 
 
 def _all_ignored(birth: Birth) -> bool:
