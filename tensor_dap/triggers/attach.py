@@ -58,6 +58,10 @@ class Attachment:
         self.watch: Optional[watch] = None
         self.others: list[torch.nn.Module] = []
         self._hook: Any = None
+        # A step with a closure (LBFGS) runs the model inside step(): the watch is then made after that step's
+        # pre-step hook, and is told the closure to check (``watch.join_step``).
+        self._closure: Any = None
+        self._step_hooks: list[Any] = []
         if model is None and seen is not None:  # the optimizer already steps: choose among what ran
             model, self.others = find_model(list(seen), optimizer)
             if model is None:
@@ -69,9 +73,6 @@ class Attachment:
 
         self._params = param_ids(optimizer)
         self._hook = register_module_forward_pre_hook(eager(self._called))  # also inside compiled models
-        # A step with a closure (LBFGS) runs the model inside step(): the watch is then made after that step's
-        # pre-step hook, and is told the closure to check (``watch.join_step``).
-        self._closure: Any = None
         self._step_hooks = [optimizer.register_step_pre_hook(self._step_begins),
                             optimizer.register_step_post_hook(self._step_ends)]
 
@@ -96,7 +97,7 @@ class Attachment:
             self.watch.join_step(closure)  # ... and the step already running, whose closure called the model
 
     def _remove_step_hooks(self) -> None:
-        for h in getattr(self, "_step_hooks", ()):
+        for h in self._step_hooks:
             h.remove()
         self._step_hooks = []
 

@@ -11,10 +11,8 @@ state) back, so training continues bit-identically.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import math
-import operator
 import warnings
 from collections.abc import Iterator
 from typing import Any, Callable
@@ -199,7 +197,7 @@ class Investigation:
         if self._ctx is not None and step == self._ctx.index and loss is not None:
             kept.append(loss)
         elif self._ctx is None and self._step_losses:
-            kept.append(functools.reduce(operator.add, self._step_losses))  # micro-batches add up
+            kept.append(self._running_step_loss())
         values = []
         for v in kept:
             with contextlib.suppress(Exception):

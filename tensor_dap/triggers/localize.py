@@ -24,6 +24,7 @@ import torch
 from ..debug.frames import SourceLine
 from ..nested import walk
 from ..summary import TensorSummary, describe
+from .loss_tap import double_backward_line
 from .origin import GRAD_AT_OUTPUTS, Birth, Born, Tracker, kind_of
 
 MAX_ROWS = 8  # tensors listed per report section
@@ -36,15 +37,12 @@ NOT_REPRODUCED = "the re-run did not reproduce it (a nondeterministic step?); "
 def not_reproduced(loop: bool) -> str:
     """Why a re-run of an unchanged loop's step (``loop``) found nothing: a gradient penalty, if the program takes
     gradients of gradients (its double backward is not re-run: only the model's forwards and backward are)."""
-    from .loss_tap import double_backward_line
-
     line = double_backward_line() if loop else None
     if line is None:
         return NOT_REPRODUCED
     return (f"the re-run did not reproduce it: the program takes gradients of gradients (torch.autograd.grad with "
             f"create_graph=True at {os.path.basename(line.file)}:{line.line}: a gradient penalty), whose backward "
             "the unchanged loop does not re-run; hand the step to watch.step to localize it; ")
-
 
 
 @dataclass

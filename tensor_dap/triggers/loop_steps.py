@@ -60,7 +60,7 @@ class LoopSteps:
         if loop is not None:
             loop.settle()
         losses = self._step_losses
-        loss = (losses[0] if len(losses) == 1 else self._guard(_summed, losses)) if losses else None
+        loss = self._running_step_loss()
         if loop is not None and loop.losses:
             self._history.extend(loop.losses)
             self._last_loss = (self.step_count, loop.losses[-1])
@@ -102,6 +102,12 @@ class LoopSteps:
             loop.stepped()
             loop.enabled = True
         return True
+
+    def _running_step_loss(self) -> Any:
+        """The loss of the unchanged loop's step not ended yet: the losses handed to backward() in it, added up as
+        their gradients are (accumulated micro-batches); None before any."""
+        losses = self._step_losses
+        return (losses[0] if len(losses) == 1 else self._guard(_summed, losses)) if losses else None
 
     def _observe_loss(self, loss: Any, index: int) -> None:
         """The step's loss into the sentinel: a loss can go non-finite while every gradient stays finite (a squared
@@ -161,8 +167,7 @@ class LoopSteps:
         if self._joined is None or self._rerunning or self._replaying:
             return
         index, loop = self.step_count, self._loop
-        self._take_loop_losses()
-        self._guard(self._sentinel.observe_value, loss, index)
+        self._take_loop_losses()  # its loss into the history and the sentinel
         ctx = self._loop_context()
         if ctx is not None:  # this evaluation, from its forward's start: re-run through the closure itself
             ctx = dataclasses.replace(ctx, fn=self._joined[0], forwards=None)
