@@ -203,18 +203,17 @@ def breakdown(steps: int) -> None:
     """Microseconds each hook of the unchanged loop takes inside the step (where caches are cold after the
     step's kernels, unlike a micro-benchmark), the median over ``steps`` steps after 100 untimed ones. Each
     hook is wrapped in a timer (~0.3 µs more); nested ones are included in their caller's time."""
-    from tensor_dap.triggers import loop, loop_steps, loss_tap, sentinel
+    from tensor_dap.triggers import loop, loop_steps, sentinel
     from tensor_dap.triggers import watch as watch_module
 
     spent: dict[str, list[float]] = {}
     hooks = [(loop.LoopCapture, "_begin", "model's call: before forward"),
              (loop.LoopCapture, "_end", "model's call: after forward"),
-             (loss_tap, "_loss_of", "backward(): the loss found"),
              (loop.LoopCapture, "backward_called", "backward(): the capture's listener"),
              (watch_module.watch, "_before_update", "optimizer pre-step hook"),
-             (sentinel.Sentinel, "observe_params", "  of which the gradient check"),
-             (loop_steps.LoopSteps, "_take_loop_losses", "  of which the step's loss"),
-             (watch_module.watch, "_after_update", "  of which the step's end")]
+             (loop_steps.LoopSteps, "_plain_update", "  of which the plain step's path"),
+             (sentinel.Sentinel, "check_params", "    of which the gradient check"),
+             (loop.LoopCapture, "stepped", "    of which the capture's step end")]
     originals = [(owner, name, getattr(owner, name)) for owner, name, _ in hooks]
 
     def timed(fn: Callable, label: str) -> Callable:

@@ -83,7 +83,7 @@ class Forward:
 
     def output_grads(self) -> list[torch.Tensor | None]:
         """The gradients the outputs received: seen by hooks, or kept by small outputs themselves."""
-        for i, t in self._kept():
+        for i, t in self._kept() if self.weak else self.retained:  # (every step: no call when nothing is weak)
             if self.grads[i] is None:
                 self.grads[i] = t.grad
         return self.grads  # type: ignore[return-value]

@@ -29,7 +29,7 @@ from ..errors import STOPS
 from ..debug.frames import CallSites, Site, SourceLine, user_line
 from ..state import BufferSnapshot, Buffers, RngUse
 from .active import open_watches
-from .forwards import Forward, loss_value, output_tensors
+from .forwards import Forward, output_tensors
 from .loss_graph import read as read_loss
 
 MAX_FORWARDS = 64  # forwards kept per step; more (a loop calling the model outside training) drops the capture
@@ -85,7 +85,7 @@ class LoopCapture:
         self._probe: torch.Tensor | None = None  # a parameter whose .grad tells that zero_grad ran
         self._rngs = RngUse()  # which RNGs the model's forward draws from
         self._line: Site = None  # the line calling backward() in this step
-        self._pending: tuple[Forward, Any, list[Any]] | None = None  # the last loss, not yet settled
+        self.pending: tuple[Forward, Any, list[Any]] | None = None  # the last loss, not yet settled
         self._depth = 0  # inside the model's call: a nested call of the root module is part of it
         self._calls = CallSites()  # where the model is called from
         self._backwards = CallSites()  # where backward() is called from
@@ -109,18 +109,20 @@ class LoopCapture:
         backward() frees what its nodes saved: if it reaches the outputs, it is the forward's loss, with the op
         that made it (``loss_graph``) and this backward()'s line. The line calling backward() is looked up
         once a step."""
-        if self._pending is not None:
+        if self.pending is not None:
             self.settle()
         self._unused = 0
         forwards = self.forwards
         if not (self.enabled and forwards):
             return
         f = forwards[-1]
-        kept = loss_value(loss)
+        kept = loss.item() if loss.is_cpu else loss.detach()  # ``loss_value``, a call less in every step
         if len(open_watches) > 1:
-            self._pending = (f, kept, f.marks())
-        else:  # alone, nothing to tell apart: it is this step's
-            self._accept(f, kept)
+            self.pending = (f, kept, f.marks())
+        else:  # alone, nothing to tell apart: it is this step's (``_accept``, written out)
+            if f.loss is None:
+                f.loss = kept
+            self.on_loss(kept)
         line = self._line
         if line is None:  # above: loss_tap's wrapper, then Tensor.backward or the caller of torch.autograd.backward
             line = self._line = self._backwards.at(_getframe(2))
@@ -145,7 +147,7 @@ class LoopCapture:
 
     def settle(self) -> None:
         """The last loss handed to backward() is this step's if it reached the latest forward's outputs."""
-        pending, self._pending = self._pending, None
+        pending, self.pending = self.pending, None
         if pending is not None:
             f, kept, before = pending
             if not before or any(now is not then for now, then in zip(f.marks(), before)):  # none: not told apart
@@ -265,7 +267,7 @@ class LoopCapture:
             if len(forwards) >= MAX_FORWARDS or self.dropped is not None:
                 return self._drop()
         else:  # a new step
-            if self._pending is not None:
+            if self.pending is not None:
                 self.settle()  # a loss handed to backward() after the last update counts, as it came, in this step
             self._open = True
             self._backward_seen = self.updated = False

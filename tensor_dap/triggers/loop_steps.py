@@ -84,7 +84,8 @@ class LoopSteps:
         a break_if's loss, ``every`` > 1)."""
         loop, losses, sentinel = self._loop, self._step_losses, self._sentinel
         if loop is not None:
-            loop.settle()
+            if loop.pending is not None:
+                loop.settle()
             if loop.losses:
                 return False
         if len(losses) != 1 or self._noted is not None or sentinel.every != 1:
@@ -95,7 +96,11 @@ class LoopSteps:
         self._last_loss = (index, loss)
         if type(loss) is not float or not _isfinite(loss):  # (a finite loss on the CPU, the common case: nothing)
             self._observe_loss(loss, index)
-        self._guard(self._check, index, None)
+        found = self._guard(sentinel.check_params, self._groups, index)  # ``_check``, as every > 1 never is here
+        if found:
+            self._guard(self._read_and_fire, index, None)
+        elif found is False:
+            self._latched = False
         self.step_count = index + 1
         self._watched += 1
         if loop is not None:

@@ -120,6 +120,7 @@ class Sentinel:
         self._flag = _CpuFlag()
         self._param_groups: Any = None  # the groups observe_params last saw, and which of them are fusable:
         self._fusable_groups: list[bool] = []  # asked once (two tensor attributes a group cost µs every step)
+        self._one_fusable = False
 
     def observe(self, groups: Sequence[Sequence[torch.Tensor]], step: int) -> None:
         """Fold grouped tensors (gradients, see ``group``) of ``step`` in. Kernel launches only."""
@@ -134,6 +135,9 @@ class Sentinel:
         device) goes the careful way (``grads_of``, ``observe``)."""
         if groups is not self._param_groups:
             self._param_groups, self._fusable_groups = groups, [_fusable(g[0]) for g in groups]
+            self._one_fusable = self._fusable_groups == [True]
+        if self._one_fusable and self._fused(list(map(_GRAD, groups[0])), step):
+            return  # one CPU group (a float32 model), checked: the common case, with no loop
         rest = [g for g, fusable in zip(groups, self._fusable_groups)
                 if not (fusable and self._fused(list(map(_GRAD, g)), step))]
         if rest:

@@ -292,7 +292,7 @@ class watch(Investigation, LoopSteps, CrashExplanation):
             self._scaler_probes += 1
             if self.scaler is None:
                 self.scaler = scaler_calling(optimizer)
-        ctx = self._ctx or self._handed_over()
+        ctx = self._ctx or (self._handed_over() if self._loop is None else None)
         if ctx is not None:
             self._after_hook()  # ctx.updated is set once the update has run
             ctx.checked = True
