@@ -164,6 +164,8 @@ class Buffers:
         return [m._buffers.get(key) for m, key in self._slots]
 
     def save(self) -> BufferSnapshot:
+        if not self._slots:  # a model without buffers (an MLP): every training step, with nothing to copy
+            return BufferSnapshot([], [])
         import torch
 
         live = self._live()

@@ -157,6 +157,9 @@ class Sentinel:
         """Fold a scalar (the loss) in as it is."""
         if not (value.is_floating_point() or value.is_complex()):
             return
+        if READ_CPU_NOW and value.is_cpu and not value.is_complex() and value.numel() == 1:  # the common case: no
+            self.observe_number(value.item(), step)                                     # tensor kept, no loop
+            return
         if value.dtype == torch.float32 and value.dim() == 0:
             self._keep(step, [value.detach()], (value.device,))
         else:

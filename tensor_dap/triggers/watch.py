@@ -191,7 +191,7 @@ class watch(Investigation, LoopSteps, CrashExplanation):
 
     def step(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run ``fn(*args, **kwargs)`` as training step ``self.step_count`` under the sentinel."""
-        windowed = self._windowed()
+        windowed = self.every > 1 and self._windowed()
         rng, probing = self._rngs.before()
         ctx = StepContext(self.step_count, fn, args, kwargs, rng,
                           self._buffers.clone() if windowed else self._buffers.save())
@@ -294,7 +294,8 @@ class watch(Investigation, LoopSteps, CrashExplanation):
                 self.scaler = scaler_calling(optimizer)
         ctx = self._ctx or (self._handed_over() if self._loop is None else None)
         if ctx is not None:
-            self._after_hook()  # ctx.updated is set once the update has run
+            if self._post_hook is None:
+                self._after_hook()  # ctx.updated is set once the update has run
             ctx.checked = True
             ctx.optimizer = self._stepper = optimizer
             self._mode, self._param_store = "optimizer", None
@@ -327,7 +328,8 @@ class watch(Investigation, LoopSteps, CrashExplanation):
         self._handles.append(self._post_hook)
 
     def _after_update(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        self._end_join()
+        if self._joined is not None:
+            self._end_join()
         ctx, self._adopted = self._ctx or self._adopted, None
         if ctx is not None:
             ctx.updated = True
@@ -365,8 +367,10 @@ class watch(Investigation, LoopSteps, CrashExplanation):
     def _check(self, index: int, ctx: StepContext | None) -> None:
         """Observe this step's gradients, read the sentinel when due. Callers guard it (``_guard``)."""
         found = self._sentinel.check_params(self._groups, index)
-        if found or (found is False and (ctx is not None or self._window is not None)):  # a clean read renews
-            self._read_and_fire(index, ctx)                                                # a replay window
+        windowed = ctx is not None and self.every > 1 and self._windowed()
+        renew = found is False and (self._window is not None or windowed)
+        if found or renew:  # a clean read renews a replay window
+            self._read_and_fire(index, ctx)
         elif found is False:
             self._latched = False  # clean again: the next failure is news
 
