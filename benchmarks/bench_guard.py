@@ -203,12 +203,13 @@ def breakdown(steps: int) -> None:
     """Microseconds each hook of the unchanged loop takes inside the step (where caches are cold after the
     step's kernels, unlike a micro-benchmark), the median over ``steps`` steps after 100 untimed ones. Each
     hook is wrapped in a timer (~0.3 µs more); nested ones are included in their caller's time."""
-    from tensor_dap.triggers import loop, loop_steps, sentinel
+    from tensor_dap.triggers import loop, loop_steps, loss_tap, sentinel
     from tensor_dap.triggers import watch as watch_module
 
     spent: dict[str, list[float]] = {}
     hooks = [(loop.LoopCapture, "_begin", "model's call: before forward"),
              (loop.LoopCapture, "_end", "model's call: after forward"),
+             (loss_tap, "_loss_of", "backward(): the loss found"),
              (loop.LoopCapture, "backward_called", "backward(): the capture's listener"),
              (watch_module.watch, "_before_update", "optimizer pre-step hook"),
              (loop_steps.LoopSteps, "_plain_update", "  of which the plain step's path"),

@@ -29,7 +29,7 @@ from ..errors import STOPS
 from ..debug.frames import CallSites, Site, SourceLine, user_line
 from ..state import BufferSnapshot, Buffers, RngUse
 from .active import open_watches
-from .forwards import Forward, output_tensors
+from .forwards import Forward, loss_value, output_tensors
 from .loss_graph import read as read_loss
 
 MAX_FORWARDS = 64  # forwards kept per step; more (a loop calling the model outside training) drops the capture
@@ -116,13 +116,11 @@ class LoopCapture:
         if not (self.enabled and forwards):
             return
         f = forwards[-1]
-        kept = loss.item() if loss.is_cpu else loss.detach()  # ``loss_value``, a call less in every step
+        kept = loss_value(loss)
         if len(open_watches) > 1:
             self.pending = (f, kept, f.marks())
-        else:  # alone, nothing to tell apart: it is this step's (``_accept``, written out)
-            if f.loss is None:
-                f.loss = kept
-            self.on_loss(kept)
+        else:  # alone, nothing to tell apart: it is this step's
+            self._accept(f, kept)
         line = self._line
         if line is None:  # above: loss_tap's wrapper, then Tensor.backward or the caller of torch.autograd.backward
             line = self._line = self._backwards.at(_getframe(2))

@@ -96,11 +96,7 @@ class LoopSteps:
         self._last_loss = (index, loss)
         if type(loss) is not float or not _isfinite(loss):  # (a finite loss on the CPU, the common case: nothing)
             self._observe_loss(loss, index)
-        found = self._guard(sentinel.check_params, self._groups, index)  # ``_check``, as every > 1 never is here
-        if found:
-            self._guard(self._read_and_fire, index, None)
-        elif found is False:
-            self._latched = False
+        self._guard(self._check, index, None)
         self.step_count = index + 1
         self._watched += 1
         if loop is not None:

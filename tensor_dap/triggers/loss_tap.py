@@ -35,7 +35,6 @@ _scaled: dict[int, tuple[weakref.ref, weakref.ref]] = {}  # id(scaled loss) -> (
 _scaling = [False]  # a GradScaler has scaled a loss while anyone listened
 _double: list[Site] = [None]  # where torch.autograd.grad(create_graph=True) was last called while anyone listened
 _grad_sites = CallSites()
-_Tensor = torch.Tensor
 
 
 def listen(fn: Listener, *, done: bool = False) -> Callable[[], None]:
@@ -75,9 +74,7 @@ def _install() -> None:
 
     @functools.wraps(original)
     def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
-        # ``loss.backward()`` (Tensor.backward passes the gradient first, None) decided here: a call less a step
-        loss = (tensors if type(tensors) is _Tensor and args and args[0] is None and not _scaled
-                and tensors.numel() == 1 else _loss_of(tensors, args, kwargs))
+        loss = _loss_of(tensors, args, kwargs)
         if loss is None:
             return original(tensors, *args, **kwargs)
         for fn in _calling:
