@@ -125,15 +125,21 @@ def variants() -> dict[str, Callable[[], AbstractContextManager[Callable[[int], 
     @contextmanager
     def bare_hooks() -> Iterator[Callable[[int], None]]:
         """The least any unchanged-loop watch must run each step, and nothing else: the model's call keeps its
-        inputs and makes its output keep its gradient, ``backward()`` reads the loss, the optimizer hook runs the
-        fused gradient check. No step boundaries, reports or re-runs: the floor under the unchanged loop's ratio."""
+        inputs and its output (which keeps its gradient), ``backward()`` reads the loss, the optimizer hook runs
+        the fused gradient check and keeps the gradient that reached the output. No step boundaries, reports or
+        re-runs: the floor under the unchanged loop's ratio."""
         sentinel, groups = Sentinel(), [g[::-1] for g in group(list(model.parameters()))]
-        inner, backward, kept, losses = model._call_impl, torch.autograd.backward, [], []
+        inner, backward = model._call_impl, torch.autograd.backward
+        inputs: list = []
+        outputs: list = []
+        kept: list = []
+        losses: list = []
 
         def call(*args, **kwargs):  # where LoopCapture sits: the model's _compiled_call_impl
-            kept[:] = args
+            inputs[:] = args
             output = inner(*args, **kwargs)
-            output.retain_grad()
+            output.retain_grad()  # a gradient kept only while the output is alive: held until the update
+            outputs[:] = [output]
             return output
 
         def read_loss(tensors, *args, **kwargs):
@@ -144,6 +150,8 @@ def variants() -> dict[str, Callable[[], AbstractContextManager[Callable[[int], 
 
         def check(*_: object) -> None:
             sentinel.observe_params(groups, 0)
+            kept[:] = [t.grad for t in outputs]  # what a re-run of the step starts its backward from
+            outputs.clear()
 
         model._compiled_call_impl, torch.autograd.backward = call, read_loss
         handle = optimizer.register_step_pre_hook(check)
