@@ -144,6 +144,9 @@ class BufferSnapshot(NamedTuple):
     values: list[Any]
 
 
+NO_BUFFERS = BufferSnapshot([], [])  # the snapshot of a model without buffers (read, never written)
+
+
 class Buffers:
     """A module tree's buffers (BatchNorm statistics...): the only state a forward pass writes.
 
@@ -165,7 +168,7 @@ class Buffers:
 
     def save(self) -> BufferSnapshot:
         if not self._slots:  # a model without buffers (an MLP): every training step, with nothing to copy
-            return BufferSnapshot([], [])
+            return NO_BUFFERS
         import torch
 
         live = self._live()

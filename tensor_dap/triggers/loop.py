@@ -40,7 +40,6 @@ MAX_UNUSED = 8
 # An output this small keeps its own gradient (``retain_grad``: torch copies it in C++, no Python call
 # in backward); a larger one is seen by a hook on the node that made it (no copy).
 RETAIN_BYTES = 1 << 20
-_NO_BUFFERS = BufferSnapshot([], [])
 _LOSS_BYTES = 16  # a loss the model returns is a scalar: at most this large (complex128)
 _Tensor = torch.Tensor
 _grad_enabled = torch.is_grad_enabled
@@ -89,7 +88,6 @@ class LoopCapture:
         self._depth = 0  # inside the model's call: a nested call of the root module is part of it
         self._calls = CallSites()  # where the model is called from
         self._backwards = CallSites()  # where backward() is called from
-        self._buffered = bool(buffers.names)
         self._wrap()
 
     def remove(self) -> None:
@@ -273,7 +271,7 @@ class LoopCapture:
             self._unused = 1
             self.forwards = forwards = []
             self.losses = []
-            self.start = self.buffers.save() if self._buffered else _NO_BUFFERS
+            self.start = self.buffers.save()
         rng, probing = self._rngs.before()
         f = Forward(args, kwargs, rng, probing, self._calls.at(caller))  # the line: resolved when a report asks
         forwards.append(f)

@@ -75,7 +75,8 @@ READ_CPU_NOW = True  # CPU values are read when observed (no sync); tests set Fa
 
 
 def _fusable(first: torch.Tensor) -> bool:
-    """Whether the group ``first`` belongs to goes through the CPU's fused check (read at once, real values)."""
+    """Whether the group ``first`` belongs to goes through the CPU's fused check, or a value is read as it is
+    observed: real values on the CPU, read at once (no sync there)."""
     return READ_CPU_NOW and first.is_cpu and not first.is_complex()
 
 
@@ -157,8 +158,8 @@ class Sentinel:
         """Fold a scalar (the loss) in as it is."""
         if not (value.is_floating_point() or value.is_complex()):
             return
-        if READ_CPU_NOW and value.is_cpu and not value.is_complex() and value.numel() == 1:  # the common case: no
-            self.observe_number(value.item(), step)                                     # tensor kept, no loop
+        if _fusable(value) and value.numel() == 1:  # the common case (a CPU loss): no tensor kept, no loop
+            self.observe_number(value.item(), step)
             return
         if value.dtype == torch.float32 and value.dim() == 0:
             self._keep(step, [value.detach()], (value.device,))
