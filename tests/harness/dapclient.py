@@ -85,7 +85,7 @@ class DapClient:
         self._responses: dict[int, dict] = {}
         self._events: list[dict] = []          # not yet consumed by wait_for_event
         self._recent: deque = deque(maxlen=15)  # for diagnostics only
-        self._output: list[str] = []
+        self._output: list[tuple[str, str]] = []  # (category, text): stdout and stderr arrive through separate pipes
         self._eof = False
         self._terminated_at: float | None = None  # lets waits fail fast once the session ended
         self._start_seq: int | None = None  # pending launch/attach request
@@ -221,7 +221,7 @@ class DapClient:
                 body = msg.setdefault("body", {})
                 event = msg.get("event")
                 if event == "output" and body.get("category") != "telemetry":
-                    self._output.append(body.get("output", ""))
+                    self._output.append((body.get("category", "console"), body.get("output", "")))
                 elif event == "process":
                     self.debuggee_pid = body.get("systemProcessId") or self.debuggee_pid
                 elif event == "terminated":
@@ -260,7 +260,7 @@ class DapClient:
     def _diagnostics(self) -> str:
         events = [f"{m.get('event')} {json.dumps(m.get('body'))[:160]}" for m in self._recent]
         return ("\nlast events:\n  " + "\n  ".join(events or ["<none>"])
-                + "\noutput tail:\n" + "".join(self._output)[-1500:])
+                + "\noutput tail:\n" + self._joined()[-1500:])
 
     def _wait(self, ready: Callable[[], Any], timeout: float | None, what: str,
               grace: float | None = None) -> Any:
@@ -297,10 +297,11 @@ class DapClient:
                          f"event {name!r}", grace=0.5)
         return msg["body"]
 
-    def wait_for_output(self, text: str, timeout: float | None = None) -> str:
-        """Wait until `text` appears in the output; program output may trail 'terminated'."""
-        self._wait(lambda: text in "".join(self._output), timeout, f"output {text!r}", grace=2.0)
-        return self.output_text()
+    def wait_for_output(self, text: str, timeout: float | None = None, category: str | None = None) -> str:
+        """Wait until `text` appears in the output (of one `category`: "stdout", "stderr", "console", if given);
+        program output may trail 'terminated'. Returns that output."""
+        self._wait(lambda: text in self._joined(category), timeout, f"output {text!r}", grace=2.0)
+        return self.output_text(category)
 
     def wait_response(self, seq: int, timeout: float | None = None, command: str = "request") -> dict:
         msg = self._wait(lambda: self._responses.pop(seq, None), timeout, f"response to {command}")
@@ -374,9 +375,14 @@ class DapClient:
         self.stopped_thread = None  # a new 'stopped' event will set it again
         return self.request("continue", {"threadId": tid})
 
-    def output_text(self) -> str:
+    def output_text(self, category: str | None = None) -> str:
+        """All output so far, or one category's: the adapter reads stdout and stderr on their own threads, so
+        a line one stream wrote in pieces may have the other's output in between in the merged text."""
         with self._cond:
-            return "".join(self._output)
+            return self._joined(category)
+
+    def _joined(self, category: str | None = None) -> str:
+        return "".join(text for cat, text in self._output if category is None or cat == category)
 
     # ---------------------------------------------------------------- teardown
     def close(self) -> None:

@@ -83,7 +83,8 @@ def test_continue_to_termination_captures_output(script):
         dap.continue_()
         assert dap.wait_for_event("exited", timeout=30)["exitCode"] == 0
         dap.wait_for_event("terminated", timeout=30)
-        out = dap.wait_for_output("bye-stderr", timeout=10)
+        assert "bye-stderr" in dap.wait_for_output("bye-stderr", timeout=10, category="stderr")
+        out = dap.wait_for_output("done 42 ['a1', 'a2']", timeout=10, category="stdout")
         assert "iter 5" in out
         assert "done 42 ['a1', 'a2']" in out
         # Waiting for something that can no longer happen fails fast, with context.
