@@ -5,12 +5,21 @@ variant is measured in adjacent pairs with the plain loop, in alternating order,
 the pair ratios is reported with its middle half (the noise, visible). ``interleaved`` runs short
 blocks of every variant in a shuffled order each round, set-up untimed: for overheads a variant pays
 once (making a watch) that would otherwise count against every block.
+
+``steady_heap`` runs a benchmark under a glibc heap that the process keeps: with glibc's default
+(thresholds that adapt as the program frees), a training step of the benchmarks' MLP can free the
+top of its heap back to the kernel and take it again in the next step, 200-900 page faults a step
+(each page zeroed by the kernel). Whether a process falls into that depends on the order of its
+allocations, so the plain loop ran at 0.87 ms a step in one process and 1.2-2.4 ms in the next, and
+two variants in one process differed by their faults, not by their work (measured 2026-12-04).
 """
 
 from __future__ import annotations
 
+import os
 import random
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -86,3 +95,34 @@ def ratio_interval(plain: list[float], other: list[float], *, resamples: int = 2
         values.append(statistics.median(p for p, _ in drawn) / statistics.median(o for _, o in drawn))
     values.sort()
     return values[int(0.025 * resamples)], values[int(0.975 * resamples) - 1]
+
+
+# glibc's heap kept by the process: no trimming, no mmap for the benchmarks' tensors (MiB-sized, not GiB)
+STEADY_HEAP = {"MALLOC_MMAP_THRESHOLD_": str(64 << 20), "MALLOC_TRIM_THRESHOLD_": str(256 << 20),
+               "MALLOC_TOP_PAD_": str(16 << 20)}
+SYSTEM_MALLOC = "BENCH_SYSTEM_MALLOC"  # set to 1: time under the heap as the system configures it
+
+
+def steady_heap() -> None:
+    """Run the calling script again, same arguments, with ``STEADY_HEAP`` in its environment (glibc reads it
+    at start only), unless it already has it or ``BENCH_SYSTEM_MALLOC=1`` asks for the system's heap."""
+    if (not sys.platform.startswith("linux") or os.environ.get(SYSTEM_MALLOC) == "1"
+            or all(os.environ.get(k) == v for k, v in STEADY_HEAP.items())):
+        return
+    sys.stdout.flush()
+    os.execve(sys.executable, [sys.executable, os.path.abspath(sys.argv[0]), *sys.argv[1:]],
+              {**os.environ, **STEADY_HEAP})
+
+
+def heap_note() -> str:
+    """How this process's heap is set up, for a benchmark's header."""
+    if all(os.environ.get(k) == v for k, v in STEADY_HEAP.items()):
+        return "heap: kept by the process (glibc MALLOC_* set; BENCH_SYSTEM_MALLOC=1 for the default)"
+    return "heap: the system's default (page faults may differ between variants and runs)"
+
+
+def page_faults() -> int:
+    """Minor page faults of this process so far: what a heap handed back and taken again costs."""
+    import resource  # POSIX only, like the heap it watches
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt

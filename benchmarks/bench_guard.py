@@ -12,6 +12,8 @@ steps). The ratio of the median step times is printed, with its 95 % interval (t
 resampled) and the middle half of the per-round ratios (the noise, visible). Targets: both
 watch modes ≥ 0.95× plain, break_if ≥ 0.99× plain (judged by its own call timed alone: the
 ratios do not resolve 1 % on a shared machine).
+It runs itself again under a heap the process keeps (``_paired.steady_heap``: with glibc's default
+heap some processes page-faulted 200-900 times a step) and prints the page faults a step.
 Then two fresh models train the same steps, one plain and one under each watch mode, and their
 parameters must be equal bit for bit (the script fails otherwise).
 """
@@ -33,7 +35,8 @@ from torch import nn
 import tensor_dap
 from tensor_dap.triggers.optimizer_call import SCALER_PROBE_STEPS
 from tensor_dap.triggers.sentinel import Sentinel, group
-from _paired import interleaved, ratio_interval, round_ratios, spread  # noqa: E402 - the benchmarks' shared timing, beside this script
+from _paired import (heap_note, interleaved, page_faults, ratio_interval, round_ratios, spread,  # noqa: E402 - the
+                     steady_heap)  # benchmarks' shared timing, beside this script
 
 TARGETS = {"watch (w.step)": 0.95, "watch (loop)": 0.95, "break_if": 0.99}
 
@@ -188,17 +191,22 @@ def main() -> None:
     ap.add_argument("--warm", type=int, default=SCALER_PROBE_STEPS + 5,
                     help="untimed steps per block: a watch's start, paid once a run")
     args = ap.parse_args()
+    steady_heap()
     rounds = args.rounds or (3 if args.quick else 120)
     if args.breakdown:
         return breakdown(steps=300 if args.quick else 1500)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; MLP 784-256-256-10, batch 64, Adam, CPU")
-    times = interleaved(variants(), rounds, args.steps, warm=args.warm)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; MLP 784-256-256-10, batch 64, Adam, CPU; "
+          f"{heap_note()}")
+    faults = page_faults()
+    all_variants = variants()
+    times = interleaved(all_variants, rounds, args.steps, warm=args.warm)
+    faults = (page_faults() - faults) / (rounds * len(all_variants) * (args.steps + args.warm))
     ratios = round_ratios(times)
 
     call_us = break_if_call_us()
     step_us = statistics.median(times["plain"]) * 1e6
     print(f"\n{rounds} rounds × {args.steps} timed steps per block, variants in a shuffled order each round "
-          f"(set-up and {args.warm} warm-up steps untimed)")
+          f"(set-up and {args.warm} warm-up steps untimed); {faults:.1f} page faults a step")
     print(f"  {'variant':<20}{'µs/step':>10}{'× plain':>10}{'95% interval':>16}{'middle half':>16}{'target':>20}")
     print(f"  {'plain':<20}{step_us:>10.0f}{1.0:>10.3f}")
     for name, values in ratios.items():

@@ -29,7 +29,7 @@ import tensor_dap
 from tensor_dap.dist import LaunchRank
 from tensor_dap.triggers.auto import AutoTriggers
 from tensor_dap.triggers.hang import watchdog
-from _paired import paired_ratios, spread  # noqa: E402 - the benchmarks' shared timing, beside this script
+from _paired import heap_note, paired_ratios, spread, steady_heap  # noqa: E402 - the benchmarks' shared timing, beside this script
 
 
 def make():
@@ -116,8 +116,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=None)
     ap.add_argument("--steps", type=int, default=50, help="steps per block")
     args = ap.parse_args()
+    steady_heap()
     rounds = args.rounds or (2 if args.quick else 8)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; MLP 784-256-256-10, batch 64, Adam, CPU")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; MLP 784-256-256-10, batch 64, Adam, CPU; "
+          f"{heap_note()}")
     rates, ratios = paired_ratios(variants(), rounds, args.steps)
 
     print(f"\n{rounds} rounds × {args.steps} steps per block (medians of adjacent-pair ratios)")

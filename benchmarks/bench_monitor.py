@@ -22,7 +22,7 @@ from torch import nn
 from torch.utils.tensorboard import SummaryWriter
 
 import tensor_dap
-from _paired import paired_ratios, spread  # noqa: E402 - the benchmarks' shared timing, beside this script
+from _paired import heap_note, paired_ratios, spread, steady_heap  # noqa: E402 - the benchmarks' shared timing, beside this script
 
 TARGET = 0.95
 
@@ -33,6 +33,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=None)
     ap.add_argument("--steps", type=int, default=200, help="steps per block (a multiple of 100 keeps histograms even)")
     args = ap.parse_args()
+    steady_heap()
     rounds = args.rounds or (2 if args.quick else 12)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
@@ -77,7 +78,7 @@ def main() -> None:
     writer.close()
     step_us = 1e6 / statistics.median(rates["plain"])
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; MLP 784-256-256-10, batch 64, Adam, CPU; "
-          f"plain step {step_us:.0f} µs")
+          f"plain step {step_us:.0f} µs; {heap_note()}")
     print(f"{rounds} rounds × {args.steps} steps per block (medians of adjacent-pair ratios, speed × plain)")
     for name, values in ratios.items():
         ratio, q1, q3 = spread(values)
