@@ -103,11 +103,14 @@ STEADY_HEAP = {"MALLOC_MMAP_THRESHOLD_": str(64 << 20), "MALLOC_TRIM_THRESHOLD_"
 SYSTEM_MALLOC = "BENCH_SYSTEM_MALLOC"  # set to 1: time under the heap as the system configures it
 
 
+def _heap_kept() -> bool:
+    return all(os.environ.get(k) == v for k, v in STEADY_HEAP.items())
+
+
 def steady_heap() -> None:
     """Run the calling script again, same arguments, with ``STEADY_HEAP`` in its environment (glibc reads it
     at start only), unless it already has it or ``BENCH_SYSTEM_MALLOC=1`` asks for the system's heap."""
-    if (not sys.platform.startswith("linux") or os.environ.get(SYSTEM_MALLOC) == "1"
-            or all(os.environ.get(k) == v for k, v in STEADY_HEAP.items())):
+    if not sys.platform.startswith("linux") or os.environ.get(SYSTEM_MALLOC) == "1" or _heap_kept():
         return
     sys.stdout.flush()
     os.execve(sys.executable, [sys.executable, os.path.abspath(sys.argv[0]), *sys.argv[1:]],
@@ -116,7 +119,7 @@ def steady_heap() -> None:
 
 def heap_note() -> str:
     """How this process's heap is set up, for a benchmark's header."""
-    if all(os.environ.get(k) == v for k, v in STEADY_HEAP.items()):
+    if _heap_kept():
         return "heap: kept by the process (glibc MALLOC_* set; BENCH_SYSTEM_MALLOC=1 for the default)"
     return "heap: the system's default (page faults may differ between variants and runs)"
 

@@ -76,6 +76,11 @@ def variants() -> dict[str, Callable[[], AbstractContextManager[Callable[[int], 
     """
     model, optimizer, data, step = make()
 
+    def gradient_check() -> Callable[[], None]:
+        """The sentinel's fused gradient check as watch runs it (its parameters grouped, last first)."""
+        sentinel, groups = Sentinel(), [g[::-1] for g in group(list(model.parameters()))]
+        return lambda: sentinel.observe_params(groups, 0)
+
     def plain(n: int) -> None:
         for i in range(n):
             step(*data[i % len(data)])
@@ -114,12 +119,8 @@ def variants() -> dict[str, Callable[[], AbstractContextManager[Callable[[int], 
     @contextmanager
     def check_alone() -> Iterator[Callable[[int], None]]:
         """The sentinel's gradient check, as watch groups it, in a bare optimizer hook: the floor under watch."""
-        sentinel, groups = Sentinel(), [g[::-1] for g in group(list(model.parameters()))]
-
-        def check(*_: object) -> None:
-            sentinel.observe_params(groups, 0)
-
-        handle = optimizer.register_step_pre_hook(check)
+        check = gradient_check()
+        handle = optimizer.register_step_pre_hook(lambda *_: check())
         try:
             yield plain
         finally:
@@ -131,7 +132,7 @@ def variants() -> dict[str, Callable[[], AbstractContextManager[Callable[[int], 
         inputs and its output (which keeps its gradient), ``backward()`` reads the loss, the optimizer hook runs
         the fused gradient check and keeps the gradient that reached the output. No step boundaries, reports or
         re-runs: the floor under the unchanged loop's ratio."""
-        sentinel, groups = Sentinel(), [g[::-1] for g in group(list(model.parameters()))]
+        gradients_checked = gradient_check()
         inner, backward = model._call_impl, torch.autograd.backward
         inputs: list = []
         outputs: list = []
@@ -152,7 +153,7 @@ def variants() -> dict[str, Callable[[], AbstractContextManager[Callable[[int], 
             return backward(tensors, *args, **kwargs)
 
         def check(*_: object) -> None:
-            sentinel.observe_params(groups, 0)
+            gradients_checked()
             kept[:] = [t.grad for t in outputs]  # what a re-run of the step starts its backward from
             outputs.clear()
 
