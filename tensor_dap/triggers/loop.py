@@ -210,7 +210,13 @@ class LoopCapture:
                 self._depth = 0
             if f is not None:
                 try:
-                    end(f, output)
+                    if (type(output) is _Tensor and not f.probing and output.requires_grad
+                            and _LOSS_BYTES < output.nbytes <= RETAIN_BYTES and not output.is_leaf
+                            and not output.retains_grad):  # the common case, here: logits keep their gradient
+                        output.retain_grad()  # (what ``_end`` does with a small output that is not a loss)
+                        f.grads, f.retained = [None], [(0, output)]
+                    else:
+                        end(f, output)
                 except Exception:  # noqa: BLE001 - as above: this step is then not replayable
                     self.dropped = "the capture failed"
             return output
@@ -286,11 +292,6 @@ class LoopCapture:
         """The forward ``f`` returned ``output``: see the gradients its outputs will get."""
         if f.probing:
             self._rngs.after(f.rng)
-        if (type(output) is _Tensor and output.requires_grad and _LOSS_BYTES < output.nbytes <= RETAIN_BYTES
-                and not output.is_leaf and not output.retains_grad):  # the common case in fewer lines: logits
-            output.retain_grad()
-            f.grads, f.retained = [None], [(0, output)]
-            return
         tensors = output_tensors(output)
         f.grads = [None] * len(tensors)
         loss = None

@@ -203,7 +203,11 @@ class Sentinel:
         """``observe_params``, ``due`` and a read that finds nothing, in one call (a training step makes it):
         None when no read is due; False when one was and every value seen since the last was finite on the
         CPU (the read is counted and done); True when ``read`` has something to look at."""
-        self.observe_params(groups, step)
+        if (groups is self._param_groups and self._one_fusable
+                and self._flag.check(list(map(_GRAD, groups[0]))) is False):
+            self._observed = True  # observe_params' common case, in this call: every training step comes here
+        else:
+            self.observe_params(groups, step)  # (a failing or refused check is taken again there)
         self._checks += 1
         if self._checks % self.every:
             return None
