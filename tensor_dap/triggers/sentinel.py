@@ -137,8 +137,10 @@ class Sentinel:
         if groups is not self._param_groups:
             self._param_groups, self._fusable_groups = groups, [_fusable(g[0]) for g in groups]
             self._one_fusable = self._fusable_groups == [True]
-        if self._one_fusable and self._fused(list(map(_GRAD, groups[0])), step):
-            return  # one CPU group (a float32 model), checked: the common case, with no loop
+        if self._one_fusable:  # one CPU group (a float32 model): the common case, with no loop
+            if not self._fused(list(map(_GRAD, groups[0])), step):
+                self.observe(grads_of(groups), step)  # refused: not tried a second time
+            return
         rest = [g for g, fusable in zip(groups, self._fusable_groups)
                 if not (fusable and self._fused(list(map(_GRAD, g)), step))]
         if rest:

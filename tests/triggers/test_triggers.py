@@ -583,6 +583,29 @@ def test_sentinel_reads_gradients_from_parameters_whatever_they_hold(read_now, m
         assert s.read() is None, name
 
 
+def test_sentinel_check_params_on_the_same_groups_every_step():
+    """A watch hands check_params the same groups every step: the fused check taken straight from the
+    flag must still name a NaN or Inf, a missing gradient (refused, checked the careful way) must not hide
+    one, and a clean step after a bad one reads clean."""
+    from tensor_dap.triggers.sentinel import Sentinel, group
+
+    params = [torch.nn.Parameter(torch.zeros(3)), torch.nn.Parameter(torch.zeros(2))]
+    groups = group(params)
+    s = Sentinel()
+    steps = [[torch.ones(3), torch.ones(2)], [torch.ones(3), torch.tensor([1.0, float("nan")])],
+             [torch.ones(3), torch.ones(2)], [None, torch.tensor([float("inf"), 0.0])], [None, torch.ones(2)],
+             [torch.ones(3), torch.ones(2)]]
+    found = []
+    for step, grads in enumerate(steps):
+        for p, g in zip(params, grads):
+            p.grad = g
+        found.append(s.check_params(groups, step))
+        if found[-1]:
+            assert s.read() == step
+    assert found == [False, True, False, True, False, False]
+    assert s.reads == 6
+
+
 @pytest.mark.parametrize("read_now", [True, False])
 def test_sentinel_keeps_the_first_bad_step_through_compaction(read_now, monkeypatch):
     """Many unread steps: kept values are summed per step (flags too, when the CPU stands in for a
