@@ -257,8 +257,9 @@ def breakdown(steps: int) -> None:
     from tensor_dap.triggers import watch as watch_module
 
     spent: dict[str, list[float]] = {}
+    # (after the forward, the common small output keeps its gradient in the model's call itself, with no call
+    # of ours to wrap: ``LoopCapture._end`` runs only for other outputs, so it is not listed)
     hooks = [(loop.LoopCapture, "_begin", "model's call: before forward"),
-             (loop.LoopCapture, "_end", "model's call: after forward"),
              (loss_tap, "_loss_of", "backward(): the loss found"),
              (loop.LoopCapture, "backward_called", "backward(): the capture's listener"),
              (watch_module.watch, "_before_update", "optimizer pre-step hook"),
