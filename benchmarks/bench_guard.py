@@ -210,6 +210,7 @@ def main() -> None:
           f"(set-up and {args.warm} warm-up steps untimed); {faults:.1f} page faults a step")
     print(f"  {'variant':<20}{'µs/step':>10}{'× plain':>10}{'95% interval':>16}{'middle half':>16}{'target':>20}")
     print(f"  {'plain':<20}{step_us:>10.0f}{1.0:>10.3f}")
+    unresolved = []  # targets inside their variant's 95 % interval: this run's noise decides the verdict
     for name, values in ratios.items():
         ratio = step_us / (statistics.median(times[name]) * 1e6)  # of the medians: one slow block moves it least
         low, high = ratio_interval(times["plain"], times[name])  # where that ratio could be, rounds resampled
@@ -221,6 +222,11 @@ def main() -> None:
             f"≥{target:.2f} {'PASS' if judged >= target else 'FAIL'}{' (alone)' if name == 'break_if' else ''}"
         print(f"  {name:<20}{statistics.median(times[name]) * 1e6:>10.0f}{ratio:>10.3f}{f'{low:.3f}–{high:.3f}':>16}"
               f"{f'{q1:.3f}–{q3:.3f}':>16}{verdict:>20}")
+        if target is not None and name != "break_if" and low < target <= high:
+            unresolved.append(name)
+    if unresolved:
+        print(f"\n  {', '.join(unresolved)}: the target lies inside the 95 % interval, so this run's noise decides "
+              f"PASS or FAIL; run again (more --rounds, a quieter machine) before reading the verdict")
     # The ratios cannot resolve 1 % where the machine's noise is larger; break_if's cost
     # is also measured on its own, against the plain step time.
     print(f"\n  break_if alone: {call_us:.2f} µs per call = {step_us / (step_us + call_us):.4f}× a plain step "
