@@ -43,6 +43,7 @@ from .stop import dispatch
 from .upstream import upstream
 
 log = logging.getLogger("tensor_dap.triggers")
+OP_INPUTS = "the op's inputs"  # what a report's max |value| is of when an op overflowed from finite inputs
 
 
 class Investigation:
@@ -182,7 +183,7 @@ class Investigation:
         if optimizer is not None:
             report.lr = [float(g["lr"]) for g in optimizer.param_groups if "lr" in g]
         if finding is not None or report.max_abs is None:  # (a break_if's report may know its op already)
-            report.max_abs = self._max_abs(finding)
+            report.max_abs, report.max_abs_of = self._max_abs(finding)
         birth = finding.birth if finding is not None else None
         if finding is not None or report.diagnosis is None:
             report.diagnosis = diagnose(birth, phase=report.phase, kind=report.kind, max_abs=report.max_abs,
@@ -204,13 +205,14 @@ class Investigation:
                 values.append(float(v))
         return values
 
-    def _max_abs(self, finding: Finding | None) -> float | None:
-        """The largest finite magnitude: of the op's inputs when one overflowed, else of all gradients and
-        parameters (a diverging run shows 1e30 long before it shows Inf)."""
+    def _max_abs(self, finding: Finding | None) -> tuple[float | None, str | None]:
+        """The largest finite magnitude, and of what: of the op's inputs when one overflowed, else of all
+        gradients and parameters (a diverging run shows 1e30 long before it shows Inf)."""
         value = op_max_abs(finding)
         if value is not None:
-            return value
-        return max_abs([p.grad for p in self._params if p.grad is not None] + list(self._params))
+            return value, OP_INPUTS
+        value = max_abs([p.grad for p in self._params if p.grad is not None] + list(self._params))
+        return value, ("parameters and gradients" if value is not None else None)
 
     # ------------------------------------------------------------ re-running steps
     def _localize_in_window(self, first: int, window: Window) -> tuple[Finding, Source] | None:
@@ -356,6 +358,7 @@ def report_of(finding: Finding, *, step: int | None, kind: str = "nonfinite", he
                     source=source_field(line, after=birth is not None and birth.after_call))
     report.loss = next((float(s.values[0]) for sec, _, s in finding.tensors if sec == "loss" and s.values), None)
     report.max_abs = op_max_abs(finding)
+    report.max_abs_of = OP_INPUTS if report.max_abs is not None else None
     report.diagnosis = diagnose(birth, phase=report.phase, kind=kind, max_abs=report.max_abs, loss_history=[])
     return report
 

@@ -56,6 +56,7 @@ class Report:
     loss_history: list[float] = field(default_factory=list)  # the last losses seen, oldest first
     lr: list[float] = field(default_factory=list)  # the learning rate of each param group
     max_abs: float | None = None  # the largest finite magnitude among the tensors involved
+    max_abs_of: str | None = None  # which tensors those were: "the op's inputs", "parameters and gradients"
     mode: str | None = None  # how the bundle replays: "step" (with the step function) or "loop" (the model's forwards)
     program: str | None = None  # the script that was training (absolute path) and its arguments: what a replay reruns
     args: list[str] = field(default_factory=list)
@@ -161,7 +162,8 @@ def _facts(report: Report) -> list[tuple[str, str]]:
     if report.lr:
         facts.append(("lr", ", ".join(fmt_num(v) for v in report.lr)))
     if report.max_abs is not None:
-        facts.append(("max |value|", fmt_num(report.max_abs)))
+        of = f" ({report.max_abs_of})" if report.max_abs_of else ""
+        facts.append(("max |value|", fmt_num(report.max_abs) + of))
     return facts
 
 

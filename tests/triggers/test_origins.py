@@ -7,6 +7,7 @@ the exact ``w.step`` mode and, for bugs inside the model, in the unchanged-loop 
 
 from __future__ import annotations
 
+import json
 import math
 import os
 
@@ -16,6 +17,8 @@ import torch
 
 import tensor_dap
 from tensor_dap import NonFiniteError
+from tensor_dap.format import fmt_num
+from tensor_dap.triggers.report import Report, to_json, to_text
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.filterwarnings("ignore::UserWarning")]
 
@@ -107,6 +110,17 @@ def test_exploding_learning_rate_reports_growing_lr_loss_history_and_max_value()
     assert report.max_abs is not None and report.max_abs > 1e15
     finite = [v for v in report.loss_history if v == v and abs(v) != float("inf")]
     assert len(finite) >= 3 and finite[-1] > finite[0]
+
+
+@pytest.mark.parametrize(("bug", "of"), [("fp16_matmul", "the op's inputs"),  # the matmul overflowed from these
+                                          ("masked_softmax", "parameters and gradients")])  # Inf in, nothing overflowed
+def test_the_max_value_line_says_what_it_is_the_largest_of(bug, of):
+    """A report's max |value| is of the op's inputs when an op overflowed from finite ones, else of every parameter
+    and gradient: a bare 'max |value|: 1' in a masked-softmax report read as if 1 had overflowed."""
+    report = run(bug)
+    assert report.max_abs is not None and report.max_abs_of == of
+    assert f"max |value|: {fmt_num(report.max_abs)} ({of})" in to_text(report)
+    assert Report.from_dict(json.loads(to_json(report))).max_abs_of == of  # kept in report.json
 
 
 def test_deliberate_minus_inf_masks_are_not_alarms():
