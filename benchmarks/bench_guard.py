@@ -67,6 +67,44 @@ def naive_hooks(model: nn.Module) -> list:
     return [m.register_forward_hook(check) for m in model.modules()]
 
 
+def fused_check(model: nn.Module) -> Callable[[], None]:
+    """The sentinel's fused gradient check as watch runs it (its parameters grouped, last first)."""
+    sentinel, groups = Sentinel(), [g[::-1] for g in group(list(model.parameters()))]
+    return lambda: sentinel.observe_params(groups, 0)
+
+
+def floor_hooks(model: nn.Module, gradients_checked: Callable[[], None]) -> tuple[Callable, Callable, Callable]:
+    """The least any unchanged-loop watch must run each step, and nothing else: the model's call keeps its
+    inputs and its output (which keeps its gradient), ``backward()`` reads the loss, the optimizer hook runs
+    the fused gradient check and keeps the gradient that reached the output. No step boundaries, reports or
+    re-runs. Returns (the model's ``_compiled_call_impl``, ``torch.autograd.backward``, the pre-step hook)."""
+    inner, backward = model._call_impl, torch.autograd.backward
+    inputs: list = []
+    outputs: list = []
+    kept: list = []
+    losses: list = []
+
+    def call(*args, **kwargs):  # where LoopCapture sits: the model's _compiled_call_impl
+        inputs[:] = args
+        output = inner(*args, **kwargs)
+        output.retain_grad()  # a gradient kept only while the output is alive: held until the update
+        outputs[:] = [output]
+        return output
+
+    def read_loss(tensors, *args, **kwargs):
+        losses.append(tensors.item())
+        if len(losses) > 64:
+            losses.clear()
+        return backward(tensors, *args, **kwargs)
+
+    def check(*_: object) -> None:
+        gradients_checked()
+        kept[:] = [t.grad for t in outputs]  # what a re-run of the step starts its backward from
+        outputs.clear()
+
+    return call, read_loss, check
+
+
 def variants() -> dict[str, Callable[[], AbstractContextManager[Callable[[int], None]]]]:
     """name -> a context giving run(n_steps), all on ONE model and optimizer.
 
@@ -75,11 +113,6 @@ def variants() -> dict[str, Callable[[], AbstractContextManager[Callable[[int], 
     when its context opens and taken off when it closes.
     """
     model, optimizer, data, step = make()
-
-    def gradient_check() -> Callable[[], None]:
-        """The sentinel's fused gradient check as watch runs it (its parameters grouped, last first)."""
-        sentinel, groups = Sentinel(), [g[::-1] for g in group(list(model.parameters()))]
-        return lambda: sentinel.observe_params(groups, 0)
 
     def plain(n: int) -> None:
         for i in range(n):
@@ -119,7 +152,7 @@ def variants() -> dict[str, Callable[[], AbstractContextManager[Callable[[int], 
     @contextmanager
     def check_alone() -> Iterator[Callable[[int], None]]:
         """The sentinel's gradient check, as watch groups it, in a bare optimizer hook: the floor under watch."""
-        check = gradient_check()
+        check = fused_check(model)
         handle = optimizer.register_step_pre_hook(lambda *_: check())
         try:
             yield plain
@@ -128,35 +161,9 @@ def variants() -> dict[str, Callable[[], AbstractContextManager[Callable[[int], 
 
     @contextmanager
     def bare_hooks() -> Iterator[Callable[[int], None]]:
-        """The least any unchanged-loop watch must run each step, and nothing else: the model's call keeps its
-        inputs and its output (which keeps its gradient), ``backward()`` reads the loss, the optimizer hook runs
-        the fused gradient check and keeps the gradient that reached the output. No step boundaries, reports or
-        re-runs: the floor under the unchanged loop's ratio."""
-        gradients_checked = gradient_check()
-        inner, backward = model._call_impl, torch.autograd.backward
-        inputs: list = []
-        outputs: list = []
-        kept: list = []
-        losses: list = []
-
-        def call(*args, **kwargs):  # where LoopCapture sits: the model's _compiled_call_impl
-            inputs[:] = args
-            output = inner(*args, **kwargs)
-            output.retain_grad()  # a gradient kept only while the output is alive: held until the update
-            outputs[:] = [output]
-            return output
-
-        def read_loss(tensors, *args, **kwargs):
-            losses.append(tensors.item())
-            if len(losses) > 64:
-                losses.clear()
-            return backward(tensors, *args, **kwargs)
-
-        def check(*_: object) -> None:
-            gradients_checked()
-            kept[:] = [t.grad for t in outputs]  # what a re-run of the step starts its backward from
-            outputs.clear()
-
+        """The least any unchanged-loop watch must run each step (``floor_hooks``): the floor under its ratio."""
+        call, read_loss, check = floor_hooks(model, fused_check(model))
+        backward = torch.autograd.backward
         model._compiled_call_impl, torch.autograd.backward = call, read_loss
         handle = optimizer.register_step_pre_hook(check)
         try:
@@ -187,6 +194,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
     ap.add_argument("--rounds", type=int, default=None)
     ap.add_argument("--steps", type=int, default=20, help="timed steps per block")
+    ap.add_argument("--phases", action="store_true",
+                    help="only switch the unchanged loop's hooks (and the floor's, and the check alone) on and off "
+                         "between steps of one model, print each phase's cost over plain, then stop")
     ap.add_argument("--breakdown", action="store_true",
                     help="only time each of the unchanged loop's hooks inside the training step, then stop")
     ap.add_argument("--warm", type=int, default=SCALER_PROBE_STEPS + 5,
@@ -194,6 +204,8 @@ def main() -> None:
     args = ap.parse_args()
     steady_heap()
     rounds = args.rounds or (3 if args.quick else 120)
+    if args.phases:
+        return phases(steps=400 if args.quick else 8000)
     if args.breakdown:
         return breakdown(steps=300 if args.quick else 1500)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; MLP 784-256-256-10, batch 64, Adam, CPU; "
@@ -305,6 +317,79 @@ def breakdown(steps: int) -> None:
             print(f"  {label:<32}{'':>8} called in {len(calls)} of {100 + steps} steps")
         else:
             print(f"  {label:<32}{statistics.median(calls[100:]) * 1e6:>8.1f} µs")
+
+
+PHASES = ("zero_grad", "forward", "loss", "backward", "step")
+
+
+def phases(steps: int) -> None:
+    """The unchanged loop's cost per phase of the step, measured with the machine's drift cancelled: one model
+    under one open watch, whose three entries (the model's call, ``backward()``, the optimizer's pre-step hook)
+    are switched off and on between steps, every variant once in every four steps (order reversed every other
+    four), so a slow second hits all alike. A watch seeing one step in four counts and checks it as it would
+    every step. Medians of each phase over ``steps`` steps after 200 untimed ones."""
+    model, optimizer, data, _ = make()
+    clock = time.perf_counter
+    spent: list[float] = []
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> None:
+        t0 = clock()
+        optimizer.zero_grad()
+        t1 = clock()
+        out = model(x)
+        t2 = clock()
+        loss = F.cross_entropy(out, y)
+        t3 = clock()
+        loss.backward()
+        t4 = clock()
+        optimizer.step()
+        t5 = clock()
+        spent[:] = [t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4]
+
+    backward, pre_hooks = torch.autograd.backward, optimizer._optimizer_step_pre_hooks
+    with tensor_dap.watch(model, optimizer, on="raise", capture=False) as w:
+        for i in range(SCALER_PROBE_STEPS + 5):  # the watch's start: paid once a run
+            step(*data[i % len(data)])
+        watched = (model.__dict__["_compiled_call_impl"], torch.autograd.backward, dict(pre_hooks))
+        call, read_loss, check = floor_hooks(model, fused_check(model))
+        check_alone = fused_check(model)
+        pieces = {"plain": (None, backward, {}), "watch (loop)": watched,  # (model's call, backward, pre-step hooks)
+                  "fused check alone": (None, backward, {-1: lambda *_: check_alone()}),
+                  "bare hooks (floor)": (call, read_loss, {-1: check})}
+        names = list(pieces)
+        times: dict[str, list[list[float]]] = {name: [] for name in names}
+        try:
+            for i in range(200 + steps):
+                order = names if (i // len(names)) % 2 == 0 else names[::-1]
+                name = order[i % len(names)]
+                model_call, tap, hooks = pieces[name]
+                if model_call is None:
+                    model.__dict__.pop("_compiled_call_impl", None)
+                else:
+                    model.__dict__["_compiled_call_impl"] = model_call
+                torch.autograd.backward = tap
+                pre_hooks.clear()
+                pre_hooks.update(hooks)
+                step(*data[i % len(data)])
+                if i >= 200:
+                    times[name].append(list(spent))
+        finally:
+            model_call, tap, hooks = watched
+            model.__dict__["_compiled_call_impl"], torch.autograd.backward = model_call, tap
+            pre_hooks.clear()
+            pre_hooks.update(hooks)
+        if w.reports:
+            raise SystemExit("watch fired on the benchmark's loop")
+    medians = {name: [statistics.median(t[k] for t in rows) * 1e6 for k in range(len(PHASES))]
+               for name, rows in times.items()}
+    plain_us = sum(medians["plain"])
+    print(f"\neach phase's µs over a plain step of {plain_us:.0f} µs (sum of the phases' medians), the variants "
+          f"switched between steps ({steps // len(names)} steps each):")
+    print(f"  {'variant':<22}" + "".join(f"{p:>11}" for p in PHASES) + f"{'× plain':>10}")
+    for name in names[1:]:
+        over = [m - p for m, p in zip(medians[name], medians["plain"])]
+        ratio = plain_us / sum(medians[name])
+        print(f"  {name:<22}" + "".join(f"{v:>+11.1f}" for v in over) + f"{ratio:>10.3f}")
 
 
 def break_if_call_us(n: int = 20000) -> float:
