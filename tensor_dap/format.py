@@ -84,6 +84,23 @@ def fmt_shape(shape: Any) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
 
 
+def short_path(name: str, width: int) -> str:
+    """A dotted name cut to ``width`` characters in the middle, keeping its root and its last components:
+    ``model…h.0.ln_1.weight``. Cut at the end, a layer's weight and bias read the same (``model.h.0.ln_1.…``).
+    A name whose root alone fills half the width is cut at the end."""
+    if len(name) <= width:
+        return name
+    cut = min((i for i in (name.find("."), name.find("[")) if i > 0), default=-1)
+    head = name[:cut] if cut > 0 else ""
+    if not head or len(head) > width // 2:
+        return name[:width - 1] + "…"
+    tail = name[len(name) - (width - len(head) - 1):]
+    whole = tail.find(".", 1)  # start the tail at a whole component where one starts inside it
+    if 0 < whole < len(tail) - 1:
+        tail = tail[whole + 1:]
+    return f"{head}…{tail}"
+
+
 def _message_line(exc: BaseException) -> str:
     try:
         text = str(exc).strip()

@@ -13,7 +13,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from ..format import dtype_name, fmt_bytes, fmt_num, fmt_shape
+from ..format import dtype_name, fmt_bytes, fmt_num, fmt_shape, short_path
 from ..probe.display import TensorView
 from ..probe.grads import GradReport
 from ..probe.memory import MemoryReport
@@ -24,6 +24,7 @@ from ..summary.histogram import Histogram
 from ..summary.line import nonfinite_counts
 from ..summary.tables import summaries_table, summary_line, summary_table
 
+NAME_WIDTH = 28  # the tensors table's name column: longer names are cut in the middle (``short_path``)
 _ALARM = "bold red"
 _WARN = "yellow"
 
@@ -62,7 +63,7 @@ def tensors(rows: Sequence[TensorRow], extra: int = 0, models: Sequence[tuple[st
         parts.append(table)
     if rows:
         table = _table(title=f"{len(rows) + extra} tensors")
-        table.add_column("name", style="bold", no_wrap=True, max_width=28)
+        table.add_column("name", style="bold", no_wrap=True, max_width=NAME_WIDTH)
         table.add_column("flags", no_wrap=True)
         table.add_column("summary")
         for r in rows:
@@ -70,7 +71,7 @@ def tensors(rows: Sequence[TensorRow], extra: int = 0, models: Sequence[tuple[st
             for flag in r.flags:
                 style = _ALARM if flag == "NaN/Inf" else _WARN if flag in ("other device", "mixed devices") else "dim"
                 flags.append(("" if not flags else " ") + flag, style=style)
-            table.add_row(_one_line(Text(r.name)), flags, _one_line(summary_line(r.summary)))
+            table.add_row(_one_line(Text(short_path(r.name, NAME_WIDTH))), flags, _one_line(summary_line(r.summary)))
         parts.append(table)
     elif not models:
         return Text("no tensors in this frame's locals")
@@ -141,8 +142,17 @@ def shape_flow(flow: ShapeFlow, title: str = "") -> Any:
     table.add_column("dtype")
     table.add_column("device")
     table.add_column("params", justify="right")
+    shown: set[str] = set()
     for r in flow.rows:
-        name = "  " * r.depth + (r.name.rsplit(".", 1)[-1] if r.name else "(model)")
+        parts = r.name.split(".") if r.name else []
+        for depth in range(1, len(parts)):  # a container never called (ModuleDict, ModuleList): its row, once
+            parent = ".".join(parts[:depth])
+            if parent in flow.containers and parent not in shown:
+                shown.add(parent)
+                table.add_row("  " * depth + parts[depth - 1], flow.containers[parent], Text("not called", style="dim"),
+                              "", "", "", "")
+        shown.add(r.name)
+        name = "  " * r.depth + (parts[-1] if parts else "(model)")
         out = Text(r.output) if not r.error else Text("✗ " + r.error, style=_ALARM)
         table.add_row(name, r.kind, r.inputs, out, r.dtype, r.device, f"{r.params:,}" if r.params else "")
     footer = Text(f"{flow.total_params:,} parameters; module state (mode, buffers, RNG) restored")

@@ -8,7 +8,7 @@ and afterwards every submodule's train/eval flag, every buffer (BatchNorm runnin
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..format import dtype_name, fmt_shape, short_error
@@ -83,6 +83,9 @@ class ShapeFlow:
     total_params: int
     where: str = ""  # the failing line in the user's code: "net.py:14 in forward: x = x.view(-1, 320)"
     explanation: Any = None  # a ShapeExplanation when the failure was a shape error
+    # modules never called whose children were (a ModuleDict, a ModuleList): name -> class name, so a table can
+    # show the tree a child's name belongs to
+    containers: dict[str, str] = field(default_factory=dict)
 
 
 def describe_shapes(value: Any, depth: int = 0) -> str:
@@ -183,7 +186,22 @@ def shape_flow(module: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] |
             input_shape=in_shape, input_dtype=in_dtype, input_device=in_device, output_shape=entry.get("out_shape"),
         ))
     total = sum(p.numel() for p in module.parameters())
-    return ShapeFlow(rows=tuple(rows), error=error, total_params=total, where=where, explanation=explanation)
+    return ShapeFlow(rows=tuple(rows), error=error, total_params=total, where=where, explanation=explanation,
+                     containers=_uncalled_parents(module, [r.name for r in rows]))
+
+
+def _uncalled_parents(module: Any, called: list[str]) -> dict[str, str]:
+    """The modules above a called one that were not called themselves (containers), by name."""
+    kinds = {name: type(m).__name__ for name, m in module.named_modules()}
+    seen = set(called)
+    out: dict[str, str] = {}
+    for name in called:
+        parts = name.split(".") if name else []
+        for i in range(1, len(parts)):
+            parent = ".".join(parts[:i])
+            if parent not in seen and parent in kinds:
+                out.setdefault(parent, kinds[parent])
+    return out
 
 
 def _failure(exc: BaseException) -> tuple[str, Any]:

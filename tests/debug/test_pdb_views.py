@@ -57,3 +57,23 @@ def test_objects_grads_and_tensors_at_top_level():
         child.expect(pexpect.EOF)
     finally:
         child.close(force=True)
+
+
+def test_the_tensors_table_tells_a_layer_s_weight_from_its_bias():
+    """Names longer than the name column are cut in the middle, not at the end, where minGPT's
+    'model.transformer.h.0.ln_1.weight' and '.bias' both read 'model.transformer.h.0.ln_1.…'."""
+    import io
+
+    import torch
+    from rich.console import Console
+
+    from tensor_dap.debug.views import tensors
+    from tensor_dap.probe.scan import tensor_rows
+
+    model = torch.nn.ModuleDict({"transformer": torch.nn.ModuleDict({"h": torch.nn.ModuleList(
+        [torch.nn.ModuleDict({"ln_1": torch.nn.LayerNorm(4)})])})})
+    found = [(f"model.{name}", p) for name, p in model.named_parameters()]
+    console = Console(file=io.StringIO(), width=120, no_color=True)
+    console.print(tensors(tensor_rows(found)))
+    names = [line.split()[0] for line in console.file.getvalue().splitlines()[2:] if line.strip()]
+    assert names == ["model…h.0.ln_1.weight", "model…h.0.ln_1.bias"], names

@@ -17,6 +17,7 @@ from tensor_dap.probe.memory import memory_report
 from tensor_dap.probe.scan import nonfinite_rows, reachable_tensors, tensor_rows
 from tensor_dap.probe.shapes import ShapesUsageError, call_args, shape_flow, split_args
 from tensor_dap.debug.views import nonfinite as render_nonfinite
+from tensor_dap.debug.views import shape_flow as render_shape_flow
 from tensor_dap.summary.line import one_line
 from tensor_dap.summary import TensorSummary
 
@@ -125,6 +126,35 @@ def test_shape_flow_records_every_layer_and_leaves_state_untouched():
     assert all(torch.equal(before[k], after[k]) for k in before)
     assert [m.training for m in model.modules()] == [True, True, True, False, True, True]
     assert torch.equal(rng, torch.random.get_rng_state())
+
+
+class _Blocks(nn.Module):
+    """minGPT's layout: a ModuleDict and a ModuleList that are never called, only reached through."""
+
+    def __init__(self):
+        super().__init__()
+        self.transformer = nn.ModuleDict({"h": nn.ModuleList([nn.ModuleDict({"fc": nn.Linear(4, 4)})] * 1),
+                                          "ln": nn.LayerNorm(4)})
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x):
+        for block in self.transformer["h"]:
+            x = block["fc"](x)
+        return self.head(self.transformer["ln"](x))
+
+
+def test_shape_flow_shows_the_containers_a_called_layer_sits_in():
+    flow = shape_flow(_Blocks(), (torch.randn(3, 4),))
+    assert [r.name for r in flow.rows] == ["", "transformer.h.0.fc", "transformer.ln", "head"]  # only what ran
+    assert flow.containers == {"transformer": "ModuleDict", "transformer.h": "ModuleList",
+                               "transformer.h.0": "ModuleDict"}
+    console = make_console(file=io.StringIO())
+    console.print(render_shape_flow(flow))
+    lines = [line.rstrip() for line in console.file.getvalue().splitlines()[1:-1]]
+    tree = [(len(line) - len(line.lstrip()), line.split()[0], line.split()[1]) for line in lines]
+    assert tree == [(0, "(model)", "_Blocks"), (2, "transformer", "ModuleDict"), (4, "h", "ModuleList"),
+                    (6, "0", "ModuleDict"), (8, "fc", "Linear"), (4, "ln", "LayerNorm"), (2, "head", "Linear")]
+    assert all("not called" in line for line in lines[1:4]) and "not called" not in lines[4]
 
 
 def test_shape_flow_failure_names_the_failing_layer():
