@@ -73,6 +73,12 @@ def test_breakpoint_session_shows_tensors_and_runs_every_command():
         out = _run(child, "grads model")
         assert re.search(r"0\.bias\s+\[16\]\s+0\s+zero", out) and re.search(r"total norm [\d.]+\s+1 zero", out)
         assert "gradients of model" in _run(child, "grads")  # default: first module in locals
+        # a module named as tensor_dap's reports and tables print it ("0" is not Python): walked from 'model'
+        out = _run(child, "grads model.0")
+        assert "gradients of model.0" in out and re.search(r"^\s*bias\s+\[16\]\s+0\s+zero", out, re.M), out
+        assert re.search(r"^\(model\)\s+Linear\s+\[32, 8\]\s+\[32, 16\]", _run(child, "shapes model.0 x"), re.M)
+        assert "Linear" in _run(child, "p model.4")
+        assert "model.4 (Linear) has no submodule or attribute 'nope'" in _run(child, "p model.4.nope")
 
         out = _run(child, "shapes model x")
         assert re.search(r"0\s+Linear\s+\[32, 8\]\s+\[32, 16\]\s+f32\s+cpu\s+144", out)

@@ -172,6 +172,8 @@ def test_split_args_and_call_args():
     assert split_args("self.net torch.randn(2, 3)") == ("self.net", "torch.randn(2, 3)")
     assert split_args("model (x, mask)") == ("model", "(x, mask)")
     assert split_args("m, a, b") == ("m", "(a, b)")
+    assert split_args("model.transformer.h.0 x") == ("model.transformer.h.0", "x")  # a path as reports print it
+    assert split_args("model.h.0.attn (x, mask)") == ("model.h.0.attn", "(x, mask)")
     with pytest.raises(ShapesUsageError):
         split_args("model")
     x = torch.zeros(1)
