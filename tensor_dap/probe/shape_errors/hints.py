@@ -104,6 +104,8 @@ def mismatch_hint(ev: Evaluator, node: ast.AST, operands: list[Operand], kind: s
         return next((h for h in (_broadcast_hint(a, b) for a, b in pairs) if h), "")
     if kind == "dims":
         return _dims_hint(ev, node, tensors, message)
+    if kind == "not contiguous":
+        return _view_hint(ev, node, tensors, message)
     if kind == "size mismatch":
         return _state_dict_hint(ev, node) or _view_hint(ev, node, tensors, message) or _norm_hint(message)
     return ""

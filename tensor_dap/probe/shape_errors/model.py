@@ -11,15 +11,18 @@ _KINDS = (
                           r"size mismatch, m1|input and weight", re.IGNORECASE)),
     ("broadcast", re.compile(r"must match the size of tensor b|broadcast|must match the existing size|"
                              r"expanded size of the tensor", re.IGNORECASE)),
+    # view() of a transposed/permuted/expanded tensor: the sizes are fine, the memory layout is not
+    ("not contiguous", re.compile(r"view size is not compatible with input tensor's size and stride", re.IGNORECASE)),
     ("size mismatch", re.compile(r"size mismatch|Sizes of tensors must match|is invalid for input of size|"
-                                 r"to have \d+ channels|view size is not compatible|shape mismatch|"
+                                 r"to have \d+ channels|shape mismatch|"
                                  r"must match|number of sizes provided|expected input with shape", re.IGNORECASE)),
     ("dims", re.compile(r"Dimension out of range|Expected \d+D|expected \d+D|number of dimensions|"
                         r"\d+D (?:or \d+D )?(?:\w+ )?tensor expected|"
                         r"too many indices|dimensions? (?:of|but)|expected .* dims?\b|got \d+D", re.IGNORECASE)),
 )
 def classify(exc: BaseException) -> str | None:
-    """'matmul', 'broadcast', 'size mismatch', 'dims', or None when ``exc`` is not a shape error."""
+    """'matmul', 'broadcast', 'not contiguous', 'size mismatch', 'dims', or None when ``exc`` is not a shape
+    error."""
     if not isinstance(exc, (RuntimeError, ValueError, IndexError, TypeError)):
         return None
     text = str(exc)
