@@ -88,8 +88,12 @@ def _function_table(function: tuple, unit: float, top: int) -> Any:
     t = table("", "line", "hits", "time", "per hit", "% time", "source",
               right=("line", "hits", "time", "per hit", "% time"))
     t.title = title
-    hottest = sorted(lines, key=lambda r: -r[2])[:top]
-    for lineno, hits, time in sorted(hottest):
+    hottest = sorted(sorted(lines, key=lambda r: -r[2])[:top])
+    source = [linecache.getline(file, lineno).rstrip() for lineno, _, _ in hottest]
+    indent = min((len(text) - len(text.lstrip()) for text in source if text.strip()), default=0)
+    for (lineno, hits, time), text in zip(hottest, source):
+        line = plain(text[indent:])  # the body's own indentation kept, the function's dropped
+        line.no_wrap, line.overflow = True, "ellipsis"  # one row a line: a long comment is cut, not wrapped
         t.add_row(str(lineno), str(hits), seconds(time * unit), seconds(time * unit / hits) if hits else "",
-                  f"{100 * time * unit / total:.1f}" if total else "", plain(linecache.getline(file, lineno).rstrip()))
+                  f"{100 * time * unit / total:.1f}" if total else "", line)
     return t

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pstats
+import re
 
 import line_profiler
 import pytest
@@ -77,6 +78,23 @@ def test_line_mode_decorators(tmp_path):
     assert r.stdout.strip() == "45 6"
     stats = line_profiler.load_stats(str(run_folder(tmp_path) / "line.lprof"))
     assert {name for _, _, name in stats.timings} == {"a", "b"}
+
+
+def test_line_table_keeps_one_row_a_line_and_drops_the_function_s_indentation(tmp_path):
+    """minGPT's attention has comments longer than the terminal: they wrapped onto rows of their own."""
+    comment = "# " + "a comment longer than any terminal " * 6
+    (tmp_path / "long.py").write_text(
+        "import tensor_dap\n\nclass Net:\n    @tensor_dap.profile\n    def f(self, n):\n"
+        f"        total = sum(range(n))  {comment}\n        for i in range(3):\n            total += i\n"
+        "        return total\n\nprint(Net().f(10))\n")
+    r = tensor_dap("profile", "--mode", "line", "long.py", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    rows = [line for line in r.stderr.splitlines() if re.match(r"\s*\d+\s+\d+\s", line)]
+    assert [int(row.split()[0]) for row in rows] == [6, 7, 8, 9], r.stderr  # every line a row, nothing between
+    table = r.stderr[r.stderr.index(rows[0]):r.stderr.index(rows[-1])]
+    assert "longer than any terminal" in rows[0] and rows[0].rstrip().endswith("…") and table.count("\n") == 3
+    source = [re.split(r"\s\d+\.\d\s{2}", row, maxsplit=1)[1].rstrip() for row in rows]  # after "% time"
+    assert source[0].startswith("total = sum(range(n))") and source[2] == "    total += i"  # the body's indent only
 
 
 def test_torch_mode_writes_a_chrome_trace_of_the_step_window(train_script, tmp_path):
