@@ -117,31 +117,18 @@ class TensorPdb(pdb.Pdb):
 
     def _value_or_none(self, arg: str) -> Any:
         """Evaluate ``arg`` in the current frame; pdb reports a failure and we return a sentinel. A module's
-        path as tensor_dap's reports and tables print it (``model.transformer.h.0.attn``: not Python, for the
-        ``0``) is walked attribute by attribute from its first name."""
-        from ..probe.shapes import is_module_path
+        path as reports print it (``model.h.0.attn``: not Python) is walked from its first name."""
+        from ..probe.paths import is_module_path, value_at
 
-        if is_module_path(arg.strip()):
-            return self._walk(arg.strip())
         try:
-            return self._getval(arg)
+            if not is_module_path(arg.strip()):
+                return self._getval(arg)
+            value, missing = value_at(arg.strip(), self._getval)
         except Exception:
             return _FAILED
-
-    def _walk(self, path: str) -> Any:
-        root, *parts = path.split(".")
-        try:
-            value = self._getval(root)
-        except Exception:
+        if missing:
+            self.error(missing)
             return _FAILED
-        walked = root
-        for part in parts:
-            try:
-                value = getattr(value, part)  # a ModuleList's or Sequential's "0" is an attribute of it
-            except Exception:  # noqa: BLE001 - whatever the object raises: one line, as pdb says it
-                self.error(f"{walked} ({type(value).__name__}) has no submodule or attribute {part!r}")
-                return _FAILED
-            walked = f"{walked}.{part}"
         return value
 
     def _value_of(self, command: str, expr: str, check: Any, kind: str) -> Any:

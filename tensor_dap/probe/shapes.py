@@ -8,13 +8,13 @@ and afterwards every submodule's train/eval flag, every buffer (BatchNorm runnin
 from __future__ import annotations
 
 import ast
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..format import dtype_name, fmt_shape, short_error
 from ..kinds import is_tensor
 from ..nested import first_tensor
+from .paths import is_module_path
 from ..state import preserved
 
 
@@ -49,15 +49,6 @@ def split_args(arg: str) -> tuple[str, str]:
 def _offset(text: str, node: ast.AST) -> int:
     lines = text.splitlines(keepends=True)
     return sum(len(line) for line in lines[: node.lineno - 1]) + node.col_offset
-
-
-_MODULE_PATH = re.compile(r"[A-Za-z_]\w*(?:\.\w+)+")
-
-
-def is_module_path(text: str) -> bool:
-    """A submodule's path as reports and tables print it, ``model.transformer.h.0.attn``: not Python (the
-    ``0``), so the debugger walks it attribute by attribute from its first name."""
-    return _MODULE_PATH.fullmatch(text) is not None and any(part.isdigit() for part in text.split(".")[1:])
 
 
 def _parses(expr: str) -> bool:
