@@ -94,9 +94,10 @@ def short_path(name: str, width: int) -> str:
     head = name[:cut] if cut > 0 else ""
     if not head or len(head) > width // 2:
         return name[:width - 1] + "…"
-    tail = name[len(name) - (width - len(head) - 1):]
-    whole = tail.find(".", 1)  # start the tail at a whole component where one starts inside it
-    if 0 < whole < len(tail) - 1:
+    start = len(name) - (width - len(head) - 1)
+    tail = name[start:]
+    whole = tail.find(".")  # a tail cut inside a component starts at the next whole one
+    if name[start - 1] != "." and 0 <= whole < len(tail) - 1:
         tail = tail[whole + 1:]
     return f"{head}…{tail}"
 

@@ -45,6 +45,7 @@ def test_long_dotted_names_keep_their_root_and_last_components():
         assert len(short) <= 28 and short.count("…") == 1, short
         assert short.startswith(name.split(".")[0][:5])  # the root variable stays readable
     assert short_path("self.encoder.layers[11].self_attn.out_proj.weight", 28) == "self…out_proj.weight"  # whole parts
+    assert short_path("model.transformer.layers.ln_f.weight", 24) == "model…layers.ln_f.weight"  # cut at a dot: kept
     assert short_path("batch[0]", 28) == "batch[0]"  # short names are left alone
     long_root = "inputs_of_the_batch_with_a_name_long_enough_to_crowd_the_table"
     assert short_path(long_root, 28) == long_root[:27] + "…"  # a root filling the width is cut at its end
