@@ -151,7 +151,6 @@ def shape_flow(flow: ShapeFlow, title: str = "") -> Any:
                 shown.add(parent)
                 table.add_row("  " * depth + parts[depth - 1], flow.containers[parent], Text("not called", style="dim"),
                               "", "", "", "")
-        shown.add(r.name)
         name = "  " * r.depth + (parts[-1] if parts else "(model)")
         out = Text(r.output) if not r.error else Text("✗ " + r.error, style=_ALARM)
         table.add_row(name, r.kind, r.inputs, out, r.dtype, r.device, f"{r.params:,}" if r.params else "")

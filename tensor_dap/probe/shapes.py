@@ -14,8 +14,8 @@ from typing import Any
 from ..format import dtype_name, fmt_shape, short_error
 from ..kinds import is_tensor
 from ..nested import first_tensor
-from .paths import is_module_path
 from ..state import preserved
+from .paths import is_module_path
 
 
 class ShapesUsageError(ValueError):

@@ -208,9 +208,9 @@ class Investigation:
     def _max_abs(self, finding: Finding | None) -> tuple[float | None, str | None]:
         """The largest finite magnitude, and of what: of the op's inputs when one overflowed, else of all
         gradients and parameters (a diverging run shows 1e30 long before it shows Inf)."""
-        value = op_max_abs(finding)
-        if value is not None:
-            return value, OP_INPUTS
+        found = op_max_abs(finding)
+        if found[0] is not None:
+            return found
         value = max_abs([p.grad for p in self._params if p.grad is not None] + list(self._params))
         return value, ("parameters and gradients" if value is not None else None)
 
@@ -357,18 +357,19 @@ def report_of(finding: Finding, *, step: int | None, kind: str = "nonfinite", he
                     forward_op=birth.forward_op if birth is not None else None,
                     source=source_field(line, after=birth is not None and birth.after_call))
     report.loss = next((float(s.values[0]) for sec, _, s in finding.tensors if sec == "loss" and s.values), None)
-    report.max_abs = op_max_abs(finding)
-    report.max_abs_of = OP_INPUTS if report.max_abs is not None else None
+    report.max_abs, report.max_abs_of = op_max_abs(finding)
     report.diagnosis = diagnose(birth, phase=report.phase, kind=kind, max_abs=report.max_abs, loss_history=[])
     return report
 
 
-def op_max_abs(finding: Finding | None) -> float | None:
-    """When an op overflowed from finite inputs: the largest magnitude among those inputs."""
+def op_max_abs(finding: Finding | None) -> tuple[float | None, str | None]:
+    """When an op overflowed from finite inputs: the largest magnitude among those inputs, and what it is of
+    (a report's label); (None, None) otherwise."""
     birth = finding.birth if finding is not None else None
     if birth is None or birth.phase not in ("forward", "loss") or birth.cause is not None:
-        return None
-    return max_abs([t for _, t in birth.inputs if isinstance(t, torch.Tensor)])
+        return None, None
+    value = max_abs([t for _, t in birth.inputs if isinstance(t, torch.Tensor)])
+    return value, (OP_INPUTS if value is not None else None)
 
 
 def max_abs(tensors: list[torch.Tensor]) -> float | None:
