@@ -8,6 +8,8 @@ file on stderr (the program's own stdout stays its own). The exit code is the pr
 from __future__ import annotations
 
 import argparse
+import contextlib
+from collections.abc import Iterator
 
 from .. import runner
 from ..errors import UsageError
@@ -37,6 +39,24 @@ def _target(args: argparse.Namespace) -> tuple[runner.Target, list[str]]:
     return runner.script_target(args.script), list(args.args)
 
 
+@contextlib.contextmanager
+def _backward_marks(mode: str) -> Iterator[None]:
+    """A step window needs steps: a loop updating its parameters by hand makes no optimizer step, and recorded
+    whole it filled memory (pytorch/examples' word_language_model: 20 GB in three minutes). Each ``backward()``
+    on a loss (triggers' tap: the one wrapper of it) is passed on as the weakest step mark."""
+    if mode not in ("torch", "memory"):
+        yield
+        return
+    from ..profiling import marks
+    from ..triggers import loss_tap
+
+    stop = loss_tap.listen(lambda _loss: marks.backward_returned(), done=True)
+    try:
+        yield
+    finally:
+        stop()
+
+
 def run(args: argparse.Namespace) -> int:
     from ..console import make_console
     from ..profiling.session import Options, prepare, profile_program
@@ -52,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
     options = Options(functions=list(args.function), wait=args.wait, warmup=args.warmup, active=args.active,
                       top=args.top)
     recorder = prepare(args.mode, target, options, args.out)
-    result = profile_program(recorder, argv)
+    with _backward_marks(args.mode):
+        result = profile_program(recorder, argv)
     console = make_console(stderr=True)
     for renderable in result.renderables:
         console.print(renderable)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-StepListener = Callable[[str], None]  # called with "explicit" (tensor_dap.step) or "optimizer"
+StepListener = Callable[[str], None]  # called with "explicit" (tensor_dap.step), "optimizer" or "backward"
 
 _step_listeners: list[StepListener] = []
 _line_marker: Optional[Callable[[Any], Any]] = None
@@ -17,7 +17,8 @@ _line_marker: Optional[Callable[[Any], Any]] = None
 def step() -> None:
     """Mark the end of one training step: ``--mode torch`` and ``--mode memory`` count steps by it.
 
-    Without any call, a profile counts optimizer steps instead (one ``optimizer.step()`` = one step).
+    Without any call, a profile counts optimizer steps instead (one ``optimizer.step()`` = one step), and
+    with no optimizer either, ``backward()`` calls on a loss.
     """
     for listener in tuple(_step_listeners):
         listener("explicit")
@@ -27,6 +28,12 @@ def optimizer_stepped() -> None:
     """Called after every optimizer step while a profile listens (torch's global optimizer hook)."""
     for listener in tuple(_step_listeners):
         listener("optimizer")
+
+
+def backward_returned() -> None:
+    """Called after every ``backward()`` on a loss while a profile listens: the steps of a loop with no optimizer."""
+    for listener in tuple(_step_listeners):
+        listener("backward")
 
 
 def add_step_listener(listener: StepListener) -> None:

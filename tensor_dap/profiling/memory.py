@@ -198,7 +198,8 @@ class MemoryRecorder(Recorder):
 
 
 def _site_table(title: str, sites: list[Site], ops: bool = False) -> Any:
-    columns = ("bytes", "count") + (("operator",) if ops else ()) + ("where",)
+    # torch names a Python caller by where its function starts, not the line that ran: say so in the header
+    columns = ("bytes", "count") + (("operator", "in (file:line of the def)") if ops else ("where",))
     t = table(title, *columns, right=("bytes", "count"))
     for s in sites:
         place = where(s.file, s.line or None, s.function)

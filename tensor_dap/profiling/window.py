@@ -2,14 +2,17 @@
 
 Steps are counted by ``tensor_dap.step()``, or, when the program never calls it, by
 optimizer steps (torch's global optimizer hook): those of the first optimizer to step, so a
-GAN's two optimizers make one step per iteration. From the start of the program until the
+GAN's two optimizers make one step per iteration; with no optimizer at all (a loop that
+updates its parameters by hand), by ``backward()`` calls on a loss, which ``tensor-dap
+profile`` passes on (``marks.backward_returned``). From the start of the program until the
 first step the profiler records everything (the *prelude*); at the first step the prelude
 stops and a scheduled profiler skips ``wait`` steps, warms up for ``warmup`` and records
-``active``. Until the program first calls ``tensor_dap.step()`` optimizer steps count; that
-call ends step 1 and the window starts over from it, so the steps recorded are the steps
-named however many optimizer steps a step makes. A program that marks no step at all is
-recorded whole; one that ends before the window is recorded from its start to the end of
-its first step (the prelude) rather than by the fragment after its last step.
+``active``. A stronger mark takes over when it first comes (``tensor_dap.step()`` over
+optimizer steps over ``backward()``): that mark ends step 1 and the window starts over from
+it, so the steps recorded are the steps named however many optimizer steps or backward calls
+a step makes. A program that marks no step at all is recorded whole; one that ends before the
+window is recorded from its start to the end of its first step (the prelude) rather than by
+the fragment after its last step.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from typing import Any, Callable, ContextManager
 from . import marks
 
 OnTrace = Callable[[Any, str], None]  # (the finished torch profiler, what it covers)
+STRENGTH = {"backward": 0, "optimizer": 1, "explicit": 2}  # which step marks win when a program makes several
+CALLS = {"backward": "backward()", "optimizer": "optimizer.step()", "explicit": "tensor_dap.step()"}
 
 
 def unreadable(exc: BaseException) -> str:
@@ -43,7 +48,7 @@ class StepWindow:
         self.first = 2 + wait + self.warmup  # the first recorded step: the prelude ends with step 1
         self.on_trace = on_trace
         self.steps = 0
-        self.counted_by: str | None = None  # "explicit" (tensor_dap.step) or "optimizer"
+        self.counted_by: str | None = None  # "explicit" (tensor_dap.step), "optimizer" or "backward"
         self.delivered = False
         self._prelude: Any = None
         self._kept_prelude: Any = None
@@ -76,28 +81,28 @@ class StepWindow:
         marks.optimizer_stepped()
 
     def _on_step(self, source: str) -> None:
-        if source == "optimizer" and self.counted_by == "explicit":
-            return
-        recount = source == "explicit" and self.counted_by == "optimizer"
-        if source == "explicit" and self.counted_by != "explicit":
-            self.counted_by = "explicit"  # the program marks its own steps: optimizer steps no longer count
-            self._remove_hook()
-        self.counted_by = self.counted_by or source
+        counted_by = self.counted_by
+        if counted_by is not None and STRENGTH[source] < STRENGTH[counted_by]:
+            return  # a weaker mark than the one counting: a backward() inside an optimizer step
+        if source == "explicit" and counted_by != "explicit":
+            self._remove_hook()  # the program marks its own steps: optimizer steps no longer count
+        self.counted_by = source
         with self.aside():
-            if recount:
-                self._recount()
+            if counted_by is not None and counted_by != source:
+                self._recount(counted_by)
             else:
                 self.steps += 1
                 self._advance()
 
-    def _recount(self) -> None:
-        """The first tensor_dap.step() after optimizer steps were counted: it ends step 1, the window restarts."""
+    def _recount(self, weaker: str) -> None:
+        """The first stronger mark after weaker ones were counted: it ends step 1, the window restarts."""
         if self.delivered:  # the window ran out before the program first marked a step: it is what it says
             return
         window, self._window = self._window, None  # its trace (if any) is of steps counted the wrong way
         if window is not None:
             window.stop()
-        self._prelude_end = "its first optimizer.step() (in step 1)"
+        if self._prelude_end == "the end of step 1":  # the prelude ended at the first mark, the weakest
+            self._prelude_end = f"its first {CALLS[weaker]} (in step 1)"
         self.steps = 1
         self._start_window()
 
@@ -126,8 +131,11 @@ class StepWindow:
         self.delivered = True
         last = min(self.first + self.active - 1, self.steps)
         optimizers = len(self._optimizers)
-        by = ("tensor_dap.step()" if self.counted_by == "explicit" else
-              "optimizer.step()" if optimizers < 2 else f"optimizer.step() of the first of {optimizers} optimizers")
+        by = CALLS[self.counted_by or "explicit"]
+        if self.counted_by == "optimizer" and optimizers > 1:
+            by += f" of the first of {optimizers} optimizers"
+        elif self.counted_by == "backward":
+            by += " on a loss: no optimizer stepped"
         self._kept_prelude = None
         self.on_trace(prof, f"steps {self.first}–{last} (counted by {by})" if last > self.first
                       else f"step {self.first} (counted by {by})")

@@ -18,6 +18,8 @@ TAGGED = textwrap.dedent('''
 
     steps, per_step, explicit = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "explicit"
     gan = sys.argv[3] == "gan"  # a second model and optimizer, stepped after the first in every step
+    by_hand = sys.argv[3] == "by-hand"  # no optimizer: the parameters updated in the loop
+    accumulate = sys.argv[3] == "accumulate"  # per_step backward() calls, then one optimizer step
     model, other = nn.Linear(8, 8), nn.Linear(8, 8)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     opt_other = torch.optim.Adam(other.parameters(), lr=0.01)
@@ -28,6 +30,13 @@ TAGGED = textwrap.dedent('''
         for _ in range(per_step):  # several updates in a step
             opt.zero_grad()
             model(x).sum().backward()
+            if by_hand:
+                with torch.no_grad():
+                    for p in model.parameters():
+                        p.add_(p.grad, alpha=-0.01)
+            elif not accumulate:
+                opt.step()
+        if accumulate:
             opt.step()
         if gan:
             opt_other.zero_grad()
@@ -53,7 +62,9 @@ def _tags(folder):
 @pytest.mark.parametrize("per_step, how, by", [(1, "explicit", "tensor_dap.step()"),
                                                (3, "explicit", "tensor_dap.step()"),
                                                (1, "optimizer", "optimizer.step()"),
-                                               (1, "gan", "optimizer.step() of the first of 2 optimizers")])
+                                               (1, "gan", "optimizer.step() of the first of 2 optimizers"),
+                                               (3, "accumulate", "optimizer.step()"),
+                                               (1, "by-hand", "backward() on a loss: no optimizer stepped")])
 def test_the_window_records_the_steps_it_names(tmp_path, per_step, how, by):
     r, folder = _profile(tmp_path, "torch", 9, per_step, how)
     assert f"steps 4–6 (counted by {by})" in r.stderr
@@ -63,9 +74,12 @@ def test_the_window_records_the_steps_it_names(tmp_path, per_step, how, by):
     assert len(full) == 3  # one per recorded step, nothing of the steps around them
 
 
-@pytest.mark.parametrize("per_step, end", [(1, "its first optimizer.step() (in step 1)"), (0, "the end of step 1")])
-def test_a_program_that_ends_before_the_window_keeps_the_prelude(tmp_path, per_step, end):
-    r, folder = _profile(tmp_path, "torch", 3, per_step, "explicit")
+@pytest.mark.parametrize("per_step, how, end", [(1, "explicit", "its first backward() (in step 1)"),
+                                                (0, "explicit", "the end of step 1"),
+                                                (2, "accumulate", "its first backward() (in step 1)"),
+                                                (1, "by-hand", "the end of step 1")])
+def test_a_program_that_ends_before_the_window_keeps_the_prelude(tmp_path, per_step, how, end):
+    r, folder = _profile(tmp_path, "torch", 3, per_step, how)
     assert _tags(folder) == [1]  # the prelude (step 1), not the empty fragment after step 3
     assert f"the start of the run to {end} (it ended after 3 steps, before the window of steps 4–6)" \
         in " ".join(r.stderr.split())
@@ -74,7 +88,7 @@ def test_a_program_that_ends_before_the_window_keeps_the_prelude(tmp_path, per_s
 def test_memory_mode_keeps_the_prelude_too(tmp_path):
     r, folder = _profile(tmp_path, "memory", 3, 1, "explicit")
     torch_cpu = json.loads((folder / "memory.json").read_text())["torch_cpu"]
-    assert torch_cpu["covers"].startswith("the start of the run to its first optimizer.step()")
+    assert torch_cpu["covers"].startswith("the start of the run to its first backward()")
     assert torch_cpu["sites"] and all(s["op"] for s in torch_cpu["sites"])  # no Python stacks in a prelude
 
 
