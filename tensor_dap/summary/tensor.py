@@ -189,6 +189,18 @@ def plain_view(x: Any) -> Any:
         return x
 
 
+def _whole_numbers(data: Any) -> bool:
+    """An integer dtype (not bool, not quantized: those read as their dequantized reals)."""
+    dtype = data.dtype
+    return not (dtype.is_floating_point or dtype.is_complex or data.is_quantized) and dtype is not _bool_dtype()
+
+
+def _bool_dtype() -> Any:
+    import torch
+
+    return torch.bool
+
+
 def _with_stats(data: Any, base: Dict[str, Any], notes: list, budget: Budget, stats_of: str,
                 presampled: bool = False, known: Any = None) -> TensorSummary:
     """Attach stats of ``data``; ``presampled`` says ``data`` is already a sample of the tensor."""
@@ -201,9 +213,12 @@ def _with_stats(data: Any, base: Dict[str, Any], notes: list, budget: Budget, st
         stats, values = known
     else:
         stats, values = _computed(data, budget)
+    lo, hi = stats.min, stats.max
+    if _whole_numbers(data):  # token ids, labels, indices: 18327 against a vocabulary of 18328, not 1.83e4
+        lo, hi = (int(v) if v is not None and abs(v) < 2**53 else v for v in (lo, hi))  # beyond: floats rounded
     return TensorSummary(
         **base,
-        min=stats.min, max=stats.max, mean=stats.mean, std=stats.std,
+        min=lo, max=hi, mean=stats.mean, std=stats.std,
         nan=stats.nan, pos_inf=stats.pos_inf, neg_inf=stats.neg_inf, counts_exact=stats.counts_exact,
         has_nan=stats.has_nan, has_pos_inf=stats.has_pos_inf, has_neg_inf=stats.has_neg_inf,
         all_zero=_all_zero(stats, presampled),

@@ -36,6 +36,17 @@ def test_parameter_dtype_and_grad_flag():
     assert summarize(p) == "Parameter[256, 784] bf16 n=200704 (392 KiB) x∈[2, 2] μ=2 σ=0 grad"
 
 
+def test_integer_ranges_are_exact_whole_numbers():
+    """Token ids against a vocabulary: 50256 must not read 5.026e4, the debugger and reports included."""
+    ids = torch.tensor([[50256, 3, 17], [0, 12345, 99]] * 4)
+    assert summarize(ids) == "tensor[8, 3] i64 n=24 (192 B) x∈[0, 50256] μ=1.05e4 σ=1.88e4"
+    s = describe(ids.to(torch.int32))
+    assert (s.min, s.max) == (0, 50256) and type(s.max) is int
+    big = describe(torch.tensor([2**62 + 1, -3]))  # past 2**53 the pass reads floats: rounded, so not shown as exact
+    assert big.min == -3 and type(big.min) is int and type(big.max) is float
+    assert type(describe(torch.tensor([0.5, 2.0])).max) is float
+
+
 def test_all_zeros_and_bool():
     assert summarize(torch.zeros(100)) == "tensor[100] n=100 (400 B) all zeros"
     assert summarize(torch.tensor([True, False, False, True])) == "tensor[4] bool 50% true [True, False, False, True]"
