@@ -815,3 +815,20 @@ def test_w_step_reads_the_loss_handed_to_backward_once_and_keeps_no_graph(return
             assert w._running_loss[1].grad_fn is None and not w._running_loss[1].requires_grad
             assert len(w._loss_history()) == 3
     assert seen == ([0, 1, 2] if returns == "the same loss" else [0, 0, 1, 1, 2, 2])
+
+
+def test_a_report_says_when_it_lists_only_the_first_parameters():
+    from tensor_dap.triggers.localize import MAX_ROWS, nonfinite_parameters
+
+    wide = torch.nn.Module()
+    for i in range(MAX_ROWS + 3):
+        wide.register_parameter(f"p{i}", torch.nn.Parameter(torch.ones(2)))
+    with torch.no_grad():
+        wide.p2[0] = float("nan")
+    finding = nonfinite_parameters(wide, first_step=True)
+    sections = [sec for sec, _, _ in finding.tensors]
+    assert sections == [f"parameters (the first {MAX_ROWS} of {MAX_ROWS + 3})"] * MAX_ROWS
+    small = torch.nn.Linear(2, 2)
+    with torch.no_grad():
+        small.bias[0] = float("inf")
+    assert {sec for sec, _, _ in nonfinite_parameters(small).tensors} == {"parameters"}
