@@ -39,6 +39,7 @@ from ..kinds import is_tensor
 from ..nested import walk
 from ..summary import describe, jsonable
 from ..summary.histogram import SAMPLE, histogram
+from ..summary.tensor import grad_fn_name
 
 VERSION = 1
 MAX_TENSORS = 200  # a frame listing past this says how many it left out
@@ -104,7 +105,7 @@ def _meta(t: Any) -> dict:
     if t.requires_grad:
         flags.append("requires_grad")
     if t.grad_fn is not None:
-        flags.append(type(t.grad_fn).__name__)
+        flags.append(grad_fn_name(t))
     if t.is_leaf and getattr(t, "_grad", None) is not None:
         flags.append("has .grad")
     if type(t).__name__ != "Tensor":

@@ -116,10 +116,31 @@ def _is_fake(x: Any) -> bool:
         return False
 
 
+def _past_module_hooks(fn: Any, output_nr: int) -> Any:
+    """The op that made a value, not the pass-through node a module's full backward hook puts after it
+    (``BackwardHookFunctionBackward``: torch's plumbing, also there while tensor_dap localizes a NaN)."""
+    for _ in range(8):  # one node per module whose output it is: nested modules stack them
+        if fn is None or type(fn).__name__ != "BackwardHookFunctionBackward":
+            return fn
+        try:
+            nxt, output_nr = fn.next_functions[output_nr]
+        except Exception:  # noqa: BLE001 - an unexpected node shape: name the hook node itself
+            return fn
+        if nxt is None:
+            return fn
+        fn = nxt
+    return fn
+
+
+def grad_fn_name(x: Any) -> Optional[str]:
+    """``AddmmBackward0``: the name of the op that made ``x`` (None for a leaf), past module hooks' nodes."""
+    fn = _past_module_hooks(x.grad_fn, x.output_nr)
+    return type(fn).__name__ if fn is not None else None
+
+
 def _grad_state(x: Any) -> Tuple[Dict[str, Any], Any]:
     state: Dict[str, Any] = {"requires_grad": bool(x.requires_grad), "is_leaf": bool(x.is_leaf)}
-    fn = x.grad_fn
-    state["grad_fn"] = type(fn).__name__ if fn is not None else None
+    state["grad_fn"] = grad_fn_name(x)
     grad_tensor = None
     if x.is_leaf:  # reading .grad of a non-leaf warns and is always None; of a leaf it never warns
         grad_tensor = x.grad

@@ -155,8 +155,7 @@ class AutoTriggers:
             return
         self._optimizers.add(optimizer)
         if self.replay:
-            self._stop_noting()
-            self._replay(optimizer)
+            self._replay_at_step(optimizer, closure_of(args, kwargs))
         if self._by_hand is not None and self._takes_over(optimizer):
             return  # made before tensor_dap began: the watch its first backward() found becomes this optimizer's
         try:
@@ -194,7 +193,23 @@ class AutoTriggers:
         # The watch's own pre-step hook is registered now, inside this step's hooks: torch calls it
         # for this very step, so the first update is checked too.
 
-    def _replay(self, optimizer: Optional[torch.optim.Optimizer]) -> None:
+    def _replay_at_step(self, optimizer: torch.optim.Optimizer, closure: Optional[Callable[[], Any]]) -> None:
+        """``--replay`` at the program's first optimizer step. LBFGS & co run the model inside step(), in the
+        closure: one evaluation of it, here, shows which module the model is (the replay then restores every
+        state the bundle has), and a bundle of such a step replays through that closure."""
+        from .attach import find_model
+        from .incident import BundleError, read_report
+
+        if closure is not None and find_model(list(self._seen), optimizer)[0] is None:
+            closure()
+        self._stop_noting()
+        try:
+            by_closure = read_report(self.replay).mode == "closure"
+        except BundleError:
+            by_closure = False  # replay() says what is wrong with it
+        self._replay(optimizer, closure if by_closure else None)
+
+    def _replay(self, optimizer: Optional[torch.optim.Optimizer], closure: Optional[Callable[[], Any]] = None) -> None:
         """``--replay BUNDLE``: the program built its model and optimizer; re-run the bundle's step on them, then end.
         ``optimizer`` None: a bundle of a loop updating by hand, replayed at the program's first backward().
 
@@ -216,7 +231,7 @@ class AutoTriggers:
         note(f"tensor_dap: replaying {self.replay} on the program's {type(model).__name__}{with_optimizer}",
              style="")
         try:
-            report = replay(self.replay, model, optimizer=optimizer, on=self.on)
+            report = replay(self.replay, model, closure, optimizer=optimizer, on=self.on)
         except TriggerError as exc:  # nobody to stop for: the report is shown, the program ends
             from .report import emit
 

@@ -37,11 +37,13 @@ class StepContext:
     updated: bool = False  # the step's optimizer update has run (the parameters are those after it)
     forwards: list[Any] | None = None  # an unchanged loop's step: the model's own forwards (see loop.py)
     outer: StepContext | None = None  # a closure evaluated inside step(): the w.step it belongs to (bundled)
+    closure: bool = False  # ``fn`` is the closure handed to ``optimizer.step`` (LBFGS & co) in an unchanged loop
 
     @property
     def mode(self) -> str:
-        """How its bundle replays: "loop" (the model's own forwards) or "step" (with the step function)."""
-        return "loop" if self.forwards is not None else "step"
+        """How its bundle replays: "loop" (the model's own forwards), "closure" (with the optimizer's closure, which
+        ``tensor-dap run --replay`` takes from the program's first step) or "step" (with the step function)."""
+        return "loop" if self.forwards is not None else "closure" if self.closure else "step"
 
 
 @dataclass

@@ -171,7 +171,7 @@ class LoopSteps:
         self._take_loop_losses()  # its loss into the history and the sentinel
         ctx = self._loop_context()
         if ctx is not None:  # this evaluation, from its forward's start: re-run through the closure itself
-            ctx = dataclasses.replace(ctx, fn=self._joined[0], forwards=None)
+            ctx = dataclasses.replace(ctx, fn=self._joined[0], forwards=None, closure=True)
         self._guard(self._check, index, ctx)
         if loop is not None:
             loop.stepped()  # the next evaluation's forward opens a capture of its own (LBFGS moves the parameters)

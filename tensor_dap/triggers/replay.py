@@ -21,8 +21,10 @@ from ..dist import unwrap
 from ..errors import NonFiniteError
 from ..nested import map_tensors
 from ..state import restore_rng
+from .diagnose import diagnose
 from .incident import Bundle, read_bundle
 from .investigate import report_of
+from .origin import Birth
 from .localize import StopRerun, any_nonfinite, localize_rerun, nonfinite_parameters
 from .forwards import Forward, replay_forwards
 from .report import Report
@@ -44,7 +46,8 @@ def replay(bundle: str | Bundle, model: torch.nn.Module, step_fn: Callable[..., 
     """Re-run the bundle's step on ``model``; returns the new report, or None if the step ran clean.
 
     A bundle from ``watch.step`` needs ``step_fn``, the same step function: it is called with
-    the bundle's saved arguments (moved to the model's device). A bundle from an unchanged loop
+    the bundle's saved arguments (moved to the model's device); one of an unchanged loop whose optimizer
+    steps with a closure (LBFGS) needs that closure. A bundle from an unchanged loop
     replays the model's own forwards and backwards and needs no step function. The report then
     goes where ``on`` says (stop in the debugger, raise ``NonFiniteError``, or log).
     ``trusted=True`` is needed for bundles that keep Python objects (``objects.pt``) or were
@@ -62,6 +65,9 @@ def replay(bundle: str | Bundle, model: torch.nn.Module, step_fn: Callable[..., 
         def run() -> Any:
             return replay_forwards(inner, forwards)
     else:
+        if step_fn is None and bundle.mode == "closure":
+            raise ValueError(f"{bundle.path}: this bundle holds a step of an optimizer called with a closure (LBFGS): "
+                             "pass the closure, tensor_dap.replay(bundle, model, closure, optimizer)")
         if step_fn is None:
             raise ValueError(f"{bundle.path}: this bundle holds a watch.step step: pass its step function, "
                              "tensor_dap.replay(bundle, model, step_fn, optimizer)")
@@ -91,11 +97,22 @@ def replay(bundle: str | Bundle, model: torch.nn.Module, step_fn: Callable[..., 
         return None
     report = report_of(finding, step=bundle.step, headline=f"replay: {bundle.report.headline}")
     report.bundle, report.mode = bundle.path, bundle.mode
+    _carry_over(bundle.report, report, finding.birth)
     if (finding.phase, finding.module, finding.op) != (bundle.report.phase, bundle.report.module, bundle.report.op):
         report.notes.append(f"the original report said {bundle.report.where or 'something else'}"
                             + (f", {bundle.report.origin}" if bundle.report.origin else ""))
     dispatch(report, on=on, error=NonFiniteError, ranks=ranks, culprit={**finding.culprit, "step": bundle.step})
     return report
+
+
+def _carry_over(original: Report, report: Report, birth: Birth | None) -> None:
+    """What the re-run cannot know and the bundle's report does, of the same step: the losses before it and the
+    learning rates (whose presence also says the replay call takes the optimizer), and the diagnosis they allow."""
+    report.loss_history, report.lr = list(original.loss_history), list(original.lr)
+    if report.loss is None:
+        report.loss = original.loss
+    report.diagnosis = diagnose(birth, phase=report.phase, kind=report.kind, max_abs=report.max_abs,
+                                loss_history=report.loss_history) or report.diagnosis
 
 
 def _forward(saved: dict[str, Any], device: torch.device) -> Forward:

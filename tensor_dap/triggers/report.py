@@ -57,7 +57,8 @@ class Report:
     lr: list[float] = field(default_factory=list)  # the learning rate of each param group
     max_abs: float | None = None  # the largest finite magnitude among the tensors involved
     max_abs_of: str | None = None  # which tensors those were: "the op's inputs", "parameters and gradients"
-    mode: str | None = None  # how the bundle replays: "step" (with the step function) or "loop" (the model's forwards)
+    mode: str | None = None  # how the bundle replays: "step" (with the step function), "closure" (with the optimizer's
+    # closure) or "loop" (the model's forwards)
     program: str | None = None  # the script that was training (absolute path) and its arguments: what a replay reruns
     args: list[str] = field(default_factory=list)
     version: int = VERSION
@@ -86,7 +87,7 @@ class Report:
         if src.get("file"):
             # the unchanged loop finds a loss op in the loss's graph: its own line is not known, so the line is the
             # backward() call after it, or the model's call before it where backward() runs in a library's code
-            if self.phase == "loss" and self.mode != "step":
+            if self.phase == "loss" and self.mode not in ("step", "closure"):
                 text = text or "not known"  # (an op the loss's graph cannot tell: a sum that overflowed)
                 at = f", in the loss computed {'after' if src.get('after') else 'before'} "
             else:
@@ -189,7 +190,7 @@ def to_text(report: Report) -> str:
 
 def _bundle_lines(report: Report) -> list[str]:
     bundle = report.bundle
-    call = "model" if report.mode == "loop" else "model, step_fn"
+    call = {"loop": "model", "closure": "model, closure"}.get(report.mode or "step", "model, step_fn")
     if report.lr:  # an optimizer was known (a loop updating by hand has none): its update is replayed too
         call += ", optimizer=optimizer" if report.mode == "loop" else ", optimizer"
     return [f"incident bundle: {bundle}",

@@ -349,7 +349,7 @@ class watch(Investigation, LoopSteps, CrashExplanation):
             if self._rerunning or self._replaying:
                 return closure()
             ctx = StepContext(index, closure, (), {}, capture_rng(), self._buffers.clone(), checked=True,
-                              optimizer=optimizer, outer=outer)
+                              optimizer=optimizer, outer=outer, closure=True)
             loss = closure()
             value = loss_of(loss)
             if value is not None:

@@ -98,3 +98,26 @@ def test_rich_table_agrees_on_estimated_counts():
     make_console(out).print(summary_table(_half_nan_half_inf_cut_short()))
     rows = dict(re.findall(r"^(NaN|\+Inf|-Inf)\s+(\S+)", out.getvalue(), flags=re.M))
     assert rows == {"NaN": "≈5000", "+Inf": "≈5000", "-Inf": "≈0"}
+
+
+def test_grad_fn_is_the_op_past_module_hooks():
+    """A full backward hook (the user's, or tensor_dap's while it localizes a NaN) puts a pass-through node after
+    a module's outputs: the summary names the op that made each output, nested modules and several outputs too."""
+    class Pair(torch.nn.Module):
+        def forward(self, x):
+            return torch.cat([x * 2, x + 1]), x.sin()
+
+    class Outer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pair = Pair()
+
+        def forward(self, x):
+            return self.pair(x)
+
+    outer = Outer()
+    for m in (outer, outer.pair):
+        m.register_full_backward_hook(lambda *_: None)
+    joined, waved = outer(torch.ones(3, requires_grad=True))
+    assert type(joined.grad_fn).__name__ == "BackwardHookFunctionBackward"
+    assert (describe(joined).grad_fn, describe(waved).grad_fn) == ("CatBackward0", "SinBackward0")

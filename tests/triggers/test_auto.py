@@ -249,6 +249,46 @@ def test_a_closure_optimizer_is_watched_from_the_model_run_inside_its_first_step
     assert "holds the parameters" not in capsys.readouterr().err
 
 
+LBFGS_PROGRAM = """
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(3, 8), nn.Linear(8, 1))
+optimizer = torch.optim.LBFGS(model.parameters(), lr=100.0, max_iter=4)  # diverges inside step 1
+x, y = torch.randn(16, 3), torch.rand(16, 1) + 0.5
+for step in range(4):
+    def closure():
+        optimizer.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)  # BUG
+        loss.backward()
+        return loss
+    optimizer.step(closure)
+    print("STEP", step, flush=True)
+"""
+
+
+def test_replay_of_a_closure_optimizers_bundle_reruns_the_programs_closure(tmp_path):
+    """pytorch/examples' time-sequence prediction under ``--replay``: LBFGS runs the model only inside its closure,
+    so no module had run at the first step's pre-step hook ("no module that ran before the first step holds the
+    parameters of LBFGS"). One evaluation of the program's closure finds the model; the bundle (the state at the
+    start of the evaluation that failed, inside step 1) replays through it: full-batch closures, as LBFGS needs."""
+    program = tmp_path / "lbfgs.py"
+    program.write_text(LBFGS_PROGRAM)
+    first = _run([*TENSOR_DAP, "--break-on-nan", str(program)], tmp_path)
+    bundles = sorted((tmp_path / ".tensor_dap" / "incidents").iterdir())
+    assert first.returncode == 1 and len(bundles) == 1, first.stderr
+    assert f"tensor_dap.replay('{os.path.relpath(bundles[0], tmp_path)}', model, closure, optimizer)" in first.stderr
+    again = _run([*TENSOR_DAP, "--replay", str(bundles[0]), str(program)], tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "replaying" in again.stderr and "Sequential and LBFGS" in again.stderr
+    assert "step 1 · replay: Inf born in mse_loss, outside any module" in again.stderr
+    line = marker_line(LBFGS_PROGRAM, "BUG")
+    assert f"op: mse_loss at lbfgs.py:{line} " in first.stderr and f"op: mse_loss at lbfgs.py:{line} " in again.stderr
+    assert "lr: 100" in again.stderr and "diverged" in again.stderr  # the step's facts, from the bundle's report
+    assert "STEP" not in again.stdout  # it ends in the first step, before its update
+
+
 @pytest.mark.parametrize("bug_step", [0, 1])
 def test_a_closure_optimizers_first_step_is_checked_before_its_update(bug_step):
     """The watch is made inside the first step's closure, after that step's pre-step hook: each evaluation of the

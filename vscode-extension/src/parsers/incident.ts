@@ -44,7 +44,7 @@ export interface IncidentReport {
     program?: string;      // the training script, when the writer records it (see the README)
     args?: string[];
     maxAbs?: number;       // the largest finite magnitude among the tensors involved
-    mode?: string;         // how the bundle replays: "step" or "loop"
+    mode?: string;         // how the bundle replays: "step", "closure" or "loop"
     version?: number;
 }
 
