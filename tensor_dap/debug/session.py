@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from ..dap.attached import break_into_dap, watching
+from ..libraries import library_of
 from .frames import is_library
 from .tensor_pdb import TensorPdb
 
@@ -65,7 +66,17 @@ def set_trace(frame: Any = None, *, header: str | None = None, hide_library: boo
         debugger.hide_frame = lambda f: is_library(f.f_code.co_filename)
         _stop_now(debugger, frame)
     else:
+        debugger.hide_frame = _ours
         debugger.set_trace(frame)
+
+
+def _ours(frame: Any) -> bool:
+    """The frames that start the program: tensor_dap's (``tensor-dap run``'s runner) and runpy's (``python -m``),
+    left out of where/up/down at a breakpoint or a crash, as ``python script.py`` would have none; torch's stay,
+    the user may debug through it."""
+    file = frame.f_code.co_filename
+    return library_of(file) == "tensor_dap" or (os.path.basename(file) in ("runpy.py", "<frozen runpy>")
+                                                 and library_of(file) == "python")
 
 
 _PACKAGE = __name__.partition(".")[0]
@@ -107,5 +118,6 @@ def post_mortem(tb: Any = None) -> None:
         _note("tensor_dap: post-mortem skipped: stdin is not a terminal", None)
         return
     debugger = TensorPdb()
+    debugger.hide_frame = _ours
     debugger.reset()
     debugger.interaction(None, tb)

@@ -64,6 +64,12 @@ def test_run_opens_post_mortem_on_a_terminal():
         child.expect_exact("(Pdb) ")
         child.sendline("p h")
         child.expect(r"tensor\[4, 3\] n=12")
+        child.expect_exact("(Pdb) ")
+        child.sendline("where")  # the crash's frames, from the script's own <module>: none of the runner's
+        child.expect_exact("(Pdb) ")
+        stack = child.before
+        assert "debuggee_pdb_crash.py" in stack and "<module>()" in stack
+        assert "tensor_dap" not in stack and "tensor-dap" not in stack and "runpy" not in stack, stack
         _quit(child)
     finally:
         child.close(force=True)
@@ -99,6 +105,16 @@ def test_run_routes_breakpoint_and_quitting_is_not_a_crash():
         child.sendline("p x")
         child.expect(r"tensor\[32, 8\] n=256")  # breakpoint() opened tensor_dap's debugger
         child.expect_exact("(Pdb) ")
+        child.sendline("where")  # the runner under the program is tensor_dap's: left out, as python script.py has none
+        child.expect_exact("(Pdb) ")
+        stack = child.before
+        assert "debuggee_pdb_train.py" in stack and "<module>()" in stack
+        assert "tensor_dap/" not in stack and "runner.py" not in stack, stack
+        child.sendline("up")  # the script's <module> is the outermost frame now
+        child.expect_exact("(Pdb) ")
+        child.sendline("up")
+        child.expect_exact("(Pdb) ")
+        assert "Oldest frame" in child.before
         child.sendline("q")
         child.expect(pexpect.EOF)
         assert "Traceback" not in child.before and "BdbQuit" not in child.before
