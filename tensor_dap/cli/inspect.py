@@ -4,7 +4,10 @@ The file is untrusted input: it is loaded with ``weights_only=True`` (no code ru
 iteratively (a list that contains itself is listed once), every key is escaped before it reaches
 the terminal (``format.printable``, and ``rich.text.Text`` so ``[...]`` is never markup), and each
 summary is bounded by the default budget, so a crafted broadcast tensor costs no more than a
-plain one. A listing that takes longer than a second shows a progress bar on stderr.
+plain one. A listing that takes longer than a second shows a progress bar on stderr. A file that holds
+Python objects (a whole model saved with ``torch.save(model)``, as pytorch/examples do) is refused with
+one line that says so; ``--trust`` unpickles it (running code from the file, importable from the file's
+folder or the working directory) and lists the state of every module and optimizer in it.
 Exit codes: 0 listed; 1 the file cannot be read as a checkpoint (or ``--nonfinite`` found
 NaN/Inf); 2 a usage mistake (no such file).
 """
@@ -24,6 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nonfinite", action="store_true", help="list only tensors holding NaN/Inf; exit 1 if any")
     parser.add_argument("--exact", action="store_true",
                         help="exact stats for every tensor (default: large tensors are sampled, marked ≈)")
+    parser.add_argument("--trust", action="store_true",
+                        help="also unpickle Python objects (a whole model saved with torch.save(model)): this runs "
+                             "code from the file, so only for files you trust")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,17 +46,50 @@ def run(args: argparse.Namespace) -> int:
 
     with _Progress(make_console(stderr=True)) as progress:
         try:
-            obj = torch.load(args.file, map_location="cpu", weights_only=True)
+            obj = _load(args.file, args.trust)
         except Exception as exc:  # noqa: BLE001 - a corrupt, truncated or hostile file: one line, exit 1
             progress.stop()
-            print(f"tensor-dap: error: cannot load {printable(args.file)} as a torch checkpoint: "
-                  f"{printable(first_line(exc))}", file=sys.stderr)
+            if not args.trust and "weights only load failed" in str(exc).lower():
+                why = ("it holds Python objects, not only tensors (a whole model saved with torch.save(model)?); "
+                       "loading them runs code from the file: add --trust if you trust it")
+            else:
+                why = first_line(exc)
+            print(f"tensor-dap: error: cannot load {printable(args.file)} as a torch checkpoint: {printable(why)}",
+                  file=sys.stderr)
             return 1
         rows = _summaries(obj, args.exact, progress)
     if args.nonfinite:
         rows = [(n, s) for n, s in rows if s.nonfinite]
     _print_rows(make_console(), f"{printable(args.file)}: {len(rows)} tensors", rows)
     return 1 if args.nonfinite and rows else 0
+
+
+def _load(path: str, trust: bool) -> Any:
+    """The file's contents: tensors and plain containers only, unless ``trust`` (then the classes a pickled
+    model needs are imported from the file's folder or the working directory, as where it was saved)."""
+    import os
+    import sys
+
+    import torch
+
+    if trust:
+        for folder in (os.getcwd(), os.path.dirname(os.path.abspath(path))):
+            if folder not in sys.path:
+                sys.path.insert(0, folder)
+    return torch.load(path, map_location="cpu", weights_only=not trust)
+
+
+def _open(node: Any, path: str, dotted: bool) -> Any:
+    """``nested.children``, and a module or optimizer (in a trusted file) by its state dict."""
+    import torch
+
+    from ..nested import children
+
+    if isinstance(node, torch.nn.Module):
+        return ((f"{path}.{key}" if path else key, value) for key, value in node.state_dict().items())
+    if isinstance(node, torch.optim.Optimizer):
+        return children(node.state_dict(), path, dotted)
+    return children(node, path, dotted)
 
 
 def _summaries(obj: Any, exact: bool, progress: _Progress) -> list[tuple[str, Any]]:
@@ -60,7 +99,7 @@ def _summaries(obj: Any, exact: bool, progress: _Progress) -> list[tuple[str, An
     from ..summary import Budget, describe_many
 
     budget = Budget.exact() if exact else None
-    found = list(walk(obj, dotted=True))
+    found = list(walk(obj, dotted=True, expand=_open))
     progress.total(len(found))
     rows: list[tuple[str, Any]] = []
     for i in range(0, len(found), _STEP):

@@ -103,3 +103,47 @@ def test_many_small_tensors_match_one_by_one():
 def _close(a, b):
     return all(getattr(a, f) == getattr(b, f) or abs(getattr(a, f) - getattr(b, f)) <= 1e-5 * abs(getattr(b, f))
                for f in ("mean", "std"))
+
+
+NET = """
+import torch
+from torch import nn
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+        self.register_buffer("seen", torch.tensor(12345))
+
+    def forward(self, x):
+        return self.fc(x)
+"""
+
+
+def test_a_whole_pickled_model_is_refused_with_one_line_and_listed_with_trust(tmp_path):
+    """pytorch/examples save whole models (torch.save(model)): without --trust that is one line saying why and how;
+    with it, the file is unpickled (its classes imported from the file's folder, from any working directory) and
+    every module and optimizer in it is listed by its state dict."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "netdef.py").write_text(NET)
+    save = ("import torch, netdef\nnet = netdef.Net()\ntorch.save(net, 'whole.pt')\n"
+            "opt = torch.optim.Adam(net.parameters())\nnet(torch.ones(1, 3)).sum().backward()\nopt.step()\n"
+            "torch.save({'model': net, 'optimizer': opt, 'epoch': 3}, 'ckpt.pt')\n")
+    subprocess.run([sys.executable, "-c", save], cwd=project, check=True, timeout=120)
+    refused = inspect(project / "whole.pt")
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert refused.stderr.strip().splitlines() == [
+        f"tensor-dap: error: cannot load {project / 'whole.pt'} as a torch checkpoint: it holds Python objects, not "
+        "only tensors (a whole model saved with torch.save(model)?); loading them runs code from the file: add "
+        "--trust if you trust it"]
+    listed = inspect("--trust", project / "whole.pt")  # run from elsewhere: netdef is found beside the file
+    assert listed.returncode == 0, listed.stderr
+    names = [line.split()[0] for line in listed.stdout.strip().splitlines()[1:]]
+    assert names == ["seen", "fc.weight", "fc.bias"]  # state_dict order: the module's own, then its children's
+    assert re.search(r"^seen\s+tensor\[\] i64 12345$", listed.stdout, re.MULTILINE)
+    both = inspect("--trust", project / "ckpt.pt")
+    assert both.returncode == 0, both.stderr
+    rows = both.stdout.strip().splitlines()[1:]
+    assert [r.split()[0] for r in rows[:3]] == ["model.seen", "model.fc.weight", "model.fc.bias"]
+    assert any(r.startswith("optimizer.state.0.exp_avg ") for r in rows), rows  # dotted, as state_dict keys read
