@@ -42,7 +42,6 @@ def run(args: argparse.Namespace) -> int:
 
     if not os.path.isfile(args.file):
         raise UsageError(f"no such file: {printable(args.file)}")
-    import torch
 
     with _Progress(make_console(stderr=True)) as progress:
         try:

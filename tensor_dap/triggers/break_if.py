@@ -3,17 +3,19 @@
 It reads the loss once (one host read per call: the same ``loss.item()`` most loops
 already do for logging) and compares it on the host, so it costs microseconds. State
 for ``spike`` (a running average) and the automatic step count is kept per call site,
-so two ``break_if`` lines in one program never mix their histories. Inside a ``watch``, a
-firing ``break_if`` also writes the watch's incident bundle for the step, and its report gets
-the loss history, learning rates and a diagnosis.
+so two ``break_if`` lines in one program never mix their histories. A report carries the last
+losses its line saw and, for a threshold or a spike, the divergence diagnosis. Inside a ``watch``,
+a firing ``break_if`` also writes the watch's incident bundle for the step, and its report gets
+the watch's loss history and the learning rates.
 """
 
 from __future__ import annotations
 
 import math
 import sys
+from collections import deque
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..dist import current_rank
@@ -24,6 +26,7 @@ from .stop import check_mode, dispatch
 
 SPIKE_WARMUP = 10  # calls before `spike` may fire: the average needs a history first
 SPIKE_DECAY = 0.9  # exponential moving average; ~10 recent steps dominate
+HISTORY = 8  # losses a report lists (as a watch's report does)
 
 
 @dataclass
@@ -31,6 +34,7 @@ class _Site:
     calls: int = 0
     average: float | None = None
     seen: int = 0  # finite, non-spike values folded into the average
+    history: deque = field(default_factory=lambda: deque(maxlen=HISTORY))  # the last losses seen here
 
 
 _SITES: dict[tuple[str, int], _Site] = {}
@@ -67,6 +71,7 @@ def break_if(loss: Any, *, above: float | None = None, below: float | None = Non
     index = site.calls if step is None else step
     site.calls += 1
     value = _value(loss)
+    site.history.append(value)
     watching = active.current()
     if watching is not None:
         watching.note_loss(value)
@@ -89,9 +94,20 @@ def break_if(loss: Any, *, above: float | None = None, below: float | None = Non
         report.tensors.insert(0, ("the value checked", "loss", describe(loss)))
     if watching is not None:  # inside a watch: the step is bundled, the report gets the loss history
         watching.adopt(report)
+    else:
+        _enrich(report, list(site.history), birth)
     error = NonFiniteError if kind == "nonfinite" else LossThresholdError
     dispatch(report, on=on, error=error, ranks=ranks, culprit={"loss": loss, "inputs": None, "output": loss})
     return True
+
+
+def _enrich(report: Report, history: list[float], birth: Any) -> None:
+    """Outside a watch: this line's last losses, and the diagnosis they allow (a threshold or a spike: divergence)."""
+    from .diagnose import diagnose
+
+    report.loss_history = history
+    report.diagnosis = diagnose(birth, phase=report.phase, kind=report.kind, max_abs=report.max_abs,
+                                loss_history=history) or report.diagnosis
 
 
 def _loss_birth(loss: Any) -> Any:

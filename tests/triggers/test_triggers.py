@@ -832,3 +832,19 @@ def test_a_report_says_when_it_lists_only_the_first_parameters():
     with torch.no_grad():
         small.bias[0] = float("inf")
     assert {sec for sec, _, _ in nonfinite_parameters(small).tensors} == {"parameters"}
+
+
+def test_break_if_outside_a_watch_reports_its_lines_losses_and_a_divergence():
+    """`tensor-dap run --loss-above` with no watch (pytorch/examples' regression, updating by hand): the report
+    still lists the last losses its line saw (8 at most) and says the run diverged."""
+    def step(loss):  # one call site for every step, as a training loop has
+        return tensor_dap.break_if(torch.tensor(loss), above=1e6, on="raise")
+
+    losses = [5.0 * 2 ** i for i in range(12)]
+    with pytest.raises(LossThresholdError) as info:
+        for loss in losses + [1e9]:
+            step(loss)
+    report = info.value.report
+    assert report.loss_history == pytest.approx(losses[-7:] + [1e9])
+    assert report.diagnosis.startswith("the training diverged: lower the learning rate or clip gradients")
+    assert "the loss went from 160 to 1e+09" in report.diagnosis
