@@ -57,12 +57,15 @@ class StepWindow:
         self._hook: Any = None
         self._pacer: Any = None  # the first optimizer to step (a weak reference): only its steps count
         self._optimizers: set[int] = set()  # the ids of every optimizer seen stepping
+        self._stepping = 0  # optimizer steps running now (their pre-step hook ran, their post-step hook not yet)
+        self._pre_hook: Any = None
 
     def start(self) -> None:
         import torch.profiler
-        from torch.optim.optimizer import register_optimizer_step_post_hook
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
         self._hook = register_optimizer_step_post_hook(self._optimizer_stepped)
+        self._pre_hook = register_optimizer_step_pre_hook(self._optimizer_stepping)
         marks.add_step_listener(self._on_step)
         # no Python stacks in the prelude: torch's Python tracer keeps frame names as pointers into code
         # objects, and the import-time code a prelude spans is freed before the trace is read, so the
@@ -70,8 +73,12 @@ class StepWindow:
         self._prelude = torch.profiler.profile(**{**self.kwargs, "with_stack": False})
         self._prelude.start()
 
+    def _optimizer_stepping(self, *_: Any) -> None:
+        self._stepping += 1  # backward() inside step(), in a closure (LBFGS), is no step of its own
+
     def _optimizer_stepped(self, optimizer: Any, *_: Any) -> None:
         """A GAN steps two optimizers per iteration: only the first one to step (while it lives) counts steps."""
+        self._stepping = max(0, self._stepping - 1)
         self._optimizers.add(id(optimizer))
         pacer = self._pacer() if self._pacer is not None else None
         if pacer is None:
@@ -83,7 +90,9 @@ class StepWindow:
     def _on_step(self, source: str) -> None:
         counted_by = self.counted_by
         if counted_by is not None and STRENGTH[source] < STRENGTH[counted_by]:
-            return  # a weaker mark than the one counting: a backward() inside an optimizer step
+            return  # a weaker mark than the one counting: a backward() before an optimizer step
+        if source == "backward" and self._stepping:
+            return  # evaluating an optimizer's closure: the optimizer step it belongs to is the mark
         if source == "explicit" and counted_by != "explicit":
             self._remove_hook()  # the program marks its own steps: optimizer steps no longer count
         self.counted_by = source
@@ -141,9 +150,10 @@ class StepWindow:
                       else f"step {self.first} (counted by {by})")
 
     def _remove_hook(self) -> None:
-        if self._hook is not None:
-            self._hook.remove()
-            self._hook = None
+        for hook in (self._hook, self._pre_hook):
+            if hook is not None:
+                hook.remove()
+        self._hook = self._pre_hook = None
 
     def stop(self) -> None:
         """Stop recording; deliver the window, or the prelude when the window never recorded a whole step."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import textwrap
@@ -20,6 +21,8 @@ TAGGED = textwrap.dedent('''
     gan = sys.argv[3] == "gan"  # a second model and optimizer, stepped after the first in every step
     by_hand = sys.argv[3] == "by-hand"  # no optimizer: the parameters updated in the loop
     accumulate = sys.argv[3] == "accumulate"  # per_step backward() calls, then one optimizer step
+    closure = sys.argv[3] == "closure"  # LBFGS: several backward() calls inside each optimizer step
+    lbfgs = torch.optim.LBFGS(nn.Linear(8, 8).parameters(), lr=0.01, max_iter=10)  # more calls than a window
     model, other = nn.Linear(8, 8), nn.Linear(8, 8)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     opt_other = torch.optim.Adam(other.parameters(), lr=0.01)
@@ -27,6 +30,14 @@ TAGGED = textwrap.dedent('''
     for i in range(1, steps + 1):
         with torch.profiler.record_function(f"tag{i}"):
             torch.full((i,), float(i)).sum()
+        if closure:
+            def evaluate():
+                lbfgs.zero_grad()
+                loss = sum(p.pow(2).sum() for g in lbfgs.param_groups for p in g["params"]) + 1
+                loss.backward()
+                return loss
+            lbfgs.step(evaluate)
+            continue
         for _ in range(per_step):  # several updates in a step
             opt.zero_grad()
             model(x).sum().backward()
@@ -54,8 +65,15 @@ def _profile(tmp_path, mode, steps, per_step, how):
     return r, run_folder(tmp_path)
 
 
+def _events(folder):
+    """The trace's events, from torch.trace.json or (above GZIP_ABOVE) torch.trace.json.gz."""
+    plain = folder / "torch.trace.json"
+    text = plain.read_text() if plain.exists() else gzip.decompress((folder / "torch.trace.json.gz").read_bytes())
+    return json.loads(text)["traceEvents"]
+
+
 def _tags(folder):
-    events = json.loads((folder / "torch.trace.json").read_text())["traceEvents"]
+    events = _events(folder)
     return sorted({int(m.group(1)) for e in events if (m := re.fullmatch(r"tag(\d+)", e.get("name", "")))})
 
 
@@ -64,12 +82,13 @@ def _tags(folder):
                                                (1, "optimizer", "optimizer.step()"),
                                                (1, "gan", "optimizer.step() of the first of 2 optimizers"),
                                                (3, "accumulate", "optimizer.step()"),
+                                               (1, "closure", "optimizer.step()"),
                                                (1, "by-hand", "backward() on a loss: no optimizer stepped")])
 def test_the_window_records_the_steps_it_names(tmp_path, per_step, how, by):
     r, folder = _profile(tmp_path, "torch", 9, per_step, how)
     assert f"steps 4–6 (counted by {by})" in r.stderr
     assert _tags(folder) == [4, 5, 6]
-    full = [e for e in json.loads((folder / "torch.trace.json").read_text())["traceEvents"]
+    full = [e for e in _events(folder)
             if e.get("name") == "aten::full"]
     assert len(full) == 3  # one per recorded step, nothing of the steps around them
 
