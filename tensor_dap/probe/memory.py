@@ -31,7 +31,7 @@ class MemoryReport:
     largest: tuple[tuple[str, int, str, tuple[int, ...]], ...]  # (name, bytes, device, shape)
 
 
-def _proc_status() -> tuple[int | None, int | None]:
+def process_memory() -> tuple[int | None, int | None]:
     """(VmRSS, VmHWM) in bytes from /proc (Linux), else the peak from getrusage."""
     rss = peak = None
     try:
@@ -107,7 +107,7 @@ def _nbytes(t: Any) -> int:
 
 def memory_report(found: list[tuple[str, Any]] | None = None) -> MemoryReport:
     """The process's memory now; ``found`` (name, tensor) pairs give the largest tensors in view."""
-    rss, peak = _proc_status()
+    rss, peak = process_memory()
     devices, note = _cuda_devices()
     sized = sorted(((name, _nbytes(t), t) for name, t in found or ()), key=lambda r: -r[1])
     largest = tuple((name, n, str(t.device), tuple(int(d) for d in t.shape)) for name, n, t in sized[:LARGEST])

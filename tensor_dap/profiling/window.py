@@ -12,18 +12,27 @@ optimizer steps over ``backward()``): that mark ends step 1 and the window start
 it, so the steps recorded are the steps named however many optimizer steps or backward calls
 a step makes. A program that marks no step at all is recorded whole; one that ends before the
 window is recorded from its start to the end of its first step (the prelude) rather than by
-the fragment after its last step.
+the fragment after its last step. The prelude stops early once the process has grown by
+``PRELUDE_MAX_GROWTH`` (checked at module calls, at most every ``CHECK_EVERY_S``): the profiler's
+events live in memory, and a long stepless run recorded whole filled it; the window still
+starts at the first step.
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 import weakref
 from typing import Any, Callable, ContextManager
 
+from ..format import fmt_bytes
 from . import marks
 
 OnTrace = Callable[[Any, str], None]  # (the finished torch profiler, what it covers)
+# bytes the process may grow while the prelude records: its events are compact while recorded, but reading them
+# back takes about ten times as much (word_language_model's generate.py: 0.37 GiB recording, 4.3 GB peak after)
+PRELUDE_MAX_GROWTH = 256 * 2**20
+CHECK_EVERY_S = 0.5
 STRENGTH = {"backward": 0, "optimizer": 1, "explicit": 2}  # which step marks win when a program makes several
 CALLS = {"backward": "backward()", "optimizer": "optimizer.step()", "explicit": "tensor_dap.step()"}
 
@@ -59,6 +68,10 @@ class StepWindow:
         self._optimizers: set[int] = set()  # the ids of every optimizer seen stepping
         self._stepping = 0  # optimizer steps running now (their pre-step hook ran, their post-step hook not yet)
         self._pre_hook: Any = None
+        self._growth_check: Any = None  # a global module pre-hook while the prelude records: its memory bound
+        self._next_check = 0.0
+        self._memory_at_start = 0
+        self.max_growth = PRELUDE_MAX_GROWTH
 
     def start(self) -> None:
         import torch.profiler
@@ -71,7 +84,29 @@ class StepWindow:
         # objects, and the import-time code a prelude spans is freed before the trace is read, so the
         # names came back as garbage (UnicodeDecodeError; pytorch/pytorch#130622, fixed after torch 2.13)
         self._prelude = torch.profiler.profile(**{**self.kwargs, "with_stack": False})
+        self._growth_check = torch.nn.modules.module.register_module_forward_pre_hook(self._check_growth)
         self._prelude.start()
+        self._memory_at_start = _memory()  # (after the profiler's own start-up)
+        self._next_check = time.monotonic() + CHECK_EVERY_S
+
+    def _check_growth(self, *_: Any) -> None:
+        """The prelude of a run that marks no step is cut once the process has grown by ``max_growth``."""
+        now = time.monotonic()
+        if now < self._next_check:
+            return
+        self._next_check = now + CHECK_EVERY_S
+        if self._prelude is None or _memory() - self._memory_at_start <= self.max_growth:
+            return
+        self._stop_checking()
+        with self.aside():
+            self._prelude.stop()
+        self._kept_prelude, self._prelude = self._prelude, None
+        self._prelude_end = f"where the process had grown by {fmt_bytes(self.max_growth)} (the prelude's memory bound)"
+
+    def _stop_checking(self) -> None:
+        if self._growth_check is not None:
+            self._growth_check.remove()
+            self._growth_check = None
 
     def _optimizer_stepping(self, *_: Any) -> None:
         self._stepping += 1  # backward() inside step(), in a closure (LBFGS), is no step of its own
@@ -117,6 +152,7 @@ class StepWindow:
 
     def _advance(self) -> None:
         if self.steps == 1:
+            self._stop_checking()
             if self._prelude is not None:
                 self._prelude.stop()
                 self._kept_prelude, self._prelude = self._prelude, None
@@ -159,6 +195,7 @@ class StepWindow:
         """Stop recording; deliver the window, or the prelude when the window never recorded a whole step."""
         marks.remove_step_listener(self._on_step)
         self._remove_hook()
+        self._stop_checking()
         if self._prelude is not None:
             self._prelude.stop()
             self.delivered = True
@@ -172,6 +209,18 @@ class StepWindow:
                 window.stop()
         if not self.delivered and self._kept_prelude is not None:
             self.delivered = True
+            if not self.steps:  # the prelude was cut by its memory bound
+                self.on_trace(self._kept_prelude, f"the start of the run to {self._prelude_end} (it marked no step: "
+                                                  "call tensor_dap.step() to record a window)")
+                return
             self.on_trace(self._kept_prelude, f"the start of the run to {self._prelude_end} (it ended after "
                                               f"{self.steps} steps, before the window of steps {self.first}"
                                               f"–{self.first + self.active - 1})")
+
+
+def _memory() -> int:
+    """The process's resident memory now, in bytes (its peak where the OS gives no current figure; 0 unknown)."""
+    from ..probe.memory import process_memory
+
+    rss, peak = process_memory()
+    return rss or peak or 0

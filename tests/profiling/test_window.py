@@ -152,3 +152,44 @@ def test_a_window_whose_events_torch_cannot_read_back_leaves_a_note_not_a_traceb
         from tensor_dap.profiling.output import TRACE
 
         assert json.loads((tmp_path / TRACE).read_text())["traceEvents"]  # the trace was written before
+
+
+def test_the_prelude_stops_recording_once_memory_grows_past_its_bound():
+    """A stepless program is recorded whole, and the profiler's events live in memory (reading them back takes ten
+    times more: pytorch/examples' word_language_model generate.py peaked at 4.3 GB for 2500 words). The prelude stops
+    once the process has grown by ``max_growth`` (checked at module calls); what it holds is delivered at the end,
+    and a step after the cut still starts the window."""
+    import torch
+
+    from tensor_dap.profiling.window import StepWindow
+
+    def cut_window(delivered):
+        window = StepWindow({"record_shapes": True}, 1, 1, 3, lambda prof, covers: delivered.append((prof, covers)))
+        window.max_growth = 64 * 2**20
+        window.start()
+        for _ in range(3):
+            window._next_check = 0.0  # this call checks (module calls check at most every CHECK_EVERY_S)
+            model(torch.ones(1, 4))
+        assert window._prelude is not None and window._kept_prelude is None  # below the bound: recording
+        grown = torch.ones(96 * 2**20 // 4).add_(1)  # the process grows by 96 MiB, resident
+        window._next_check = 0.0
+        model(torch.ones(1, 4))
+        assert window._prelude is None and window._kept_prelude is not None and not delivered
+        assert not torch.nn.modules.module._global_forward_pre_hooks  # the check is gone with the prelude
+        return window, grown
+
+    model = torch.nn.Linear(4, 4)
+    stepless: list = []
+    window, _ = cut_window(stepless)
+    window.stop()
+    assert [c for _, c in stepless] == ["the start of the run to where the process had grown by 64 MiB (the "
+                                        "prelude's memory bound) (it marked no step: call tensor_dap.step() to "
+                                        "record a window)"]
+    assert any(e.key == "aten::linear" for e in stepless[0][0].key_averages())
+    stepped: list = []
+    window, _ = cut_window(stepped)
+    for _ in range(7):
+        model(torch.ones(1, 4))
+        window._on_step("explicit")
+    window.stop()
+    assert [c for _, c in stepped] == ["steps 4–6 (counted by tensor_dap.step())"]
