@@ -81,5 +81,6 @@ class Aftermath:
         """The end of the run: how many steps were non-finite."""
         if self.count:
             model = f"({self.model})" if self.model else ""
-            _say(f"tensor_dap.watch{model}: {self.count} of the {steps} steps watched were non-finite "
+            were = "was" if self.count == 1 else "were"
+            _say(f"tensor_dap.watch{model}: {self.count} of the {steps} steps watched {were} non-finite "
                  f"(the first at step {self.first})")

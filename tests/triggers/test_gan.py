@@ -30,7 +30,7 @@ def test_a_gan_s_discriminator_names_the_log_at_its_own_step_with_its_own_losses
     assert report.origin.startswith("log, in the loss computed before gan.py:")
     # its history holds the discriminator's step losses (real + fake), not the generator's
     assert report.loss_history[:-1] == pytest.approx(gan.LOSSES["D"][:-1]) and math.isnan(report.loss_history[-1])
-    summary = f"1 of the {BUG_STEP + 1} steps watched were non-finite (the first at step {BUG_STEP})"
+    summary = f"1 of the {BUG_STEP + 1} steps watched was non-finite (the first at step {BUG_STEP})"
     assert summary in capsys.readouterr().err
 
 
