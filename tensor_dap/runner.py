@@ -146,7 +146,7 @@ def exit_like_python(exc: KeyboardInterrupt) -> KeyboardInterrupt:
     """
     exc.program_interrupted = True  # type: ignore[attr-defined]
     tb = exc.__traceback__
-    while tb is not None and _ours(tb.tb_frame.f_code.co_filename):
+    while tb is not None and is_runner_frame(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next
     user_tb = tb
 
@@ -162,6 +162,6 @@ def exit_like_python(exc: KeyboardInterrupt) -> KeyboardInterrupt:
     return exc
 
 
-def _ours(filename: str) -> bool:
+def is_runner_frame(filename: str) -> bool:
     """Frames of the runner itself and of ``runpy`` (hidden from the program's traceback, as python hides them)."""
     return filename in (__file__, runpy.__file__) or filename.endswith(("<frozen runpy>",))

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import bdb
 import os
-import runpy
 import sys
 import traceback
 from dataclasses import dataclass
 from typing import Any
 
 from ..libraries import library_of
-from .frames import failing_frame
+from .frames import failing_frame, is_runner
 from ..probe.shape_errors import ShapeExplanation, explain
 from ..summary import TensorSummary
 
@@ -36,15 +35,9 @@ class CrashReport:
 
 def _trim(tb: Any) -> Any:
     """Drop the leading frames of the runner (runpy, tensor_dap) so the traceback starts in the script."""
-    while tb is not None and tb.tb_next is not None and _is_runner(tb.tb_frame.f_code.co_filename):
+    while tb is not None and tb.tb_next is not None and is_runner(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next
     return tb
-
-
-def _is_runner(filename: str) -> bool:
-    """tensor_dap's runner and runpy: the frames above the user's script."""
-    return filename.startswith("<frozen runpy") or library_of(filename) == "tensor_dap" \
-        or os.path.abspath(filename) == os.path.abspath(runpy.__file__)
 
 
 def build_report(exc: BaseException, tb: Any = None) -> CrashReport:

@@ -14,12 +14,19 @@ import sys
 from types import FrameType
 from typing import Any, Callable, NamedTuple, Optional, Union
 
-from ..libraries import is_framework, is_user_file
+from ..libraries import is_framework, is_user_file, library_of
+from ..runner import is_runner_frame
 
 
 def is_library(filename: str) -> bool:
     """True for Python's, torch's and tensor_dap's own code (``libraries.is_framework``)."""
     return is_framework(filename)
+
+
+def is_runner(filename: str) -> bool:
+    """tensor_dap's frames (``tensor-dap run``'s runner and CLI) and runpy's (``python -m``): the frames above the
+    user's script, left out of its traceback and of the debugger's where/up/down."""
+    return library_of(filename) == "tensor_dap" or is_runner_frame(filename)
 
 
 def user_frame(frame: Optional[FrameType]) -> Optional[FrameType]:

@@ -13,8 +13,7 @@ import sys
 from typing import Any
 
 from ..dap.attached import break_into_dap, watching
-from ..libraries import library_of
-from .frames import is_library
+from .frames import is_library, is_runner
 from .tensor_pdb import TensorPdb
 
 def _where(frame: Any) -> str:
@@ -71,12 +70,9 @@ def set_trace(frame: Any = None, *, header: str | None = None, hide_library: boo
 
 
 def _ours(frame: Any) -> bool:
-    """The frames that start the program: tensor_dap's (``tensor-dap run``'s runner) and runpy's (``python -m``),
-    left out of where/up/down at a breakpoint or a crash, as ``python script.py`` would have none; torch's stay,
-    the user may debug through it."""
-    file = frame.f_code.co_filename
-    return library_of(file) == "tensor_dap" or (os.path.basename(file) in ("runpy.py", "<frozen runpy>")
-                                                 and library_of(file) == "python")
+    """The frames that start the program (``frames.is_runner``), left out of where/up/down at a breakpoint or a
+    crash, as ``python script.py`` would have none; torch's stay, the user may debug through it."""
+    return is_runner(frame.f_code.co_filename)
 
 
 _PACKAGE = __name__.partition(".")[0]

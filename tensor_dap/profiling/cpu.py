@@ -17,7 +17,6 @@ from .output import CPROFILE
 from .recorder import Recorder
 from .tables import plain, seconds, table, where
 
-RUNNER_FILE = runner.__file__ or "runner.py"
 
 
 class CpuRecorder(Recorder):
@@ -55,7 +54,7 @@ def _plumbing(file: str, name: str) -> bool:
 
 def _ours(file: str) -> bool:
     """The frames that run the program (tensor_dap's runner, runpy): in the file, not in the tables."""
-    return file == "<frozen runpy>" or file.endswith(("runpy.py", RUNNER_FILE))
+    return runner.is_runner_frame(file)
 
 
 def _rows(stats: pstats.Stats) -> list[tuple[str, int, str, float, float, int]]:

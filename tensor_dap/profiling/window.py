@@ -34,6 +34,7 @@ OnTrace = Callable[[Any, str], None]  # (the finished torch profiler, what it co
 PRELUDE_MAX_GROWTH = 256 * 2**20
 CHECK_EVERY_S = 0.5
 STRENGTH = {"backward": 0, "optimizer": 1, "explicit": 2}  # which step marks win when a program makes several
+STEP_1_END = "the end of step 1"  # where the prelude ends, unless a stronger mark or its memory bound says otherwise
 CALLS = {"backward": "backward()", "optimizer": "optimizer.step()", "explicit": "tensor_dap.step()"}
 
 
@@ -61,7 +62,7 @@ class StepWindow:
         self.delivered = False
         self._prelude: Any = None
         self._kept_prelude: Any = None
-        self._prelude_end = "the end of step 1"
+        self._prelude_end = STEP_1_END
         self._window: Any = None
         self._hook: Any = None
         self._pacer: Any = None  # the first optimizer to step (a weak reference): only its steps count
@@ -145,7 +146,7 @@ class StepWindow:
         window, self._window = self._window, None  # its trace (if any) is of steps counted the wrong way
         if window is not None:
             window.stop()
-        if self._prelude_end == "the end of step 1":  # the prelude ended at the first mark, the weakest
+        if self._prelude_end == STEP_1_END:  # the prelude ended at the first mark, the weakest
             self._prelude_end = f"its first {CALLS[weaker]} (in step 1)"
         self.steps = 1
         self._start_window()

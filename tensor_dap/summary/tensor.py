@@ -213,13 +213,7 @@ def plain_view(x: Any) -> Any:
 def _whole_numbers(data: Any) -> bool:
     """An integer dtype (not bool, not quantized: those read as their dequantized reals)."""
     dtype = data.dtype
-    return not (dtype.is_floating_point or dtype.is_complex or data.is_quantized) and dtype is not _bool_dtype()
-
-
-def _bool_dtype() -> Any:
-    import torch
-
-    return torch.bool
+    return not (dtype.is_floating_point or dtype.is_complex or data.is_quantized) and str(dtype) != "torch.bool"
 
 
 def _with_stats(data: Any, base: Dict[str, Any], notes: list, budget: Budget, stats_of: str,

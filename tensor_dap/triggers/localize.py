@@ -126,8 +126,7 @@ def _rows(section: str, obj: Any, prefix: str) -> list[tuple[str, str, TensorSum
 def _param_rows(module: torch.nn.Module) -> list[tuple[str, str, TensorSummary]]:
     """The first ``MAX_ROWS`` parameters (and their gradients); the section says so when there are more."""
     named = list(islice(module.named_parameters(), MAX_ROWS))
-    total = len(named) + sum(1 for _ in islice(module.parameters(), MAX_ROWS, None)) if len(named) == MAX_ROWS \
-        else len(named)
+    total = len(named) if len(named) < MAX_ROWS else sum(1 for _ in module.parameters())
     of = f" (the first {len(named)} of {total})" if total > len(named) else ""
     return [(f"parameters{of}", name, describe(p, grad=False)) for name, p in named] + \
         [(f"gradients{of}", name, describe(p.grad)) for name, p in named if p.grad is not None]
