@@ -33,14 +33,18 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=None)
     ap.add_argument("--steps", type=int, default=200, help="steps per block (a multiple of 100 keeps histograms even)")
     args = ap.parse_args()
-    steady_heap()
+    steady_heap()  # (may run this script again: the event files' folder is made after it)
+    with tempfile.TemporaryDirectory(prefix="bench_monitor_") as logdir:  # not left behind
+        measure(args, logdir)
+
+
+def measure(args: argparse.Namespace, logdir: str) -> None:
     rounds = args.rounds or (2 if args.quick else 12)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     gen = torch.Generator().manual_seed(1)
     data = [(torch.randn(64, 784, generator=gen), torch.randint(0, 10, (64,), generator=gen)) for _ in range(16)]
-    logdir = tempfile.mkdtemp(prefix="bench_monitor_")
     step_no = [0]
 
     def step(i: int) -> torch.Tensor:

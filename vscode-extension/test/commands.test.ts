@@ -2,7 +2,7 @@
 // list, and what a failed profile run says, checked against the real `tensor-dap profile`.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -105,4 +105,5 @@ test('profile: the real command, run with the command lines the extension builds
     const runs = readdirSync(join(dir, '.tensor_dap', 'profiles'));
     assert.equal(runs.length, 2);
     assert.ok(runs.some((r) => existsSync(join(dir, '.tensor_dap', 'profiles', r, 'line.lprof'))));
+    rmSync(dir, { recursive: true, force: true });  // (a failing run keeps it, to look at)
 });

@@ -1,10 +1,10 @@
 // What an editor posts before its page draws (the loaders), the page template's CSP and
 // escaping, and how Python failures are explained.
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { test } from 'node:test';
+import { after, test } from 'node:test';
 import { errorMessage, loadIncident, loadLprof, loadMemory, loadProf, loadTrace } from '../src/editors/loaders';
 import { PythonError, TensorDapError, explain, quote } from '../src/pythonErrors';
 import { contentSecurityPolicy, escapeHtml, pageHtml } from '../src/webview/html';
@@ -12,6 +12,7 @@ import type { HostMessage } from '../src/webview/messages';
 import { bytes, fixture, json } from './_fixtures';
 
 const tmp = mkdtempSync(join(tmpdir(), 'tdap-editors-'));
+after(() => rmSync(tmp, { recursive: true, force: true }));
 
 function expectType<T extends HostMessage['type']>(m: HostMessage, type: T): Extract<HostMessage, { type: T }> {
     assert.equal(m.type, type, m.type === 'error' ? `${m.title}: ${m.message}` : m.type);

@@ -2,14 +2,15 @@
 // errors (one line, exit 2, never a traceback, nothing unpickled) and the inspector's bounds.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { test } from 'node:test';
+import { after, test } from 'node:test';
 import { fixture } from './_fixtures';
 
 const PYTHON = process.env.PYTHON ?? join(__dirname, '..', '..', '..', '.venv', 'bin', 'python');
 const tmp = mkdtempSync(join(tmpdir(), 'tdap-python-'));
+after(() => rmSync(tmp, { recursive: true, force: true }));
 
 function python(args: string[]): { status: number | null; stdout: string; stderr: string } {
     const r = spawnSync(PYTHON, args, { encoding: 'utf8', timeout: 120_000 });

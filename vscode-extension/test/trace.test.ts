@@ -1,7 +1,7 @@
 // The torch.profiler trace summary on a real trace (`tensor-dap profile --mode torch`), checked against torch's own key_averages,
 // streamed in chunks of every size, gzip or not, and on broken input.
 import assert from 'node:assert/strict';
-import { writeFileSync, mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -129,4 +129,5 @@ test('trace: truncated, corrupt and foreign files are FileFormatErrors', async (
     bad.fill(0x41, 20, 60);
     writeFileSync(join(dir, 'bad.json.gz'), bad);
     await assert.rejects(summarizeTraceFile(join(dir, 'bad.json.gz')), FileFormatError);
+    rmSync(dir, { recursive: true, force: true });
 });
