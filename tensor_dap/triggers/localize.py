@@ -26,6 +26,7 @@ from ..nested import walk
 from ..summary import TensorSummary, describe
 from .loss_tap import double_backward_line
 from .origin import GRAD_AT_OUTPUTS, Birth, Born, Tracker, kind_of
+from .param_writer import OUTSIDE_UPDATE, update_ruled_out
 
 MAX_ROWS = 8  # tensors listed per report section
 
@@ -56,7 +57,9 @@ class Finding:
     tensors: list[tuple[str, str, TensorSummary]] = field(default_factory=list)
     culprit: dict[str, Any] = field(default_factory=dict)  # module, inputs, output, grad_input, ...
     birth: Birth | None = None  # the op where it was born, when the re-run's tracker saw it
-    before_watch: bool = False  # phase "optimizer": the parameter was non-finite before any watched update
+    # phase "optimizer": what wrote the non-finite parameter: "update" (the last one), "before watch" (it was so
+    # before any watched update), "outside" (code between steps: ``param_writer``)
+    writer: str = "update"
 
     @property
     def op(self) -> str | None:
@@ -81,8 +84,10 @@ class Finding:
         if self.phase == "input":
             return f"non-finite input batch, first seen by {name}"
         if self.phase == "optimizer":
-            if self.before_watch:
+            if self.writer == "before watch":
                 return f"a parameter of {name} was non-finite before the first watched step"
+            if self.writer == "outside":
+                return f"a parameter of {name} went non-finite after the update, outside the optimizer"
             return f"the optimizer update made a parameter of {name} non-finite"
         if self.phase == "loss":
             if birth is not None and birth.inputs and birth.inputs[0][0] == GRAD_AT_OUTPUTS:  # the loss was finite
@@ -141,17 +146,25 @@ def _owners(model: torch.nn.Module) -> dict[int, tuple[str, torch.nn.Module, str
     return owners
 
 
-def nonfinite_parameters(model: torch.nn.Module, *, first_step: bool = False) -> Finding | None:
+def nonfinite_parameters(model: torch.nn.Module, *, first_step: bool = False, optimizer: Any = None
+                         ) -> Finding | None:
     """The first module (registration order) holding a non-finite parameter, if any. ``first_step``: no update
-    was watched yet, so none of ours wrote it (a checkpoint loaded with NaN/Inf, or training before the watch)."""
+    was watched yet, so none of ours wrote it (a checkpoint loaded with NaN/Inf, or training before the watch).
+    ``optimizer``: the one that made the last update, asked whether it can have written it (``param_writer``)."""
     for path, mod in model.named_modules():
         for pname, p in mod.named_parameters(recurse=False):
             if nonfinite(p):
-                why = ("it was so when the watch began (already at the first watched step: a checkpoint loaded "
-                       "with NaN/Inf, or updates before the watch)" if first_step else "the previous update wrote it")
+                if first_step:
+                    writer, why = "before watch", ("it was so when the watch began (already at the first watched "
+                                                   "step: a checkpoint loaded with NaN/Inf, or updates before the "
+                                                   "watch)")
+                elif optimizer is not None and update_ruled_out(optimizer, p):
+                    writer, why = "outside", OUTSIDE_UPDATE
+                else:
+                    writer, why = "update", "the previous update wrote it"
                 return Finding("optimizer", path, type(mod).__name__,
                                f"parameter {pname!r} is non-finite before the step: {why}",
-                               _param_rows(mod), {"module": mod, "parameter": p}, before_watch=first_step)
+                               _param_rows(mod), {"module": mod, "parameter": p}, writer=writer)
     return None
 
 

@@ -85,7 +85,7 @@ def replay(bundle: str | Bundle, model: torch.nn.Module, step_fn: Callable[..., 
 
     try:
         reset()
-        finding = nonfinite_parameters(inner)
+        finding = nonfinite_parameters(inner, optimizer=optimizer)
         if finding is None:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")

@@ -1,0 +1,51 @@
+"""Who wrote a parameter found non-finite before a step: the optimizer's last update, or code between steps.
+
+watch checks every gradient before each update, so a parameter that is NaN at the start of a step was
+written after the last check: by that update, or by the user's code between ``optimizer.step()`` and the
+next forward (a max-norm constraint ``w / w.norm()`` on a zero row, an EMA, ``load_state_dict`` of a bad
+checkpoint). An update is ``p - lr * u`` where ``u`` comes from finite gradients and the optimizer's
+state; with that state and the group's hyperparameters finite (and a non-zero ``eps`` where there is one,
+Adam's ``m / (sqrt(v) + eps)``), ``u`` is finite, and a finite step gives no NaN (an Inf can be an
+overflow of huge values, so only a NaN rules the update out). Read only when a trigger fires.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+OUTSIDE_UPDATE = ("the last update cannot have written a NaN (the gradients it used were finite, and so are the "
+                  "optimizer's state for it and its hyperparameters): code between optimizer.step() and this "
+                  "forward did (a weight constraint such as w / w.norm() of a zero row, an EMA, load_state_dict)")
+
+
+def update_ruled_out(optimizer: Any, p: torch.Tensor) -> bool:
+    """True when ``optimizer``'s update cannot have made the NaN in ``p`` (see above); False when it can, or when
+    that cannot be told (an optimizer that is not torch.optim's, ``p`` not among its parameters)."""
+    try:
+        group = next((g for g in optimizer.param_groups if any(q is p for q in g["params"])), None)
+        if group is None or not bool(torch.isnan(p.detach()).any()):
+            return False
+        if group.get("eps", 1) == 0:
+            return False
+        hyper = [v for k, v in group.items() if k != "params"]
+        state = list(optimizer.state.get(p, {}).values())
+        return all(_finite(v) for v in hyper + state)
+    except Exception:  # noqa: BLE001 - an unusual optimizer: nothing can be said
+        return False
+
+
+def _finite(value: Any) -> bool:
+    """Numbers and tensors (and tuples of them, Adam's betas) finite; anything else does not enter the update."""
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, (int, float)):
+        return math.isfinite(value)
+    if isinstance(value, torch.Tensor):
+        return not (value.is_floating_point() or value.is_complex()) or bool(torch.isfinite(value).all())
+    if isinstance(value, (tuple, list)):
+        return all(_finite(v) for v in value)
+    return True
+

@@ -1,0 +1,85 @@
+"""A parameter found non-finite as a step begins: written by the optimizer's last update, or by the user's code
+between steps (a weight constraint, an EMA, a load_state_dict). Before, every such report blamed the update."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import tensor_dap
+from tensor_dap import NonFiniteError
+from tensor_dap.triggers.param_writer import update_ruled_out
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def train(optimizer_of, between_steps=None, steps=6):
+    """An unchanged loop; ``between_steps(step, model, optimizer)`` runs after each update, as user code does."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    optimizer = optimizer_of(model.parameters())
+    x, y = torch.randn(16, 4), torch.randn(16, 2)
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False):
+        for step in range(steps):
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            if between_steps is not None:
+                between_steps(step, model, optimizer)
+    return info.value.report
+
+
+def max_norm(step, model, optimizer):
+    """A max-norm constraint with no epsilon, after a row of the first layer died (all zero) at step 2."""
+    with torch.no_grad():
+        w = model[0].weight
+        if step == 2:
+            w[3].zero_()
+        w.div_(w.norm(dim=1, keepdim=True))  # 0 / 0 = NaN for the dead row
+
+
+@pytest.mark.parametrize("optimizer_of", [lambda p: torch.optim.Adam(p, lr=1e-2),
+                                          lambda p: torch.optim.SGD(p, lr=1e-2),
+                                          lambda p: torch.optim.SGD(p, lr=1e-2, momentum=0.9)],
+                         ids=["Adam", "SGD", "SGD momentum"])
+def test_a_weight_constraint_between_steps_is_not_blamed_on_the_update(optimizer_of):
+    report = train(optimizer_of, max_norm)
+    assert (report.phase, report.module, report.step) == ("optimizer", "0", 2)
+    assert report.headline == "a parameter of 0 went non-finite after the update, outside the optimizer"
+    assert any("code between optimizer.step() and this forward" in note for note in report.notes)
+
+
+def test_a_nan_learning_rate_is_the_update_writing_nan():
+    """The update did write it: the group's lr went NaN (a schedule dividing by zero)."""
+    def schedule(step, model, optimizer):
+        if step == 2:
+            optimizer.param_groups[0]["lr"] = float("nan")
+
+    report = train(lambda p: torch.optim.SGD(p, lr=1e-2), schedule)
+    assert report.phase == "optimizer" and report.step == 3
+    assert report.headline.startswith("the optimizer update made a parameter of")
+
+
+def test_what_rules_the_update_out():
+    p = nn.Parameter(torch.ones(3))
+    adam = torch.optim.Adam([p], lr=0.1)
+    p.grad = torch.ones(3)
+    adam.step()
+    with torch.no_grad():
+        p[0] = math.nan
+    assert update_ruled_out(adam, p)  # finite state, hyperparameters and gradients: the update gives no NaN
+    adam.state[p]["exp_avg_sq"][1] = math.inf
+    assert not update_ruled_out(adam, p)  # state gone non-finite: the update may have written it
+    adam.state[p]["exp_avg_sq"][1] = 1.0
+    adam.param_groups[0]["eps"] = 0.0
+    assert not update_ruled_out(adam, p)  # m / (sqrt(v) + 0) is 0 / 0 for a value never updated
+    adam.param_groups[0]["eps"] = 1e-8
+    with torch.no_grad():
+        p[0] = math.inf
+    assert not update_ruled_out(adam, p)  # an Inf alone can be the update overflowing
+    assert not update_ruled_out(adam, nn.Parameter(torch.full((2,), math.nan)))  # not this optimizer's
+    assert not update_ruled_out(object(), p)  # not a torch.optim optimizer: nothing can be told
