@@ -29,6 +29,7 @@ from ..errors import STOPS
 from ..debug.frames import CallSites, Site, SourceLine, user_line
 from ..state import BufferSnapshot, Buffers, RngUse
 from .active import open_watches
+from .eager import compiler_loaded, compiling, eager, eager_around
 from .forwards import Forward, loss_value, output_tensors
 from .loss_graph import read as read_loss
 
@@ -44,6 +45,7 @@ _LOSS_BYTES = 16  # a loss the model returns is a scalar: at most this large (co
 _Tensor = torch.Tensor
 _grad_enabled = torch.is_grad_enabled
 _getframe = sys._getframe
+_tracing = torch.compiler.is_dynamo_compiling
 _isfinite = math.isfinite
 
 
@@ -192,13 +194,19 @@ class LoopCapture:
         self._model_dict = model.__dict__
         self._saved = model.__dict__.get("_compiled_call_impl", _ABSENT)
         inner = model._compiled_call_impl or model._call_impl  # a model compiled in place stays compiled
-        begin, end, above = self._begin, self._end, 1 + _caller_frames(model)
+        begin, end, above = self._begin, self._end, 2 + _caller_frames(model)
+        # A loop calling ``torch.compile(model)`` while the watch holds ``model`` has dynamo trace the model's call
+        # (``_tracing``: a constant there). Traced, the call goes to the capture through a mark (``eager_around``):
+        # dynamo runs the capture as plain Python (its frame walks would break dynamo's graph with warnings) and
+        # compiles the model inside it; the capture's own functions, called while dynamo is on (``compiling``), go
+        # through marks that keep dynamo out of them too (a few µs a call). The marks come with dynamo (torch.optim
+        # loads it); where it is not loaded yet, dynamo traces the capture itself.
+        untraced = (eager(begin), eager(end)) if compiler_loaded() else None
 
-        def call(*args: Any, **kwargs: Any) -> Any:
-            if self._depth or not self.enabled or not _grad_enabled():
-                return inner(*args, **kwargs)  # a nested call of the root; a re-run; evaluation under no_grad
+        def capture(*args: Any, **kwargs: Any) -> Any:
+            traced = untraced if untraced is not None and compiling() else None
             try:
-                f = begin(args, kwargs, _getframe(above))  # may fire a trigger (a step the GradScaler skipped)
+                f = (begin if traced is None else traced[0])(args, kwargs, _getframe(above))  # may fire a trigger
             except STOPS:
                 raise
             except Exception:  # noqa: BLE001 - the capture's failure must not stop training
@@ -216,13 +224,20 @@ class LoopCapture:
                         output.retain_grad()  # (what ``_end`` does with a small output that is not a loss)
                         f.grads, f.retained = [None], [(0, output)]
                     else:
-                        end(f, output)
+                        (end if traced is None else traced[1])(f, output)
                 except Exception:  # noqa: BLE001 - as above: this step is then not replayable
                     self.dropped = "the capture failed"
             return output
 
+        marked = eager_around(capture, inner) if untraced is not None else capture
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if self._depth or not self.enabled or not _grad_enabled():
+                return inner(*args, **kwargs)  # a nested call of the root; a re-run; evaluation under no_grad
+            return (marked if _tracing() else capture)(*args, **kwargs)
+
         self._call = call
-        model._compiled_call_impl = call
+        model._compiled_call_impl = self._call
 
     def _unwrap(self) -> None:
         """Give the model back its own call (unless something replaced ours since: then theirs stays)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import warnings
 
 import origins
 from markers import file_marker_line
@@ -67,10 +68,12 @@ def test_gradient_accumulation_loop_names_what_w_step_names(bug):
 def fetching(bug, watched, steps=8, on="raise", compiled=False):
     """nanoGPT's loop: the next batch is drawn (from torch's RNG) between forward and backward.
     ``compiled``: the loop calls (and watch is given) ``torch.compile(model)`` (dynamo with its eager
-    backend: the same wrapping and tracing, no code generation)."""
+    backend: the same wrapping and tracing, no code generation); "raw": the loop calls the compiled
+    model while watch is given the model it wraps (nanoGPT keeps both)."""
     model, optimizer, batch, _ = origins.build(bug)
-    if compiled:
-        model = torch.compile(model, backend="eager")
+    called = torch.compile(model, backend="eager") if compiled else model
+    if compiled != "raw":
+        model = called
     data = torch.randint(0, 32, (64, 9), generator=torch.Generator().manual_seed(3))
 
     def get_batch():
@@ -82,7 +85,7 @@ def fetching(bug, watched, steps=8, on="raise", compiled=False):
         x, y = get_batch()
         for it in range(steps):
             _, pad, _ = batch(it)
-            _, loss = model(x, pad, y)
+            _, loss = called(x, pad, y)
             x, y = get_batch()
             loss.backward()
             optimizer.step()
@@ -120,6 +123,47 @@ def test_a_compiled_model_is_watched_around_its_compiled_code_and_named_as_writt
     watched, _ = fetching(bug, watched=True, on="log", compiled=True)
     for k, v in plain.state_dict().items():
         assert torch.equal(v.nan_to_num(), watched.state_dict()[k].nan_to_num()), k
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.compile's own imports
+@pytest.mark.parametrize("bug", ["masked_softmax", "where_sqrt"])
+def test_a_watched_model_called_through_torch_compile_is_captured_with_no_graph_break_in_its_code(bug):
+    """watch(model) while the loop calls torch.compile(model): dynamo runs the capture around the model's call as
+    plain Python and compiles the model inside it. Before, it traced the capture's own code: "Dynamo does not know
+    how to trace the builtin sys._getframe" (and os.lstat), a graph break in each."""
+    import torch._dynamo.utils
+
+    counters = torch._dynamo.utils.counters
+    counters.clear()
+    with warnings.catch_warnings(record=True) as seen, pytest.raises(NonFiniteError) as info:
+        warnings.simplefilter("always")
+        fetching(bug, watched=True, compiled="raw")
+    report = info.value.report
+    module, phase, op = origins.EXPECTED[bug]
+    assert (report.step, report.module, report.phase, report.op) == (origins.BUG_STEP, module, phase, op)
+    assert report.source["line"] == origins.birth_line(bug) and report.mode == "loop"  # the capture saw each forward
+    assert not [str(w.message) for w in seen if "Dynamo" in str(w.message)]
+    breaks = [reason for reason in counters["graph_break"] if "disable" not in reason]  # ours: the one intended
+    assert not breaks, breaks
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_torch_export_of_a_watched_model_traces_the_model_alone():
+    """torch.export refuses the mark that keeps dynamo out of the capture: a model exported inside a watch (after
+    torch.compile loaded dynamo) is exported from its own call, in both of export's modes."""
+    import torch._dynamo  # noqa: F401 - loaded, as by any torch.compile before: the capture is marked
+
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(5, 4)
+    with tensor_dap.watch(model, optimizer, on="raise", capture=False):
+        for _ in range(2):
+            model(x).pow(2).mean().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        for strict in (False, True):
+            program = torch.export.export(model, (x,), strict=strict)
+            assert torch.equal(program.module()(x), model(x))
 
 
 def test_unchanged_loop_numerics_and_rng_are_bit_identical_even_after_a_report():
