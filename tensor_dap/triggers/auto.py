@@ -267,7 +267,9 @@ class AutoTriggers:
         self.backwards += 1
         if self.backwards == 1:
             self._first_backward()
-        nan = self._loss_nan or not self.watches  # once a watch runs, NaN is its job (one report, not two)
+        # Once a watch runs, NaN is its job (one report, not two). --replay alone checks nothing of the run it
+        # replays in: its first step may be the failing one, and the replay must reach it.
+        nan = self._loss_nan or (not self.watches and (self.nan or self.loss_above is not None))
         if self.loss_above is None and not nan:
             return  # nothing to compare: no host read of the loss
         try:

@@ -199,6 +199,18 @@ def test_replay_reruns_a_bundle_on_the_programs_own_model_then_ends(tmp_path, mo
     assert len(missing.stderr.strip().splitlines()) == 1
 
 
+def test_replay_reaches_a_first_step_that_fails_again_as_the_program_runs(tmp_path):
+    """A NaN batch at step 0, replayed on the same program (its data pipeline still makes it): before, the live
+    run's loss check fired at the first backward(), before the replay's point (the first optimizer step), and the
+    program ended with "the program ended before a step to replay it at"."""
+    first = _run([*TENSOR_DAP, "--break-on-nan", TRAIN, "nan", "--bug-step", "0"], tmp_path)
+    bundles = sorted((tmp_path / ".tensor_dap" / "incidents").iterdir())
+    assert first.returncode == 1 and len(bundles) == 1, first.stderr
+    again = _run([*TENSOR_DAP, "--replay", str(bundles[0]), TRAIN, "nan", "--bug-step", "0"], tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "step 0 · replay: non-finite input batch" in again.stderr and "loss is nan" not in again.stderr
+
+
 def test_replay_of_a_bundle_with_an_empty_state_pt_is_one_line(tmp_path):
     """torch.load of an empty file raises EOFError(''): an exception without a message must still be one line
     naming the file (it was an IndexError from the first line of an empty message)."""
