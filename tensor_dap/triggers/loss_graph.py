@@ -127,18 +127,23 @@ def _saved(node: Any) -> dict[str, Any]:
 
 
 def _birth_at(node: Any) -> Birth | None:
-    """``node``'s op, when its saved inputs are finite and its output (saved, or computed again) is not."""
+    """``node``'s op, when its saved inputs are finite and its output (saved, or computed again) is not; or, when
+    one of its saved inputs is non-finite and no op of the graph made it (the batch, a target, a buffer), that
+    input, first used by ``node``'s op."""
     saved = _saved(node)
     result = saved.pop("result", None)
     op = forward_name(node.name())
     if op in _LOSSES:  # the scores and the targets, in the op's order (class indices too: the diagnosis reads them)
-        inputs = [(name, saved[key].detach()) for name, key in (("input", "self"), ("target", "target"))
+        inputs = [(name, saved[key]) for name, key in (("input", "self"), ("target", "target"))
                   if isinstance(saved.get(key), torch.Tensor)]
     else:
-        inputs = [("input" if name == "self" else name, v.detach()) for name, v in saved.items()
+        inputs = [("input" if name == "self" else name, v) for name, v in saved.items()
                   if isinstance(v, torch.Tensor) and v.is_floating_point()]
-    if any(kind_of(v) is not None for _, v in inputs):
-        return None  # a non-finite input: born earlier
+    for name, v in inputs:
+        kind = kind_of(v)
+        if kind is not None:  # born earlier: in the graph (passed over here), or before it
+            return None if v.requires_grad or v.grad_fn is not None else _came_in(op, name, v.detach(), kind)
+    inputs = [(name, v.detach()) for name, v in inputs]
     output = result if isinstance(result, torch.Tensor) else _recompute(op, saved)
     kind = kind_of(output)
     if kind is None:
@@ -147,6 +152,14 @@ def _birth_at(node: Any) -> Birth | None:
                  note="born in the loss computation outside the model, between the model's call and backward() (read "
                       "from the loss's autograd graph: the loss function is not re-run, so the op's own line is not "
                       "known; hand the step to watch.step for it)")
+
+
+def _came_in(op: str, name: str, t: torch.Tensor, kind: str) -> Birth:
+    """A non-finite tensor the graph did not make (no gradient flows into it): data, first used by ``op``."""
+    return Birth("input", op, kind, inputs=[(name, t)], output=t,
+                 note=f"the {name} of {op} is already non-finite and no op of the loss's graph made it: it came in "
+                      "with the batch (or a buffer); read from the loss's autograd graph, so the line that used it "
+                      "is not known")
 
 
 def _recompute(op: str, saved: dict[str, Any]) -> torch.Tensor | None:

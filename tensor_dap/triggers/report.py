@@ -87,7 +87,8 @@ class Report:
         if src.get("file"):
             # the unchanged loop finds a loss op in the loss's graph: its own line is not known, so the line is the
             # backward() call after it, or the model's call before it where backward() runs in a library's code
-            if self.phase == "loss" and self.mode not in ("step", "closure"):
+            if (self.phase == "loss" or (self.phase == "input" and self.module is None)) \
+                    and self.mode not in ("step", "closure"):  # (a batch's first use, read from the loss's graph)
                 text = text or "not known"  # (an op the loss's graph cannot tell: a sum that overflowed)
                 at = f", in the loss computed {'after' if src.get('after') else 'before'} "
             else:

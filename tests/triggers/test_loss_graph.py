@@ -92,6 +92,30 @@ def test_the_earliest_birth_wins():
     assert loss_birth(loss, y).op == "log"
 
 
+def test_a_non_finite_tensor_the_graph_did_not_make_is_data_named_by_the_op_that_first_used_it():
+    """A NaN label, or a NaN batch read with no model boundary (``break_if`` outside a watch): before, the label gave
+    nothing, and the batch was called "born in softmax" (SoftmaxBackward0 saves only its result, which was NaN)."""
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    y = x * 1.0
+    label = torch.tensor([0.5, math.nan])
+    birth = loss_birth(nn.functional.mse_loss(y, label), y)
+    assert (birth.phase, birth.op, birth.kind, birth.module, birth.line) == ("input", "mse_loss", "nan", None, None)
+    [(name, t)] = birth.inputs
+    assert name == "target" and t is birth.output and math.isnan(t[1].item())
+
+    torch.manual_seed(0)
+    layer = nn.Linear(3, 4)
+    batch = torch.randn(2, 3)
+    batch[1, 0] = math.inf
+    loss = torch.softmax(layer(batch) * 1.0, dim=-1).sum()
+    birth = loss_birth(loss)
+    assert (birth.phase, birth.op, birth.kind) == ("input", "addmm", "inf")
+    assert torch.equal(birth.inputs[0][1], batch)
+
+    weight = nn.Parameter(torch.tensor([math.nan, 1.0]))  # made by no op of this graph, but trained: not data
+    assert loss_birth((weight * weight).sum()) is None
+
+
 def test_what_cannot_be_told_is_none_and_nothing_raises():
     x = torch.tensor([3e38, 2.0], requires_grad=True)
     y = x * 1.0

@@ -93,3 +93,28 @@ def test_a_finite_loss_whose_backward_sends_nan_to_the_model_is_named_so():
     assert report.loss is not None and math.isfinite(report.loss)  # the loss itself was fine
     assert report.source["line"] == file_marker_line(__file__, "GRAD-BACKWARD")
     assert "the gradient arriving at the model's outputs is non-finite" in report.notes[0]
+
+
+def test_a_nan_label_in_the_loss_is_the_batch_first_used_by_the_loss_op():
+    """A NaN label (the model's outputs finite, the loss computed outside the model): before, "the loss computation
+    outside the model made it". The loss's graph shows the label came in non-finite: the batch, first used by
+    mse_loss, with the backward() line as the loss computed before it (its own line is not known)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False):
+        for step in range(5):
+            x, y = torch.randn(16, 4), torch.randn(16, 1)
+            if step == 3:
+                y[2, 0] = math.nan
+            loss = nn.functional.mse_loss(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()  # LABEL-BACKWARD
+            optimizer.step()
+    report = info.value.report
+    assert report.headline == "non-finite input batch, first used by mse_loss"
+    assert (report.phase, report.module, report.op, report.step) == ("input", None, "mse_loss", 3)
+    assert report.source["line"] == file_marker_line(__file__, "LABEL-BACKWARD")
+    assert report.origin.startswith(f"mse_loss, in the loss computed before {os.path.basename(__file__)}:")
+    assert report.diagnosis.startswith("the batch itself holds NaN/Inf")
+    assert [(section, name) for section, name, _ in report.tensors][:1] == [("op inputs", "target")]
