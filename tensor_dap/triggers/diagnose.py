@@ -50,6 +50,9 @@ DIAGNOSES = {
                   "by max(1, number of targets)",
     "input": "the batch itself holds NaN/Inf: check the data pipeline (assert torch.isfinite(batch).all() where it "
              "is made) or skip such batches",
+    "input_no_grad": "a tensor the loss takes without gradient holds NaN/Inf: the batch or its targets, or a value "
+                     "computed from them outside autograd (returns normalized by the std of a single value, class "
+                     "weights, a mask): assert torch.isfinite(t).all() where it is made, or skip such batches",
     "divergence": "the training diverged: lower the learning rate or clip gradients "
                   "(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))",
     "scaler": "the GradScaler's scale collapsed: the gradients are non-finite even unscaled, so this is not an "
@@ -66,8 +69,8 @@ def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: floa
         return _divergence(max_abs, loss_history, force=True)
     if phase == "optimizer":  # an update overflowing is a divergence; one that used NaN gradients (after a
         return _divergence(max_abs, loss_history, force=False)  # stop was continued) is not: no guess
-    if phase == "input":
-        return DIAGNOSES["input"]
+    if phase == "input":  # (no module: seen in the loss's graph, where it may be any tensor with no gradient)
+        return DIAGNOSES["input_no_grad" if birth is not None and birth.module is None else "input"]
     if birth is None:
         return _divergence(max_abs, loss_history, force=phase == "loss" and _rising(loss_history))
     op = (birth.forward_op if birth.phase == "backward" else birth.op) or ""

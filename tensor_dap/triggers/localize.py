@@ -78,7 +78,7 @@ class Finding:
             op = f"{birth.op} (the backward of {birth.forward_op})" if birth.forward_op else birth.op
             if self.phase == "input":
                 return f"non-finite input batch, first used by {op} in {name}" if self.module is not None \
-                    else f"non-finite input batch, first used by {op}"
+                    else f"non-finite input with no gradient (the batch, or computed from it), first used by {op}"
             place = f"in the {self.phase} of {name}" if self.module is not None else "outside any module"
             return f"{what} born in {op}, {place}"
         if self.phase == "input":

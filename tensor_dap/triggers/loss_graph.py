@@ -155,11 +155,12 @@ def _birth_at(node: Any) -> Birth | None:
 
 
 def _came_in(op: str, name: str, t: torch.Tensor, kind: str) -> Birth:
-    """A non-finite tensor the graph did not make (no gradient flows into it): data, first used by ``op``."""
+    """A non-finite tensor the graph did not make (no gradient flows into it): data, or computed from it (returns
+    normalized by a std), first used by ``op``."""
     return Birth("input", op, kind, inputs=[(name, t)], output=t,
-                 note=f"the {name} of {op} is already non-finite and no op of the loss's graph made it: it came in "
-                      "with the batch (or a buffer); read from the loss's autograd graph, so the line that used it "
-                      "is not known")
+                 note=f"the {name} of {op} is already non-finite and no gradient flows into it: it came in with the "
+                      "batch, or was computed from it outside autograd; read from the loss's autograd graph, so the "
+                      "line that used it is not known")
 
 
 def _recompute(op: str, saved: dict[str, Any]) -> torch.Tensor | None:

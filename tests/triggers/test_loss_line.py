@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import warnings
 
 import pytest
 import torch
@@ -112,9 +113,37 @@ def test_a_nan_label_in_the_loss_is_the_batch_first_used_by_the_loss_op():
             loss.backward()  # LABEL-BACKWARD
             optimizer.step()
     report = info.value.report
-    assert report.headline == "non-finite input batch, first used by mse_loss"
+    assert report.headline == ("non-finite input with no gradient (the batch, or computed from it), first used by "
+                               "mse_loss")
     assert (report.phase, report.module, report.op, report.step) == ("input", None, "mse_loss", 3)
     assert report.source["line"] == file_marker_line(__file__, "LABEL-BACKWARD")
     assert report.origin.startswith(f"mse_loss, in the loss computed before {os.path.basename(__file__)}:")
-    assert report.diagnosis.startswith("the batch itself holds NaN/Inf")
+    assert report.diagnosis.startswith("a tensor the loss takes without gradient holds NaN/Inf: the batch or its")
     assert [(section, name) for section, name, _ in report.tensors][:1] == [("op inputs", "target")]
+
+
+def test_returns_normalized_by_the_std_of_a_one_step_episode_are_named_where_the_loss_uses_them():
+    """pytorch/examples' REINFORCE: ``(returns - returns.mean()) / (returns.std() + eps)`` is NaN for an episode of one
+    step (the unbiased std of one value). The policy is called once per environment step (more forwards than the
+    capture keeps), and the loss's graph names the mul that used the NaN returns, computed outside autograd."""
+    torch.manual_seed(0)
+    policy = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2), nn.Softmax(dim=-1))
+    optimizer = torch.optim.Adam(policy.parameters(), lr=1e-2)
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(policy, optimizer, on="raise", capture=False), \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's "std(): degrees of freedom is <= 0"
+        for episode in range(4):
+            log_probs = []
+            for _ in range(70 if episode < 2 else 1):  # the third episode ends after one step
+                dist = torch.distributions.Categorical(policy(torch.randn(1, 4)))
+                log_probs.append(dist.log_prob(dist.sample()))
+            returns = torch.arange(len(log_probs), 0, -1, dtype=torch.float32)
+            returns = (returns - returns.mean()) / (returns.std() + 1e-6)
+            loss = torch.cat([-lp * r for lp, r in zip(log_probs, returns)]).sum()
+            optimizer.zero_grad()
+            loss.backward()  # RETURNS-BACKWARD
+            optimizer.step()
+    report = info.value.report
+    assert (report.phase, report.module, report.op, report.step) == ("input", None, "mul", 2)
+    assert report.source["line"] == file_marker_line(__file__, "RETURNS-BACKWARD")
+    assert "returns normalized by the std of a single value" in report.diagnosis
