@@ -8,7 +8,7 @@ and backward again exactly (``replay_forwards``), in a report's re-run or from a
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -65,9 +65,13 @@ class Forward:
     def call(self) -> SourceLine | None:
         return site_line(self.call_at)
 
-    def weaken(self) -> None:
+    def weaken(self, see: Callable[[Forward, int, torch.Tensor], None]) -> None:
         """Hold the outputs weakly, and the nodes not at all: a forward no backward() followed (an evaluation with
-        gradients on) keeps its graph alive only if the user does. Hooks on the nodes still see a gradient."""
+        gradients on) keeps its graph alive only if the user does. Hooks on the nodes still see a gradient: ``see``
+        puts one on the node of each output that kept its own (REINFORCE keeps the log-probabilities made from
+        the outputs, not the outputs)."""
+        for i, t in self.retained:
+            see(self, i, t)
         self.weak = [*self.weak, *((i, weakref.ref(t)) for i, t in self.retained)]
         self.retained, self.nodes = (), None
 

@@ -94,8 +94,9 @@ class Investigation:
         """Bundle the step, keep the report, and send it where ``on`` says."""
         self._bundle(report, source)
         if self.capture and source is None and report.bundle is None:
-            report.notes.append("no bundle: this step cannot be re-run (hand it to watch.step, or let the "
-                                "watched model run its forward inside the step)")
+            dropped = self._loop.dropped if self._loop is not None else None  # the capture let this step go: why
+            report.notes.append(f"no bundle: this step cannot be re-run ({f'{dropped}; ' if dropped else ''}hand it "
+                                "to watch.step, or let the watched model run its forward inside the step)")
         self.reports.append(report)
         dispatch(report, on=self.on, error=error, ranks=self.ranks, culprit=culprit)
 

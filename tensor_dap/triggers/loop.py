@@ -33,7 +33,10 @@ from .eager import compiler_loaded, compiling, eager, eager_around
 from .forwards import Forward, loss_value, output_tensors
 from .loss_graph import read as read_loss
 
-MAX_FORWARDS = 64  # forwards kept per step; more (a loop calling the model outside training) drops the capture
+MAX_FORWARDS = 4096  # forwards kept per step (an RL episode runs the policy once per environment step); more drops
+# the capture, as do the inputs of forwards with no backward() after them (past MAX_UNUSED in a row) adding up to
+# more than MAX_HELD_BYTES: an evaluation with gradients on, whose batches the capture would otherwise keep alive
+MAX_HELD_BYTES = 64 << 20
 # Forwards in a row with no backward() after them whose outputs the capture holds (and so their graphs). Past
 # that (an evaluation run with gradients on: no torch.no_grad()), they are held weakly: alive only while the
 # user holds them (an RL episode's outputs, backpropagated at its end), freed as without tensor_dap otherwise.
@@ -51,6 +54,17 @@ _isfinite = math.isfinite
 
 _WRAPPED_CALL = torch.nn.Module._wrapped_call_impl  # Module.__call__
 _ABSENT = object()
+
+
+def _bytes_of(args: Any, kwargs: Any) -> int:
+    """The bytes of the tensors a forward was called with (its arguments, held by the capture)."""
+    total = 0
+    for t in output_tensors((args, kwargs or {})):
+        try:
+            total += t.nbytes
+        except Exception:  # noqa: BLE001 - a layout without a plain size (nested): not counted
+            continue
+    return total
 
 
 def _caller_frames(model: torch.nn.Module) -> int:
@@ -83,6 +97,7 @@ class LoopCapture:
         self._open = False
         self._backward_seen = False
         self._unused = 0  # forwards since the last backward()
+        self._held = 0  # bytes of the inputs of forwards counted past MAX_UNUSED with no backward() (MAX_HELD_BYTES)
         self._probe: torch.Tensor | None = None  # a parameter whose .grad tells that zero_grad ran
         self._rngs = RngUse()  # which RNGs the model's forward draws from
         self._line: Site = None  # the line calling backward() in this step
@@ -280,16 +295,20 @@ class LoopCapture:
             if self._unused > MAX_UNUSED:
                 for f in forwards[-MAX_UNUSED:]:
                     if f.retained or f.nodes:
-                        f.weaken()
+                        f.weaken(self._see_at_node)
+                self._held += _bytes_of(args, kwargs)
+                if self._held > MAX_HELD_BYTES and self.dropped is None:
+                    return self._drop(f"the inputs of the forwards with no backward() after them passed "
+                                      f"{MAX_HELD_BYTES >> 20} MiB (an evaluation with gradients on?)")
             if len(forwards) >= MAX_FORWARDS or self.dropped is not None:
-                return self._drop()
+                return self._drop(f"more than {MAX_FORWARDS} forwards between two optimizer steps")
         else:  # a new step
             if self.pending is not None:
                 self.settle()  # a loss handed to backward() after the last update counts, as it came, in this step
             self._open = True
             self._backward_seen = self.updated = False
             self.dropped = self._line = None
-            self._unused = 1
+            self._unused, self._held = 1, 0
             self.forwards = forwards = []
             self.losses = []
             self.start = self.buffers.save()
@@ -298,9 +317,9 @@ class LoopCapture:
         forwards.append(f)
         return f
 
-    def _drop(self) -> None:  # too many forwards in one step (the model called outside training)
+    def _drop(self, why: str) -> None:  # too much to keep in one step (the model called outside training)
         if self.dropped is None:
-            self.dropped = f"more than {MAX_FORWARDS} forwards between two optimizer steps"
+            self.dropped = why
             self.forwards = []
 
     def _end(self, f: Forward, output: Any) -> None:
@@ -332,6 +351,12 @@ class LoopCapture:
         else:  # the same gradient, seen by the node that made t: ~7 µs against ~40 for a tensor hook
             node.register_prehook(partial(self._node_grad, f, i, t.output_nr))
             f.nodes, f.larger = [*(f.nodes or ()), node], [*(f.larger or ()), weakref.ref(t)]
+
+    def _see_at_node(self, f: Forward, i: int, t: torch.Tensor) -> None:
+        """See output ``i``'s gradient at the node that made ``t``, holding neither (``Forward.weaken``)."""
+        node = t.grad_fn
+        if node is not None:
+            node.register_prehook(partial(self._node_grad, f, i, t.output_nr))
 
     def _node_grad(self, f: Forward, i: int, nr: int, grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
         grad = grad_outputs[nr] if nr < len(grad_outputs) else None

@@ -980,6 +980,50 @@ def test_an_episode_of_forwards_backpropagated_at_its_end_is_still_replayed():
     assert (report.step, report.phase, report.op) == (2, "backward", "SqrtBackward0")
 
 
+def test_a_reinforce_episode_longer_than_the_old_cap_keeping_only_log_probs_is_replayed():
+    """pytorch/examples' REINFORCE: one forward per environment step (a CartPole episode runs to 500), the outputs
+    dropped once the log-probability is taken. Before, a step of more than 64 forwards was not kept, and outputs held
+    weakly lost their gradient when the user dropped them: "found without a re-run", the module holding the
+    gradient. Now the node that made each weakened output sees its gradient, and the episode re-runs."""
+    torch.manual_seed(0)
+    model = _SqrtFrom()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False) as w:
+        for episode in range(3):
+            log_probs = []
+            for t in range(150):
+                probs = torch.softmax(model(torch.randn(1, 4), bug=episode == 2 and t == 120), dim=-1)
+                log_probs.append(torch.distributions.Categorical(probs).log_prob(torch.tensor([0])))
+            loss = -torch.cat(log_probs).sum()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    report = info.value.report
+    assert (report.step, report.phase, report.op) == (2, "backward", "SqrtBackward0")
+    assert report.source["text"].startswith("h = torch.where(h > 0, torch.sqrt(h), h)")
+    assert w._loop.dropped is None
+
+
+def test_an_evaluation_with_gradients_on_drops_the_capture_once_its_inputs_pass_the_budget(monkeypatch):
+    """The batches of an evaluation with gradients on would be kept alive by the capture (it keeps each forward's
+    inputs to re-run them): past MAX_HELD_BYTES of them it lets the step go and says why in a report."""
+    from tensor_dap.triggers import loop
+
+    monkeypatch.setattr(loop, "MAX_HELD_BYTES", 64 << 10)
+    torch.manual_seed(0)
+    model = _SqrtFrom()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise") as w:
+        optimizer.zero_grad()
+        for i in range(loop.MAX_UNUSED + 8):  # batches of 16 KiB: the budget passed within the step
+            model(torch.randn(1024, 4), bug=i == 0).sum().item()
+        assert w._loop.dropped.startswith("the inputs of the forwards with no backward() after them passed")
+        model(torch.randn(8, 4), bug=True).sum().backward()
+        optimizer.step()
+    assert any(note.startswith("no bundle: this step cannot be re-run (the inputs of the forwards with no "
+                               "backward()") for note in info.value.report.notes)
+
+
 def test_an_episode_s_nan_advantage_is_charged_to_its_backward_line():
     """actor-critic's returns normalized by a zero std (every return equal): the NaN reaches the outputs of the
     episode's first forward, whose gradient no hook saw arrive: its line is the step's backward() call."""
