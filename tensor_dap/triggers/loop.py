@@ -57,13 +57,17 @@ _ABSENT = object()
 
 
 def _bytes_of(args: Any, kwargs: Any) -> int:
-    """The bytes of the tensors a forward was called with (its arguments, held by the capture)."""
+    """The bytes of the tensors a forward was called with, held by the capture: its arguments and the tensors one
+    container deep in them (a dict batch). No walk: it runs for every forward of an RL episode."""
     total = 0
-    for t in output_tensors((args, kwargs or {})):
-        try:
-            total += t.nbytes
-        except Exception:  # noqa: BLE001 - a layout without a plain size (nested): not counted
-            continue
+    for v in (*args, *kwargs.values()) if kwargs else args:
+        inner = v.values() if type(v) is dict else v if type(v) in (tuple, list) else (v,)
+        for t in inner:
+            if isinstance(t, _Tensor):
+                try:
+                    total += t.nbytes
+                except Exception:  # noqa: BLE001 - a layout without a plain size (nested): not counted
+                    continue
     return total
 
 
@@ -235,7 +239,8 @@ class LoopCapture:
                 try:
                     if (type(output) is _Tensor and not f.probing and output.requires_grad
                             and _LOSS_BYTES < output.nbytes <= RETAIN_BYTES and not output.is_leaf
-                            and not output.retains_grad):  # the common case, here: logits keep their gradient
+                            and not output.retains_grad and self._unused <= MAX_UNUSED):  # the common case, here:
+                        # logits keep their gradient
                         output.retain_grad()  # (what ``_end`` does with a small output that is not a loss)
                         f.grads, f.retained = [None], [(0, output)]
                     else:
@@ -293,9 +298,10 @@ class LoopCapture:
             forwards = self.forwards
             self._unused += 1
             if self._unused > MAX_UNUSED:
-                for f in forwards[-MAX_UNUSED:]:
-                    if f.retained or f.nodes:
-                        f.weaken(self._see_at_node)
+                if self._unused == MAX_UNUSED + 1:  # the ones after are held weakly from their start (``_end``)
+                    for f in forwards[-MAX_UNUSED:]:
+                        if f.retained or f.nodes:
+                            f.weaken(self._see_at_node)
                 self._held += _bytes_of(args, kwargs)
                 if self._held > MAX_HELD_BYTES and self.dropped is None:
                     return self._drop(f"the inputs of the forwards with no backward() after them passed "
@@ -336,7 +342,10 @@ class LoopCapture:
             if loss is None and size <= _LOSS_BYTES and t.dim() == 0 and t.is_floating_point():
                 loss = t.detach()  # a loss computed inside the model
                 self.losses.append(loss)
-            if size <= RETAIN_BYTES and not t.is_leaf and not t.retains_grad:
+            if self._unused > MAX_UNUSED and t.grad_fn is not None:  # no backward() for a while: held weakly
+                self._see_at_node(f, i, t)  # (an RL episode's outputs; an evaluation's, freed as the user lets go)
+                f.weak = [*f.weak, (i, weakref.ref(t))]
+            elif size <= RETAIN_BYTES and not t.is_leaf and not t.retains_grad:
                 t.retain_grad()  # a small output keeps its own gradient: torch copies it in C++, no Python in backward
                 f.retained = [*f.retained, (i, t)]
             else:
