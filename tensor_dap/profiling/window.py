@@ -25,6 +25,7 @@ import time
 import weakref
 from typing import Any, Callable, ContextManager
 
+from ..dynamo import global_forward_pre_hook
 from ..format import fmt_bytes
 from . import marks
 
@@ -85,7 +86,7 @@ class StepWindow:
         # objects, and the import-time code a prelude spans is freed before the trace is read, so the
         # names came back as garbage (UnicodeDecodeError; pytorch/pytorch#130622, fixed after torch 2.13)
         self._prelude = torch.profiler.profile(**{**self.kwargs, "with_stack": False})
-        self._growth_check = torch.nn.modules.module.register_module_forward_pre_hook(self._check_growth)
+        self._growth_check = global_forward_pre_hook(self._check_growth)
         self._prelude.start()
         self._memory_at_start = _memory()  # (after the profiler's own start-up)
         self._next_check = time.monotonic() + CHECK_EVERY_S

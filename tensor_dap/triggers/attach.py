@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 import torch
 
-from .eager import eager
+from ..dynamo import global_forward_pre_hook
 from .optimizer_call import closure_of, param_ids
 from .watch import watch
 
@@ -69,10 +69,8 @@ class Attachment:
         if model is not None:
             self.watch = watch(model, optimizer, **options)
             return
-        from torch.nn.modules.module import register_module_forward_pre_hook
-
         self._params = param_ids(optimizer)
-        self._hook = register_module_forward_pre_hook(eager(self._called))  # also inside compiled models
+        self._hook = global_forward_pre_hook(self._called)  # also inside compiled models
         self._step_hooks = [optimizer.register_step_pre_hook(self._step_begins),
                             optimizer.register_step_post_hook(self._step_ends)]
 

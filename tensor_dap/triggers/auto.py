@@ -30,7 +30,7 @@ import torch
 
 from ..console import note
 from .break_if import break_if
-from .eager import eager
+from ..dynamo import global_forward_pre_hook
 from .loss_tap import listen
 from .optimizer_call import closure_of
 
@@ -60,7 +60,7 @@ class AutoTriggers:
 
         self._handles.append(register_optimizer_step_post_hook(self._after_step))
         if nan or replay:
-            self._forward = torch.nn.modules.module.register_module_forward_pre_hook(eager(self._note_module))
+            self._forward = global_forward_pre_hook(self._note_module)
             self._handles.append(register_optimizer_step_pre_hook(self._before_step))
         if nan and not replay:
             self._see_new_optimizers()

@@ -27,9 +27,9 @@ import torch
 
 from ..errors import STOPS
 from ..debug.frames import CallSites, Site, SourceLine, user_line
+from ..dynamo import compiler_loaded, compiling, eager, eager_around
 from ..state import BufferSnapshot, Buffers, RngUse
 from .active import open_watches
-from .eager import compiler_loaded, compiling, eager, eager_around
 from .forwards import Forward, loss_value, output_tensors
 from .loss_graph import read as read_loss
 

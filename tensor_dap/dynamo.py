@@ -1,18 +1,22 @@
-"""Global module hooks that ``torch.compile`` must run, not trace.
+"""tensor_dap's hooks and wrappers where ``torch.compile`` runs: run by dynamo, not traced.
 
 A hook registered for every module (``register_module_forward_pre_hook``) also fires for the
 modules inside a compiled model, while dynamo traces them; tracing tensor_dap's bookkeeping there
 (a ``WeakSet`` of the modules seen, for instance) can fail inside dynamo and stop the user's
 program. ``eager`` marks such a hook so that dynamo breaks its graph around the call and runs the
-hook as plain Python. Only short-lived hooks take it (the ones that look for the model until a
-watch is attached): the mark costs a few microseconds a call. The unchanged loop's capture, a function
-around the model's own call, takes a lighter mark that leaves the model it calls compiled (``eager_around``).
+hook as plain Python (``global_forward_pre_hook``). Only short-lived hooks take it (the ones that
+look for the model until a watch is attached, the profiler's prelude check): the mark costs a few
+microseconds a call. The unchanged loop's capture, a function around the model's own call, takes
+a lighter mark that leaves the model it calls compiled (``eager_around``).
 """
 
 from __future__ import annotations
 
 import sys
+import warnings
 from typing import Any, Callable, TypeVar
+
+import torch
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -59,3 +63,13 @@ def eager_around(call: F, inner: Callable[..., Any]) -> F:
         return (inner if exporting() else marked)(*args, **kwargs)
 
     return dispatch  # type: ignore[return-value]
+
+
+def global_forward_pre_hook(hook: Callable[..., Any]) -> Any:
+    """``hook`` before every module's forward (the handle to remove it), run as plain Python inside compiled models
+    (``eager``). torch warns at every call of a ``torch.compile``'d module while such a hook exists ("Using
+    `torch.compile(module)` when there are global hooks on modules"): tensor_dap's hooks expect the extra call it
+    warns of, and the user installed none, so once tensor_dap installs one that warning is silenced in the process."""
+    warnings.filterwarnings("ignore", message=r"Using `torch\.compile\(module\)` when there are global hooks",
+                            category=UserWarning)
+    return torch.nn.modules.module.register_module_forward_pre_hook(eager(hook))
