@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from .origin import Birth
+from .birth import Birth
 
 FP16_MAX = 65504.0
 DIVERGED_ABS = 1e15  # float32 values this large in a model are a run going off, not data
@@ -37,6 +37,10 @@ DIAGNOSES = {
            "(x.clamp_min(eps)) first",
     "sqrt": "sqrt has an infinite gradient at 0 and is NaN below it, and torch.where does not stop the unused "
             "branch's NaN gradient: clamp the input first (torch.sqrt(x.clamp_min(eps)))",
+    "sqrt_zero": "sqrt's gradient at 0 is infinite, and times the 0 that reaches it is NaN: a distance or norm "
+                 "between equal points (torch.sqrt(((a - b) ** 2).sum(-1)) with a == b): add an epsilon inside "
+                 "(torch.sqrt(s + eps)), or use torch.linalg.vector_norm / F.pairwise_distance, whose gradient at 0 "
+                 "is defined",
     "sqrt_forward": "sqrt of a negative number is NaN: make sure its input cannot be negative (a log-variance is "
                     "not a variance: std = torch.exp(0.5 * logvar)) or clamp it (torch.sqrt(x.clamp_min(eps)))",
     "div": "division by zero: add an epsilon to the denominator (x / (norm + eps)) or clamp it (norm.clamp_min(eps))",
@@ -89,6 +93,8 @@ def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: floa
                 break
             if key == "sqrt" and birth.phase != "backward" and birth.kind == "nan":
                 return DIAGNOSES["sqrt_forward"]  # a negative input itself, not the gradient at 0
+            if key == "sqrt" and birth.phase == "backward" and _sqrt_of_zeros_only(birth):
+                return DIAGNOSES["sqrt_zero"]  # no negative input (no torch.where trap): an exact 0
             return DIAGNOSES[key]
     diverged = _divergence(max_abs, loss_history, force=False)
     if diverged:
@@ -184,3 +190,13 @@ def _fractional_power(birth: Birth) -> bool:
     """pow with an exponent below 1 (x ** 0.5) behaves like sqrt at 0."""
     args = [t for _, t in birth.inputs]
     return len(args) < 2 or not isinstance(args[1], torch.Tensor) or bool((args[1] < 1).any())
+
+
+def _sqrt_of_zeros_only(birth: Birth) -> bool:
+    """sqrt's backward made the NaN while its forward saw exact zeros and no negative number: what ``SqrtBackward0``
+    saved (its result: NaN where the input was negative) or ``PowBackward0`` (its input) says so."""
+    value = birth.saved.get("result" if birth.op == "SqrtBackward0" else "self")
+    if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+        return False
+    with torch.no_grad():
+        return bool((value == 0).any()) and not bool((value < 0).any() or value.isnan().any())

@@ -16,7 +16,8 @@ from ..debug.frames import Site, SourceLine, site_line, stand_in
 from ..libraries import is_user_file
 from ..nested import walk
 from ..state import restore_rng
-from .origin import GRAD_AT_OUTPUTS, Birth, Born, kind_of
+from .birth import Birth, Born
+from .origin import GRAD_AT_OUTPUTS, kind_of
 
 
 class Forward:

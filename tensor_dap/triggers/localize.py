@@ -25,7 +25,8 @@ from ..debug.frames import SourceLine
 from ..nested import walk
 from ..summary import TensorSummary, describe
 from .loss_tap import double_backward_line
-from .origin import GRAD_AT_OUTPUTS, Birth, Born, Tracker, kind_of
+from .birth import Birth, Born
+from .origin import GRAD_AT_OUTPUTS, Tracker, kind_of
 from .param_writer import OUTSIDE_UPDATE, update_ruled_out
 
 MAX_ROWS = 8  # tensors listed per report section

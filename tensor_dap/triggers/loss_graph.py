@@ -29,9 +29,10 @@ from typing import Any, Callable, NamedTuple
 
 import torch
 
-from .ops import forward_name
+from .ops import forward_name, saved_values
 from . import origin
-from .origin import Birth, kind_of
+from .birth import Birth
+from .origin import kind_of
 
 log = logging.getLogger("tensor_dap.triggers")
 
@@ -114,23 +115,11 @@ def _seq(node: Any) -> int:
         return 1 << 62
 
 
-def _saved(node: Any) -> dict[str, Any]:
-    """The values ``node`` saved for its backward (tensors and numbers), by name without the prefix."""
-    values = {}
-    for attr in dir(node):
-        if attr.startswith("_saved_"):
-            try:
-                values[attr[len("_saved_"):]] = getattr(node, attr)
-            except Exception:  # noqa: BLE001 - freed already, or not readable: as if not saved
-                continue
-    return values
-
-
 def _birth_at(node: Any) -> Birth | None:
     """``node``'s op, when its saved inputs are finite and its output (saved, or computed again) is not; or, when
     one of its saved inputs is non-finite and no op of the graph made it (the batch, a target, a buffer), that
     input, first used by ``node``'s op."""
-    saved = _saved(node)
+    saved = saved_values(node)
     result = saved.pop("result", None)
     op = forward_name(node.name())
     if op in _LOSSES:  # the scores and the targets, in the op's order (class indices too: the diagnosis reads them)

@@ -58,3 +58,16 @@ def anomaly_line(node: Any) -> SourceLine | None:
 
 
 _FRAME = re.compile(r'\s*File "(.*)", line (\d+), in (.*)')
+
+
+def saved_values(node: Any) -> dict[str, Any]:
+    """The values an autograd node saved from its forward for its backward (tensors and numbers: ``SqrtBackward0``
+    its ``result``, ``LogBackward0`` its input ``self``), by name without the ``_saved_`` prefix."""
+    values = {}
+    for attr in dir(node):
+        if attr.startswith("_saved_"):
+            try:
+                values[attr[len("_saved_"):]] = getattr(node, attr)
+            except Exception:  # noqa: BLE001 - freed already, or not readable: as if not saved
+                continue
+    return values

@@ -20,7 +20,6 @@ import logging
 import math
 import sys
 import weakref
-from dataclasses import dataclass, field
 from itertools import islice
 from collections.abc import Iterator
 from typing import Any, Callable
@@ -30,7 +29,8 @@ from torch.overrides import TorchFunctionMode
 
 from ..debug.frames import SourceLine, user_line
 from ..nested import walk
-from .ops import anomaly_line, forward_name, inplace, op_name
+from .birth import Birth, Born, root
+from .ops import anomaly_line, forward_name, inplace, op_name, saved_values
 
 log = logging.getLogger("tensor_dap.triggers")
 
@@ -38,40 +38,6 @@ MAX_TENSORS = 64  # tensors looked at in one op's arguments or outputs
 MAX_NODES = 256  # autograd nodes discovered behind one op's output (the inside of composite ops)
 _BACKWARD = ("backward", "grad")  # Tensor.backward, torch.autograd.backward / grad: the loss is known here
 GRAD_AT_OUTPUTS = "grad at the model's output"  # the input of a loss-phase birth seen in the loss's backward
-
-
-@dataclass
-class Birth:
-    """One op that produced the first NaN (or Inf) of a lineage. Live references, for the report and the debugger."""
-
-    phase: str  # "forward", "backward", "input" (the batch itself), "loss" (outside any module, after the model)
-    op: str | None  # "softmax", "SqrtBackward0"; for "input", the first op that consumed the batch
-    kind: str  # "nan" or "inf"
-    module: str | None = None  # dotted path of the innermost module running the op; None: outside any module
-    module_type: str | None = None
-    line: SourceLine | None = None
-    forward_op: str | None = None  # backward births: the forward op that created the node ("sqrt")
-    inputs: list[tuple[str, Any]] = field(default_factory=list)  # the op's tensor inputs (backward: grad_output)
-    output: Any = None  # the op's output (backward: grad_input)
-    cause: Birth | None = None  # a NaN born from an Inf: the Inf's birth (e.g. masked_fill before softmax)
-    deliberate: bool = False  # an Inf put there on purpose (a -inf mask), not a bug by itself
-    after_call: bool = False  # phase "loss": ``line`` is the model's call the loss was computed after (not backward())
-    note: str = ""
-
-
-class Born(Exception):
-    """Raised to stop a re-run at a birth that matters (by the tracker, or by a replay that sees one itself)."""
-
-    def __init__(self, birth: Birth) -> None:
-        super().__init__(birth.op or birth.phase)
-        self.birth = birth
-
-
-def root(birth: Birth) -> Birth:
-    """The first accidental birth behind ``birth``: a NaN from an accidental Inf goes back to that Inf."""
-    while birth.cause is not None and not birth.cause.deliberate:
-        birth = birth.cause
-    return birth
 
 
 def _tensors(obj: Any) -> list[torch.Tensor]:
@@ -397,4 +363,4 @@ class Tracker(TorchFunctionMode):
         named_out = [g for g in grad_inputs if isinstance(g, torch.Tensor)]
         return Birth("backward", node.name(), "nan" if "nan" in kinds else "inf", path, typ, line,
                      forward_op=forward_op, inputs=named_in[:8],
-                     output=named_out[0] if len(named_out) == 1 else tuple(named_out[:8]))
+                     output=named_out[0] if len(named_out) == 1 else tuple(named_out[:8]), saved=saved_values(node))

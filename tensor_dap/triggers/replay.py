@@ -24,7 +24,7 @@ from ..state import restore_rng
 from .diagnose import diagnose
 from .incident import Bundle, read_bundle
 from .investigate import report_of
-from .origin import Birth
+from .birth import Birth
 from .localize import StopRerun, any_nonfinite, localize_rerun, nonfinite_parameters
 from .forwards import Forward, replay_forwards
 from .report import Report

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -10,7 +12,7 @@ from torch import nn
 import tensor_dap
 from tensor_dap import NonFiniteError
 from tensor_dap.triggers.diagnose import DIAGNOSES, diagnose
-from tensor_dap.triggers.origin import Birth
+from tensor_dap.triggers.birth import Birth
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -98,6 +100,34 @@ def test_sqrt_is_diagnosed_by_where_its_nan_came_from(phase, op, kind, key):
     x = torch.tensor([-1.0, 4.0])
     birth = Birth(phase, op, kind, forward_op="sqrt" if phase == "backward" else None, inputs=[("args[0]", x)])
     assert diagnose(birth, phase=phase, kind="nonfinite", max_abs=None, loss_history=[]) == DIAGNOSES[key]
+
+
+def test_a_hand_written_distance_between_equal_points_is_told_from_the_where_trap():
+    """A contrastive loss's ``sqrt(((a - b) ** 2).sum(-1))`` for a sample paired with itself: the NaN is sqrt's
+    gradient at an exact 0 (what SqrtBackward0 saved), not a negative number behind torch.where."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.05)
+    x = torch.randn(6, 8)
+
+    def step(pairs):
+        a, b = net(x[pairs[0]]), net(x[pairs[1]])
+        same = (pairs[0] == pairs[1]).float()
+        d = torch.sqrt(((a - b) ** 2).sum(dim=1))
+        loss = (same * d ** 2 + (1 - same) * torch.relu(1.0 - d) ** 2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(net, optimizer, on="raise", capture=False) as w:
+        w.step(step, torch.tensor([[0, 1, 2], [3, 4, 5]]))
+        w.step(step, torch.tensor([[0, 1, 2], [3, 1, 5]]))  # sample 1 paired with itself
+    report = info.value.report
+    assert (report.step, report.op, report.module) == (1, "SqrtBackward0", None)
+    assert report.diagnosis == DIAGNOSES["sqrt_zero"]
+    where = Birth("backward", "SqrtBackward0", "nan", forward_op="sqrt",
+                  saved={"result": torch.tensor([math.nan, 2.0])})  # sqrt(-1) behind torch.where
+    assert diagnose(where, phase="backward", kind="nonfinite", max_abs=None, loss_history=[]) == DIAGNOSES["sqrt"]
 
 
 class Classifier(nn.Module):

@@ -1,0 +1,46 @@
+"""Where a NaN/Inf was born: the op, its module and line, and what it was given (the data every report is built from).
+
+``origin``'s tracker makes them as a re-run goes; ``loss_graph`` reads them from a loss's autograd graph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..debug.frames import SourceLine
+
+
+@dataclass
+class Birth:
+    """One op that produced the first NaN (or Inf) of a lineage. Live references, for the report and the debugger."""
+
+    phase: str  # "forward", "backward", "input" (the batch itself), "loss" (outside any module, after the model)
+    op: str | None  # "softmax", "SqrtBackward0"; for "input", the first op that consumed the batch
+    kind: str  # "nan" or "inf"
+    module: str | None = None  # dotted path of the innermost module running the op; None: outside any module
+    module_type: str | None = None
+    line: SourceLine | None = None
+    forward_op: str | None = None  # backward births: the forward op that created the node ("sqrt")
+    inputs: list[tuple[str, Any]] = field(default_factory=list)  # the op's tensor inputs (backward: grad_output)
+    output: Any = None  # the op's output (backward: grad_input)
+    cause: Birth | None = None  # a NaN born from an Inf: the Inf's birth (e.g. masked_fill before softmax)
+    deliberate: bool = False  # an Inf put there on purpose (a -inf mask), not a bug by itself
+    after_call: bool = False  # phase "loss": ``line`` is the model's call the loss was computed after (not backward())
+    note: str = ""
+    saved: dict[str, Any] = field(default_factory=dict)  # backward: what the node saved from its forward (sqrt: result)
+
+
+class Born(Exception):
+    """Raised to stop a re-run at a birth that matters (by the tracker, or by a replay that sees one itself)."""
+
+    def __init__(self, birth: Birth) -> None:
+        super().__init__(birth.op or birth.phase)
+        self.birth = birth
+
+
+def root(birth: Birth) -> Birth:
+    """The first accidental birth behind ``birth``: a NaN from an accidental Inf goes back to that Inf."""
+    while birth.cause is not None and not birth.cause.deliberate:
+        birth = birth.cause
+    return birth
