@@ -77,7 +77,7 @@ def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: floa
         return DIAGNOSES["input_no_grad" if birth is not None and birth.module is None else "input"]
     if birth is None:
         return _divergence(max_abs, loss_history, force=phase == "loss" and _rising(loss_history))
-    op = (birth.forward_op if birth.phase == "backward" else birth.op) or ""
+    op = (birth.forward_op or birth.op) or ""  # a backward's forward op (a loss's gradient, read from its graph too)
     op = op.rstrip("_") if op not in ("_softmax", "_log_softmax") else op
     if birth.kind == "inf" and _half(birth.inputs) and _finite_inputs(birth.inputs):
         return DIAGNOSES["fp16"]
@@ -91,9 +91,9 @@ def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: floa
         if op in names or op.rstrip("_") in names:
             if key == "sqrt" and op.startswith("pow") and not _fractional_power(birth):
                 break
-            if key == "sqrt" and birth.phase != "backward" and birth.kind == "nan":
+            if key == "sqrt" and not birth.forward_op and birth.kind == "nan":
                 return DIAGNOSES["sqrt_forward"]  # a negative input itself, not the gradient at 0
-            if key == "sqrt" and birth.phase == "backward" and _sqrt_of_zeros_only(birth):
+            if key == "sqrt" and birth.forward_op and _sqrt_of_zeros_only(birth):
                 return DIAGNOSES["sqrt_zero"]  # no negative input (no torch.where trap): an exact 0
             return DIAGNOSES[key]
     diverged = _divergence(max_abs, loss_history, force=False)

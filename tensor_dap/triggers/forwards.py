@@ -17,6 +17,8 @@ from ..libraries import is_user_file
 from ..nested import walk
 from ..state import restore_rng
 from .birth import Birth, Born
+from .loss_graph import unsafe_backward
+from .ops import forward_name
 from .origin import GRAD_AT_OUTPUTS, kind_of
 
 
@@ -41,6 +43,9 @@ class Forward:
     larger: list[weakref.ref] | None = None  # those outputs, not kept alive: what made another model's batch
     loss_birth: Birth | None = None  # a non-finite loss's op, read from its graph at backward() (``loss_graph``)
     graph_read = False  # a non-finite loss reaching this forward's outputs had its graph read
+    # the last loss handed to backward() after it, until the update: the structure of its graph names the op when a
+    # non-finite gradient reaches the outputs (``loss_graph.unsafe_backward``)
+    loss_tensor: torch.Tensor | None = None
 
     def __init__(self, args: tuple[Any, ...], kwargs: dict[str, Any] | None, rng: dict[str, Any],
                  probing: bool = False, call_at: Site = None) -> None:
@@ -155,11 +160,17 @@ def replay_forwards(model: torch.nn.Module, forwards: list[Forward], rng: dict[s
         bad = next(((t, g, k) for t, g in pairs if (k := kind_of(g)) is not None), None)
         if bad is not None:
             line, after = loss_line(f)
-            raise Born(Birth("loss", None, bad[2], line=line, after_call=after,
-                             inputs=[(GRAD_AT_OUTPUTS, bad[1])], output=bad[1],
+            loss = next((g.loss_tensor for g in reversed(forwards) if g.loss_tensor is not None), None)
+            ops = unsafe_backward(loss, [n for g in forwards for n in g.model_nodes()]) if loss is not None else []
+            op = ops[0] if len(ops) == 1 else None
+            why = "the unchanged loop does not re-run the loss function"
+            if ops:
+                why = (f"{' or '.join(ops)}: the {'only op' if op else 'ops'} of the loss computation whose backward "
+                       "can make NaN/Inf from finite values, read from the structure of the loss's graph (" + why + ")")
+            raise Born(Birth("loss", op, bad[2], line=line, after_call=after, inputs=[(GRAD_AT_OUTPUTS, bad[1])],
+                             output=bad[1], forward_op=forward_name(op) if op else None,
                              note="the gradient arriving at the model's outputs is non-finite: the loss computation "
-                             "outside the model made it (the unchanged loop does not re-run the loss function; hand "
-                             "the step to watch.step to find the op)"))
+                             f"outside the model made it ({why}; hand the step to watch.step to find its line)"))
         if params is None:
             params = [p for p in model.parameters() if p.requires_grad]
         # Into the model's parameters only: an input made upstream (a GAN's generator output, whose graph its

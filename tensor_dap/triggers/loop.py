@@ -135,6 +135,7 @@ class LoopCapture:
         if not (self.enabled and forwards):
             return
         f = forwards[-1]
+        f.loss_tensor = loss  # (its graph's structure, should a non-finite gradient reach the outputs)
         kept = loss_value(loss)
         if len(open_watches) > 1:
             self.pending = (f, kept, f.marks())
@@ -196,6 +197,8 @@ class LoopCapture:
                 f.retained = f.weak = ()
             if f.nodes is not None:
                 f.nodes = f.larger = None
+            if f.loss_tensor is not None:
+                f.loss_tensor = None  # its graph freed where the loop frees it
         if self._model_dict.get("_compiled_call_impl") is not self._call:
             self._wrap()  # the model was compiled in place (``model.compile()``) since: around that, now
         if self._probe is None:

@@ -108,6 +108,40 @@ def _walk(loss: torch.Tensor, model_nodes: set[Any]) -> LossGraph:
     return LossGraph(reaches, min(found, key=lambda pair: pair[0])[1] if found else None)
 
 
+# Ops whose backward can make NaN/Inf from finite gradients and inputs: sqrt's at 0 (a distance between equal
+# points), a division's by 0, log's at 0, pow's with an exponent below 1 at 0, acos/asin at ±1.
+_UNSAFE_BACKWARD = {"sqrt", "rsqrt", "pow", "div", "reciprocal", "log", "log2", "log10", "log1p", "xlogy", "acos",
+                    "asin", "atanh", "erfinv", "logit", "cdist", "pdist", "dist"}
+
+
+def unsafe_backward(loss: torch.Tensor, model_nodes: Collection[Any] = ()) -> list[str]:
+    """The kinds of node of the loss computation (the graph of ``loss`` after ``model_nodes``) whose backward can make
+    NaN/Inf from finite values ("SqrtBackward0"), sorted. Only the graph's structure is read, and the numbers its nodes
+    saved (a power's exponent): backward() freed the tensors. Never raises."""
+    try:
+        after = max((_seq(n) for n in model_nodes), default=-1)
+        todo, seen, found = [loss.grad_fn], set(), set()
+        while todo and len(seen) < MAX_NODES:
+            node = todo.pop()
+            if node is None or node in seen or node in model_nodes or _seq(node) <= after:
+                continue
+            seen.add(node)
+            name = node.name()
+            if forward_name(name) in _UNSAFE_BACKWARD and _unsafe_exponent(node):
+                found.add(name)
+            todo.extend(child for child, _ in getattr(node, "next_functions", ()))
+        return sorted(found)
+    except Exception as exc:  # noqa: BLE001 - a graph it cannot read: the report names no op
+        log.debug("loss graph structure not read: %r", exc)
+        return []
+
+
+def _unsafe_exponent(node: Any) -> bool:
+    """A power's backward is unsafe for an exponent below 1 (x ** 0.5 at 0, x ** -1 at 0); not for a square."""
+    exponent = getattr(node, "_saved_exponent", None) if node.name() == "PowBackward0" else None
+    return not isinstance(exponent, (int, float)) or exponent < 1
+
+
 def _seq(node: Any) -> int:
     try:
         return int(node._sequence_nr())

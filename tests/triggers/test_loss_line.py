@@ -89,11 +89,33 @@ def test_a_finite_loss_whose_backward_sends_nan_to_the_model_is_named_so():
             loss.backward()  # GRAD-BACKWARD
             optimizer.step()
     report = info.value.report
-    assert report.headline == "NaN in the gradient the loss sent to the model's outputs", report.headline
-    assert (report.phase, report.module, report.step) == ("loss", None, 0)
+    assert report.headline == "NaN born in SqrtBackward0 (the backward of sqrt), outside any module", report.headline
+    assert (report.phase, report.module, report.step, report.op) == ("loss", None, 0, "SqrtBackward0")
     assert report.loss is not None and math.isfinite(report.loss)  # the loss itself was fine
     assert report.source["line"] == file_marker_line(__file__, "GRAD-BACKWARD")
     assert "the gradient arriving at the model's outputs is non-finite" in report.notes[0]
+    assert "SqrtBackward0: the only op of the loss computation whose backward can make NaN/Inf" in report.notes[0]
+    assert report.diagnosis.startswith("sqrt has an infinite gradient at 0")
+
+
+def test_a_loss_whose_backward_could_be_several_ops_names_them_all_and_claims_none():
+    """The op behind a non-finite gradient at the model's outputs is read from the structure of the loss's graph (what
+    backward() freed cannot be read): with a sqrt and a division by a tensor there, both are named, neither claimed;
+    a square (pow 2) is not one of them."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False):
+        optimizer.zero_grad()
+        out = model(torch.randn(8, 4))
+        d = torch.sqrt(((out - out.detach()) ** 2).sum(1))  # a distance of 0 (with a gradient): sqrt'(0) is inf
+        loss = (d ** 2 / (d.detach() + 1)).mean()  # a division by a tensor: could make NaN too, for all the graph says
+        loss.backward()
+        optimizer.step()
+    report = info.value.report
+    assert report.headline == "NaN in the gradient the loss sent to the model's outputs", report.headline
+    assert report.op is None
+    assert "DivBackward0 or SqrtBackward0: the ops of the loss computation" in report.notes[0]
 
 
 def test_a_nan_label_in_the_loss_is_the_batch_first_used_by_the_loss_op():
