@@ -11,10 +11,11 @@ overflow of huge values, so only a NaN rules the update out). Read only when a t
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
+
+from .origin import kind_of
 
 OUTSIDE_UPDATE = ("the last update cannot have written a NaN (the gradients it used were finite, and so are the "
                   "optimizer's state for it and its hyperparameters): code between optimizer.step() and this "
@@ -38,14 +39,8 @@ def update_ruled_out(optimizer: Any, p: torch.Tensor) -> bool:
 
 
 def _finite(value: Any) -> bool:
-    """Numbers and tensors (and tuples of them, Adam's betas) finite; anything else does not enter the update."""
-    if isinstance(value, bool):
-        return True
-    if isinstance(value, (int, float)):
-        return math.isfinite(value)
-    if isinstance(value, torch.Tensor):
-        return not (value.is_floating_point() or value.is_complex()) or bool(torch.isfinite(value).all())
+    """Numbers and tensors (and tuples of them, Adam's betas) finite (``kind_of``); anything else does not enter the
+    update."""
     if isinstance(value, (tuple, list)):
         return all(_finite(v) for v in value)
-    return True
-
+    return kind_of(value) is None
