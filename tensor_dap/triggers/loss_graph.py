@@ -24,7 +24,7 @@ from __future__ import annotations
 import heapq
 import logging
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from typing import Any, Callable, NamedTuple
 
 import torch
@@ -81,31 +81,40 @@ def read(loss: torch.Tensor, model_nodes: Collection[Any] = ()) -> LossGraph:
 
 
 def _walk(loss: torch.Tensor, model_nodes: set[Any]) -> LossGraph:
-    root = loss.grad_fn
-    if root is None:
-        return LossGraph(False, None)
-    after = max((_seq(n) for n in model_nodes), default=-1)
-    deadline = time.monotonic() + BUDGET_S
+    reached = [False]
     found: list[tuple[int, Birth]] = []
-    reaches = root in model_nodes
-    seen = {root}
-    todo = [(-_seq(root), id(root), root)]  # the latest-made node first, down towards the model
     with torch.no_grad():
-        while todo and len(seen) <= MAX_NODES and time.monotonic() < deadline:
-            _, _, node = heapq.heappop(todo)
-            if node in model_nodes:
-                continue  # the model's own nodes: re-run by the replay, not read here
+        for node in _computation(loss, model_nodes, reached):
             birth = _birth_at(node)
             if birth is not None:
                 found.append((_seq(node), birth))
-            for child, _ in getattr(node, "next_functions", ()):
-                if child is None or child in seen:
-                    continue
-                reaches = reaches or child in model_nodes
-                if _seq(child) > after:
-                    seen.add(child)
-                    heapq.heappush(todo, (-_seq(child), id(child), child))
-    return LossGraph(reaches, min(found, key=lambda pair: pair[0])[1] if found else None)
+    return LossGraph(reached[0], min(found, key=lambda pair: pair[0])[1] if found else None)
+
+
+def _computation(loss: torch.Tensor, model_nodes: Collection[Any], reached: list[bool]) -> Iterator[Any]:
+    """The nodes of the loss computation, the graph of ``loss`` made after ``model_nodes``: the latest-made first,
+    down towards the model, at most ``MAX_NODES`` of them, for ``BUDGET_S`` at most. ``reached[0]`` is set to
+    whether the graph reaches ``model_nodes``."""
+    root = loss.grad_fn
+    if root is None:
+        return
+    after = max((_seq(n) for n in model_nodes), default=-1)
+    deadline = time.monotonic() + BUDGET_S
+    reached[0] = root in model_nodes
+    seen = {root}
+    todo = [(-_seq(root), id(root), root)]
+    while todo and len(seen) <= MAX_NODES and time.monotonic() < deadline:
+        _, _, node = heapq.heappop(todo)
+        if node in model_nodes:
+            continue  # the model's own nodes: re-run by the replay, not read here
+        yield node
+        for child, _ in getattr(node, "next_functions", ()):
+            if child is None or child in seen:
+                continue
+            reached[0] = reached[0] or child in model_nodes
+            if _seq(child) > after:
+                seen.add(child)
+                heapq.heappush(todo, (-_seq(child), id(child), child))
 
 
 # Ops whose backward can make NaN/Inf from finite gradients and inputs: sqrt's at 0 (a distance between equal
@@ -119,17 +128,8 @@ def unsafe_backward(loss: torch.Tensor, model_nodes: Collection[Any] = ()) -> li
     NaN/Inf from finite values ("SqrtBackward0"), sorted. Only the graph's structure is read, and the numbers its nodes
     saved (a power's exponent): backward() freed the tensors. Never raises."""
     try:
-        after = max((_seq(n) for n in model_nodes), default=-1)
-        todo, seen, found = [loss.grad_fn], set(), set()
-        while todo and len(seen) < MAX_NODES:
-            node = todo.pop()
-            if node is None or node in seen or node in model_nodes or _seq(node) <= after:
-                continue
-            seen.add(node)
-            name = node.name()
-            if forward_name(name) in _UNSAFE_BACKWARD and _unsafe_exponent(node):
-                found.add(name)
-            todo.extend(child for child, _ in getattr(node, "next_functions", ()))
+        found = {node.name() for node in _computation(loss, model_nodes, [False])
+                 if forward_name(node.name()) in _UNSAFE_BACKWARD and _unsafe_exponent(node)}
         return sorted(found)
     except Exception as exc:  # noqa: BLE001 - a graph it cannot read: the report names no op
         log.debug("loss graph structure not read: %r", exc)
