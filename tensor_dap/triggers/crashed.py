@@ -36,8 +36,8 @@ class CrashExplanation:
         if ctx is None:
             return None
         try:  # weights already non-finite (an earlier update, after a stop was continued): no op to find
-            finding = nonfinite_parameters(self._inner, first_step=ctx.index == 0,
-                                           optimizer=self.optimizer or self._stepper) or self._rerun(ctx)
+            finding = nonfinite_parameters(self._inner, first_step=ctx.index == 0, optimizer=self._updater) \
+                or self._rerun(ctx)
         except Exception:  # noqa: BLE001 - the re-run crashed as the program did, before any non-finite value
             return None
         if finding is None:

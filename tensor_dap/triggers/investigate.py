@@ -49,6 +49,11 @@ OP_INPUTS = "the op's inputs"  # what a report's max |value| is of when an op ov
 class Investigation:
     """Mixed into ``watch``: the state it reads is the watch's own (see watch.__init__)."""
 
+    @property
+    def _updater(self) -> Any:
+        """The optimizer that updates the model: the one given, else the one found stepping (None before)."""
+        return self.optimizer or self._stepper
+
     # ------------------------------------------------------------ sentinel → report
     def _guard(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run our own code so that a failure of tensor_dap never breaks the training loop."""
@@ -128,8 +133,8 @@ class Investigation:
             loss_bad = True
         can_rerun = ctx is not None and ctx.index == index
         pre_update = ctx is None or ctx.checked  # else the step's own update already ran
-        finding = (nonfinite_parameters(self._inner, first_step=index == 0, optimizer=self.optimizer or self._stepper)
-                   if pre_update else None)
+        finding = nonfinite_parameters(self._inner, first_step=index == 0, optimizer=self._updater) if pre_update \
+            else None
         step = index
         if finding is not None:  # the update of the step before wrote it, unless there was none
             step = (index - 1 if self.every == 1 else first) if index > 0 else index
@@ -181,7 +186,7 @@ class Investigation:
         report.loss_history = self._loss_history()
         if report.loss is None and report.loss_history:
             report.loss = report.loss_history[-1]
-        optimizer = self.optimizer or self._stepper
+        optimizer = self._updater
         if optimizer is not None:
             report.lr = [float(g["lr"]) for g in optimizer.param_groups if "lr" in g]
         if finding is not None or report.max_abs is None:  # (a break_if's report may know its op already)

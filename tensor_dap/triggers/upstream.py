@@ -27,7 +27,7 @@ def upstream(watch: Any, finding: Finding | None) -> Finding | None:
         if other is watch or bad is None or loop is None or not loop.made(bad):
             continue
         name, broken = type(other._inner).__name__, nonfinite_parameters(other._inner, first_step=not other.step_count,
-                                             optimizer=other.optimizer or other._stepper)
+                                                                         optimizer=other._updater)
         if broken is not None:  # its weights are non-finite already: an update after a step it reported
             earlier = f"; {name}'s non-finite step was reported before" if other.reports else ""
             broken.note = (f"this model's input is the output of {name}, watched too, whose parameters are "
