@@ -6,19 +6,22 @@ The policy is pytorch/examples' (4-128-2 MLP, softmax), the episode 200 steps lo
 (its states drawn beforehand): the ratio is the policy's own, the least favourable case, since a real environment's
 step adds time that the capture does not touch. Every forward past the 8th with no backward() after it is held
 weakly, its output's gradient seen by a hook on the node that made it (what makes the episode re-run when a NaN is
-born in the policy's backward). Medians of adjacent-pair ratios, speed × plain.
+born in the policy's backward). Interleaved as bench_guard.py is: a watch's set-up is not timed.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Callable
 
 import torch
 from torch import nn
 
 import tensor_dap
-from _paired import heap_note, paired_ratios, spread, steady_heap  # noqa: E402 - the benchmarks' shared timing
+from _paired import heap_note, interleaved, round_ratios, spread, steady_heap  # noqa: E402 - the shared timing
 
 
 def main() -> None:
@@ -46,24 +49,28 @@ def main() -> None:
             loss.backward()
             optimizer.step()
 
-    def under(options: dict) -> object:
-        def run(n: int) -> None:
-            with tensor_dap.watch(policy, optimizer, on="raise", capture=False, **options):
-                episodes(n)
-        return run
+    @contextmanager
+    def plain() -> Iterator[Callable[[int], None]]:
+        yield episodes
 
-    rates, ratios = paired_ratios({"plain": episodes, "watch (loop)": under({}),
-                                   "loop, rerun=False": under({"rerun": False})}, rounds, 3, warmup=2)
-    episode_ms = 1e3 / statistics.median(rates["plain"])
+    @contextmanager
+    def watched(**options: Any) -> Iterator[Callable[[int], None]]:  # made and closed outside the timer
+        with tensor_dap.watch(policy, optimizer, on="raise", capture=False, **options):
+            yield episodes
+
+    times = interleaved({"plain": plain, "watch (loop)": watched, "loop, rerun=False": lambda: watched(rerun=False)},
+                        rounds, 3, warm=1)
+    episode_ms = statistics.median(times["plain"]) * 1e3
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; REINFORCE policy 4-128-2, episodes of "
           f"{args.length} forwards, plain episode {episode_ms:.1f} ms ({episode_ms / args.length * 1e3:.0f} µs a "
           f"step); {heap_note()}")
-    print(f"{rounds} rounds × 3 episodes per block (medians of adjacent-pair ratios, speed × plain)")
-    for name, values in ratios.items():
-        ratio, q1, q3 = spread(values)
+    print(f"{rounds} rounds × 3 timed episodes per block, variants in a shuffled order each round (a watch's set-up "
+          "and one warm-up episode untimed); median episode times, speed × plain, the per-round ratios' middle half")
+    for name, values in round_ratios(times).items():
+        ratio = statistics.median(times["plain"]) / statistics.median(times[name])
+        _, q1, q3 = spread(values)
         extra = (1 / ratio - 1) * episode_ms / args.length * 1e3
         print(f"  {name:<20}{ratio:>8.3f}  middle half {q1:.3f}–{q3:.3f}  (+{extra:.0f} µs a forward)")
-
 
 if __name__ == "__main__":
     main()
