@@ -14,7 +14,9 @@ Written against the public ``watch`` and ``break_if``; what it adds is *finding*
 Until a watch is attached the loss is checked for NaN/Inf at each ``.backward()``. A first
 ``backward()`` with no ``torch.optim`` optimizer created yet is a loop that updates its parameters
 by hand: the root module that ran holding most trainable parameters gets a ``watch`` without an
-optimizer, which checks the gradients as each ``backward()`` returns. Where no watch can apply
+optimizer, which checks the gradients as each ``backward()`` returns. It is usually the first module
+called with gradients on, and is then watched from inside that first forward, so that step 0 is
+captured too (an optimizer made before the first backward() ends that watch). Where no watch can apply
 (parameters no called module holds) the loss check stays on for the whole run instead.
 """
 
@@ -55,6 +57,9 @@ class AutoTriggers:
         self._restore: list[tuple[Any, str, Any]] = []
         self._untap: Optional[Callable[[], None]] = None
         self._by_hand: Any = None  # the watch of a loop with no torch.optim optimizer (``_watch_by_hand``)
+        # made at the first forward with gradients on while no optimizer exists (``_watch_first_forward``), so that
+        # step 0 of a loop updating by hand is captured; kept once the first backward() finds the same model
+        self._tentative = nan and not replay
         self._replayed = False  # --replay ran (or was said not to)
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
@@ -116,9 +121,12 @@ class AutoTriggers:
             original(optimizer, *args, **kwargs)
             if optimizer not in self._optimizers:
                 self._optimizers.add(optimizer)
-                if self._by_hand is not None and self._takes_over(optimizer):
-                    _quietly(self._by_hand.close)  # its model has an optimizer after all: that one's watch follows
+                if self._by_hand is not None and (self._tentative or self._takes_over(optimizer)):
+                    # its model has an optimizer after all (or a forward ran before the optimizer was made: not a
+                    # loop updating by hand): the optimizer's watch follows
+                    _quietly(self._by_hand.close)
                     self._by_hand = None
+                self._tentative = False
                 try:
                     self._attachments.append(self._attach_to(optimizer, seen=None))
                 except Exception as exc:  # noqa: BLE001 - never stop the program from building its optimizer
@@ -133,11 +141,38 @@ class AutoTriggers:
 
         return attach(optimizer, seen=seen, ranks=self.ranks, on=self.on)
 
-    def _note_module(self, module: torch.nn.Module, _args: Any) -> None:
+    def _note_module(self, module: torch.nn.Module, args: Any) -> None:
         try:
             self._seen.add(module)
         except TypeError:  # an unhashable module (a custom __eq__ without __hash__): it cannot be a key
             pass
+        if self._tentative and self._by_hand is None and torch.is_grad_enabled():
+            self._watch_first_forward(module, args)
+
+    def _watch_first_forward(self, module: torch.nn.Module, args: Any) -> None:
+        """The first module called with gradients on that holds trainable parameters, while no optimizer exists: the
+        outermost of a forward (global pre-hooks run outside in). It is watched from inside this forward, as a loop
+        updating by hand would be, so a NaN in its very first step is localized; the first backward() confirms it
+        (or watches the model it finds instead) and an optimizer made before then ends it (``attach`` follows)."""
+        if self._optimizers or self._attachments:
+            self._tentative = False
+            return
+        trainable = [p for p in module.parameters() if p.requires_grad]
+        if not trainable:
+            return  # a parameter-free wrapper, a loss module: the model is called next
+        self._tentative = False  # one try: the first backward() watches the model as before if this fails
+        if any(isinstance(p, torch.nn.parameter.UninitializedParameter) for p in trainable):
+            return  # a lazy module's first call: its parameters are made inside it
+        from .watch import watch
+
+        try:
+            self._by_hand = watch(module, on=self.on, ranks=self.ranks)
+            self._by_hand.begin_forward(module, args)  # its own capture missed the call already running
+        except Exception as exc:  # noqa: BLE001 - never stop the program's forward: the first backward() tries again
+            log.debug("tensor_dap: no watch from the first forward of %s: %r", type(module).__name__, exc)
+            if self._by_hand is not None:
+                _quietly(self._by_hand.close)
+            self._by_hand = None
 
     def _stop_noting(self) -> None:
         forward = getattr(self, "_forward", None)
@@ -293,20 +328,27 @@ class AutoTriggers:
 
     def _watch_by_hand(self) -> None:
         """The first backward() came with no torch.optim optimizer made: the loop updates its parameters by hand.
-        Its model (the root module that ran holding most trainable parameters) is watched from this backward()
-        on; the forward already done is not captured, so a NaN in this first step is reported unlocalized.
+        Its model is the root module that ran holding most trainable parameters: usually the one watched since
+        its first forward (``_watch_first_forward``), which captured this step; another one is watched from this
+        backward() on, and a NaN in this first step is then reported without its birthplace.
         (An optimizer made before tensor_dap began, stepping after all, takes that watch over.)"""
         from .attach import find_model
         from .watch import watch
 
         model, _ = find_model(list(self._seen), None)
+        early, self._tentative = self._by_hand, False
+        if early is not None and early.model is not model:
+            _quietly(early.close)  # the first module called was not the one trained
+            self._by_hand = None
         if model is None:
             return
-        try:
-            self._by_hand = watch(model, on=self.on, ranks=self.ranks)
-        except Exception as exc:  # noqa: BLE001 - the loss check stays on
-            log.warning("tensor_dap: could not watch %s (%s: %s)", type(model).__name__, type(exc).__name__, exc)
-            return
+        if self._by_hand is None:
+            try:
+                self._by_hand = watch(model, on=self.on, ranks=self.ranks)
+            except Exception as exc:  # noqa: BLE001 - the loss check stays on
+                log.warning("tensor_dap: could not watch %s (%s: %s)", type(model).__name__, type(exc).__name__,
+                            exc)
+                return
         self._stop_noting()
         note(f"tensor_dap: --break-on-nan: .backward() with no torch.optim optimizer made: watching "
              f"{type(model).__name__} as a loop updating it by hand (its gradients checked as each .backward() "
