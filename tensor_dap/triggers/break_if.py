@@ -103,11 +103,10 @@ def break_if(loss: Any, *, above: float | None = None, below: float | None = Non
 
 def _enrich(report: Report, history: list[float], birth: Any) -> None:
     """Outside a watch: this line's last losses, and the diagnosis they allow (a threshold or a spike: divergence)."""
-    from .diagnose import diagnose
+    from .diagnose import diagnose_report
 
     report.loss_history = history
-    report.diagnosis = diagnose(birth, phase=report.phase, kind=report.kind, max_abs=report.max_abs,
-                                loss_history=history) or report.diagnosis
+    report.diagnosis = diagnose_report(report, birth) or report.diagnosis
 
 
 def _loss_birth(loss: Any) -> Any:

@@ -59,24 +59,37 @@ DIAGNOSES = {
                      "weights, a mask): assert torch.isfinite(t).all() where it is made, or skip such batches",
     "divergence": "the training diverged: lower the learning rate or clip gradients "
                   "(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))",
+    # clipping bounds each gradient, not each update (Adam's steps are about lr in size whatever the gradient's)
+    "divergence_clipped": "the training diverged although its gradients are clipped ({clip}): lower the learning "
+                          "rate (or the peak of its warm-up)",
     "scaler": "the GradScaler's scale collapsed: the gradients are non-finite even unscaled, so this is not an "
               "fp16 overflow the scaler can skip; look at the op named here",
 }
 
 
+def diagnose_report(report: Any, birth: Birth | None) -> str | None:
+    """``diagnose`` of a report (its phase, kind, largest magnitude and loss history) and of the program's clipping,
+    seen while ``backward()`` was listened to."""
+    from .loss_tap import clipping
+
+    return diagnose(birth, phase=report.phase, kind=report.kind, max_abs=report.max_abs,
+                    loss_history=report.loss_history, clipping=clipping())
+
+
 def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: float | None,
-             loss_history: list[float]) -> str | None:
-    """The likeliest cause and fix, or None. ``kind`` is the report's ("nonfinite", "above", "spike"...)."""
+             loss_history: list[float], clipping: str | None = None) -> str | None:
+    """The likeliest cause and fix, or None. ``kind`` is the report's ("nonfinite", "above", "spike"...);
+    ``clipping``: how the program clips its gradients ("norm 1"), if it does."""
     if kind == "scaler":
         return DIAGNOSES["scaler"]
     if kind in ("above", "spike"):
-        return _divergence(max_abs, loss_history, force=True)
+        return _divergence(max_abs, loss_history, clipping, force=True)
     if phase == "optimizer":  # an update overflowing is a divergence; one that used NaN gradients (after a
-        return _divergence(max_abs, loss_history, force=False)  # stop was continued) is not: no guess
+        return _divergence(max_abs, loss_history, clipping, force=False)  # stop was continued) is not: no guess
     if phase == "input":  # (no module: seen in the loss's graph, where it may be any tensor with no gradient)
         return DIAGNOSES["input_no_grad" if birth is not None and birth.module is None else "input"]
     if birth is None:
-        return _divergence(max_abs, loss_history, force=phase == "loss" and _rising(loss_history))
+        return _divergence(max_abs, loss_history, clipping, force=phase == "loss" and _rising(loss_history))
     op = (birth.forward_op or birth.op) or ""  # a backward's forward op (a loss's gradient, read from its graph too)
     op = op.rstrip("_") if op not in ("_softmax", "_log_softmax") else op
     if birth.kind == "inf" and _half(birth.inputs) and _finite_inputs(birth.inputs):
@@ -96,7 +109,7 @@ def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: floa
             if key == "sqrt" and birth.forward_op and _sqrt_of_zeros_only(birth):
                 return DIAGNOSES["sqrt_zero"]  # no negative input (no torch.where trap): an exact 0
             return DIAGNOSES[key]
-    diverged = _divergence(max_abs, loss_history, force=False)
+    diverged = _divergence(max_abs, loss_history, clipping, force=False)
     if diverged:
         return diverged
     if op in _EXP:
@@ -104,7 +117,7 @@ def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: floa
     return None
 
 
-def _divergence(max_abs: float | None, history: list[float], *, force: bool) -> str | None:
+def _divergence(max_abs: float | None, history: list[float], clipping: str | None, *, force: bool) -> str | None:
     big = max_abs is not None and max_abs >= DIVERGED_ABS
     if not (force or big or _rising(history)):
         return None
@@ -114,7 +127,7 @@ def _divergence(max_abs: float | None, history: list[float], *, force: bool) -> 
     finite = [v for v in history if math.isfinite(v)]
     if len(finite) >= 2 and finite[0] > 0 and finite[-1] > 4 * finite[0]:
         detail.append(f"the loss went from {finite[0]:.4g} to {finite[-1]:.4g}")
-    text = DIAGNOSES["divergence"]
+    text = DIAGNOSES["divergence_clipped"].format(clip=clipping) if clipping else DIAGNOSES["divergence"]
     return f"{text} ({'; '.join(detail)})" if detail else text
 
 

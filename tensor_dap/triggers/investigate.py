@@ -25,7 +25,7 @@ from ..format import short_error
 from ..state import capture_rng, cloned, kept, load_optimizer_state, optimizer_kept, restore_rng, set_hyper
 from ..summary import describe
 from .capture import Source, StepContext, Window
-from .diagnose import diagnose
+from .diagnose import diagnose_report
 from .incident import safe_rng, write_bundle
 from .localize import (
     NOT_LOCAL,
@@ -193,8 +193,7 @@ class Investigation:
             report.max_abs, report.max_abs_of = self._max_abs(finding)
         birth = finding.birth if finding is not None else None
         if finding is not None or report.diagnosis is None:
-            report.diagnosis = diagnose(birth, phase=report.phase, kind=report.kind, max_abs=report.max_abs,
-                                        loss_history=report.loss_history)
+            report.diagnosis = diagnose_report(report, birth)
 
     def _loss_history(self) -> list[float]:
         """The losses kept, oldest first; inside ``w.step``, with the running step's loss once it reached
@@ -365,7 +364,7 @@ def report_of(finding: Finding, *, step: int | None, kind: str = "nonfinite", he
                     source=source_field(line, after=birth is not None and birth.after_call))
     report.loss = next((float(s.values[0]) for sec, _, s in finding.tensors if sec == "loss" and s.values), None)
     report.max_abs, report.max_abs_of = op_max_abs(finding)
-    report.diagnosis = diagnose(birth, phase=report.phase, kind=kind, max_abs=report.max_abs, loss_history=[])
+    report.diagnosis = diagnose_report(report, birth)
     return report
 
 

@@ -10,12 +10,15 @@ nothing has used them yet (a loop that updates its parameters by hand does so af
 
 ``torch.autograd.grad`` is wrapped too, only to note where a program takes gradients of gradients
 (``create_graph=True``: a WGAN-GP gradient penalty), whose double backward the unchanged loop's
-re-run cannot reproduce (``double_backward_line``).
+re-run cannot reproduce (``double_backward_line``); and so is the clipping of gradients
+(``clip_grad_norm_``, ``clip_grad_value_``), only to note that the program clips (``clipping``): a
+diverging run that clips already needs another fix than clipping.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import sys
 import weakref
 from typing import Any, Callable
@@ -35,6 +38,7 @@ _scaled: dict[int, tuple[weakref.ref, weakref.ref]] = {}  # id(scaled loss) -> (
 _scaling = [False]  # a GradScaler has scaled a loss while anyone listened
 _double: list[Site] = [None]  # where torch.autograd.grad(create_graph=True) was last called while anyone listened
 _grad_sites = CallSites()
+_clipping: list[str | None] = [None]  # how the program last clipped its gradients while anyone listened
 
 
 def listen(fn: Listener, *, done: bool = False) -> Callable[[], None]:
@@ -108,6 +112,45 @@ def _install() -> None:
 
         _restore.append((scaler, "scale", scale))
         scaler.scale = traced_scale
+    _trace_clipping()
+
+
+def _trace_clipping() -> None:
+    """Note each clipping of gradients. ``clip_grad_norm_`` clips through ``_clip_grads_with_norm_``, looked up in
+    its module at each call: wrapped there, a ``clip_grad_norm_`` imported by name before listening began is
+    seen too (HF's Trainer clips through accelerate, which calls it). ``clip_grad_value_`` has no such helper: it
+    is seen when called through its module (``torch.nn.utils.clip_grad_value_``)."""
+    from torch.nn import utils
+
+    clip_module = getattr(utils, "clip_grad", None)
+    # (the helper is public too, as torch.nn.utils.clip_grads_with_norm_: accelerate imports it when it clips)
+    targets = [(owner, name, "norm") for owner, name in ((clip_module, "_clip_grads_with_norm_"),
+                                                         (utils, "clip_grads_with_norm_")) if hasattr(owner, name)]
+    if not targets:  # a torch before 2.6
+        targets = [(utils, "clip_grad_norm_", "norm")]
+    targets += [(owner, "clip_grad_value_", "value") for owner in (utils, clip_module)
+                if hasattr(owner, "clip_grad_value_")]
+    for owner, name, kind in targets:
+        original = getattr(owner, name)
+        _restore.append((owner, name, original))
+        setattr(owner, name, _noting_clip(original, kind))
+
+
+def _noting_clip(clip: Callable[..., Any], kind: str) -> Callable[..., Any]:
+    """``clip`` (its bound second: ``max_norm``, ``clip_value``), noting each call in ``_clipping``."""
+    keyword = "max_norm" if kind == "norm" else "clip_value"
+
+    @functools.wraps(clip)
+    def traced(*args: Any, **kwargs: Any) -> Any:
+        bound = args[1] if len(args) > 1 else kwargs.get(keyword)
+        # (a bound given as a tensor is not read: on an accelerator that would wait for the device)
+        if not isinstance(bound, (int, float)):
+            _clipping[0] = kind
+        elif math.isfinite(bound):  # an infinite bound only measures the norm (HF's Trainer, to log it)
+            _clipping[0] = f"{kind} {bound:.4g}"
+        return clip(*args, **kwargs)
+
+    return traced
 
 
 def _uninstall() -> None:
@@ -117,12 +160,18 @@ def _uninstall() -> None:
     _scaled.clear()
     _scaling[0] = False
     _double[0] = None
+    _clipping[0] = None
 
 
 def double_backward_line() -> SourceLine | None:
     """The user's line that last took gradients with ``create_graph=True`` while anyone listened, if one did."""
     site = _double[0]
     return site_line(site) if site is not None else None
+
+
+def clipping() -> str | None:
+    """How the program clipped its gradients since listening began ("norm 1", "value 0.5"), None if it did not."""
+    return _clipping[0]
 
 
 def scaling() -> bool:

@@ -21,7 +21,7 @@ from ..dist import unwrap
 from ..errors import NonFiniteError
 from ..nested import map_tensors
 from ..state import restore_rng
-from .diagnose import diagnose
+from .diagnose import diagnose_report
 from .incident import Bundle, read_bundle
 from .investigate import report_of
 from .birth import Birth
@@ -111,8 +111,7 @@ def _carry_over(original: Report, report: Report, birth: Birth | None) -> None:
     report.loss_history, report.lr = list(original.loss_history), list(original.lr)
     if report.loss is None:
         report.loss = original.loss
-    report.diagnosis = diagnose(birth, phase=report.phase, kind=report.kind, max_abs=report.max_abs,
-                                loss_history=report.loss_history) or report.diagnosis
+    report.diagnosis = diagnose_report(report, birth) or report.diagnosis
 
 
 def _forward(saved: dict[str, Any], device: torch.device) -> Forward:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import tensor_dap
-from tensor_dap import NonFiniteError
+from tensor_dap import LossThresholdError, NonFiniteError
 from tensor_dap.triggers.diagnose import DIAGNOSES, diagnose
 from tensor_dap.triggers.birth import Birth
 
@@ -208,3 +209,77 @@ def _mha_birth(**masks):
 def test_a_query_with_every_key_masked_is_told_from_the_masks_multihead_attention_got(masks, masked):
     diagnosis = diagnose(_mha_birth(**masks), phase="forward", kind="nonfinite", max_abs=None, loss_history=[])
     assert (diagnosis == DIAGNOSES["masked_attention"]) == masked
+
+
+def _regression_diverging(clip: str | None) -> Any:
+    """SGD at a learning rate far too high on a linear regression, its gradients clipped by ``clip``: a loss above
+    1e6 stops it. ``clip_grad_norm_`` is taken by name before the watch begins, as a script's imports do (it is
+    seen all the same); ``clip_grad_value_`` is called through its module."""
+    from torch.nn.utils import clip_grad_norm_
+
+    torch.manual_seed(0)
+    model = nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e4)
+    x, y = torch.randn(32, 8), torch.randn(32, 1)
+    with pytest.raises(LossThresholdError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False):
+        for _ in range(200):
+            optimizer.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            if clip == "norm":
+                clip_grad_norm_(model.parameters(), 0.5)
+            elif clip == "value":
+                torch.nn.utils.clip_grad_value_(model.parameters(), clip_value=0.25)
+            tensor_dap.break_if(loss, above=1e6, on="raise")
+            optimizer.step()
+    return info.value.report
+
+
+@pytest.mark.parametrize("clip, said", [(None, None), ("norm", "norm 0.5"), ("value", "value 0.25")])
+def test_a_divergence_of_a_loop_that_clips_is_not_told_to_clip(clip, said):
+    """Clipping bounds each gradient, not each update: a run that diverges while clipping is told to lower its
+    learning rate, with the clipping it has (seen as the loop calls it), not to clip."""
+    from torch.nn.utils import clip_grad
+
+    from tensor_dap.triggers import loss_tap
+
+    originals = clip_grad._clip_grads_with_norm_, torch.nn.utils.clip_grad_value_
+    report = _regression_diverging(clip)
+    assert report.kind == "above" and report.loss > 1e6
+    if said is None:
+        assert report.diagnosis.startswith(DIAGNOSES["divergence"])
+    else:
+        assert report.diagnosis.startswith(DIAGNOSES["divergence_clipped"].format(clip=said))
+        assert "clip_grad_norm_(model.parameters()" not in report.diagnosis
+    assert loss_tap.clipping() is None  # the watch closed: nothing noted, nothing wrapped
+    assert (clip_grad._clip_grads_with_norm_, torch.nn.utils.clip_grad_value_) == originals
+
+
+def test_a_clipped_divergence_is_diagnosed_from_its_numbers_too():
+    text = diagnose(None, phase="optimizer", kind="nonfinite", max_abs=3e33, loss_history=[1.4, 1.5],
+                    clipping="norm 1")
+    assert text.startswith(DIAGNOSES["divergence_clipped"].format(clip="norm 1")) and "values up to 3e+33" in text
+    assert diagnose(None, phase="optimizer", kind="nonfinite", max_abs=0.5, loss_history=[1.4, 1.5],
+                    clipping="norm 1") is None  # no evidence of a divergence: no guess, clipping or not
+
+
+def test_clipping_is_noted_however_the_program_calls_it():
+    """The ways a program clips: a norm of infinity only measures (HF's Trainer logs the norm so), accelerate imports
+    the public helper as it clips, a bound given as a tensor is not read (no device sync), only said."""
+    from tensor_dap.triggers import loss_tap
+
+    model = nn.Linear(3, 2)
+    model(torch.randn(4, 3)).sum().backward()
+    stop = loss_tap.listen(lambda loss: None)
+    try:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf"))
+        assert loss_tap.clipping() is None
+        from torch.nn.utils import clip_grads_with_norm_, get_total_norm  # as accelerate does, at each clip
+
+        clip_grads_with_norm_(model.parameters(), 2.0, get_total_norm([p.grad for p in model.parameters()]))
+        assert loss_tap.clipping() == "norm 2"
+        torch.nn.utils.clip_grad_value_(model.parameters(), clip_value=torch.tensor(0.5))
+        assert loss_tap.clipping() == "value"
+    finally:
+        stop()
+    assert loss_tap.clipping() is None
