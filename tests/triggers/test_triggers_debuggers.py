@@ -80,15 +80,15 @@ def test_vscode_stops_on_break_if_in_the_callers_frame():
         dap.wait_for_output("TRAINING-DONE", timeout=60)
 
 
-def spawn(arg):
+def spawn(arg, cwd):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return pexpect.spawn(sys.executable, [DEBUGGEE, arg], encoding="utf-8", timeout=60, env=env,
-                         dimensions=(50, 160))
+                         dimensions=(50, 160), cwd=str(cwd))
 
 
 @pytest.mark.timeout(120)
-def test_terminal_opens_pdb_in_the_users_frame_with_library_frames_hidden():
-    child = spawn("backward_nan")
+def test_terminal_opens_pdb_in_the_users_frame_with_library_frames_hidden(tmp_path):
+    child = spawn("backward_nan", tmp_path)
     try:
         child.expect(PROMPT)
         shown = child.before
@@ -123,8 +123,8 @@ def test_terminal_opens_pdb_in_the_users_frame_with_library_frames_hidden():
 
 
 @pytest.mark.timeout(120)
-def test_terminal_quit_ends_the_program():
-    child = spawn("backward_nan")
+def test_terminal_quit_ends_the_program(tmp_path):
+    child = spawn("backward_nan", tmp_path)
     try:
         child.expect(PROMPT)
         child.sendline("q")
@@ -136,8 +136,8 @@ def test_terminal_quit_ends_the_program():
 
 
 @pytest.mark.timeout(120)
-def test_terminal_opens_pdb_on_break_if():
-    child = spawn("break_if")
+def test_terminal_opens_pdb_on_break_if(tmp_path):
+    child = spawn("break_if", tmp_path)
     try:
         child.expect(PROMPT)
         assert "loss 50 is above 10" in child.before
@@ -151,12 +151,13 @@ def test_terminal_opens_pdb_on_break_if():
 
 
 @pytest.mark.timeout(120)
-def test_terminal_stops_a_loop_updating_by_hand_before_its_update():
+def test_terminal_stops_a_loop_updating_by_hand_before_its_update(tmp_path):
     """``tensor-dap run --break-on-nan`` on a loop with no torch.optim optimizer (pytorch/examples' word language
     model): the gradients are checked as backward() returns, so pdb opens on that line, before the update."""
     script = os.path.join(DEBUGGEES, "debuggee_by_hand.py")
     child = pexpect.spawn(sys.executable, ["-m", "tensor_dap", "run", "--break-on-nan", script], encoding="utf-8",
-                          timeout=60, env={**os.environ, "PYTHONUNBUFFERED": "1"}, dimensions=(50, 160))
+                          timeout=60, env={**os.environ, "PYTHONUNBUFFERED": "1"}, dimensions=(50, 160),
+                          cwd=str(tmp_path))
     try:
         child.expect(PROMPT)
         shown = child.before
