@@ -47,8 +47,11 @@ DIAGNOSES = {
     "exp": ("exp overflowed: subtract the maximum first (torch.logsumexp, softmax; F.softplus for log(1 + exp(x))) "
             "or clamp its input"),
     "fp16": "float16 overflow (its largest value is 65504): compute in bfloat16 "
-            "(torch.autocast(dtype=torch.bfloat16)), keep this op in float32, or scale the loss with "
-            "torch.amp.GradScaler",
+            "(torch.autocast(dtype=torch.bfloat16)) or keep this op in float32",
+    # a GradScaler skips a step whose gradients overflowed (and lowers its scale): it cannot help a forward
+    "fp16_backward": "float16 overflow in the gradients (its largest value is 65504): compute in bfloat16 "
+                     "(torch.autocast(dtype=torch.bfloat16)), keep this op in float32, or let a torch.amp.GradScaler "
+                     "skip such steps",
     "no_targets": "every target of this batch is the ignore_index (-100 by default: a batch of padding only), and "
                   "the mean over zero targets is 0/0: skip batches with no real targets, or sum the loss and divide "
                   "by max(1, number of targets)",
@@ -92,8 +95,9 @@ def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: floa
         return _divergence(max_abs, loss_history, clipping, force=phase == "loss" and _rising(loss_history))
     op = (birth.forward_op or birth.op) or ""  # a backward's forward op (a loss's gradient, read from its graph too)
     op = op.rstrip("_") if op not in ("_softmax", "_log_softmax") else op
-    if birth.kind == "inf" and _half(birth.inputs) and _finite_inputs(birth.inputs):
-        return DIAGNOSES["fp16"]
+    if _in_half(birth) and op not in _LOG | _SQRT | _DIV and _finite_inputs(birth.inputs):
+        # (the log, sqrt and division rules below fit those ops in any dtype)
+        return DIAGNOSES["fp16_backward" if phase == "backward" else "fp16"]
     if op in _SOFTMAX and birth.kind == "nan" and _masked_row(birth):
         return DIAGNOSES["masked_softmax"]
     if op == "multi_head_attention_forward" and birth.kind == "nan" and _all_keys_masked(birth):
@@ -142,7 +146,11 @@ def _tensors(named: list[tuple[str, Any]]) -> list[torch.Tensor]:
     return [t for _, t in named if isinstance(t, torch.Tensor)]
 
 
-def _half(named: list[tuple[str, Any]]) -> bool:
+def _in_half(birth: Birth) -> bool:
+    """The op ran in float16: its inputs are, or its output is (autocast casts float32 inputs inside the op: a
+    float32 batch past 65504 overflows there)."""
+    output = birth.output if isinstance(birth.output, (tuple, list)) else (birth.output,)
+    named = [*birth.inputs, *(("output", t) for t in output)]
     return any(t.dtype == torch.float16 for t in _tensors(named))
 
 

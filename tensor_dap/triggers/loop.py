@@ -293,7 +293,12 @@ class LoopCapture:
         that called the model (or torch's frame below it)."""
         if self._open:
             probe = self._probe
-            if (self._backward_seen or self._unused > MAX_UNUSED) and probe is not None and probe.grad is None:
+            if probe is None and self._backward_seen:  # no update yet (a GradScaler skipping the first steps)
+                probe = self._probe = next((p for p in self.params if p.grad is not None), None)
+                reset = probe is None  # every gradient gone since a backward(): reset
+            else:
+                reset = (self._backward_seen or self._unused > MAX_UNUSED) and probe is not None and probe.grad is None
+            if reset:
                 self._open = False  # gradients were reset with no update in between: a skipped step
                 if self._backward_seen and not self.updated:  # (or an evaluation before the next step)
                     self.on_unstepped()

@@ -283,3 +283,19 @@ def test_clipping_is_noted_however_the_program_calls_it():
     finally:
         stop()
     assert loss_tap.clipping() is None
+
+
+def test_a_float16_overflow_is_told_by_phase_and_not_taken_for_log_or_sqrt():
+    """A forward overflow is not the GradScaler's to fix (it skips steps whose gradients overflowed); a log of 0
+    in float16 is a log of 0, as in float32."""
+    big = torch.full((2, 2), 300.0)
+    out = (big.half() @ big.half())
+    forward = Birth("forward", "matmul", "inf", inputs=[("a", big), ("b", big)], output=out)
+    assert diagnose(forward, phase="forward", kind="nonfinite", max_abs=None, loss_history=[]) == DIAGNOSES["fp16"]
+    backward = Birth("backward", "MmBackward0", "inf", forward_op="mm", inputs=[("grad", big)],
+                     output=(out, None))
+    assert diagnose(backward, phase="backward", kind="nonfinite", max_abs=None,
+                    loss_history=[]) == DIAGNOSES["fp16_backward"]
+    zero = torch.zeros(3, dtype=torch.float16)
+    log = Birth("forward", "log", "inf", inputs=[("input", zero)], output=zero.log())
+    assert diagnose(log, phase="forward", kind="nonfinite", max_abs=None, loss_history=[]) == DIAGNOSES["log"]

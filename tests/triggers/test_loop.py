@@ -21,6 +21,7 @@ from torch import nn
 
 import tensor_dap
 from tensor_dap import LossThresholdError, NonFiniteError
+from tensor_dap.triggers.diagnose import DIAGNOSES
 from tensor_dap.triggers.report import to_text
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.filterwarnings("ignore::UserWarning")]
@@ -374,6 +375,38 @@ def amp_loop(bug, init_scale, steps, boost=1.0, **watch_kw):
 def test_amp_overflow_skips_are_not_alarms_in_an_unchanged_loop():
     w, scaler = amp_loop("masked_softmax", 2.0 ** 127, origins.BUG_STEP, boost=1e3)  # the early steps overflow
     assert scaler.get_scale() < 2.0 ** 127 and w.reports == []
+
+
+def _autocast_loop(steps: int, overflow_at: int | None) -> tuple[tensor_dap.watch, torch.amp.GradScaler]:
+    """float16 autocast on the CPU with a GradScaler whose first scale is far too large (its first 7 steps
+    overflow and are skipped, before any update); at ``overflow_at`` a batch past float16's range comes in."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 4))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 24)
+    with tensor_dap.watch(model, optimizer, on="raise", capture=False) as w:
+        for step in range(steps):
+            x, y = torch.randn(16, 32), torch.randint(0, 4, (16,))
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = F.cross_entropy(model(x * 1e5 if step == overflow_at else x), y)  # AUTOCAST-OVERFLOW
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+    return w, scaler
+
+
+def test_steps_a_grad_scaler_skips_before_the_first_update_are_counted():
+    """Each skipped step is a step, the first ones too (no update has run yet to tell a reset of the gradients by):
+    the step a report names is the loop's own count."""
+    w, scaler = _autocast_loop(12, None)
+    assert scaler.get_scale() == 2.0 ** 17 and w.reports == [] and w.step_count == 12  # 7 skipped, not alarms
+    with pytest.raises(NonFiniteError) as info:
+        _autocast_loop(30, 25)
+    report = info.value.report
+    assert (report.step, report.phase, report.module, report.op) == (25, "forward", "0", "linear")
+    assert report.source["line"] == file_marker_line(__file__, "AUTOCAST-OVERFLOW")
+    assert report.diagnosis == DIAGNOSES["fp16"]  # autocast cast the float32 batch inside the op: its output is half
 
 
 def test_a_collapsing_grad_scaler_fires_and_names_the_op():
