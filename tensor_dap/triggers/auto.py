@@ -38,6 +38,8 @@ from .optimizer_call import closure_of
 
 log = logging.getLogger("tensor_dap.triggers")
 
+EARLY_FORWARDS = 8  # calls of a model watched from its first forward before a backward() must come (see above)
+
 
 class AutoTriggers:
     """The triggers ``tensor-dap run`` switched on; ``close()`` removes every hook and wrapper."""
@@ -59,7 +61,8 @@ class AutoTriggers:
         self._by_hand: Any = None  # the watch of a loop with no torch.optim optimizer (``_watch_by_hand``)
         # made at the first forward with gradients on while no optimizer exists (``_watch_first_forward``), so that
         # step 0 of a loop updating by hand is captured; kept once the first backward() finds the same model
-        self._tentative = nan and not replay
+        self._tentative = nan and not replay  # that first forward may still come
+        self._early_calls: Optional[int] = None  # calls of such a watch's model so far, until a backward() confirms it
         self._replayed = False  # --replay ran (or was said not to)
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
@@ -121,12 +124,12 @@ class AutoTriggers:
             original(optimizer, *args, **kwargs)
             if optimizer not in self._optimizers:
                 self._optimizers.add(optimizer)
-                if self._by_hand is not None and (self._tentative or self._takes_over(optimizer)):
+                if self._by_hand is not None and (self._early_calls is not None or self._takes_over(optimizer)):
                     # its model has an optimizer after all (or a forward ran before the optimizer was made: not a
                     # loop updating by hand): the optimizer's watch follows
                     _quietly(self._by_hand.close)
                     self._by_hand = None
-                self._tentative = False
+                self._tentative, self._early_calls = False, None
                 try:
                     self._attachments.append(self._attach_to(optimizer, seen=None))
                 except Exception as exc:  # noqa: BLE001 - never stop the program from building its optimizer
@@ -146,8 +149,30 @@ class AutoTriggers:
             self._seen.add(module)
         except TypeError:  # an unhashable module (a custom __eq__ without __hash__): it cannot be a key
             pass
-        if self._tentative and self._by_hand is None and torch.is_grad_enabled():
+        if (self._tentative or self._early_calls is not None) and torch.is_grad_enabled():
+            try:
+                self._early_forward(module, args)
+            except Exception as exc:  # noqa: BLE001 - never stop the program's forward: the first backward() watches
+                log.debug("tensor_dap: no watch from the first forward of %s: %r", type(module).__name__, exc)
+                self._tentative = False
+                self._drop_early()
+
+    def _early_forward(self, module: torch.nn.Module, args: Any) -> None:
+        """A forward with gradients on before any backward(): the first one watches its module; the watch is given
+        up when its model runs ``EARLY_FORWARDS`` times with no backward() (evaluation with gradients on, inference:
+        no loop updating by hand, and a capture nobody needs)."""
+        if self._early_calls is None:
             self._watch_first_forward(module, args)
+        elif module is self._by_hand.model:
+            self._early_calls += 1
+            if self._early_calls > EARLY_FORWARDS:
+                self._drop_early()
+
+    def _drop_early(self) -> None:
+        if self._early_calls is not None and self._by_hand is not None:
+            _quietly(self._by_hand.close)
+            self._by_hand = None
+        self._early_calls = None
 
     def _watch_first_forward(self, module: torch.nn.Module, args: Any) -> None:
         """The first module called with gradients on that holds trainable parameters, while no optimizer exists: the
@@ -165,14 +190,8 @@ class AutoTriggers:
             return  # a lazy module's first call: its parameters are made inside it
         from .watch import watch
 
-        try:
-            self._by_hand = watch(module, on=self.on, ranks=self.ranks)
-            self._by_hand.begin_forward(module, args)  # its own capture missed the call already running
-        except Exception as exc:  # noqa: BLE001 - never stop the program's forward: the first backward() tries again
-            log.debug("tensor_dap: no watch from the first forward of %s: %r", type(module).__name__, exc)
-            if self._by_hand is not None:
-                _quietly(self._by_hand.close)
-            self._by_hand = None
+        self._by_hand, self._early_calls = watch(module, on=self.on, ranks=self.ranks), 1
+        self._by_hand.begin_forward(module, args)  # its own capture missed the call already running
 
     def _stop_noting(self) -> None:
         forward = getattr(self, "_forward", None)
@@ -192,6 +211,7 @@ class AutoTriggers:
         if self.replay:
             self._replay_at_step(optimizer, closure_of(args, kwargs))
         if self._by_hand is not None and self._takes_over(optimizer):
+            self._early_calls = None
             return  # made before tensor_dap began: the watch its first backward() found becomes this optimizer's
         try:
             self._attach(optimizer)
@@ -336,10 +356,10 @@ class AutoTriggers:
         from .watch import watch
 
         model, _ = find_model(list(self._seen), None)
-        early, self._tentative = self._by_hand, False
-        if early is not None and early.model is not model:
-            _quietly(early.close)  # the first module called was not the one trained
-            self._by_hand = None
+        self._tentative = False
+        if self._by_hand is not None and self._by_hand.model is not model:
+            self._drop_early()  # the first module called was not the one trained
+        self._early_calls = None  # (confirmed)
         if model is None:
             return
         if self._by_hand is None:

@@ -1,9 +1,10 @@
 """One line that says what probably went wrong and the usual fix, from where a NaN/Inf was born.
 
-Pure rules over the finding (the op, its inputs, the phase) and the report's numbers (the
-largest magnitude seen, the loss history): a fully masked softmax row, a log/sqrt/division of
-zero, a float16 overflow, bad data, a diverging run. None when no rule applies: a guess that
-does not fit would send the user the wrong way.
+``diagnose``: pure rules over the finding (the op, its inputs, the phase) and the report's numbers
+(the largest magnitude seen, the loss history, how the program clips its gradients): a fully masked
+softmax row, a log/sqrt/division of zero, a float16 overflow, bad data, a diverging run. None when
+no rule applies: a guess that does not fit would send the user the wrong way. ``diagnose_report``
+gives it a report's numbers and the clipping ``loss_tap`` noted in this process.
 """
 
 from __future__ import annotations
@@ -95,15 +96,14 @@ def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: floa
         return _divergence(max_abs, loss_history, clipping, force=phase == "loss" and _rising(loss_history))
     op = (birth.forward_op or birth.op) or ""  # a backward's forward op (a loss's gradient, read from its graph too)
     op = op.rstrip("_") if op not in ("_softmax", "_log_softmax") else op
-    if _in_half(birth) and op not in _LOG | _SQRT | _DIV and _finite_inputs(birth.inputs):
-        # (the log, sqrt and division rules below fit those ops in any dtype)
-        return DIAGNOSES["fp16_backward" if phase == "backward" else "fp16"]
     if op in _SOFTMAX and birth.kind == "nan" and _masked_row(birth):
         return DIAGNOSES["masked_softmax"]
     if op == "multi_head_attention_forward" and birth.kind == "nan" and _all_keys_masked(birth):
         return DIAGNOSES["masked_attention"]  # nn.MultiheadAttention: its softmax is inside, seen as one op
     if op in _NLL and birth.kind == "nan" and _all_ignored(birth):
         return DIAGNOSES["no_targets"]
+    if _half_overflow(birth, op):
+        return DIAGNOSES["fp16_backward" if birth.forward_op else "fp16"]
     for names, key in ((_LOG, "log"), (_SQRT, "sqrt"), (_DIV, "div")):
         if op in names or op.rstrip("_") in names:
             if key == "sqrt" and op.startswith("pow") and not _fractional_power(birth):
@@ -146,12 +146,23 @@ def _tensors(named: list[tuple[str, Any]]) -> list[torch.Tensor]:
     return [t for _, t in named if isinstance(t, torch.Tensor)]
 
 
-def _in_half(birth: Birth) -> bool:
-    """The op ran in float16: its inputs are, or its output is (autocast casts float32 inputs inside the op: a
-    float32 batch past 65504 overflows there)."""
+def _half_overflow(birth: Birth, op: str) -> bool:
+    """The op ran in float16 (its inputs are, or its output is: autocast casts float32 inputs inside the op) on
+    finite inputs, and overflowed: it made an Inf, or its inputs exceed float16's range (a float32 batch past 65504
+    cast by autocast). A log, sqrt or division of a zero or negative number is that, in any dtype."""
     output = birth.output if isinstance(birth.output, (tuple, list)) else (birth.output,)
     named = [*birth.inputs, *(("output", t) for t in output)]
-    return any(t.dtype == torch.float16 for t in _tensors(named))
+    if not any(t.dtype == torch.float16 for t in _tensors(named)) or not _finite_inputs(birth.inputs):
+        return False
+    inputs = [t for t in _tensors(birth.inputs) if t.is_floating_point() and t.numel()]
+    with torch.no_grad():
+        if birth.kind != "inf" and not any(max(-float(low), float(high)) > FP16_MAX
+                                           for low, high in (t.aminmax() for t in inputs)):
+            return False
+        powered = op.startswith("pow") and not _fractional_power(birth)  # x ** 2: no root, any sign
+        if op in _LOG | _SQRT and not powered and inputs and bool((inputs[0] <= 0).any()):
+            return False  # log(0), sqrt(-x): the rules below
+        return not (op in _DIV and len(inputs) > 1 and bool((inputs[-1] == 0).any()))  # x / 0: the division rule
 
 
 def _finite_inputs(named: list[tuple[str, Any]]) -> bool:
@@ -210,7 +221,12 @@ def _all_ignored(birth: Birth) -> bool:
 def _fractional_power(birth: Birth) -> bool:
     """pow with an exponent below 1 (x ** 0.5) behaves like sqrt at 0."""
     args = [t for _, t in birth.inputs]
-    return len(args) < 2 or not isinstance(args[1], torch.Tensor) or bool((args[1] < 1).any())
+    if len(args) < 2:
+        return True  # the exponent is not known: like sqrt, the likelier story
+    exponent = args[1]
+    if isinstance(exponent, (int, float)):
+        return exponent < 1
+    return not isinstance(exponent, torch.Tensor) or bool((exponent < 1).any())
 
 
 def _sqrt_of_zeros_only(birth: Birth) -> bool:

@@ -74,6 +74,8 @@ def _renew() -> None:
 def _install() -> None:
     import torch.autograd
 
+    _clipping[0] = None
+
     original = torch.autograd.backward
 
     @functools.wraps(original)
@@ -143,11 +145,11 @@ def _noting_clip(clip: Callable[..., Any], kind: str) -> Callable[..., Any]:
     @functools.wraps(clip)
     def traced(*args: Any, **kwargs: Any) -> Any:
         bound = args[1] if len(args) > 1 else kwargs.get(keyword)
-        # (a bound given as a tensor is not read: on an accelerator that would wait for the device)
-        if not isinstance(bound, (int, float)):
-            _clipping[0] = kind
-        elif math.isfinite(bound):  # an infinite bound only measures the norm (HF's Trainer, to log it)
-            _clipping[0] = f"{kind} {bound:.4g}"
+        # Noted only while anyone listens (the program may keep this wrapper, imported by name, after that); a bound
+        # given as a tensor is not read (on an accelerator that would wait for the device); an infinite one only
+        # measures the norm (HF's Trainer, to log it).
+        if _listeners and not (isinstance(bound, (int, float)) and not math.isfinite(bound)):
+            _clipping[0] = f"{kind} {bound:.4g}" if isinstance(bound, (int, float)) else kind
         return clip(*args, **kwargs)
 
     return traced

@@ -124,3 +124,35 @@ def test_a_lazy_model_is_watched_from_the_first_backward():
                     p -= 0.01 * p.grad
     assert [w.model for w in auto.watches] == [] and info.value.report.step == 2
     assert info.value.report.where == "input of 0 (Linear)"
+
+
+def test_a_module_run_before_the_optimizer_is_made_is_not_watched_beside_it():
+    """A teacher (trainable parameters, never updated) runs before the optimizer of the student is made: the
+    optimizer's watch is the only one, and the teacher keeps no capture."""
+    torch.manual_seed(0)
+    teacher, student = nn.Sequential(nn.Linear(3, 8), nn.Linear(8, 3)), nn.Linear(3, 3)
+    x = torch.randn(4, 3)
+    with AutoTriggers(nan=True, on="raise") as auto:
+        target = teacher(x).detach()
+        optimizer = torch.optim.SGD(student.parameters(), lr=0.1)
+        for _ in range(2):
+            optimizer.zero_grad()
+            F.mse_loss(student(x), target).backward()
+            optimizer.step()
+        assert [w.model for w in auto.watches] == [student] and _no_capture_left(teacher)
+
+
+def test_a_model_run_with_gradients_on_and_no_backward_is_given_up():
+    """Inference with gradients on (no backward() ever): the watch made at the first forward is dropped after a few
+    calls, leaving the model as it was."""
+    from tensor_dap.triggers.auto import EARLY_FORWARDS
+
+    model = NormedEmbedding()
+    with AutoTriggers(nan=True, on="raise") as auto:
+        for _ in range(EARLY_FORWARDS):
+            model(CLEAN)
+        assert len(auto.watches) == 1 and not _no_capture_left(model)
+        model(CLEAN)
+        assert auto.watches == [] and _no_capture_left(model)
+        model(CLEAN).sum().backward()  # a backward() after all: the model is watched from here, as before
+        assert [w.model for w in auto.watches] == [model]

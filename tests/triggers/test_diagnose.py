@@ -278,11 +278,14 @@ def test_clipping_is_noted_however_the_program_calls_it():
 
         clip_grads_with_norm_(model.parameters(), 2.0, get_total_norm([p.grad for p in model.parameters()]))
         assert loss_tap.clipping() == "norm 2"
-        torch.nn.utils.clip_grad_value_(model.parameters(), clip_value=torch.tensor(0.5))
+        kept = torch.nn.utils.clip_grad_value_  # as a script importing it by name while listening keeps it
+        kept(model.parameters(), clip_value=torch.tensor(0.5))
         assert loss_tap.clipping() == "value"
     finally:
         stop()
     assert loss_tap.clipping() is None
+    kept(model.parameters(), clip_value=0.5)
+    assert loss_tap.clipping() is None  # noted only while anyone listens
 
 
 def test_a_float16_overflow_is_told_by_phase_and_not_taken_for_log_or_sqrt():
@@ -299,3 +302,35 @@ def test_a_float16_overflow_is_told_by_phase_and_not_taken_for_log_or_sqrt():
     zero = torch.zeros(3, dtype=torch.float16)
     log = Birth("forward", "log", "inf", inputs=[("input", zero)], output=zero.log())
     assert diagnose(log, phase="forward", kind="nonfinite", max_abs=None, loss_history=[]) == DIAGNOSES["log"]
+
+
+@pytest.mark.parametrize("make, expected", [
+    (lambda: (torch.full((4,), 300.0).half(), torch.full((4,), 1e-3).half()), "fp16"),  # a quotient past 65504
+    (lambda: (torch.full((4,), 3.0).half(), torch.zeros(4).half()), "div"),  # a division by zero, in any dtype
+], ids=["overflowing quotient", "zero denominator"])
+def test_a_half_division_is_an_overflow_only_when_nothing_is_zero(make, expected):
+    a, b = make()
+    birth = Birth("forward", "div", "inf", inputs=[("a", a), ("b", b)], output=a / b)
+    assert diagnose(birth, phase="forward", kind="nonfinite", max_abs=None, loss_history=[]) == DIAGNOSES[expected]
+
+
+def test_a_half_nan_needs_evidence_of_an_overflow():
+    """A NaN in float16 from inputs within range is not an overflow: every target ignored stays that, and an op
+    with no rule gets no guess."""
+    scores, targets = torch.randn(4, 3).half(), torch.full((4,), -100)
+    ignored = Birth("forward", "cross_entropy", "nan", inputs=[("a", scores), ("b", targets)],
+                    output=torch.tensor(float("nan")).half())
+    assert diagnose(ignored, phase="forward", kind="nonfinite", max_abs=None, loss_history=[]) == \
+        DIAGNOSES["no_targets"]
+    one = torch.ones(1).half()
+    std = Birth("forward", "std", "nan", inputs=[("a", one)], output=torch.tensor(float("nan")).half())  # of one value
+    assert diagnose(std, phase="forward", kind="nonfinite", max_abs=None, loss_history=[]) is None
+
+
+def test_a_square_overflowing_in_half_is_an_overflow_not_a_root():
+    x = torch.tensor([-400.0, 300.0]).half()
+    birth = Birth("forward", "pow", "inf", inputs=[("self", x), ("exponent", 2)], output=x ** 2)
+    assert diagnose(birth, phase="forward", kind="nonfinite", max_abs=None, loss_history=[]) == DIAGNOSES["fp16"]
+    root = Birth("forward", "pow", "nan", inputs=[("self", x), ("exponent", 0.5)], output=x ** 0.5)
+    assert diagnose(root, phase="forward", kind="nonfinite", max_abs=None, loss_history=[]) == \
+        DIAGNOSES["sqrt_forward"]
