@@ -37,7 +37,6 @@ from .loss_tap import listen
 from .optimizer_call import closure_of
 
 log = logging.getLogger("tensor_dap.triggers")
-
 EARLY_FORWARDS = 8  # calls of a model watched from its first forward before a backward() must come (see above)
 
 
