@@ -178,9 +178,6 @@ class AutoTriggers:
         outermost of a forward (global pre-hooks run outside in). It is watched from inside this forward, as a loop
         updating by hand would be, so a NaN in its very first step is localized; the first backward() confirms it
         (or watches the model it finds instead) and an optimizer made before then ends it (``attach`` follows)."""
-        if self._optimizers or self._attachments:
-            self._tentative = False
-            return
         trainable = [p for p in module.parameters() if p.requires_grad]
         if not trainable:
             return  # a parameter-free wrapper, a loss module: the model is called next

@@ -202,7 +202,13 @@ class LoopCapture:
         if self._model_dict.get("_compiled_call_impl") is not self._call:
             self._wrap()  # the model was compiled in place (``model.compile()``) since: around that, now
         if self._probe is None:
-            self._probe = next((p for p in self.params if p.grad is not None), None)
+            self._find_probe()
+
+    def _find_probe(self) -> torch.Tensor | None:
+        """A parameter holding a gradient now (None: none does), kept: its .grad gone later tells that the gradients
+        were reset."""
+        self._probe = next((p for p in self.params if p.grad is not None), None)
+        return self._probe
 
     # ------------------------------------------------------------ the model's call
     # It runs in every training step, where each microsecond of Python costs several (caches are
@@ -294,8 +300,7 @@ class LoopCapture:
         if self._open:
             probe = self._probe
             if probe is None and self._backward_seen:  # no update yet (a GradScaler skipping the first steps)
-                probe = self._probe = next((p for p in self.params if p.grad is not None), None)
-                reset = probe is None  # every gradient gone since a backward(): reset
+                reset = self._find_probe() is None  # every gradient gone since a backward(): reset
             else:
                 reset = (self._backward_seen or self._unused > MAX_UNUSED) and probe is not None and probe.grad is None
             if reset:
