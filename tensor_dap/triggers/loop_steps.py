@@ -53,18 +53,24 @@ class LoopSteps:
             self._guard(self._sentinel.observe_value, loss, ctx.index)
 
     def _take_loop_losses(self) -> None:
-        """The unchanged loop's step loss into the history: the losses the model returned (also watched by the
-        sentinel), else the sum of the losses given to ``backward()`` in this step (accumulated micro-batches
-        add up, as their gradients do). Kept as ``loss_value`` keeps them: no device read before a report."""
+        """The unchanged loop's step loss into the history, one value a step: the mean of the losses the model
+        returned (each micro-batch's, as nanoGPT's model returns them; also watched by the sentinel), else the sum
+        of the losses given to ``backward()`` in this step (accumulated micro-batches add up, as their gradients
+        do: divided by their count first, as such loops do, that is the same mean). Kept as ``loss_value`` keeps
+        them: no device read before a report."""
         loop = self._loop
         if loop is not None:
             loop.settle()
         losses = self._step_losses
         loss = self._running_step_loss()
-        if loop is not None and loop.losses:
-            self._history.extend(loop.losses)
-            self._last_loss = (self.step_count, loop.losses[-1])
-            self._guard(self._sentinel.observe_value, loop.losses[-1], self.step_count)
+        returned = loop.losses if loop is not None else None
+        if returned:
+            mean = returned[0] if len(returned) == 1 else self._guard(_mean, returned)
+            if mean is None:  # (could not be added up: the last one stands for the step)
+                mean = returned[-1]
+            self._history.append(mean)
+            self._last_loss = (self.step_count, mean)
+            self._guard(self._sentinel.observe_value, mean, self.step_count)
             loop.losses = []
         elif loss is not None:
             self._history.append(loss)
@@ -213,3 +219,8 @@ class LoopSteps:
 def _summed(losses: list[torch.Tensor]) -> torch.Tensor:
     """A step's losses (accumulated micro-batches), added up as their gradients are."""
     return functools.reduce(operator.add, losses)
+
+
+def _mean(losses: list[torch.Tensor]) -> torch.Tensor:
+    """The mean of the losses a model returned in one step (its micro-batches'), on their device: no read."""
+    return _summed(losses) / len(losses)

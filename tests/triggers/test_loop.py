@@ -1074,3 +1074,34 @@ def test_an_episode_s_nan_advantage_is_charged_to_its_backward_line():
     report = info.value.report
     assert (report.step, report.phase) == (0, "loss")
     assert report.source["line"] == file_marker_line(__file__, "EPISODE-BACKWARD")
+
+
+def test_a_model_returning_its_loss_puts_one_value_a_step_in_the_history():
+    """nanoGPT's model returns each micro-batch's loss and its loop hands ``loss / accumulation`` to backward():
+    the report's history holds one value a step, the mean of the micro-batches' losses (what the sum of the
+    losses handed to backward() gives a loop computing its loss outside the model), not one a micro-batch."""
+    torch.manual_seed(0)
+    model = origins.TinyGPT()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    idx = torch.randint(0, 32, (4, 8))
+    pad = torch.ones(4, 8, dtype=torch.bool)  # every key attended to
+    micro, bad_step, means = 4, 3, []
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False):
+        for step in range(6):
+            raw = []
+            for m in range(micro):
+                keys = pad.clone()
+                if (step, m) == (bad_step, 2):
+                    keys[1] = False  # a sample with every key padded: its attention rows are NaN
+                _, loss = model(idx.roll(m, 0), keys, idx.roll(m + 1, 1))
+                raw.append(loss.item())
+                (loss / micro).backward()
+            means.append(sum(raw) / micro)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    report = info.value.report
+    assert (report.step, report.phase, report.op) == (bad_step, "forward", "softmax")
+    history = report.loss_history
+    assert len(history) == bad_step + 1 and math.isnan(history[-1])
+    assert history[:-1] == pytest.approx(means[:bad_step], rel=1e-6)
+    assert report.loss is not None and math.isnan(report.loss)
