@@ -73,11 +73,14 @@ DIAGNOSES = {
 
 def diagnose_report(report: Any, birth: Birth | None) -> str | None:
     """``diagnose`` of a report (its phase, kind, largest magnitude and loss history) and of the program's clipping,
-    seen while ``backward()`` was listened to."""
+    seen while ``backward()`` was listened to. That clipping is kept in the report (``clipping``), and a report that
+    has it (a bundle's, replayed in another process, where no clipping was seen) is diagnosed with its own."""
     from .loss_tap import clipping
 
+    if report.clipping is None:
+        report.clipping = clipping()
     return diagnose(birth, phase=report.phase, kind=report.kind, max_abs=report.max_abs,
-                    loss_history=report.loss_history, clipping=clipping())
+                    loss_history=report.loss_history, clipping=report.clipping)
 
 
 def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: float | None,

@@ -106,9 +106,10 @@ def replay(bundle: str | Bundle, model: torch.nn.Module, step_fn: Callable[..., 
 
 
 def _carry_over(original: Report, report: Report, birth: Birth | None) -> None:
-    """What the re-run cannot know and the bundle's report does, of the same step: the losses before it and the
-    learning rates (whose presence also says the replay call takes the optimizer), and the diagnosis they allow."""
-    report.loss_history, report.lr = list(original.loss_history), list(original.lr)
+    """What the re-run cannot know and the bundle's report does, of the same step: the losses before it, the
+    learning rates (whose presence also says the replay call takes the optimizer), how the run clipped its gradients,
+    and the diagnosis they allow."""
+    report.loss_history, report.lr, report.clipping = list(original.loss_history), list(original.lr), original.clipping
     if report.loss is None:
         report.loss = original.loss
     report.diagnosis = diagnose_report(report, birth) or report.diagnosis

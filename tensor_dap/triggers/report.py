@@ -61,6 +61,7 @@ class Report:
     # closure) or "loop" (the model's forwards)
     program: str | None = None  # the script that was training (absolute path) and its arguments: what a replay reruns
     args: list[str] = field(default_factory=list)
+    clipping: str | None = None  # how the program clipped its gradients ("norm 1"), kept for a replay's diagnosis
     version: int = VERSION
 
     @property

@@ -47,7 +47,8 @@ FIELDS: dict[str, Any] = {
     "kind": str, "headline": str, "step": (int, None), "phase": (str, None), "module": (str, None),
     "module_type": (str, None), "rank": (int, None), "loss": (NUMBER, None), "bundle": (str, None),
     "created": NUMBER, "op": (str, None), "forward_op": (str, None), "diagnosis": (str, None),
-    "max_abs": (NUMBER, None), "max_abs_of": (str, None), "mode": (str, None), "program": (str, None), "version": int,
+    "max_abs": (NUMBER, None), "max_abs_of": (str, None), "mode": (str, None), "program": (str, None),
+    "clipping": (str, None), "version": int,
 }
 
 

@@ -334,3 +334,34 @@ def test_a_square_overflowing_in_half_is_an_overflow_not_a_root():
     root = Birth("forward", "pow", "nan", inputs=[("self", x), ("exponent", 0.5)], output=x ** 0.5)
     assert diagnose(root, phase="forward", kind="nonfinite", max_abs=None, loss_history=[]) == \
         DIAGNOSES["sqrt_forward"]
+
+
+def test_a_replay_elsewhere_diagnoses_a_clipped_divergence_as_the_run_did(tmp_path):
+    """How the run clipped is kept in the report and its bundle: replayed where nothing clips (another process; here
+    after the watch closed, when no clipping is noted), the divergence is still not told to clip."""
+    from tensor_dap.triggers import loss_tap
+    from tensor_dap.triggers.report import Report, to_json
+
+    def diverging() -> tuple[nn.Module, torch.optim.Optimizer]:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 16), *(nn.Linear(16, 16) for _ in range(5)), nn.Linear(16, 1))
+        return model, torch.optim.SGD(model.parameters(), lr=1e8)  # one clipped update: the forward overflows
+
+    model, optimizer = diverging()
+    x, y = torch.randn(32, 8), torch.randn(32, 1)
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=tmp_path):
+        for _ in range(200):
+            optimizer.zero_grad()
+            F.mse_loss(model(x), y).backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+            optimizer.step()
+    report = info.value.report
+    clipped = DIAGNOSES["divergence_clipped"].format(clip="norm 0.5")
+    assert report.clipping == "norm 0.5" and report.diagnosis.startswith(clipped)
+    assert Report.from_dict(__import__("json").loads(to_json(report))).clipping == "norm 0.5"
+    assert loss_tap.clipping() is None and report.bundle
+    model2, optimizer2 = diverging()
+    with pytest.raises(NonFiniteError) as replayed:
+        tensor_dap.replay(report.bundle, model2, optimizer=optimizer2, on="raise")
+    again = replayed.value.report
+    assert again.clipping == "norm 0.5" and again.diagnosis.startswith(clipped)
