@@ -15,6 +15,7 @@ import dataclasses
 import json
 import logging
 import os
+import shlex
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -195,9 +196,21 @@ def _bundle_lines(report: Report) -> list[str]:
     call = {"loop": "model", "closure": "model, closure"}.get(report.mode or "step", "model, step_fn")
     if report.lr:  # an optimizer was known (a loop updating by hand has none): its update is replayed too
         call += ", optimizer=optimizer" if report.mode == "loop" else ", optimizer"
-    return [f"incident bundle: {bundle}",
-            f"reproduce it: tensor_dap.replay({bundle!r}, {call})",
-            f"show this report again: tensor-dap replay {bundle}"]
+    lines = [f"incident bundle: {bundle}", f"reproduce it: tensor_dap.replay({bundle!r}, {call})"]
+    if report.program and report.mode in ("loop", "closure"):  # the script that trained builds the model and
+        # optimizer (and the closure, which only it has); a w.step bundle needs its step function: code
+        lines.append(f"  or with no code: tensor-dap run --replay {shlex.quote(str(bundle))} "
+                     f"{shlex.join([_shown_path(report.program), *report.args])}")
+    return [*lines, f"show this report again: tensor-dap replay {shlex.quote(str(bundle))}"]
+
+
+def _shown_path(path: str) -> str:
+    """``path`` relative to the working folder when it lies inside it (as a user types it), else as it is."""
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:  # another drive (Windows)
+        return path
+    return path if relative.startswith(os.pardir) else relative
 
 
 def to_json(report: Report) -> str:

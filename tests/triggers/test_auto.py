@@ -2,6 +2,7 @@
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 
@@ -291,7 +292,10 @@ def test_replay_of_a_closure_optimizers_bundle_reruns_the_programs_closure(tmp_p
     bundles = sorted((tmp_path / ".tensor_dap" / "incidents").iterdir())
     assert first.returncode == 1 and len(bundles) == 1, first.stderr
     assert f"tensor_dap.replay('{os.path.relpath(bundles[0], tmp_path)}', model, closure, optimizer)" in first.stderr
-    again = _run([*TENSOR_DAP, "--replay", str(bundles[0]), str(program)], tmp_path)
+    # the command the report offers (a closure only the program has) is the one run: copied from the report
+    offered = re.search(r"or with no code: tensor-dap run (--replay .*)", first.stderr)
+    assert offered is not None and offered[1].endswith(" lbfgs.py"), first.stderr
+    again = _run([*TENSOR_DAP, *shlex.split(offered[1])], tmp_path)
     assert again.returncode == 0, again.stderr
     assert "replaying" in again.stderr and "Sequential and LBFGS" in again.stderr
     assert "step 1 · replay: Inf born in mse_loss, outside any module" in again.stderr

@@ -254,3 +254,20 @@ def test_version_1_reports_still_read(tmp_path, capsys):
 
     report = read_report(str(tmp_path))
     assert report.version == 1 and report.op is None and report.loss_history == []
+
+
+@pytest.mark.parametrize("mode", ["loop", "closure", "step"])
+def test_a_report_offers_the_shell_command_that_replays_it_where_one_can(tmp_path, capsys, monkeypatch, mode):
+    """The script that trained (report.json's ``program`` and ``args``) rebuilds the model and optimizer, and the
+    closure a ``closure`` bundle needs, which only it has: those reports say how to replay them from the shell,
+    quoted as a shell reads it; a ``w.step`` bundle needs its step function, so it offers code only."""
+    monkeypatch.chdir(tmp_path)
+    report = {**GOOD, "mode": mode, "bundle": "incidents/step 3", "program": str(tmp_path / "train.py"),
+              "args": ["--lr", "0.1", "--name", "a b", HOSTILE]}
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    assert main(["replay", str(tmp_path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # (the panel wraps long lines)
+    assert "\x1b" not in out
+    offered = "tensor-dap run --replay 'incidents/step 3' train.py --lr 0.1 --name 'a b'"
+    assert (offered in out) == (mode != "step"), out
+    assert "show this report again: tensor-dap replay 'incidents/step 3'" in out
