@@ -7,6 +7,7 @@ and backward again exactly (``replay_forwards``), in a report's re-run or from a
 
 from __future__ import annotations
 
+import sys
 import weakref
 from typing import Any, Callable
 
@@ -174,9 +175,36 @@ def replay_forwards(model: torch.nn.Module, forwards: list[Forward], rng: dict[s
         if params is None:
             params = [p for p in model.parameters() if p.requires_grad]
         # Into the model's parameters only: an input made upstream (a GAN's generator output, whose graph its
-        # own backward freed) is not gone through again.
+        # own backward freed) is not gone through again. A reentrant checkpoint refuses that (``inputs=``): through
+        # the whole graph then, as the program's own backward() went.
+        outputs = [t for t, _ in pairs]
         if params:
-            torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs], inputs=params)
+            torch.autograd.backward(outputs, [g for _, g in pairs],
+                                    inputs=None if reentrant_checkpoint(outputs) else params)
+
+
+REENTRANT_NODES = 4096  # graph nodes looked at for a reentrant checkpoint, at most (they sit near the outputs)
+
+
+def reentrant_checkpoint(outputs: list[torch.Tensor]) -> bool:
+    """Whether the graph of ``outputs`` holds a ``torch.utils.checkpoint`` with ``use_reentrant=True`` (HF models'
+    ``gradient_checkpointing_enable()``): its backward refuses ``backward(inputs=...)``. No walk where the program
+    never loaded checkpointing."""
+    module = sys.modules.get("torch.utils.checkpoint")
+    node_type = getattr(getattr(module, "CheckpointFunction", None), "_backward_cls", None)
+    if node_type is None:
+        return False
+    todo = [t.grad_fn for t in outputs if t.grad_fn is not None]
+    seen = set(todo)
+    while todo and len(seen) <= REENTRANT_NODES:
+        node = todo.pop()
+        if isinstance(node, node_type):
+            return True
+        for child, _ in getattr(node, "next_functions", ()):
+            if child is not None and child not in seen:
+                seen.add(child)
+                todo.append(child)
+    return False
 
 
 # An op re-run by replay_forwards that has no user frame of its own (a torch layer called by the loop)
