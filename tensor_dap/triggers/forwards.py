@@ -7,8 +7,10 @@ and backward again exactly (``replay_forwards``), in a report's re-run or from a
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import weakref
+from collections.abc import Iterator
 from typing import Any, Callable
 
 import torch
@@ -178,9 +180,22 @@ def replay_forwards(model: torch.nn.Module, forwards: list[Forward], rng: dict[s
         # own backward freed) is not gone through again. A reentrant checkpoint refuses that (``inputs=``): through
         # the whole graph then, as the program's own backward() went.
         outputs = [t for t, _ in pairs]
-        if params:
-            torch.autograd.backward(outputs, [g for _, g in pairs],
-                                    inputs=None if reentrant_checkpoint(outputs) else params)
+        if params and reentrant_checkpoint(outputs):
+            with _grads_kept([t for _, t in walk((f.args, f.kwargs)) if t.is_leaf and t.requires_grad]):
+                torch.autograd.backward(outputs, [g for _, g in pairs])  # (the batch's own .grad left as it was)
+        elif params:
+            torch.autograd.backward(outputs, [g for _, g in pairs], inputs=params)
+
+
+@contextlib.contextmanager
+def _grads_kept(leaves: list[torch.Tensor]) -> Iterator[None]:
+    """Put back the ``.grad`` of ``leaves`` (copies: a backward accumulates into an existing one in place)."""
+    saved = [t.grad.clone() if t.grad is not None else None for t in leaves]
+    try:
+        yield
+    finally:
+        for t, grad in zip(leaves, saved):
+            t.grad = grad
 
 
 REENTRANT_NODES = 4096  # graph nodes looked at for a reentrant checkpoint, at most (they sit near the outputs)

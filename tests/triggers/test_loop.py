@@ -1117,10 +1117,10 @@ class _Checkpointed(nn.Module):
         self.emb, self.head = nn.Embedding(32, 16), nn.Linear(16, 32)
         self.block = origins.Block(16, 2, 8, sqrt_act=True)
 
-    def forward(self, idx, pad):
+    def forward(self, idx, pad, shift):
         from torch.utils.checkpoint import checkpoint
 
-        return self.head(checkpoint(self.block, self.emb(idx), pad, use_reentrant=self.reentrant))
+        return self.head(checkpoint(self.block, self.emb(idx) + shift, pad, use_reentrant=self.reentrant))
 
 
 @pytest.mark.parametrize("reentrant", [True, False])
@@ -1129,10 +1129,11 @@ def test_a_checkpointed_model_is_re_run_to_the_op_and_line_that_made_the_nan(ree
     model = _Checkpointed(reentrant)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     idx, pad = torch.randint(0, 32, (4, 8)), torch.ones(4, 8, dtype=torch.bool)
+    shift = torch.zeros(16, requires_grad=True)
     with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False):
         for _ in range(3):
             optimizer.zero_grad()
-            F.cross_entropy(model(idx, pad).flatten(0, 1), idx.roll(-1, 1).flatten()).backward()
+            F.cross_entropy(model(idx, pad, shift).flatten(0, 1), idx.roll(-1, 1).flatten()).backward()
             optimizer.step()
     report = info.value.report
     assert (report.step, report.phase, report.op) == (0, "backward", "SqrtBackward0"), to_text(report)
@@ -1140,3 +1141,28 @@ def test_a_checkpointed_model_is_re_run_to_the_op_and_line_that_made_the_nan(ree
     # the module: the MLP whose code took the sqrt; a reentrant checkpoint's re-run inside backward() is not seen op
     # by op, so there the op is charged to the module that consumed its result, inside that MLP
     assert report.module == "block.mlp" if not reentrant else report.module.startswith("block.mlp")
+
+
+def test_a_re_run_through_a_reentrant_checkpoint_leaves_the_batchs_own_gradient_as_it_was():
+    """Back through the whole graph (see above), a re-run would add to the .grad of an input that takes one: it
+    is put back; the model's parameters get the step's gradients again."""
+    from tensor_dap.state import capture_rng
+    from tensor_dap.triggers.forwards import Forward, replay_forwards
+
+    torch.manual_seed(0)
+    model = _Checkpointed(reentrant=True)
+    model.block.mlp.sqrt_act = False  # a clean step: the re-run runs to its end
+    idx, pad = torch.randint(0, 32, (4, 8)), torch.ones(4, 8, dtype=torch.bool)
+    shift = torch.zeros(16, requires_grad=True)
+    rng = capture_rng()  # (its attention has dropout)
+    out = model(idx, pad, shift)
+    grad = torch.randn_like(out)
+    forward = Forward((idx, pad, shift), {}, rng)
+    forward.grads = [grad]
+    out.backward(grad)
+    expected = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    shift.grad = torch.full((16,), 7.0)
+    replay_forwards(model, [forward])
+    assert torch.equal(shift.grad, torch.full((16,), 7.0))  # the batch's own, untouched
+    assert all(torch.equal(p.grad, e) for p, e in zip(model.parameters(), expected))
