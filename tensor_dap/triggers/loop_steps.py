@@ -151,6 +151,19 @@ class LoopSteps:
         self._by_hand = True
         self._after_update(None, (), {})
 
+    def _check_accumulated(self, optimizer: Any) -> None:
+        """An optimizer evaluating a closure after micro-batches the loop ran itself (Lightning's
+        ``accumulate_grad_batches``: every micro-batch but the last runs outside ``step()``). Their gradients are
+        checked before the closure adds to them: a failure is re-run from the capture, which holds those
+        micro-batches (re-running the closure would not reproduce it), and reported with their loss. Otherwise the
+        history keeps the closure's loss, one value a step, as for any closure."""
+        index = self.step_count
+        if self._sentinel.check_params(self._groups, index):
+            self._take_loop_losses()
+            self._read_and_fire(index, self._loop_context(optimizer))
+        self._step_losses.clear()
+        self._noted = None
+
     def _handed_over(self) -> StepContext | None:
         """The last ``w.step``, when an update runs outside any: a step function that stops before
         ``optimizer.step()``, which the loop calls after it. That update is that step's: checked before it with the

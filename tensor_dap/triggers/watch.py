@@ -301,6 +301,8 @@ class watch(Investigation, LoopSteps, CrashExplanation):
             self._mode, self._param_store = "optimizer", None
         closure = closure_of(args, kwargs) if len(args) > 1 or kwargs else None  # args[0]: the optimizer
         if closure is not None:  # LBFGS & co: the gradients are computed inside step(), by the closure
+            if ctx is None and self._step_losses:
+                self._guard(self._check_accumulated, optimizer)
             if self._loop is not None:
                 self._loop.enabled = False
             self._after_hook()

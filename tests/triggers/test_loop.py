@@ -1166,3 +1166,42 @@ def test_a_re_run_through_a_reentrant_checkpoint_leaves_the_batchs_own_gradient_
     replay_forwards(model, [forward])
     assert torch.equal(shift.grad, torch.full((16,), 7.0))  # the batch's own, untouched
     assert all(torch.equal(p.grad, e) for p, e in zip(model.parameters(), expected))
+
+
+class _LogOfNorm(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin, self.head = nn.Linear(4, 4), nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.head(torch.log(x.abs().sum(1, keepdim=True)) * self.lin(x))  # ACCUMULATED-BIRTH: a zero row
+
+
+@pytest.mark.parametrize("bad_micro", [1, 3])  # one run outside the step, the last one inside its closure
+def test_micro_batches_accumulated_before_a_closure_step_are_re_run_from_the_capture(bad_micro):
+    """Lightning's ``accumulate_grad_batches`` runs every micro-batch but the last outside ``optimizer.step(closure)``,
+    the last inside it: a NaN from an earlier one is found before the closure adds to it, and re-run from the
+    unchanged loop's capture (re-running the closure would not reproduce it); the history keeps one loss a step."""
+    torch.manual_seed(0)
+    model = _LogOfNorm()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    batches = [torch.randn(8, 4) for _ in range(4)]
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False):
+        for step in range(6):
+            micro = [b.clone() for b in batches]
+            if step == 4:
+                micro[bad_micro][2] = 0.0
+            for x in micro[:-1]:
+                (model(x).square().mean() / 4).backward()
+
+            def closure(last=micro[-1]):
+                loss = model(last).square().mean() / 4
+                loss.backward()
+                return loss
+
+            optimizer.step(closure)
+            optimizer.zero_grad()
+    report = info.value.report
+    assert (report.step, report.phase, report.op) == (4, "forward", "log"), to_text(report)
+    assert report.source["line"] == file_marker_line(__file__, "ACCUMULATED-BIRTH")
+    assert len(report.loss_history) == 5  # one value a step (the micro-batches' losses are not piled up)
