@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from ..format import first_line, short_error
+from ..libraries import is_user_file
 from ..nested import map_tensors
 from .report import Report, to_json, to_text
 
@@ -199,8 +200,9 @@ def _load(path: str, name: str, trusted: bool) -> Any:
 
 
 def _program() -> tuple[str | None, list[str]]:
-    """The script this process runs and its arguments (``sys.argv``), when it is a file: what a replay reruns."""
+    """The script this process runs and its arguments (``sys.argv``), when it is the user's file: what a replay
+    reruns. Not a library's entry point (``python -m pytest``, ``tensor-dap demo``): rerun, it would not train."""
     argv = list(getattr(sys, "argv", None) or [])
-    if not argv or not argv[0] or not os.path.isfile(argv[0]):
+    if not argv or not argv[0] or not os.path.isfile(argv[0]) or not is_user_file(argv[0]):
         return None, []
     return os.path.abspath(argv[0]), [str(a) for a in argv[1:256]]

@@ -271,3 +271,17 @@ def test_a_report_offers_the_shell_command_that_replays_it_where_one_can(tmp_pat
     offered = "tensor-dap run --replay 'incidents/step 3' train.py --lr 0.1 --name 'a b'"
     assert (offered in out) == (mode != "step"), out
     assert "show this report again: tensor-dap replay 'incidents/step 3'" in out
+
+
+def test_the_program_kept_for_a_replay_is_the_users_script_not_a_librarys_entry_point(tmp_path, monkeypatch):
+    """``tensor-dap demo`` runs as ``tensor_dap/__main__.py demo`` and tests as pytest's ``__main__.py``: rerun
+    under ``--replay``, neither would train, so a bundle they write names no program (and offers no command)."""
+    from tensor_dap.triggers.incident import _program
+
+    script = tmp_path / "train.py"
+    script.write_text("print('training')\n")
+    monkeypatch.setattr("sys.argv", [str(script), "--lr", "3e-4"])
+    assert _program() == (str(script), ["--lr", "3e-4"])
+    for entry in (os.path.join(os.path.dirname(tensor_dap.__file__), "__main__.py"), pytest.__file__):
+        monkeypatch.setattr("sys.argv", [entry, "demo"])
+        assert _program() == (None, [])
