@@ -255,7 +255,7 @@ class _Hooks:
 
     def _forward(self, path: str) -> Callable:
         def hook(mod: torch.nn.Module, args: Any, kwargs: Any, output: Any) -> None:
-            self.tracker.leave(mod, output)
+            self.tracker.leave(mod, output, (args, kwargs))
             with self.tracker.quiet():
                 self._check_output(path, mod, args, kwargs, output)
         return hook

@@ -29,7 +29,7 @@ from typing import Any, Callable, NamedTuple
 
 import torch
 
-from .ops import forward_name, saved_values
+from .ops import forward_name, saved_values, sequence_nr
 from . import origin
 from .birth import Birth
 from .origin import kind_of
@@ -87,7 +87,7 @@ def _walk(loss: torch.Tensor, model_nodes: set[Any]) -> LossGraph:
         for node in _computation(loss, model_nodes, reached):
             birth = _birth_at(node)
             if birth is not None:
-                found.append((_seq(node), birth))
+                found.append((sequence_nr(node), birth))
     return LossGraph(reached[0], min(found, key=lambda pair: pair[0])[1] if found else None)
 
 
@@ -98,11 +98,11 @@ def _computation(loss: torch.Tensor, model_nodes: Collection[Any], reached: list
     root = loss.grad_fn
     if root is None:
         return
-    after = max((_seq(n) for n in model_nodes), default=-1)
+    after = max((sequence_nr(n) for n in model_nodes), default=-1)
     deadline = time.monotonic() + BUDGET_S
     reached[0] = root in model_nodes
     seen = {root}
-    todo = [(-_seq(root), id(root), root)]
+    todo = [(-sequence_nr(root), id(root), root)]
     while todo and len(seen) <= MAX_NODES and time.monotonic() < deadline:
         _, _, node = heapq.heappop(todo)
         if node in model_nodes:
@@ -112,9 +112,9 @@ def _computation(loss: torch.Tensor, model_nodes: Collection[Any], reached: list
             if child is None or child in seen:
                 continue
             reached[0] = reached[0] or child in model_nodes
-            if _seq(child) > after:
+            if sequence_nr(child) > after:
                 seen.add(child)
-                heapq.heappush(todo, (-_seq(child), id(child), child))
+                heapq.heappush(todo, (-sequence_nr(child), id(child), child))
 
 
 # Ops whose backward can make NaN/Inf from finite gradients and inputs: sqrt's at 0 (a distance between equal
@@ -140,13 +140,6 @@ def _unsafe_exponent(node: Any) -> bool:
     """A power's backward is unsafe for an exponent below 1 (x ** 0.5 at 0, x ** -1 at 0); not for a square."""
     exponent = getattr(node, "_saved_exponent", None) if node.name() == "PowBackward0" else None
     return not isinstance(exponent, (int, float)) or exponent < 1
-
-
-def _seq(node: Any) -> int:
-    try:
-        return int(node._sequence_nr())
-    except Exception:  # noqa: BLE001 - a node type without one: walked, never a boundary
-        return 1 << 62
 
 
 def _birth_at(node: Any) -> Birth | None:

@@ -71,3 +71,11 @@ def saved_values(node: Any) -> dict[str, Any]:
             except Exception:  # noqa: BLE001 - freed already, or not readable: as if not saved
                 continue
     return values
+
+
+def sequence_nr(node: Any) -> int:
+    """When autograd made ``node``, in this thread: later nodes have larger numbers."""
+    try:
+        return int(node._sequence_nr())
+    except Exception:  # noqa: BLE001 - a node type without one: walked, never a boundary
+        return 1 << 62

@@ -30,7 +30,7 @@ from torch.overrides import TorchFunctionMode
 from ..debug.frames import SourceLine, user_line
 from ..nested import walk
 from .birth import Birth, Born, root
-from .ops import anomaly_line, forward_name, inplace, op_name, saved_values
+from .ops import anomaly_line, forward_name, inplace, op_name, saved_values, sequence_nr
 
 log = logging.getLogger("tensor_dap.triggers")
 
@@ -134,6 +134,7 @@ class Tracker(TorchFunctionMode):
         self.inputs: set[int] = set()
         self._lineage: dict[int, tuple[Any, str, Birth]] = {}  # id(tensor) -> (weakref, kind now, birth)
         self._nodes: dict[Any, tuple[str | None, str | None, str, SourceLine | None]] = {}
+        self._tagged: set[Any] = set()  # nodes recorded from a module's output (``_tag``), not by a tracked op
         self._handles: list[Any] = []
         self._busy = False  # our own checks must not be tracked as the user's ops
         self.broken = False  # an internal failure: localization falls back to module hooks
@@ -146,22 +147,37 @@ class Tracker(TorchFunctionMode):
     def enter(self, module: torch.nn.Module) -> None:
         self.stack.append(module)
 
-    def leave(self, module: torch.nn.Module, output: Any) -> None:
-        """``module``'s forward returned ``output``: autograd nodes behind it that no tracked op made
-        (a custom ``autograd.Function``) were made by this module's own code."""
+    def leave(self, module: torch.nn.Module, output: Any, inputs: Any = None) -> None:
+        """``module``'s forward returned ``output`` from ``inputs``: autograd nodes behind it that no tracked op
+        made (a custom ``autograd.Function``) were made by this module's own code."""
         if self.stack and self.stack[-1] is module:
             self.stack.pop()
         if not self.stack and self.names.get(id(module)) == "":
             self.model_done = True
         if not self.broken:
-            self._guarded(lambda: self._tag(module, output))
+            self._guarded(lambda: self._tag(module, output, inputs))
 
-    def _tag(self, module: torch.nn.Module, output: Any) -> None:
-        path = self.names.get(id(module))
-        for t in _tensors(output):
-            node = t.grad_fn if isinstance(t, torch.Tensor) and t.requires_grad else None
-            if node is not None and node not in self._nodes:
-                self._record(node, (path, type(module).__name__, None, None))
+    def _tag(self, module: torch.nn.Module, output: Any, inputs: Any) -> None:
+        """Record as ``module``'s the nodes its forward made that no tracked op recorded: walking back from its
+        output through the nodes made after its inputs' (older ones were there before it ran), and through the
+        ones its submodules tagged. Every op of a block that a reentrant checkpoint re-runs inside backward() is
+        such a node (the tracker does not see ops there): a ``sqrt`` between two submodules is the block's."""
+        floor = max((sequence_nr(t.grad_fn) for t in _tensors(inputs)
+                     if isinstance(t, torch.Tensor) and t.grad_fn is not None), default=-1)
+        origin = (self.names.get(id(module)), type(module).__name__, None, None)
+        todo = [t.grad_fn for t in _tensors(output) if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+        seen: set[Any] = set()
+        while todo and len(seen) < MAX_NODES:
+            n = todo.pop()
+            if n is None or n in seen or sequence_nr(n) <= floor or type(n).__name__ == "AccumulateGrad":
+                continue
+            seen.add(n)
+            if n not in self._nodes:
+                self._note(n, origin)
+                self._tagged.add(n)
+            elif n not in self._tagged:
+                continue  # recorded by a tracked op, with what is behind it
+            todo.extend(m for m, _ in n.next_functions)
 
     @contextlib.contextmanager
     def quiet(self) -> Iterator[None]:
@@ -177,6 +193,7 @@ class Tracker(TorchFunctionMode):
             h.remove()
         self._handles.clear()
         self._nodes.clear()
+        self._tagged.clear()
         self._lineage.clear()
 
     # ------------------------------------------------------------ queries
@@ -340,10 +357,15 @@ class Tracker(TorchFunctionMode):
             count += 1
             if n is node and origin[2] is not None:
                 self._nodes[n] = origin
+                self._handles.append(n.register_hook(self._node_hook(n)))
             else:
-                self._nodes[n] = (origin[0], origin[1], forward_name(n.name()), anomaly_line(n) or origin[3])
-            self._handles.append(n.register_hook(self._node_hook(n)))
+                self._note(n, origin)
             todo.extend(m for m, _ in n.next_functions)
+
+    def _note(self, n: Any, origin: tuple[str | None, str | None, str | None, SourceLine | None]) -> None:
+        """A node no tracked op made: its op named after the node, its line read from anomaly mode's record."""
+        self._nodes[n] = (origin[0], origin[1], forward_name(n.name()), anomaly_line(n) or origin[3])
+        self._handles.append(n.register_hook(self._node_hook(n)))
 
     def _node_hook(self, node: Any) -> Callable[..., None]:
         def hook(grad_inputs: Any, grad_outputs: Any) -> None:
