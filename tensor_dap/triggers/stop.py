@@ -8,6 +8,7 @@ under ``torch.distributed`` only the ranks in ``ranks`` may stop, the others log
 from __future__ import annotations
 
 import bdb
+import linecache
 import sys
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from ..dap import attached
 from ..debug.frames import user_frame
 from ..dist import may_stop
 from ..errors import TriggerError
+from ..format import printable
 from ..libraries import is_user_file, library_of
 from .report import Report, emit, logger, to_text
 
@@ -180,11 +182,14 @@ def _first_shown_frame(frame: Any) -> Any:
 
 
 def _whose(frame: Any) -> str:
+    """Whose code the debugger opens in, and, in a library's, at which call: its loop calling ``optimizer.step()``
+    (HF's Trainer), or its own ``backward()`` call inside the step's closure (Lightning)."""
     owner = library_of(frame.f_code.co_filename)
     if owner is None:
         return "in your code"
     possessive = f"{owner}'" if owner.endswith("s") else f"{owner}'s"  # transformers' code, lightning's code
-    return f"in {possessive} code that called optimizer.step()"
+    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+    return f"in {possessive} code, at {printable(line)}," if line else f"in {possessive} code"
 
 
 def _open_pdb(frame: Any, report: Report) -> None:

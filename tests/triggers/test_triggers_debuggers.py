@@ -226,7 +226,7 @@ def test_terminal_stops_in_a_trainers_loop_not_in_its_optimizer_wrapper(tmp_path
     try:
         child.expect(PROMPT)
         shown = " ".join(child.before.split())
-        assert "stopped in trainer_lib's code that called optimizer.step() before the update" in shown
+        assert "stopped in trainer_lib's code, at wrapped.step() # TRAINER-STEP, before the update" in shown
         assert "-> wrapped.step() # TRAINER-STEP" in shown and "trainer_lib.py" in shown
         child.sendline("p step, x.shape")
         child.expect(PROMPT)
