@@ -7,6 +7,7 @@ tables and the CLI all print a number, a shape or an exception the same way.
 from __future__ import annotations
 
 import math
+import os
 import re
 from typing import Any, Optional
 
@@ -82,6 +83,15 @@ def fmt_shape(shape: Any) -> str:
     if shape is None:
         return "[?]"
     return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+def shown_path(path: str) -> str:
+    """A file as a user types it: relative to the working folder when it lies inside it, else as it is."""
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:  # another drive (Windows)
+        return path
+    return path if relative.startswith(os.pardir) else relative
 
 
 def short_path(name: str, width: int) -> str:

@@ -7,13 +7,12 @@ terminal control sequences.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from rich.table import Table
 from rich.text import Text
 
-from ..format import printable
+from ..format import printable, shown_path
 
 
 def table(title: str, *columns: str, right: tuple[str, ...] = ()) -> Table:
@@ -26,11 +25,7 @@ def table(title: str, *columns: str, right: tuple[str, ...] = ()) -> Table:
 
 def where(file: str, line: int | None = None, function: str | None = None) -> Text:
     """``train.py:42 step``: a location, relative to the working directory when inside it."""
-    try:
-        rel = os.path.relpath(file)
-        shown = rel if not rel.startswith("..") else file
-    except ValueError:
-        shown = file
+    shown = shown_path(file)
     text = shown if line is None else f"{shown}:{line}"
     if function:
         text += f" {function}"

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..format import fmt_num, printable
+from ..format import fmt_num, printable, shown_path
 from ..state import rng_kept
 from ..summary import TensorSummary, jsonable
 
@@ -200,17 +200,8 @@ def _bundle_lines(report: Report) -> list[str]:
     if report.program and report.mode in ("loop", "closure"):  # the script that trained builds the model and
         # optimizer (and the closure, which only it has); a w.step bundle needs its step function: code
         lines.append(f"  or with no code: tensor-dap run --replay {shlex.quote(str(bundle))} "
-                     f"{shlex.join([_shown_path(report.program), *report.args])}")
+                     f"{shlex.join([shown_path(report.program), *report.args])}")
     return [*lines, f"show this report again: tensor-dap replay {shlex.quote(str(bundle))}"]
-
-
-def _shown_path(path: str) -> str:
-    """``path`` relative to the working folder when it lies inside it (as a user types it), else as it is."""
-    try:
-        relative = os.path.relpath(path)
-    except ValueError:  # another drive (Windows)
-        return path
-    return path if relative.startswith(os.pardir) else relative
 
 
 def to_json(report: Report) -> str:
