@@ -162,10 +162,12 @@ class Tracker(TorchFunctionMode):
         output through the nodes made after its inputs' (older ones were there before it ran), and through the
         ones its submodules tagged. Every op of a block that a reentrant checkpoint re-runs inside backward() is
         such a node (the tracker does not see ops there): a ``sqrt`` between two submodules is the block's."""
+        todo = [t.grad_fn for t in _tensors(output) if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+        if all(n in self._nodes and n not in self._tagged for n in todo):
+            return  # made by tracked ops, recorded with what is behind them: the common case, no walk of the inputs
         floor = max((sequence_nr(t.grad_fn) for t in _tensors(inputs)
                      if isinstance(t, torch.Tensor) and t.grad_fn is not None), default=-1)
         origin = (self.names.get(id(module)), type(module).__name__, None, None)
-        todo = [t.grad_fn for t in _tensors(output) if isinstance(t, torch.Tensor) and t.grad_fn is not None]
         seen: set[Any] = set()
         while todo and len(seen) < MAX_NODES:
             n = todo.pop()
