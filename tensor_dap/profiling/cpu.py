@@ -12,11 +12,14 @@ import cProfile
 import pstats
 from typing import Any
 
+from rich.text import Text
+
 from .. import runner
+from ..libraries import is_user_file
+from .import_time import ImportTime, importing
 from .output import CPROFILE
 from .recorder import Recorder
 from .tables import plain, seconds, table, where
-
 
 
 class CpuRecorder(Recorder):
@@ -34,17 +37,27 @@ class CpuRecorder(Recorder):
         return [CPROFILE]
 
     def render(self) -> list[Any]:
+        """The tables with the time spent importing taken out (``import_time``): on a short run it is most of
+        the profile, and not what the user profiles for. The file keeps every call as it was."""
         stats = pstats.Stats(self._profile)
-        rows = _rows(stats)
+        imports = ImportTime(stats.stats)  # type: ignore[attr-defined]
+        rows = _rows(stats, imports)
         top = self.options.top
-        callers = [r for r in rows if not _plumbing(r[0], r[2])]
-        return [_table("top functions by cumulative time (import machinery left out; it is in the file)",
-                       sorted(callers, key=lambda r: -r[4])[:top]),
+        yours = [r for r in rows if r[0] != "~" and is_user_file(r[0])]  # ("~": a builtin)
+        spent, profiled = imports.total()
+        out: list[Any] = []
+        if spent > 0.05 * profiled:
+            out.append(Text(f"imports took {seconds(spent)} of the {seconds(profiled)} profiled: left out of the "
+                            f"tables below (an estimate from cProfile's caller totals; {CPROFILE} has every call)"))
+        out += [_table("top functions by cumulative time", sorted(rows, key=lambda r: -r[4])[:top]),
                 _table("top functions by own time", sorted(rows, key=lambda r: -r[3])[:top])]
+        if yours:
+            out.append(_table("your code by cumulative time", sorted(yours, key=lambda r: -r[4])[:top]))
+        return out
 
 
 # Frames every import or ``exec`` passes through: by cumulative time each is as large as what it ran, so on a
-# real script (minGPT: 7 of the top 15) they push the program's own functions off the table. Own time keeps them.
+# real script (minGPT: 7 of the top 15) they pushed the program's own functions off the table.
 _PLUMBING = ("<built-in method builtins.exec>", "<built-in method builtins.__import__>")
 
 
@@ -53,15 +66,21 @@ def _plumbing(file: str, name: str) -> bool:
 
 
 def _ours(file: str) -> bool:
-    """The frames that run the program (tensor_dap's runner, runpy): in the file, not in the tables."""
-    return runner.is_runner_frame(file)
+    """The frames that run the program (tensor_dap's runner, runpy) and stop this profile: in the file, not in
+    the tables."""
+    return runner.is_runner_frame(file) or file == __file__
 
 
-def _rows(stats: pstats.Stats) -> list[tuple[str, int, str, float, float, int]]:
-    """(file, line, function, own seconds, cumulative seconds, calls) for every function of the program."""
+def _rows(stats: pstats.Stats, imports: ImportTime) -> list[tuple[str, int, str, float, float, int]]:
+    """(file, line, function, own seconds, cumulative seconds, calls) for every function of the program that ran
+    outside imports, its seconds spent importing taken out."""
     out = []
-    for (file, line, name), (_, calls, own, cumulative, _) in stats.stats.items():  # type: ignore[attr-defined]
-        if not _ours(file):
+    for key, (_, calls, _, _, _) in stats.stats.items():  # type: ignore[attr-defined]
+        file, line, name = key
+        if _ours(file) or importing(key) or _plumbing(file, name):
+            continue
+        own, cumulative = imports.own(key), imports.cumulative(key)
+        if cumulative > 0 or own > 0:
             out.append((file, line, name, own, cumulative, calls))
     return out
 

@@ -1,0 +1,110 @@
+"""The time a cProfile run spent importing, taken out function by function (``profiling.import_time``), read
+from real cProfile data: a package in a ``site-packages`` folder (a library to ``libraries``) that is slow to
+import, imported lazily from a user's function, as torch.optim imports dynamo inside ``AdamW()``."""
+
+from __future__ import annotations
+
+import cProfile
+import pstats
+import re
+import sys
+import time
+
+import pytest
+
+from profiled import run_folder, tensor_dap
+
+from tensor_dap.profiling.import_time import ImportTime, importing
+
+IMPORT_S, WORK_S = 0.2, 0.1
+
+
+@pytest.fixture
+def slow_library(tmp_path, monkeypatch):
+    """A library that sleeps while imported, under a fresh name (nothing imported it before)."""
+    name = f"slowlib_{tmp_path.name.replace('-', '_')}"
+    package = tmp_path / "site-packages" / name
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(f"import time\ntime.sleep({IMPORT_S})\n\ndef f():\n    return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site-packages"))
+    yield name
+    sys.modules.pop(name, None)
+
+
+def _setup(name):
+    module = __import__(name)  # (as ``import`` does: importlib's frames below this one)
+    return module.f
+
+
+def _work():
+    time.sleep(WORK_S)
+
+
+def _train(name):
+    f = _setup(name)
+    _work()
+    return f()
+
+
+def _profiled(name):
+    profile = cProfile.Profile()
+    profile.runcall(_train, name)
+    return pstats.Stats(profile).stats
+
+
+def _key(stats, name):
+    return next(k for k in stats if k[2] == name and k[0] == __file__)
+
+
+def test_a_lazy_import_is_taken_out_of_the_function_that_ran_it(slow_library):
+    stats = _profiled(slow_library)
+    imports = ImportTime(stats)
+    setup, work, train = (_key(stats, n) for n in ("_setup", "_work", "_train"))
+    assert stats[setup][3] >= IMPORT_S  # cProfile: the import's time is inside _setup's cumulative
+    assert imports.cumulative(setup) < IMPORT_S / 4  # taken out
+    assert imports.cumulative(work) == pytest.approx(stats[work][3])  # nothing imported there: all of it
+    assert imports.cumulative(train) == pytest.approx(stats[train][3] - stats[setup][3], abs=IMPORT_S / 4)
+    spent, profiled = imports.total()
+    assert IMPORT_S <= spent < IMPORT_S + WORK_S / 2 and profiled >= IMPORT_S + WORK_S
+    body = next(k for k in stats if k[2] == "<module>" and slow_library in k[0])
+    assert importing(body) and imports.inside[body] == 1.0
+    sleep = next(k for k in stats if "time.sleep" in k[2])  # called inside the import and by _work: split
+    assert imports.own(sleep) == pytest.approx(stats[sleep][2] * WORK_S / (WORK_S + IMPORT_S), rel=0.25)
+
+
+def test_a_run_with_no_imports_keeps_every_second():
+    profile = cProfile.Profile()
+    profile.runcall(_work)
+    stats = pstats.Stats(profile).stats
+    imports = ImportTime(stats)
+    work = _key(stats, "_work")
+    assert imports.cumulative(work) == stats[work][3] and imports.total()[0] == 0.0
+
+
+def _table(stderr, title):
+    section = stderr[stderr.index(title):]
+    rows = {}
+    for line in section.splitlines()[2:]:
+        m = re.match(r"\s*([\d.]+) (s|ms|µs)\s+[\d.]+ (?:s|ms|µs)\s+\d+\s+(.+?)\s*$", line)
+        if not m:
+            break
+        rows[m.group(3)] = float(m.group(1)) * {"s": 1, "ms": 1e-3, "µs": 1e-6}[m.group(2)]
+    return rows
+
+
+def test_the_cpu_summary_shows_your_code_without_the_imports(slow_library, tmp_path):
+    """A short profiled run is mostly imports (nanoGPT's 30 steps: 0.5 s of 4.8 s): the tables show the rest."""
+    (tmp_path / "main.py").write_text(
+        "import time\n\ndef setup():\n"
+        f"    import {slow_library}\n    return {slow_library}.f\n\n"
+        f"def work():\n    time.sleep({WORK_S})\n\nsetup()\nwork()\n")
+    r = tensor_dap("profile", "--mode", "cpu", "main.py", cwd=tmp_path, paths=[tmp_path / "site-packages"])
+    assert r.returncode == 0, r.stderr
+    said = re.search(r"imports took ([\d.]+) (s|ms) of the", r.stderr)
+    assert said and float(said.group(1)) * (1 if said.group(2) == "s" else 1e-3) >= IMPORT_S, r.stderr
+    yours = _table(r.stderr, "your code by cumulative time")
+    assert yours["main.py:7 work"] >= WORK_S and yours["main.py:3 setup"] < IMPORT_S / 4, r.stderr
+    cumulative = _table(r.stderr, "top functions by cumulative time")
+    assert not any(slow_library in place or "cpu.py" in place for place in cumulative), r.stderr
+    saved = pstats.Stats(str(run_folder(tmp_path) / "cprofile.prof"))  # the file keeps the import
+    assert any(slow_library in file and name == "<module>" for file, _, name in saved.stats)
