@@ -120,19 +120,34 @@ def overfitting(train: Series, val: Series, rise: float = 0.05) -> Optional[Find
 
 
 DIVERGED = 100.0  # a loss this many times the lowest one so far (and ten times the first) has diverged
+# ... and so has one that stays RISEN times its lowest so far (and 3 times the first) for STAYED values in a row:
+# nanoGPT at lr 5 went from 4.5 to 40-170 and stayed there (cross-entropy seldom grows 100-fold)
+RISEN, STAYED = 10.0, 10
 
 
-def diverging(step: int, loss: float, lowest: Optional[float], first: float) -> Optional[Finding]:
+def risen(loss: float, lowest: Optional[float], first: float) -> bool:
+    """A finite loss ``RISEN`` times the lowest before it and three times the first: one is noise of an early run,
+    ``STAYED`` in a row are not."""
+    return (lowest is not None and lowest > 0 and math.isfinite(loss) and loss > RISEN * lowest
+            and loss > 3 * abs(first))
+
+
+def diverging(step: int, loss: float, lowest: Optional[float], first: float, risen_for: int = 0) -> Optional[Finding]:
     """A loss ``DIVERGED`` times the lowest finite loss before it and ten times the first loss (a converged
     loss near zero jumps by large factors of itself without diverging). Two losses are enough: a run that
-    blows up does so in a few steps, often between two total gradient norms."""
+    blows up does so in a few steps, often between two total gradient norms. Or one that has ``risen`` for
+    ``risen_for`` values in a row, ``STAYED`` or more: blown up to a level it stays at."""
     if lowest is None or lowest <= 0 or not math.isfinite(loss):
         return None
-    if loss <= DIVERGED * lowest or loss <= 10 * abs(first):
-        return None
-    return Finding("diverging", step, f"step {step}: the loss is diverging ({fmt_num(loss)}, {loss / lowest:.3g}× "
-                                      f"its lowest so far): lower the learning rate, add warm-up, or clip gradients "
-                                      f"with torch.nn.utils.clip_grad_norm_")
+    fix = "lower the learning rate, add warm-up, or clip gradients with torch.nn.utils.clip_grad_norm_"
+    if loss > DIVERGED * lowest and loss > 10 * abs(first):
+        return Finding("diverging", step, f"step {step}: the loss is diverging ({fmt_num(loss)}, {loss / lowest:.3g}× "
+                                          f"its lowest so far): {fix}")
+    if risen_for >= STAYED:
+        return Finding("diverging", step, f"step {step}: the loss is diverging: above {RISEN:g}× its lowest so far "
+                                          f"({fmt_num(lowest)}) for {risen_for} values in a row, now "
+                                          f"{fmt_num(loss)}: {fix}")
+    return None
 
 
 def typical_norm(past: Sequence[float]) -> Optional[float]:

@@ -57,6 +57,7 @@ class Monitor:
         self._curves_checked = 0  # the step of the last check of the curves' shape
         self._first_loss: Optional[float] = None  # the first and lowest finite train losses: what diverging compares
         self._lowest_loss: Optional[float] = None
+        self._risen = 0  # train losses in a row far above the lowest before them (``diagnose.risen``)
         self.patience = patience
         self.writer = writer if writer is not None else _writer(logdir)
         self.logdir = logdir
@@ -261,7 +262,8 @@ class Monitor:
 
     def _diverging(self, by_step: dict[int, list[tuple[str, float]]]) -> list[diagnose.Finding]:
         """Every new train loss against the lowest before it (kept as it goes: O(1) a value): a run that blows
-        up in a few steps, between two total gradient norms (``norm_every``), is still named."""
+        up in a few steps, between two total gradient norms (``norm_every``), is still named; so is one that
+        blew up to a level it stays at."""
         found: list[diagnose.Finding] = []
         for step in sorted(by_step):
             for tag, loss in by_step[step]:
@@ -269,10 +271,12 @@ class Monitor:
                     continue
                 if self._first_loss is None:
                     self._first_loss = loss
-                elif not found:
-                    finding = diagnose.diverging(step, loss, self._lowest_loss, self._first_loss)
-                    if finding:
-                        found.append(finding)
+                else:
+                    self._risen = self._risen + 1 if diagnose.risen(loss, self._lowest_loss, self._first_loss) else 0
+                    if not found:
+                        finding = diagnose.diverging(step, loss, self._lowest_loss, self._first_loss, self._risen)
+                        if finding:
+                            found.append(finding)
                 if loss > 0 and (self._lowest_loss is None or loss < self._lowest_loss):
                     self._lowest_loss = loss
         return found

@@ -278,6 +278,47 @@ def test_a_loss_that_blows_up_between_two_gradient_norms_is_diverging():
     assert diagnose.diverging(2, 1734.5, lowest=9.8, first=9.8).kind == "diverging"
 
 
+def test_a_loss_that_blew_up_and_stays_up_is_diverging():
+    """nanoGPT at lr 5: cross-entropy 4.5, then 40-170 for the rest of the run, never 100× its lowest."""
+    assert diagnose.diverging(12, 100.0, lowest=3.5, first=4.5, risen_for=diagnose.STAYED).kind == "diverging"
+    assert diagnose.diverging(12, 100.0, lowest=3.5, first=4.5, risen_for=diagnose.STAYED - 1) is None
+    assert diagnose.risen(100.0, 3.5, 4.5) and not diagnose.risen(30.0, 3.5, 4.5)  # 8.6×: not risen
+    assert not diagnose.risen(0.8, 0.05, 2.3)  # a warm restart from a converged 0.05: far below the start
+    assert not diagnose.risen(float("nan"), 1.0, 1.0) and not diagnose.risen(5.0, None, 1.0)
+
+
+def _blown_up_run(tmp_path, lr, steps=80):
+    """A real classifier on fresh batches whose learning rate sends its loss far up, where it stays (Adam at a huge
+    lr keeps its steps bounded, so nothing turns NaN), with the monitor's every-step train losses."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 10))
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    rule = torch.randn(20, 10)
+    losses = []
+    with tensor_dap.Monitor(str(tmp_path), model=model, optimizer=opt, every=20, flush_every=5) as m:
+        for step in range(1, steps + 1):
+            x = torch.randn(64, 20)
+            y = (x @ rule).argmax(1)
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+            m.log(step, loss=loss)
+    return m, losses
+
+
+def test_a_run_that_blows_up_and_stays_up_is_named_once(tmp_path):
+    m, losses = _blown_up_run(tmp_path, lr=1.0)
+    assert all(map(math.isfinite, losses)) and max(losses) < 100 * min(losses)  # what the 100× rule missed
+    found = [f for f in m.findings if f.kind == "diverging"]
+    assert len(found) == 1 and "for 10 values in a row" in found[0].message, m.findings
+    assert all(loss > 10 * min(losses[:found[0].step - 10]) for loss in losses[found[0].step - 10:found[0].step])
+    assert any("the loss is diverging" in t for t in _texts(_read(tmp_path)))
+    healthy, _ = _blown_up_run(tmp_path / "healthy", lr=1e-3)
+    assert not [f for f in healthy.findings if f.kind == "diverging"], healthy.findings
+
+
 def test_a_run_that_never_closes_its_monitor_keeps_its_last_steps(tmp_path):
     """The program ends with values pending since the last flush: they are written at exit."""
     script = tmp_path / "train.py"
