@@ -11,6 +11,7 @@ until a breakpoint is actually hit.
 from __future__ import annotations
 
 import pdb  # noqa: T100 - this module is a debugger
+import builtins
 import pprint
 import sys
 from typing import Any
@@ -94,6 +95,9 @@ class TensorPdb(pdb.Pdb):
     def _frame_locals(self) -> Any:
         frame_locals = getattr(self, "curframe_locals", None)
         return frame_locals if frame_locals is not None else self.curframe.f_locals
+
+    def _defined(self, name: str) -> bool:
+        return any(name in names for names in (self._frame_locals(), self.curframe.f_globals, builtins.__dict__))
 
     def _tensor_view(self, value: Any) -> Any:
         """The summarized form of ``value``, or None to fall back to pdb's repr."""
@@ -292,27 +296,27 @@ class TensorPdb(pdb.Pdb):
 
     def do_grads(self, arg: str) -> None:
         """grads [module]
-        Gradient norm of every trainable parameter of the module (default: the first
-        nn.Module in the locals, then self, then the globals), flagging missing, zero, vanishing (< 1e-7),
-        exploding (> 1e3) and NaN/Inf gradients, and the total norm.
+        Gradient norm of every trainable parameter of the module (default: the first nn.Module in the locals,
+        then self, then the globals; a submodule as the table names it, grads transformer.h.0, is read under
+        it), flagging missing, zero, vanishing (< 1e-7), exploding (> 1e3) and NaN/Inf gradients, and the total norm.
         """
         def body() -> None:
             from ..kinds import is_module
             from ..probe.grads import find_module, grad_report
+            from ..probe.paths import rooted
             from .views import grads
 
+            found = find_module(self._frame_locals(), self.curframe.f_globals) if "torch" in sys.modules else None
             if arg.strip():
-                module = self._value_of("grads", arg, is_module, "an nn.Module")
-                if module is _FAILED:
-                    return
-                name = arg.strip()
+                name = rooted(arg.strip(), self._defined, found[0]) if found else arg.strip()
+                module = self._value_of("grads", name, is_module, "an nn.Module")
+            elif found is None:
+                self.error("grads: no nn.Module in this frame's locals, self or globals; name one: grads MODEL")
+                return
             else:
-                found = find_module(self._frame_locals(), self.curframe.f_globals) if "torch" in sys.modules else None
-                if found is None:
-                    self.error("grads: no nn.Module in this frame's locals, self or globals; name one: grads MODEL")
-                    return
                 name, module = found
-            self._print(grads(grad_report(module, name)))
+            if module is not _FAILED:
+                self._print(grads(grad_report(module, name)))
         self._run("grads", body)
 
     complete_grads = complete_tensors = complete_nan = _complete_expression

@@ -10,6 +10,7 @@ import re
 from typing import Any, Callable
 
 _MODULE_PATH = re.compile(r"[A-Za-z_]\w*(?:\.\w+)+")
+_DOTTED = re.compile(r"\w+(?:\.\w+)*")
 
 
 def is_module_path(text: str) -> bool:
@@ -29,3 +30,12 @@ def value_at(path: str, evaluate: Callable[[str], Any]) -> tuple[Any, str | None
             return None, f"{walked} ({type(value).__name__}) has no submodule or attribute {part!r}"
         walked = f"{walked}.{part}"
     return value, None
+
+
+def rooted(path: str, defined: Callable[[str], bool], root: str) -> str:
+    """``path``, or ``root.path`` when it is a dotted name whose first name the frame does not define: a row of
+    the ``grads`` table names its submodule relative to the model it reports on (``transformer.h.0``, or ``0`` in
+    a ``Sequential``)."""
+    if _DOTTED.fullmatch(path) and not defined(path.split(".", 1)[0]):
+        return f"{root}.{path}"
+    return path

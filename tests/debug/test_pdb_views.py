@@ -52,6 +52,11 @@ def test_objects_grads_and_tensors_at_top_level():
 
         out = _run(child, "grads")
         assert "gradients of model" in out and re.search(r"total norm \d", out)
+        out = _run(child, "grads 2")  # a submodule as the table names its rows (2.weight): under the model
+        assert "gradients of model.2" in out and re.search(r"^weight ", out, re.M) and "0.weight" not in out, out
+        assert "gradients of model.2" in _run(child, "grads model.2")
+        out = _run(child, "grads 7")
+        assert "model (Sequential) has no submodule or attribute '7'" in " ".join(out.split()), out
         child.sendline("c")
         child.expect_exact("finished")
         child.expect(pexpect.EOF)
