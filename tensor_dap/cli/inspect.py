@@ -15,9 +15,16 @@ NaN/Inf); 2 a usage mistake (no such file).
 from __future__ import annotations
 
 import argparse
+import reprlib
 from typing import Any
 
 PROGRESS_AFTER_S = 1.0
+MAX_OTHERS = 500  # values that are not tensors (a step, a config) listed at most
+_VALUE_CHARS = 100
+_PLAIN_LOOK = 100  # items of a list looked at to tell that it holds plain values only
+_SHORT = reprlib.Repr()
+_SHORT.maxlist = _SHORT.maxtuple = 16
+_SHORT.maxstring = _SHORT.maxother = _VALUE_CHARS
 _BATCH = 1000  # rows printed per write
 _STEP = 256  # tensors summarized between two progress updates
 
@@ -56,10 +63,15 @@ def run(args: argparse.Namespace) -> int:
             print(f"tensor-dap: error: cannot load {printable(args.file)} as a torch checkpoint: {printable(why)}",
                   file=sys.stderr)
             return 1
-        rows = _summaries(obj, args.exact, progress)
+        rows, others = _summaries(obj, args.exact, progress)
     if args.nonfinite:
-        rows = [(n, s) for n, s in rows if s.nonfinite]
-    _print_rows(make_console(), f"{printable(args.file)}: {len(rows)} tensors", rows)
+        rows = [(n, s) for n, s in rows if not isinstance(s, str) and s.nonfinite]
+    console = make_console()
+    _print_rows(console, f"{printable(args.file)}: {len(rows)} tensors", rows)
+    if others and not args.nonfinite:  # the step, epoch and config saved beside the weights
+        shown = others[:MAX_OTHERS]
+        more = f" (the first {MAX_OTHERS})" if len(others) > MAX_OTHERS else ""
+        _print_rows(console, f"{printable(args.file)}: {len(others)} other values{more}", shown)
     return 1 if args.nonfinite and rows else 0
 
 
@@ -88,25 +100,76 @@ def _open(node: Any, path: str, dotted: bool) -> Any:
         return ((f"{path}.{key}" if path else key, value) for key, value in node.state_dict().items())
     if isinstance(node, torch.optim.Optimizer):
         return children(node.state_dict(), path, dotted)
+    if isinstance(node, (list, tuple)) and node and all(map(_plain, node[:_PLAIN_LOOK])):
+        return None  # plain values (an optimizer's betas, its parameter ids): one line, not one per value
     return children(node, path, dotted)
 
 
-def _summaries(obj: Any, exact: bool, progress: _Progress) -> list[tuple[str, Any]]:
-    """(escaped name, summary) of every tensor."""
+def _plain(value: Any) -> bool:
+    return value is None or isinstance(value, (bool, int, float, complex, str, bytes))
+
+
+def _summaries(obj: Any, exact: bool, progress: _Progress) -> tuple[list[tuple[str, Any]], list[tuple[str, str]]]:
+    """((escaped name, summary) of every tensor, (escaped name, value text) of every other value). A tensor that is
+    another one again (tied weights: GPT-2's ``lm_head.weight`` is ``wte.weight``) reads "same tensor as NAME"."""
+    import torch
+
     from ..format import printable
     from ..nested import walk
     from ..summary import Budget, describe_many
 
     budget = Budget.exact() if exact else None
-    found = list(walk(obj, dotted=True, expand=_open))
+    found, others = [], []
+    for name, value in walk(obj, dotted=True, expand=_open, keep_unexpanded=True):
+        if isinstance(value, torch.Tensor):
+            found.append((printable(name) or "<tensor>", value))
+        else:
+            others.append((printable(name) or "<value>", _value_text(value)))
     progress.total(len(found))
+    first: dict[Any, str] = {}
+    same: dict[int, str] = {}
+    for i, (name, t) in enumerate(found):
+        key = _identity(t)
+        if key is not None and first.setdefault(key, name) != name:
+            same[i] = first[key]
     rows: list[tuple[str, Any]] = []
     for i in range(0, len(found), _STEP):
-        part = found[i:i + _STEP]
-        summaries = describe_many([t for _, t in part], budget=budget)
-        rows += [(printable(name) or "<tensor>", s) for (name, _), s in zip(part, summaries)]
+        part = [(j, name, t) for j, (name, t) in enumerate(found[i:i + _STEP], i)]
+        summaries = iter(describe_many([t for j, _, t in part if j not in same], budget=budget))
+        rows += [(name, f"same tensor as {same[j]}" if j in same else next(summaries)) for j, name, _ in part]
         progress.done(len(rows))
-    return rows
+    return rows, others
+
+
+def _identity(t: Any) -> Any:
+    """What makes two loaded tensors the same one (their storage, offset, shape, strides, dtype); None when
+    that cannot be told (no storage: meta, sparse, empty)."""
+    import torch
+
+    try:
+        if t.layout != torch.strided or not t.numel():
+            return None
+        ptr = t.untyped_storage().data_ptr()
+        if not ptr:
+            return None
+        return (t.device, ptr, t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+    except Exception:  # noqa: BLE001 - a tensor subclass or layout without a plain storage
+        return None
+
+
+def _value_text(value: Any) -> str:
+    """A value that is not a tensor, as one escaped line: plain values (and lists of them) as Python writes them,
+    cut short; others by their type and size."""
+    from ..format import printable
+
+    if _plain(value) or isinstance(value, (list, tuple)):
+        text = printable(_SHORT.repr(value))  # a long list: its first items (bounded)
+        return text if len(text) <= _VALUE_CHARS else text[:_VALUE_CHARS - 1] + "…"
+    try:
+        size = f" of {len(value)}"
+    except Exception:  # noqa: BLE001 - no length
+        size = ""
+    return printable(f"{type(value).__name__}{size}")
 
 
 class _Progress:
@@ -168,8 +231,8 @@ class _Progress:
 
 
 def _print_rows(console: Any, title: str, rows: list[tuple[str, Any]]) -> None:
-    """A title, then ``name  summary`` per tensor, names padded to one column: written in batches, never
-    re-wrapped (a long name or summary stays one greppable line), NaN/Inf alarms in red."""
+    """A title, then ``name  summary`` per tensor (or ``name  text``), names padded to one column: written in
+    batches, never re-wrapped (a long name or summary stays one greppable line), NaN/Inf alarms in red."""
     from rich.text import Text
 
     from ..summary.line import alarms, one_line
@@ -178,8 +241,8 @@ def _print_rows(console: Any, title: str, rows: list[tuple[str, Any]]) -> None:
     width = min(60, max((len(n) for n, _ in rows), default=0))
     for i in range(0, len(rows), _BATCH):
         batch = rows[i:i + _BATCH]
-        text = Text("\n".join(n.ljust(width) + "  " + one_line(s) for n, s in batch))
-        tokens = {token for _, s in batch for token in alarms(s)}
+        text = Text("\n".join(n.ljust(width) + "  " + (s if isinstance(s, str) else one_line(s)) for n, s in batch))
+        tokens = {token for _, s in batch if not isinstance(s, str) for token in alarms(s)}
         if tokens:  # an empty word list would match everywhere
             text.highlight_words(tokens, style="bold red")
         console.print(text, soft_wrap=True, crop=False)

@@ -147,3 +147,31 @@ def test_a_whole_pickled_model_is_refused_with_one_line_and_listed_with_trust(tm
     rows = both.stdout.strip().splitlines()[1:]
     assert [r.split()[0] for r in rows[:3]] == ["model.seen", "model.fc.weight", "model.fc.bias"]
     assert any(r.startswith("optimizer.state.0.exp_avg ") for r in rows), rows  # dotted, as state_dict keys read
+
+
+def test_tied_weights_are_named_once_and_the_values_beside_the_weights_are_listed(tmp_path):
+    """nanoGPT's checkpoint: lm_head.weight is wte.weight (tied), and beside the weights it keeps iter_num,
+    model_args, its config and the optimizer's hyper-parameters: what a user opens a checkpoint to find."""
+    shared = torch.randn(6, 4)
+    path = tmp_path / "ckpt.pt"
+    torch.save({"model": {"wte.weight": shared.detach(), "lm_head.weight": shared.detach(),
+                          "copy": shared.clone(), "row": shared[1], "empty": torch.empty(0), "empty2": torch.empty(0)},
+                "iter_num": 10, "config": {"lr": 0.1, "name": "run\x1b[2J", "note": "x" * 500},
+                "betas": (0.9, 0.99), "ids": list(range(100_000)), "nothing": None}, path)
+    r = inspect(path)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].endswith(": 6 tensors")
+    assert re.search(r"^model\.lm_head\.weight +same tensor as model\.wte\.weight$", r.stdout, re.M)
+    assert re.search(r"^model\.copy +tensor\[6, 4\]", r.stdout, re.M)  # equal values, its own storage: listed
+    assert re.search(r"^model\.row +tensor\[4\]", r.stdout, re.M)  # a view of it, another shape: listed
+    assert re.search(r"^model\.empty2 +tensor\[0\]", r.stdout, re.M)  # empty tensors share no data
+    others = lines[lines.index(next(x for x in lines if x.endswith("other values"))):]
+    assert others[0].endswith(": 7 other values")
+    values = dict(re.match(r"(\S+) +(.*)$", line).groups() for line in others[1:])
+    assert values["iter_num"] == "10" and values["config.lr"] == "0.1" and values["nothing"] == "None"
+    assert values["betas"] == "(0.9, 0.99)" and values["ids"].startswith("[0, 1, 2, ") and len(values["ids"]) <= 100
+    assert values["config.name"] == "'run\\x1b[2J'" and "\x1b" not in r.stdout
+    assert len(values["config.note"]) <= 100 and "..." in values["config.note"]  # cut in its middle, as reprlib does
+    only_bad = inspect("--nonfinite", path)
+    assert only_bad.returncode == 0 and "other values" not in only_bad.stdout
