@@ -11,7 +11,8 @@ function's time divides among its callers' contexts as its calls do (gprof's ass
 * ``beneath``: the seconds of a function's cumulative time spent importing in what it called (a
   ``configure_optimizers`` whose ``AdamW`` imports dynamo), from its callees up.
 
-A module body of the user's own files is their code, not an import to leave out.
+A module body of the user's own files, or of a string they ``exec``, is their code, not an import to
+leave out.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ def importing(key: Key) -> bool:
         return True
     if file == "~":
         return name in _ENTRIES
-    if name == "<module>":
-        return not is_user_file(file)
+    if name == "<module>":  # (a string run by exec, "<string>": the user's, as nanoGPT runs its config files)
+        return file.startswith("<frozen") or not (file.startswith("<") or is_user_file(file))
     return name == "import_module" and file.replace("\\", "/").endswith("importlib/__init__.py")
 
 

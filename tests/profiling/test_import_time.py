@@ -108,3 +108,13 @@ def test_the_cpu_summary_shows_your_code_without_the_imports(slow_library, tmp_p
     assert not any(slow_library in place or "cpu.py" in place for place in cumulative), r.stderr
     saved = pstats.Stats(str(run_folder(tmp_path) / "cprofile.prof"))  # the file keeps the import
     assert any(slow_library in file and name == "<module>" for file, _, name in saved.stats)
+
+
+def test_a_string_the_program_execs_is_its_code_not_an_import():
+    """nanoGPT runs its config files with exec(open(...).read()): a "<string>" module body, the program's own."""
+    profile = cProfile.Profile()
+    profile.runcall(exec, compile("import time\ntime.sleep(0.05)\n", "<string>", "exec"), {})
+    stats = pstats.Stats(profile).stats
+    body = next(k for k in stats if k[0] == "<string>" and k[2] == "<module>")
+    assert not importing(body) and ImportTime(stats).cumulative(body) >= 0.05
+    assert importing(("<frozen posixpath>", 1, "<module>"))  # a frozen standard module: imported
