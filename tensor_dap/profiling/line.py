@@ -1,4 +1,5 @@
-"""``--mode line``: line_profiler on the functions named with ``--function`` or marked ``@profile``.
+"""``--mode line``: line_profiler on the functions named with ``--function`` or marked ``@profile`` (with
+neither, the script whole: its top-level code and its functions).
 
 ``line.lprof`` is the file ``python -m line_profiler line.lprof`` prints and the VS Code
 extension shows beside the source. Only the thread that runs the program is profiled.
@@ -12,6 +13,7 @@ import linecache
 from typing import Any
 
 from ..errors import UsageError
+from ..format import shown_path
 from . import marks
 from .line_targets import Installed, Targets, parse_spec
 from .output import LINE
@@ -38,7 +40,9 @@ class LineRecorder(Recorder):
 
         self._profiler = LineProfiler()
         self._add_callable = getattr(self._profiler, "add_callable", self._profiler.add_function)
-        self._targets = Targets([parse_spec(t) for t in self.options.functions], self.target)
+        whole = not self.options.functions and self.target.path is not None
+        self._targets = Targets([parse_spec(t) for t in self.options.functions], self.target, whole_script=whole)
+
         self._added = 0
         marks.set_line_marker(self._add)
         self._hooks = Installed(self._targets, self._add)
@@ -63,6 +67,9 @@ class LineRecorder(Recorder):
 
     def exit_code(self, program_code: int) -> int:
         self.notes.extend(self._targets.missing())
+        if self._targets.whole_script:
+            self.notes.append(f"no --function: {shown_path(self.target.path)} profiled whole (its top-level code and "
+                              f"every function it defines); --function NAME profiles chosen ones")
         if self._added:
             return program_code
         asked = ", ".join(self.options.functions)

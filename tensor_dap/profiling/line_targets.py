@@ -6,7 +6,9 @@ often called right after. So the functions are marked in the source as it is com
 script's and each named module's syntax tree gets a marking decorator on the matching
 ``def`` (line numbers unchanged, like kernprof's ``--prof-mod``), through an import hook
 for modules and around ``compile`` for the script. Modules imported before the run are
-looked up directly. A name never found is reported after the run.
+looked up directly. A name never found is reported after the run. With no ``--function``
+and no ``@profile`` in the script, the script is profiled whole: every ``def`` in it, and its
+module-level code.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import importlib.machinery
 import os
 import re
 import sys
+import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -74,6 +77,13 @@ def _dotted_defs(tree: ast.AST) -> list[tuple[str, ast.AST]]:
     return out
 
 
+def _marks_its_own(tree: ast.AST) -> bool:
+    """Whether a function in ``tree`` is decorated ``@profile`` or ``@something.profile`` (kernprof's convention,
+    ``@tensor_dap.profile``)."""
+    return any(isinstance(d, ast.Name) and d.id == "profile" or isinstance(d, ast.Attribute) and d.attr == "profile"
+               for _, node in _dotted_defs(tree) for d in node.decorator_list)  # type: ignore[attr-defined]
+
+
 def _marker_at(node: ast.AST) -> ast.expr:
     """``__import__('tensor_dap.profiling.marks', fromlist=['_']).profile`` at ``node``'s line."""
     module, attr = _MARK
@@ -92,6 +102,8 @@ class Targets:
 
     specs: list[FunctionSpec]
     program: Target
+    # no --function: the script whole, its module-level code (a loop at top level, as nanoGPT's) and every function
+    whole_script: bool = False
     found: dict[str, list[str]] = field(default_factory=dict)  # spec text -> ["file:line name", ...]
     imported: set[str] = field(default_factory=set)  # modules named by a spec that were loaded
 
@@ -112,11 +124,17 @@ class Targets:
 
     def rewrite(self, source: Any, path: str, module: Optional[str]) -> Optional[ast.Module]:
         """The syntax tree of ``source`` with matching functions marked; None when nothing matches."""
+        whole = self.whole_script and os.path.abspath(path) == self.program.path
         specs = self._for_file(path, module)
-        if not specs:
+        if not (specs or whole):
             return None
         tree = ast.parse(source, path)
+        if whole and _marks_its_own(tree):  # the script chose its functions (@profile): those, not all
+            whole = self.whole_script = False
         for dotted, node in _dotted_defs(tree):
+            if whole:
+                node.decorator_list.append(_marker_at(node))  # type: ignore[attr-defined]
+                continue
             for spec in specs:
                 if spec.matches(dotted):
                     node.decorator_list.append(_marker_at(node))  # type: ignore[attr-defined]
@@ -200,6 +218,7 @@ class Installed:
 
     def __init__(self, targets: Targets, marker: Callable[[Any], Any]) -> None:
         self.targets = targets
+        self._marker = marker
         self.finder = _Finder(targets)
         self._compile = builtins.compile
         self._had_profile = hasattr(builtins, "profile")
@@ -218,7 +237,16 @@ class Installed:
             tree = self.targets.rewrite(source, script, "__main__")
             if tree is not None:
                 source = tree
+            if self.targets.whole_script:
+                return self._module_code(self._compile(source, filename, mode, *args, **kwargs))
         return self._compile(source, filename, mode, *args, **kwargs)
+
+    def _module_code(self, code: Any) -> Any:
+        """The script's module-level code, profiled: line_profiler takes functions, so it is handed one made of
+        that code, and the code it then traces (its own copy) is what the script runs."""
+        function = types.FunctionType(code, {})
+        self._marker(function)
+        return function.__code__
 
     def remove(self) -> None:
         if self.finder in sys.meta_path:

@@ -82,6 +82,21 @@ def test_line_mode_reports_names_never_found(train_script, tmp_path):
     assert nothing.stderr.strip().splitlines()[-1].startswith("tensor-dap: error: no function was profiled")
 
 
+def test_line_mode_with_no_function_named_profiles_the_script_whole(train_script, tmp_path):
+    """nanoGPT's training loop is at the top level of train.py: with no --function (and no @profile) the script's
+    module-level code is profiled with every function it defines, so its loop's lines show."""
+    r = tensor_dap("profile", "--mode", "line", train_script, "3", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "final loss" in r.stdout and "no --function: train.py profiled whole" in " ".join(r.stderr.split())
+    stats = line_profiler.load_stats(str(run_folder(tmp_path) / "line.lprof"))
+    by_name = {name: lines for (_, _, name), lines in stats.timings.items()}
+    assert {"<module>", "train_step", "Helper.scale"} <= set(by_name), set(by_name)
+    source = train_script.read_text().splitlines()
+    hits = {source[line - 1].strip(): n for line, n, _ in by_name["<module>"]}
+    assert hits["loss = train_step(x, y)"] == 3 and hits["for i in range(steps):"] == 4
+    assert re.search(r"train\.py:1 <module> +total", r.stderr)
+
+
 def test_line_mode_decorators(tmp_path):
     (tmp_path / "deco.py").write_text(
         "import tensor_dap\n\n@tensor_dap.profile\ndef a(n):\n    return sum(range(n))\n\n"
