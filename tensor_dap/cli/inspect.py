@@ -63,15 +63,14 @@ def run(args: argparse.Namespace) -> int:
             print(f"tensor-dap: error: cannot load {printable(args.file)} as a torch checkpoint: {printable(why)}",
                   file=sys.stderr)
             return 1
-        rows, others = _summaries(obj, args.exact, progress)
+        rows, others, other_count = _summaries(obj, args.exact, progress)
     if args.nonfinite:
         rows = [(n, s) for n, s in rows if not isinstance(s, str) and s.nonfinite]
     console = make_console()
     _print_rows(console, f"{printable(args.file)}: {len(rows)} tensors", rows)
     if others and not args.nonfinite:  # the step, epoch and config saved beside the weights
-        shown = others[:MAX_OTHERS]
-        more = f" (the first {MAX_OTHERS})" if len(others) > MAX_OTHERS else ""
-        _print_rows(console, f"{printable(args.file)}: {len(others)} other values{more}", shown)
+        more = f" (the first {len(others)})" if other_count > len(others) else ""
+        _print_rows(console, f"{printable(args.file)}: {other_count} other values{more}", others)
     return 1 if args.nonfinite and rows else 0
 
 
@@ -109,9 +108,10 @@ def _plain(value: Any) -> bool:
     return value is None or isinstance(value, (bool, int, float, complex, str, bytes))
 
 
-def _summaries(obj: Any, exact: bool, progress: _Progress) -> tuple[list[tuple[str, Any]], list[tuple[str, str]]]:
-    """((escaped name, summary) of every tensor, (escaped name, value text) of every other value). A tensor that is
-    another one again (tied weights: GPT-2's ``lm_head.weight`` is ``wte.weight``) reads "same tensor as NAME"."""
+def _summaries(obj: Any, exact: bool, progress: _Progress) -> tuple[list[tuple[str, Any]], list[tuple[str, str]], int]:
+    """((escaped name, summary) of every tensor, (escaped name, value text) of the first ``MAX_OTHERS`` other values,
+    how many other values there are). A tensor that is another one again (tied weights: GPT-2's ``lm_head.weight``
+    is ``wte.weight``) reads "same tensor as NAME"."""
     import torch
 
     from ..format import printable
@@ -119,11 +119,13 @@ def _summaries(obj: Any, exact: bool, progress: _Progress) -> tuple[list[tuple[s
     from ..summary import Budget, describe_many
 
     budget = Budget.exact() if exact else None
-    found, others = [], []
+    found, others, other_count = [], [], 0
     for name, value in walk(obj, dotted=True, expand=_open, keep_unexpanded=True):
         if isinstance(value, torch.Tensor):
             found.append((printable(name) or "<tensor>", value))
-        else:
+            continue
+        other_count += 1
+        if len(others) < MAX_OTHERS:  # (the rest only counted: a list of a million records costs no text)
             others.append((printable(name) or "<value>", _value_text(value)))
     progress.total(len(found))
     first: dict[Any, str] = {}
@@ -138,7 +140,7 @@ def _summaries(obj: Any, exact: bool, progress: _Progress) -> tuple[list[tuple[s
         summaries = iter(describe_many([t for j, _, t in part if j not in same], budget=budget))
         rows += [(name, f"same tensor as {same[j]}" if j in same else next(summaries)) for j, name, _ in part]
         progress.done(len(rows))
-    return rows, others
+    return rows, others, other_count
 
 
 def _identity(t: Any) -> Any:
