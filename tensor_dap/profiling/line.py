@@ -40,7 +40,7 @@ class LineRecorder(Recorder):
 
         self._profiler = LineProfiler()
         self._add_callable = getattr(self._profiler, "add_callable", self._profiler.add_function)
-        whole = not self.options.functions and self.target.path is not None
+        whole = not self.options.functions
         self._targets = Targets([parse_spec(t) for t in self.options.functions], self.target, whole_script=whole)
 
         self._added = 0
@@ -68,8 +68,9 @@ class LineRecorder(Recorder):
     def exit_code(self, program_code: int) -> int:
         self.notes.extend(self._targets.missing())
         if self._targets.whole_script:
-            self.notes.append(f"no --function: {shown_path(self.target.path)} profiled whole (its top-level code and "
-                              f"every function it defines); --function NAME profiles chosen ones")
+            program = shown_path(self.target.path) if self.target.path else self.target.module
+            self.notes.append(f"no --function: {program} profiled whole (its top-level code and every function it "
+                              f"defines); --function NAME profiles chosen ones")
         if self._added:
             return program_code
         asked = ", ".join(self.options.functions)

@@ -7,8 +7,8 @@ script's and each named module's syntax tree gets a marking decorator on the mat
 ``def`` (line numbers unchanged, like kernprof's ``--prof-mod``), through an import hook
 for modules and around ``compile`` for the script. Modules imported before the run are
 looked up directly. A name never found is reported after the run. With no ``--function``
-and no ``@profile`` in the script, the script is profiled whole: every ``def`` in it, and its
-module-level code.
+and no ``@profile`` in the script (or the ``-m`` module), it is profiled whole: every ``def`` in
+it, and its module-level code.
 """
 
 from __future__ import annotations
@@ -104,6 +104,7 @@ class Targets:
     program: Target
     # no --function: the script whole, its module-level code (a loop at top level, as nanoGPT's) and every function
     whole_script: bool = False
+    marker: Optional[Callable[[Any], Any]] = None  # what profiles a function (``Installed`` sets it)
     found: dict[str, list[str]] = field(default_factory=dict)  # spec text -> ["file:line name", ...]
     imported: set[str] = field(default_factory=set)  # modules named by a spec that were loaded
 
@@ -124,7 +125,7 @@ class Targets:
 
     def rewrite(self, source: Any, path: str, module: Optional[str]) -> Optional[ast.Module]:
         """The syntax tree of ``source`` with matching functions marked; None when nothing matches."""
-        whole = self.whole_script and os.path.abspath(path) == self.program.path
+        whole = self.whole_script and self.is_program(path, module)
         specs = self._for_file(path, module)
         if not (specs or whole):
             return None
@@ -141,6 +142,20 @@ class Targets:
                     self.found.setdefault(spec.text, []).append(f"{path}:{node.lineno} {dotted}")  # type: ignore
                     break
         return ast.fix_missing_locations(tree)
+
+    def is_program(self, path: str, module: Optional[str]) -> bool:
+        """The script (or the ``-m`` module) the run is of."""
+        return os.path.abspath(path) == self.program.path or (module is not None and module == self.program.module)
+
+    def whole_code(self, code: Any) -> Any:
+        """The program's module-level code, profiled when the program is profiled whole: line_profiler takes
+        functions, so it is handed one made of that code, and the code it then traces (its own copy) is what
+        runs."""
+        if not self.whole_script or self.marker is None:
+            return code
+        function = types.FunctionType(code, {})
+        self.marker(function)
+        return function.__code__
 
     def resolve_loaded(self, add: Callable[[Any], Any]) -> None:
         """Functions of modules already imported before the run: looked up and added now."""
@@ -183,7 +198,8 @@ class _RewritingLoader(importlib.machinery.SourceFileLoader):
         source = self.get_data(path)
         tree = self.targets.rewrite(source, path, fullname)
         self.targets.imported.add(fullname)
-        return compile(tree if tree is not None else source, path, "exec", dont_inherit=True)
+        code = compile(tree if tree is not None else source, path, "exec", dont_inherit=True)
+        return self.targets.whole_code(code) if fullname == self.targets.program.module else code
 
 
 class _Finder(importlib.abc.MetaPathFinder):
@@ -218,7 +234,7 @@ class Installed:
 
     def __init__(self, targets: Targets, marker: Callable[[Any], Any]) -> None:
         self.targets = targets
-        self._marker = marker
+        targets.marker = marker
         self.finder = _Finder(targets)
         self._compile = builtins.compile
         self._had_profile = hasattr(builtins, "profile")
@@ -237,16 +253,8 @@ class Installed:
             tree = self.targets.rewrite(source, script, "__main__")
             if tree is not None:
                 source = tree
-            if self.targets.whole_script:
-                return self._module_code(self._compile(source, filename, mode, *args, **kwargs))
+            return self.targets.whole_code(self._compile(source, filename, mode, *args, **kwargs))
         return self._compile(source, filename, mode, *args, **kwargs)
-
-    def _module_code(self, code: Any) -> Any:
-        """The script's module-level code, profiled: line_profiler takes functions, so it is handed one made of
-        that code, and the code it then traces (its own copy) is what the script runs."""
-        function = types.FunctionType(code, {})
-        self._marker(function)
-        return function.__code__
 
     def remove(self) -> None:
         if self.finder in sys.meta_path:

@@ -97,6 +97,19 @@ def test_line_mode_with_no_function_named_profiles_the_script_whole(train_script
     assert re.search(r"train\.py:1 <module> +total", r.stderr)
 
 
+def test_line_mode_profiles_a_dash_m_module_whole(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "loop.py").write_text(
+        "def f(i):\n    return i * 2\n\nfor i in range(3):\n    f(i)\nprint('ok')\n")
+    r = tensor_dap("profile", "--mode", "line", "-m", "pkg.loop", cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+    stats = line_profiler.load_stats(str(run_folder(tmp_path) / "line.lprof"))
+    by_name = {name: dict((line, n) for line, n, _ in lines) for (_, _, name), lines in stats.timings.items()}
+    assert by_name["<module>"][5] == 3 and by_name["f"][2] == 3, by_name
+    assert "no --function: pkg.loop profiled whole" in " ".join(r.stderr.split())
+
+
 def test_line_mode_decorators(tmp_path):
     (tmp_path / "deco.py").write_text(
         "import tensor_dap\n\n@tensor_dap.profile\ndef a(n):\n    return sum(range(n))\n\n"
