@@ -68,11 +68,18 @@ def _functions_of(file: str) -> tuple[tuple[int, int, str], ...]:
 
 def function_at(file: str, line: int) -> Optional[str]:
     """The innermost function whose body holds ``file:line`` (None at module level)."""
+    found = enclosing_def(file, line)
+    return found[1] if found else None
+
+
+def enclosing_def(file: str, line: int) -> Optional[tuple[int, str]]:
+    """(``def`` line, dotted name) of the innermost function whose body holds ``file:line``; None at module
+    level or where the file cannot be read."""
     best = None
     for first, last, name in _functions_of(file):
         if first <= line <= last and (best is None or first >= best[0]):
             best = (first, name)
-    return best[1] if best else None
+    return best
 
 
 def tracemalloc_sites(snapshot: tracemalloc.Snapshot, top: int) -> tuple[list[Site], int]:
@@ -109,7 +116,7 @@ def _real_path(file: str) -> str:
     return file
 
 
-def _user_frame(event: Any) -> Optional[tuple[str, int, str]]:
+def user_frame(event: Any) -> Optional[tuple[str, int, str]]:
     """The innermost Python function of the program above a profiler event (torch records
     Python calls as events named ``file(line): function``, ``line`` being where it starts)."""
     parent = getattr(event, "cpu_parent", None)
@@ -132,7 +139,7 @@ def torch_sites(prof: Any, top: int) -> list[Site]:
         size = getattr(event, "self_cpu_memory_usage", 0) or 0
         if size <= 0 or event.name.startswith(("[memory]", "<")) or _PY_EVENT.match(event.name):
             continue  # allocator records and Python calls; the operators that allocated are what count
-        file, line, function = _user_frame(event) or ("<torch internals>", 0, None)
+        file, line, function = user_frame(event) or ("<torch internals>", 0, None)
         entry = grouped.setdefault((file, line, function, event.name), [0, 0])
         entry[0] += size
         entry[1] += 1

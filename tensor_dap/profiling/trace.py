@@ -17,12 +17,25 @@ from typing import Any
 from ..format import fmt_shape
 from .output import TRACE, TRACE_GZ
 from .recorder import Options, Recorder
-from .tables import plain, seconds, table
+from .memory_sites import enclosing_def, user_frame
+from .tables import plain, seconds, table, where
 from .window import StepWindow, unreadable
 
 GZIP_ABOVE = 16 * 2**20
 # how torch names a Python call recorded with with_stack (when its flag is missing)
 _PY_CALL = re.compile(r"^(<built-in (method|function) |nn\.Module: |.+\(\d+\): )")
+
+
+@dataclass(frozen=True)
+class FunctionRow:
+    """The operators' self time in one function of the program (its ``def`` line), and the costliest of them."""
+
+    file: str
+    line: int
+    function: str | None
+    self_cpu_s: float
+    self_device_s: float
+    ops: tuple[tuple[str, float], ...]  # (operator, share of the function's time), the largest first
 
 
 @dataclass(frozen=True)
@@ -50,6 +63,7 @@ class TorchRecorder(Recorder):
         kwargs = dict(activities=activities, record_shapes=True, profile_memory=True, with_stack=True)
         self._files: list[str] = []
         self._rows: list[OpRow] = []
+        self._functions: list[FunctionRow] = []
         self._covers = ""
         o = self.options
         self._window = StepWindow(kwargs, o.wait, o.warmup, o.active, self._on_trace)
@@ -71,6 +85,7 @@ class TorchRecorder(Recorder):
             self.notes.append(f"could not write the trace: {exc}")
         try:
             self._rows = top_ops(prof, self._cuda)
+            self._functions = by_function(prof, self._cuda)
         except Exception as exc:  # noqa: BLE001 - as above: the trace file may still be there
             self.notes.append(unreadable(exc))
         self.notes.append(f"recorded {covers}")
@@ -89,7 +104,18 @@ class TorchRecorder(Recorder):
         for r in rows:
             cells = [seconds(r.self_cpu_s)] + ([seconds(r.self_device_s)] if self._cuda else [])
             t.add_row(*cells, str(r.calls), plain(r.name), plain(r.input_shapes))
-        return [t]
+        if not self._functions:
+            return [t]
+        mine = table(f"torch time by your function (the operators it ran, backward's where backward() was called), "
+                     f"{self._covers}", *columns[:-3], "function", "its costliest operators",
+                     right=("self CPU", "self CUDA"))
+        for f in self._functions[: self.options.top]:
+            cells = [seconds(f.self_cpu_s)] + ([seconds(f.self_device_s)] if self._cuda else [])
+            ops = ", ".join(f"{name} {share:.0%}" for name, share in f.ops)
+            # (a module's line is where its frame stood when recording began, not a def: left out)
+            line = f.line if f.line and f.function != "<module>" else None
+            mine.add_row(*cells, where(f.file, line, f.function) if f.line else plain(f.file), plain(ops))
+        return [t, mine]
 
 
 def _not_operators(prof: Any) -> set[str]:
@@ -112,3 +138,44 @@ def top_ops(prof: Any, cuda: bool) -> list[OpRow]:
         rows.append(OpRow(e.key, int(e.count), e.self_cpu_time_total / 1e6, device / 1e6, shapes))
     rows.sort(key=lambda r: -(r.self_device_s if cuda else r.self_cpu_s))
     return rows
+
+
+def by_function(prof: Any, cuda: bool, ops_shown: int = 3) -> list[FunctionRow]:
+    """Operators' self time summed by the innermost function of the program above them (``user_frame``: a
+    model's ``forward``, the training loop): where in the user's own code the time in torch goes, which the
+    operator table cannot say. Backward's operators run in autograd's engine, under the ``backward()`` call."""
+    python = _not_operators(prof)
+    grouped: dict[tuple[str, int, Any], dict[str, list[float]]] = {}
+    for e in prof.events():
+        name = e.name
+        if name.startswith(("ProfilerStep", "[memory]")) or name in python or _PY_CALL.match(name):
+            continue
+        device = getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0)) or 0
+        times = grouped.setdefault(_named(user_frame(e)), {}).setdefault(name, [0, 0])
+        times[0] += e.self_cpu_time_total / 1e6
+        times[1] += device / 1e6
+    rows = []
+    key = 1 if cuda else 0
+    for (file, line, function), ops in grouped.items():
+        cpu, dev = sum(t[0] for t in ops.values()), sum(t[1] for t in ops.values())
+        total = dev if cuda else cpu
+        if not total:
+            continue
+        costly = sorted(ops.items(), key=lambda kv: -kv[1][key])[:ops_shown]
+        rows.append(FunctionRow(file, line, function, cpu, dev,
+                                tuple((op, t[key] / total if total else 0.0) for op, t in costly)))
+    rows.sort(key=lambda r: -(r.self_device_s if cuda else r.self_cpu_s))
+    return rows
+
+
+def _named(frame: tuple[str, int, str] | None) -> tuple[str, int, Any]:
+    """A function of the program by its ``def`` line and dotted name (``MLP.forward``, not ``forward``); a
+    comprehension or lambda inside one counts as that function (get_batch's list comprehensions are get_batch)."""
+    if frame is None:
+        return "<no function of yours>", 0, None
+    file, line, function = frame
+    if line and function != "<module>":
+        found = enclosing_def(file, line)
+        if found is not None:
+            return file, *found
+    return frame

@@ -156,3 +156,52 @@ def test_memory_sites_are_lines_of_the_program(train_script, tmp_path):
     assert all(is_user_file(f) for f in files)
     assert data["outside_program_bytes"] > 0  # tensor_dap's and the interpreter's own live bytes, counted apart
     assert "outside the program's lines" in " ".join(r.stderr.split())
+
+
+BY_FUNCTION = '''
+import torch
+import tensor_dap
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(64, 64)
+
+    def forward(self, x):
+        return torch.tanh(self.fc(x)) @ torch.ones(64, 8)
+
+
+def train_step(net, opt, x):
+    opt.zero_grad()
+    loss = sum([net(x).sum() for _ in range(2)])  # a comprehension: counted as train_step
+    loss.backward()
+    opt.step()
+
+
+net = Net()
+opt = torch.optim.SGD(net.parameters(), lr=0.01)
+x = torch.randn(32, 64)
+for i in range(6):
+    train_step(net, opt, x)
+    tensor_dap.step()
+'''
+
+
+def test_torch_time_is_told_by_the_program_s_own_functions(tmp_path):
+    """The operator table says aten::mm, not whose: the second table sums operators' self time by the innermost
+    function of the program above them, its dotted name and def line, with its costliest operators; backward's
+    and the optimizer's operators count where backward() and step() were called."""
+    (tmp_path / "train.py").write_text(BY_FUNCTION)
+    r = tensor_dap("profile", "--mode", "torch", "train.py", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    table = r.stderr[r.stderr.index("torch time by your function"):]
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\s*[\d.]+ (?:s|ms|µs)\s+(train\.py(?::\d+)? \S+)\s+(.*)$",
+                                                       table, re.M)}
+    lines = BY_FUNCTION.splitlines()
+    forward, step = (next(i for i, line in enumerate(lines, 1) if line.strip().startswith(f"def {name}("))
+                     for name in ("forward", "train_step"))
+    assert set(rows) == {f"train.py:{forward} Net.forward", f"train.py:{step} train_step"}, table
+    assert re.match(r"aten::(tanh|addmm|mm)", rows[f"train.py:{forward} Net.forward"]), rows
+    assert "<listcomp>" not in table and "Linear.forward" not in table  # torch's own modules are not the user's
