@@ -42,7 +42,6 @@ class LineRecorder(Recorder):
         self._add_callable = getattr(self._profiler, "add_callable", self._profiler.add_function)
         whole = not self.options.functions
         self._targets = Targets([parse_spec(t) for t in self.options.functions], self.target, whole_script=whole)
-
         self._added = 0
         marks.set_line_marker(self._add)
         self._hooks = Installed(self._targets, self._add)

@@ -7,6 +7,7 @@ chrome://tracing, TensorBoard's profiler plugin or the VS Code extension. Traces
 
 from __future__ import annotations
 
+import functools
 import gzip
 import os
 import re
@@ -144,12 +145,16 @@ def by_function(prof: Any, cuda: bool, ops_shown: int = 3) -> list[FunctionRow]:
     """Operators' self time summed by the innermost function of the program above them (``user_frame``: a
     model's ``forward``, the training loop): where in the user's own code the time in torch goes, which the
     operator table cannot say. Backward's operators run in autograd's engine, under the ``backward()`` call."""
+    from torch.autograd import DeviceType
+
     python = _not_operators(prof)
     grouped: dict[tuple[str, int, Any], dict[str, list[float]]] = {}
     for e in prof.events():
         name = e.name
         if name.startswith(("ProfilerStep", "[memory]")) or name in python or _PY_CALL.match(name):
             continue
+        if getattr(e, "device_type", DeviceType.CPU) != DeviceType.CPU:
+            continue  # a GPU kernel: its time is in the self device time of the operator that launched it
         device = getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0)) or 0
         times = grouped.setdefault(_named(user_frame(e)), {}).setdefault(name, [0, 0])
         times[0] += e.self_cpu_time_total / 1e6
@@ -162,12 +167,12 @@ def by_function(prof: Any, cuda: bool, ops_shown: int = 3) -> list[FunctionRow]:
         if not total:
             continue
         costly = sorted(ops.items(), key=lambda kv: -kv[1][key])[:ops_shown]
-        rows.append(FunctionRow(file, line, function, cpu, dev,
-                                tuple((op, t[key] / total if total else 0.0) for op, t in costly)))
+        rows.append(FunctionRow(file, line, function, cpu, dev, tuple((op, t[key] / total) for op, t in costly)))
     rows.sort(key=lambda r: -(r.self_device_s if cuda else r.self_cpu_s))
     return rows
 
 
+@functools.lru_cache(maxsize=4096)  # (an event's frame: one of a few functions, thousands of events)
 def _named(frame: tuple[str, int, str] | None) -> tuple[str, int, Any]:
     """A function of the program by its ``def`` line and dotted name (``MLP.forward``, not ``forward``); a
     comprehension or lambda inside one counts as that function (get_batch's list comprehensions are get_batch)."""
