@@ -22,7 +22,7 @@ from typing import Any, Iterator, Optional
 
 from ..format import fmt_bytes
 from . import marks
-from .memory_sites import Site, peak_rss, torch_sites, tracemalloc_sites
+from .memory_sites import Site, def_line, peak_rss, torch_sites, tracemalloc_sites
 from .output import CUDA_SNAPSHOT, MEMORY, write_json
 from .recorder import Recorder
 from .tables import plain, table, where
@@ -202,6 +202,6 @@ def _site_table(title: str, sites: list[Site], ops: bool = False) -> Any:
     columns = ("bytes", "count") + (("operator", "in (file:line of the def)") if ops else ("where",))
     t = table(title, *columns, right=("bytes", "count"))
     for s in sites:
-        place = where(s.file, s.line or None, s.function)
+        place = where(s.file, def_line(s.line, s.function) if ops else s.line or None, s.function)
         t.add_row(fmt_bytes(s.size_bytes), str(s.count), *((plain(s.op),) if ops else ()), place)
     return t

@@ -82,6 +82,27 @@ def enclosing_def(file: str, line: int) -> Optional[tuple[int, str]]:
     return best
 
 
+def def_line(line: int, function: Optional[str]) -> Optional[int]:
+    """The line to show for a function torch's events name: its ``def`` line; none for a module, whose line is
+    where its frame stood when recording began."""
+    return None if function == "<module>" or not line else line
+
+
+@lru_cache(maxsize=4096)  # (an event's frame: one of a few functions, thousands of events)
+def named_frame(frame: Optional[tuple[str, int, str]]) -> Optional[tuple[str, int, str]]:
+    """A function of the program as torch's Python events name it, by its ``def`` line and dotted name
+    (``MLP.forward``, not ``forward``); a comprehension or lambda inside one counts as that function
+    (get_batch's list comprehensions are get_batch)."""
+    if frame is None:
+        return None
+    file, line, function = frame
+    if line and function != "<module>":
+        found = enclosing_def(file, line)
+        if found is not None:
+            return file, *found
+    return frame
+
+
 def tracemalloc_sites(snapshot: tracemalloc.Snapshot, top: int) -> tuple[list[Site], int]:
     """The ``top`` sites holding the most live bytes in ``snapshot``, attributed to the program's own lines,
     and the live bytes whose traceback holds no line of the program (imports, libraries' own state, or a
@@ -139,7 +160,7 @@ def torch_sites(prof: Any, top: int) -> list[Site]:
         size = getattr(event, "self_cpu_memory_usage", 0) or 0
         if size <= 0 or event.name.startswith(("[memory]", "<")) or _PY_EVENT.match(event.name):
             continue  # allocator records and Python calls; the operators that allocated are what count
-        file, line, function = user_frame(event) or ("<torch internals>", 0, None)
+        file, line, function = named_frame(user_frame(event)) or ("<torch internals>", 0, None)
         entry = grouped.setdefault((file, line, function, event.name), [0, 0])
         entry[0] += size
         entry[1] += 1

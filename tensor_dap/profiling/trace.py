@@ -7,7 +7,6 @@ chrome://tracing, TensorBoard's profiler plugin or the VS Code extension. Traces
 
 from __future__ import annotations
 
-import functools
 import gzip
 import os
 import re
@@ -18,7 +17,7 @@ from typing import Any
 from ..format import fmt_shape
 from .output import TRACE, TRACE_GZ
 from .recorder import Options, Recorder
-from .memory_sites import enclosing_def, user_frame
+from .memory_sites import def_line, named_frame, user_frame
 from .tables import plain, seconds, table, where
 from .window import StepWindow, unreadable
 
@@ -113,9 +112,8 @@ class TorchRecorder(Recorder):
         for f in self._functions[: self.options.top]:
             cells = [seconds(f.self_cpu_s)] + ([seconds(f.self_device_s)] if self._cuda else [])
             ops = ", ".join(f"{name} {share:.0%}" for name, share in f.ops)
-            # (a module's line is where its frame stood when recording began, not a def: left out)
-            line = f.line if f.line and f.function != "<module>" else None
-            mine.add_row(*cells, where(f.file, line, f.function) if f.line else plain(f.file), plain(ops))
+            place = where(f.file, def_line(f.line, f.function), f.function) if f.line else plain(f.file)
+            mine.add_row(*cells, place, plain(ops))
         return [t, mine]
 
 
@@ -156,7 +154,8 @@ def by_function(prof: Any, cuda: bool, ops_shown: int = 3) -> list[FunctionRow]:
         if getattr(e, "device_type", DeviceType.CPU) != DeviceType.CPU:
             continue  # a GPU kernel: its time is in the self device time of the operator that launched it
         device = getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0)) or 0
-        times = grouped.setdefault(_named(user_frame(e)), {}).setdefault(name, [0, 0])
+        frame = named_frame(user_frame(e)) or ("<no function of yours>", 0, None)
+        times = grouped.setdefault(frame, {}).setdefault(name, [0, 0])
         times[0] += e.self_cpu_time_total / 1e6
         times[1] += device / 1e6
     rows = []
@@ -170,17 +169,3 @@ def by_function(prof: Any, cuda: bool, ops_shown: int = 3) -> list[FunctionRow]:
         rows.append(FunctionRow(file, line, function, cpu, dev, tuple((op, t[key] / total) for op, t in costly)))
     rows.sort(key=lambda r: -(r.self_device_s if cuda else r.self_cpu_s))
     return rows
-
-
-@functools.lru_cache(maxsize=4096)  # (an event's frame: one of a few functions, thousands of events)
-def _named(frame: tuple[str, int, str] | None) -> tuple[str, int, Any]:
-    """A function of the program by its ``def`` line and dotted name (``MLP.forward``, not ``forward``); a
-    comprehension or lambda inside one counts as that function (get_batch's list comprehensions are get_batch)."""
-    if frame is None:
-        return "<no function of yours>", 0, None
-    file, line, function = frame
-    if line and function != "<module>":
-        found = enclosing_def(file, line)
-        if found is not None:
-            return file, *found
-    return frame
