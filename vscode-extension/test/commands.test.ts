@@ -95,11 +95,12 @@ test('profile: the real command, run with the command lines the extension builds
         run(profileArgs('line', script), dir),
         run(profileArgs('line', script, names), dir),
     ]);
-    // What the extension said before: "exited with code 2; see the terminal. (Is tensor_dap installed?)"
-    assert.equal(unmarked.code, 2, unmarked.stderr);
-    assert.equal(profileFailure(PYTHON, { code: unmarked.code! }, unmarked.stderr),
-        'tensor_dap profile: no function to profile: name one with --function NAME or mark it with @tensor_dap.profile');
+    // No --function (the picker's "the whole file"): the file's top-level code and every function it defines.
+    assert.equal(unmarked.code, 0, unmarked.stderr);
+    assert.match(unmarked.stderr, /work\.py:1 <module>/);
+    assert.match(unmarked.stderr, /work\.py:6 Data\.load/);
     assert.equal(picked.code, 0, picked.stderr);
+    assert.doesNotMatch(picked.stderr, /<module>/);
     assert.match(picked.stderr, /work\.py:1 work/);
     assert.match(picked.stderr, /work\.py:6 Data\.load/);
     const runs = readdirSync(join(dir, '.tensor_dap', 'profiles'));

@@ -1,6 +1,6 @@
 /**
  * "tensor_dap: Profile Current File": runs `tensor-dap profile --mode MODE FILE` as a task in a
- * terminal (line mode without profile marks in the file: `--function` for the functions picked),
+ * terminal (line mode without profile marks in the file: the file whole, or `--function` for the functions picked),
  * then opens the profile it wrote: the first file the run's manifest
  * (`.tensor_dap/profiles/<run>/profile.json`, `files`) lists that the extension shows, else the
  * newest profiler file created while it ran (see outputOf). A failed run shows the command's own error line.
@@ -15,7 +15,7 @@ import { ProfileMode, hasProfileMarks, profileArgs, profileFailure, pythonFuncti
 
 const MODES: (vscode.QuickPickItem & { label: ProfileMode })[] = [
     { label: 'cpu', description: 'cProfile: every function, its callers and callees (.prof)' },
-    { label: 'line', description: 'line_profiler: time per line of the functions you pick or mark (.lprof)' },
+    { label: 'line', description: 'line_profiler: time per line of the file, or of the functions you pick or mark (.lprof)' },
     { label: 'torch', description: 'torch.profiler: operators, kernels, input shapes (.pt.trace.json)' },
     { label: 'memory', description: 'allocation sites and peak memory (memory.json)' },
 ];
@@ -42,7 +42,7 @@ export async function profileCurrentFile(): Promise<void> {
         if (!picked?.length) {
             return;
         }
-        functions = picked;
+        functions = picked.includes(WHOLE_FILE) ? [] : picked;  // no --function: tensor-dap profiles the file whole
     }
     const file = editor.document.uri;
     const folder = vscode.workspace.getWorkspaceFolder(file);
@@ -71,15 +71,17 @@ export async function profileCurrentFile(): Promise<void> {
     }
 }
 
-/** The file's top-level functions and methods; an unchecked pick takes the highlighted one. */
+const WHOLE_FILE = 'the whole file';
+
+/** The whole file (first: a training loop at the top level is where the time is), or some of its top-level
+ *  functions and methods; an unchecked pick takes the highlighted one. */
 function pickFunctions(name: string, source: string): Promise<string[] | undefined> {
-    const items = pythonFunctions(source).map((f) => ({ label: f.name, description: `line ${f.line}` }));
-    if (!items.length) {
-        void vscode.window.showErrorMessage(`tensor_dap: ${name} defines no function to line-profile; mark one with @tensor_dap.profile in the code it calls.`);
-        return Promise.resolve(undefined);
-    }
+    const items = [
+        { label: WHOLE_FILE, description: 'its top-level code and every function it defines' },
+        ...pythonFunctions(source).map((f) => ({ label: f.name, description: `line ${f.line}` })),
+    ];
     const pick = vscode.window.createQuickPick<vscode.QuickPickItem>();
-    pick.title = `Line-profile which functions of ${name}?`;
+    pick.title = `Line-profile ${name} whole, or which functions?`;
     pick.placeholder = 'check one or more (or mark them with @tensor_dap.profile)';
     pick.canSelectMany = true;
     pick.items = items;
