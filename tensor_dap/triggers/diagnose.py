@@ -36,6 +36,9 @@ DIAGNOSES = {
                         "the batch, or leave one key unmasked (e.g. the first token)",
     "log": "log of zero is -inf (and of a negative number NaN): add an epsilon (log(x + eps)) or clamp "
            "(x.clamp_min(eps)) first",
+    "log_softmax": "log of zero is -inf, here of a softmax whose smallest probabilities underflowed to 0: take "
+                   "torch.log_softmax(x, dim) instead of torch.log(torch.softmax(x, dim)), which stays finite "
+                   "(F.cross_entropy takes the logits, with class-index or soft targets)",
     "sqrt": "sqrt has an infinite gradient at 0 and is NaN below it, and torch.where does not stop the unused "
             "branch's NaN gradient: clamp the input first (torch.sqrt(x.clamp_min(eps)))",
     "sqrt_zero": "sqrt's gradient at 0 is infinite, and times the 0 that reaches it is NaN: a distance or norm "
@@ -115,6 +118,8 @@ def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: floa
                 return DIAGNOSES["sqrt_forward"]  # a negative input itself, not the gradient at 0
             if key == "sqrt" and birth.forward_op and _sqrt_of_zeros_only(birth):
                 return DIAGNOSES["sqrt_zero"]  # no negative input (no torch.where trap): an exact 0
+            if key == "log" and _probabilities(birth):
+                return DIAGNOSES["log_softmax"]
             return DIAGNOSES[key]
     diverged = _divergence(max_abs, loss_history, clipping, force=False)
     if diverged:
@@ -219,6 +224,19 @@ def _all_ignored(birth: Birth) -> bool:
     classes = scores.shape[1] if scores.dim() > 1 else scores.shape[0]
     with torch.no_grad():
         return bool(((target < 0) | (target >= classes)).all())
+
+
+def _probabilities(birth: Birth) -> bool:
+    """The log's input is a softmax's output: values in [0, 1] that add up to 1 along the last dimension (or the
+    second, F.softmax(x, dim=1) of an image batch)."""
+    x = next(iter(_tensors(birth.inputs)), None)
+    if x is None or x.dim() == 0 or not x.is_floating_point() or not x.numel():
+        return False
+    with torch.no_grad():
+        if not bool(torch.isfinite(x).all()) or float(x.min()) < 0 or float(x.max()) > 1:
+            return False
+        dims = [-1] if x.dim() == 1 else [-1, 1]
+        return any(bool(((x.sum(d, dtype=torch.float32) - 1).abs() < 1e-3).all()) for d in dims)
 
 
 def _fractional_power(birth: Birth) -> bool:

@@ -365,3 +365,22 @@ def test_a_replay_elsewhere_diagnoses_a_clipped_divergence_as_the_run_did(tmp_pa
         tensor_dap.replay(report.bundle, model2, optimizer=optimizer2, on="raise")
     again = replayed.value.report
     assert again.clipping == "norm 0.5" and again.diagnosis.startswith(clipped)
+
+
+def test_a_log_of_a_softmax_is_told_to_take_log_softmax_and_a_log_of_other_zeros_an_epsilon():
+    """x-transformers trained at lr 5 with a hand-written log(softmax(logits)): the softmax underflowed to exact
+    zeros; the fix is log_softmax, not an epsilon. A log of zeros that are not probabilities keeps the epsilon."""
+    probs = torch.softmax(torch.tensor([[200.0, 0.0, -5.0], [1.0, 2.0, 3.0]]), -1)
+    assert (probs == 0).any()
+    softmax = Birth("loss", "log", "inf", inputs=[("input", probs)], output=probs.log())
+    assert "torch.log_softmax(x, dim) instead of" in diagnose(softmax, phase="loss", kind="nonfinite", max_abs=1.0,
+                                                                loss_history=[4.3])
+    images = torch.softmax(torch.randn(2, 5, 3, 3) * 100, dim=1)  # F.softmax(x, dim=1) of an image batch
+    by_channel = Birth("forward", "log", "inf", inputs=[("input", images)], output=images.log())
+    assert "log_softmax" in diagnose(by_channel, phase="forward", kind="nonfinite", max_abs=1.0, loss_history=[])
+    counts = torch.tensor([[0.0, 3.0, 1.0]])  # zeros, not a distribution
+    plain = Birth("forward", "log", "inf", inputs=[("input", counts)], output=counts.log())
+    said = diagnose(plain, phase="forward", kind="nonfinite", max_abs=3.0, loss_history=[])
+    assert said.startswith("log of zero") and "log_softmax" not in said
+    backward = Birth("backward", "LogBackward0", "inf", forward_op="log", inputs=[("self", probs)])
+    assert "log_softmax" in diagnose(backward, phase="backward", kind="nonfinite", max_abs=1.0, loss_history=[])
