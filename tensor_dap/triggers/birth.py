@@ -29,6 +29,7 @@ class Birth:
     after_call: bool = False  # phase "loss": ``line`` is the model's call the loss was computed after (not backward())
     note: str = ""
     saved: dict[str, Any] = field(default_factory=dict)  # backward: what the node saved from its forward (sqrt: result)
+    made_by: tuple[str, ...] = ()  # the forward ops that made the op's first input, nearest first: ("rsub", "sigmoid")
 
 
 class Born(Exception):

@@ -39,6 +39,10 @@ DIAGNOSES = {
     "log_softmax": "log of zero is -inf, here of a softmax whose smallest probabilities underflowed to 0: take "
                    "torch.log_softmax(x, dim) instead of torch.log(torch.softmax(x, dim)), which stays finite "
                    "(F.cross_entropy takes the logits, with class-index or soft targets)",
+    "log_sigmoid": "log of zero is -inf, here of a sigmoid that saturated (in float32 sigmoid(x) is 0 below x ≈ -88, "
+                   "and 1 - sigmoid(x) is 0 above x ≈ 17): compute the log from the logits, F.logsigmoid(x) for "
+                   "log(sigmoid(x)) and F.logsigmoid(-x) for log(1 - sigmoid(x)), or take "
+                   "F.binary_cross_entropy_with_logits(x, target) for a hand-written BCE",
     "sqrt": "sqrt has an infinite gradient at 0 and is NaN below it, and torch.where does not stop the unused "
             "branch's NaN gradient: clamp the input first (torch.sqrt(x.clamp_min(eps)))",
     "sqrt_zero": "sqrt's gradient at 0 is infinite, and times the 0 that reaches it is NaN: a distance or norm "
@@ -118,8 +122,11 @@ def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: floa
                 return DIAGNOSES["sqrt_forward"]  # a negative input itself, not the gradient at 0
             if key == "sqrt" and birth.forward_op and _sqrt_of_zeros_only(birth):
                 return DIAGNOSES["sqrt_zero"]  # no negative input (no torch.where trap): an exact 0
-            if key == "log" and _probabilities(birth):
+            if key == "log" and (_made_by(birth, {"softmax", "_softmax", "softmin"})
+                                 or not birth.made_by and _probabilities(birth)):
                 return DIAGNOSES["log_softmax"]
+            if key == "log" and _made_by(birth, {"sigmoid"}):
+                return DIAGNOSES["log_sigmoid"]
             return DIAGNOSES[key]
     diverged = _divergence(max_abs, loss_history, clipping, force=False)
     if diverged:
@@ -224,6 +231,12 @@ def _all_ignored(birth: Birth) -> bool:
     classes = scores.shape[1] if scores.dim() > 1 else scores.shape[0]
     with torch.no_grad():
         return bool(((target < 0) | (target >= classes)).all())
+
+
+def _made_by(birth: Birth, ops: set[str]) -> bool:
+    """The op's input came out of one of ``ops``, directly or through ``1 - p`` (``log(1 - sigmoid(x))``)."""
+    made = [op.rstrip("_") for op in birth.made_by]
+    return bool(made) and (made[0] in ops or made[0] in ("rsub", "sub") and len(made) > 1 and made[1] in ops)
 
 
 def _probabilities(birth: Birth) -> bool:

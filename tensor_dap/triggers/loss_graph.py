@@ -29,7 +29,7 @@ from typing import Any, Callable, NamedTuple
 
 import torch
 
-from .ops import forward_name, saved_values, sequence_nr
+from .ops import first_input, forward_name, producers, saved_values, sequence_nr
 from . import origin
 from .birth import Birth
 from .origin import kind_of
@@ -164,7 +164,7 @@ def _birth_at(node: Any) -> Birth | None:
     kind = kind_of(output)
     if kind is None:
         return None
-    return Birth("loss", op, kind, inputs=inputs, output=output.detach(),
+    return Birth("loss", op, kind, inputs=inputs, output=output.detach(), made_by=producers(first_input(node)),
                  note="born in the loss computation outside the model, between the model's call and backward() (read "
                       "from the loss's autograd graph: the loss function is not re-run, so the op's own line is not "
                       "known; hand the step to watch.step for it)")

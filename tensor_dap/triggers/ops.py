@@ -44,6 +44,28 @@ def forward_name(node_name: str) -> str:
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", base).lower()
 
 
+def producers(node: Any, depth: int = 2) -> tuple[str, ...]:
+    """The forward ops of ``node`` and of the nodes that made its first input, ``depth`` in all, nearest first:
+    what the diagnosis reads to tell a log of a sigmoid (``("sigmoid",)``, ``("rsub", "sigmoid")`` for
+    ``1 - sigmoid(x)``) from a log of anything else. Empty where the graph does not say; never raises."""
+    out: list[str] = []
+    try:
+        while node is not None and len(out) < depth and node.name() != "torch::autograd::AccumulateGrad":
+            out.append(forward_name(node.name()))
+            node = node.next_functions[0][0] if node.next_functions else None
+    except Exception:  # noqa: BLE001 - a node of an odd kind: what was read stands
+        pass
+    return tuple(out)
+
+
+def first_input(node: Any) -> Any:
+    """The node that made ``node``'s first input (None: a leaf, a constant, or no inputs)."""
+    try:
+        return node.next_functions[0][0] if node.next_functions else None
+    except Exception:  # noqa: BLE001 - as above
+        return None
+
+
 def anomaly_line(node: Any) -> SourceLine | None:
     """The user's line that created ``node``, from the forward stack anomaly mode keeps in its metadata."""
     try:

@@ -30,7 +30,7 @@ from torch.overrides import TorchFunctionMode
 from ..debug.frames import SourceLine, user_line
 from ..nested import walk
 from .birth import Birth, Born, root
-from .ops import anomaly_line, forward_name, inplace, op_name, saved_values, sequence_nr
+from .ops import anomaly_line, first_input, forward_name, inplace, op_name, producers, saved_values, sequence_nr
 
 log = logging.getLogger("tensor_dap.triggers")
 
@@ -309,9 +309,11 @@ class Tracker(TorchFunctionMode):
             in_kind, birth, t = seen[0]
             cause = birth or self._external(name, in_kind, t)
         path, typ = self._module()
+        first = next(iter(_tensors((args, kwargs))), None)
         return Birth(self._phase(), name, kind, path, typ, user_line(sys._getframe()),
                      inputs=self._named_inputs(args, kwargs), output=out, cause=cause,
-                     deliberate=cause is None and _scalar_kind(args, kwargs) is not None)
+                     deliberate=cause is None and _scalar_kind(args, kwargs) is not None,
+                     made_by=producers(getattr(first, "grad_fn", None)))
 
     def _module(self) -> tuple[str | None, str | None]:
         module = self.stack[-1] if self.stack else None
@@ -386,5 +388,5 @@ class Tracker(TorchFunctionMode):
         named_in = [(f"grad_output[{i}]", g) for i, g in enumerate(grad_outputs) if isinstance(g, torch.Tensor)]
         named_out = [g for g in grad_inputs if isinstance(g, torch.Tensor)]
         return Birth("backward", node.name(), "nan" if "nan" in kinds else "inf", path, typ, line,
-                     forward_op=forward_op, inputs=named_in[:8],
+                     forward_op=forward_op, inputs=named_in[:8], made_by=producers(first_input(node)),
                      output=named_out[0] if len(named_out) == 1 else tuple(named_out[:8]), saved=saved_values(node))

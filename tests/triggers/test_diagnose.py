@@ -384,3 +384,31 @@ def test_a_log_of_a_softmax_is_told_to_take_log_softmax_and_a_log_of_other_zeros
     assert said.startswith("log of zero") and "log_softmax" not in said
     backward = Birth("backward", "LogBackward0", "inf", forward_op="log", inputs=[("self", probs)])
     assert "log_softmax" in diagnose(backward, phase="backward", kind="nonfinite", max_abs=1.0, loss_history=[])
+
+
+@pytest.mark.parametrize("loop", [False, True], ids=["w.step", "unchanged-loop"])
+@pytest.mark.parametrize("which", ["p", "1-p"])
+def test_a_hand_written_bce_whose_sigmoid_saturated_is_told_to_take_the_log_from_the_logits(loop, which):
+    """The GAN tutorials' hand-written BCE, -(y log p + (1 - y) log(1 - p)) with p = sigmoid(logits): logits past
+    ~17 make 1 - p exactly 0, past ~-88 make p 0. The fix is F.logsigmoid / binary_cross_entropy_with_logits, not an
+    epsilon; told from the graph (the op that made the log's input), in the model's forward and in a loss outside."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(16, 4)
+
+    def step(i):
+        p = torch.sigmoid(model(x) * (1e4 if i == 1 else 1))  # logits of both signs: some p 0, some 1
+        loss = -(torch.log(p) if which == "p" else torch.log(1 - p)).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    with pytest.raises(NonFiniteError) as caught:
+        with tensor_dap.watch(model, optimizer, on="raise", capture=False) as w:
+            for i in range(6):
+                step(i) if loop else w.step(step, i)
+    report = caught.value.report
+    assert report.op == "log" and report.step == 1, report.diagnosis
+    assert "F.logsigmoid" in report.diagnosis and "binary_cross_entropy_with_logits" in report.diagnosis
