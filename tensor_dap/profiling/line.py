@@ -43,14 +43,28 @@ class LineRecorder(Recorder):
         whole = not self.options.functions
         self._targets = Targets([parse_spec(t) for t in self.options.functions], self.target, whole_script=whole)
         self._added = 0
+        self._profiled: dict[Any, Any] = {}  # a function's own code -> the copy line_profiler traces
         marks.set_line_marker(self._add)
         self._hooks = Installed(self._targets, self._add)
         self._profiler.enable_by_count()
 
     def _add(self, func: Any) -> Any:
+        """Profile ``func``. A function made again from code already profiled (a nested ``def`` runs at each call
+        of the function around it) takes the profiled code: adding it to line_profiler again costs ~3 ms, and more
+        for each time before (20,000 closures: 67 s)."""
+        code = getattr(func, "__code__", None)
+        profiled = self._profiled.get(code) if code is not None else None
+        if profiled is not None:
+            try:
+                func.__code__ = profiled
+                return func
+            except (TypeError, ValueError):  # another closure layout: added as any other
+                pass
         try:
             self._add_callable(func)
             self._added += 1
+            if code is not None and getattr(func, "__code__", code) is not code:
+                self._profiled[code] = func.__code__
         except Exception as exc:  # noqa: BLE001 - an odd callable is left unprofiled, the program runs on
             self.notes.append(f"could not profile {getattr(func, '__qualname__', func)!r}: {exc}")
         return func
@@ -68,8 +82,8 @@ class LineRecorder(Recorder):
         self.notes.extend(self._targets.missing())
         if self._targets.whole_script:
             program = shown_path(self.target.path) if self.target.path else self.target.module
-            self.notes.append(f"no --function: {program} profiled whole (its top-level code and every function it "
-                              f"defines); --function NAME profiles chosen ones")
+            self.notes.append(f"no --function: {program} profiled whole (its top-level code, functions and methods); "
+                              f"--function NAME profiles chosen ones")
         if self._added:
             return program_code
         asked = ", ".join(self.options.functions)

@@ -7,8 +7,8 @@ script's and each named module's syntax tree gets a marking decorator on the mat
 ``def`` (line numbers unchanged, like kernprof's ``--prof-mod``), through an import hook
 for modules and around ``compile`` for the script. Modules imported before the run are
 looked up directly. A name never found is reported after the run. With no ``--function``
-and no ``@profile`` in the script (or the ``-m`` module), it is profiled whole: every ``def`` in
-it, and its module-level code.
+and no ``@profile`` in the script (or the ``-m`` module), it is profiled whole: its module-level
+code, its top-level functions and the methods of its top-level classes.
 """
 
 from __future__ import annotations
@@ -77,6 +77,25 @@ def _dotted_defs(tree: ast.AST) -> list[tuple[str, ast.AST]]:
     return out
 
 
+def _outer_defs(tree: ast.AST) -> list[ast.AST]:
+    """The functions a script defines outside any function: its top-level ones (under ``if __name__ ...`` too) and
+    the methods of its top-level classes. A function nested in another is left to the line that calls it: it is
+    made again at each call (a closure a step), and each new one would be added to the profiler again."""
+    out: list[ast.AST] = []
+    stack: list[tuple[ast.AST, bool]] = [(tree, False)]
+    while stack:
+        node, in_class = stack.pop()
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                out.append(child)
+            elif isinstance(child, ast.ClassDef):
+                if not in_class:
+                    stack.append((child, True))
+            elif isinstance(child, ast.stmt):
+                stack.append((child, in_class))
+    return out
+
+
 def _marks_its_own(tree: ast.AST) -> bool:
     """Whether a function in ``tree`` is decorated ``@profile`` or ``@something.profile`` (kernprof's convention,
     ``@tensor_dap.profile``)."""
@@ -132,10 +151,11 @@ class Targets:
         tree = ast.parse(source, path)
         if whole and _marks_its_own(tree):  # the script chose its functions (@profile): those, not all
             whole = self.whole_script = False
-        for dotted, node in _dotted_defs(tree):
-            if whole:
+        if whole:
+            for node in _outer_defs(tree):
                 node.decorator_list.append(_marker_at(node))  # type: ignore[attr-defined]
-                continue
+            return ast.fix_missing_locations(tree)
+        for dotted, node in _dotted_defs(tree):
             for spec in specs:
                 if spec.matches(dotted):
                     node.decorator_list.append(_marker_at(node))  # type: ignore[attr-defined]

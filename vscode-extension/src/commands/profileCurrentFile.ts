@@ -77,7 +77,7 @@ const WHOLE_FILE = 'the whole file';
  *  functions and methods; an unchecked pick takes the highlighted one. */
 function pickFunctions(name: string, source: string): Promise<string[] | undefined> {
     const items = [
-        { label: WHOLE_FILE, description: 'its top-level code and every function it defines' },
+        { label: WHOLE_FILE, description: 'its top-level code, functions and methods' },
         ...pythonFunctions(source).map((f) => ({ label: f.name, description: `line ${f.line}` })),
     ];
     const pick = vscode.window.createQuickPick<vscode.QuickPickItem>();
