@@ -56,13 +56,9 @@ class CpuRecorder(Recorder):
         return out
 
 
-# Frames every import or ``exec`` passes through: by cumulative time each is as large as what it ran, so on a
-# real script (minGPT: 7 of the top 15) they pushed the program's own functions off the table.
-_PLUMBING = ("<built-in method builtins.exec>", "<built-in method builtins.__import__>")
-
-
-def _plumbing(file: str, name: str) -> bool:
-    return file.startswith("<frozen importlib") or (file == "~" and name in _PLUMBING)
+# ``exec``, which every import and the script itself pass through: by cumulative time it is as large as what it ran
+# (importlib's frames, the other such plumbing, are ``import_time.importing``: all import)
+_EXEC = "<built-in method builtins.exec>"
 
 
 def _ours(file: str) -> bool:
@@ -77,7 +73,7 @@ def _rows(stats: pstats.Stats, imports: ImportTime) -> list[tuple[str, int, str,
     out = []
     for key, (_, calls, _, _, _) in stats.stats.items():  # type: ignore[attr-defined]
         file, line, name = key
-        if _ours(file) or importing(key) or _plumbing(file, name):
+        if _ours(file) or importing(key) or (file == "~" and name == _EXEC):
             continue
         own, cumulative = imports.own(key), imports.cumulative(key)
         if cumulative > 0 or own > 0:

@@ -47,12 +47,11 @@ class ImportTime:
         for callee, (*_, callers) in stats.items():
             for caller, edge in callers.items():
                 callees.setdefault(caller, {})[callee] = edge[3]
-        fixed = {k: 1.0 for k in stats if importing(k)}
-        fixed.update({k: 0.0 for k in stats if k[2] == "<module>" and k not in fixed})
+        self._imports = {k for k in stats if importing(k)}
+        fixed = {k: 1.0 if k in self._imports else 0.0 for k in stats if k in self._imports or k[2] == "<module>"}
         self.inside = _settle(stats, lambda k: [c for c in stats[k][4] if c in stats], self._share, fixed)
-        below = {k: stats[k][3] for k in stats if importing(k)}
-        self.beneath = _settle(stats, lambda k: [c for c in callees.get(k, ()) if c in stats],
-                               self._below(callees), below)
+        below = {k: stats[k][3] for k in self._imports}
+        self.beneath = _settle(stats, lambda k: callees.get(k, ()), self._below(callees), below)
 
     def _share(self, key: Key, done: dict[Key, float]) -> float:
         callers = self._stats[key][4]
@@ -69,9 +68,9 @@ class ImportTime:
         def below(key: Key, done: dict[Key, float]) -> float:
             seconds = 0.0
             for callee, edge in callees.get(key, {}).items():
-                if callee[2] == "<module>" and importing(callee):
+                if callee[2] == "<module>" and callee in self._imports:
                     continue  # a library's module body runs inside importlib's frames, counted where they were entered
-                whole = stats[callee][3] if callee in stats else 0.0
+                whole = stats[callee][3]  # (callees are keys of stats: every callee has its own row)
                 if whole > 0:  # (the edge's share of the callee's imports)
                     seconds += edge * min(done.get(callee, 0.0) / whole, 1.0)
             return min(seconds, stats[key][3])

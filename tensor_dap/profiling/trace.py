@@ -84,8 +84,9 @@ class TorchRecorder(Recorder):
         except Exception as exc:  # noqa: BLE001 - the table below may still be useful
             self.notes.append(f"could not write the trace: {exc}")
         try:
-            self._rows = top_ops(prof, self._cuda)
-            self._functions = by_function(prof, self._cuda)
+            python = _not_operators(prof)  # (one pass over the events, for both tables)
+            self._rows = top_ops(prof, self._cuda, python)
+            self._functions = by_function(prof, self._cuda, python)
         except Exception as exc:  # noqa: BLE001 - as above: the trace file may still be there
             self.notes.append(unreadable(exc))
         self.notes.append(f"recorded {covers}")
@@ -124,40 +125,48 @@ def _not_operators(prof: Any) -> set[str]:
     return {e.name for e in prof.events() if getattr(e, "is_python_function", False) or _PY_CALL.match(e.name)}
 
 
-def top_ops(prof: Any, cuda: bool) -> list[OpRow]:
+def _operator(name: str, python: set[str]) -> bool:
+    """An operator or a range of the program: not a step range (it encloses everything else), an allocator
+    record or a Python call."""
+    return not (name.startswith(("ProfilerStep", "[memory]")) or name in python or _PY_CALL.match(name))
+
+
+def _device_s(e: Any) -> float:
+    """An event's self time on the device, in seconds (torch before 2.4 calls it CUDA time)."""
+    return (getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0)) or 0) / 1e6
+
+
+def top_ops(prof: Any, cuda: bool, python: set[str] | None = None) -> list[OpRow]:
     """Operators (aten::…, other registered ops, the program's record_function ranges) grouped by
-    name and input shapes, the most expensive first (self time, µs → s)."""
-    python = _not_operators(prof)
+    name and input shapes, the most expensive first (self time, µs → s). ``python``: ``_not_operators``."""
+    python = _not_operators(prof) if python is None else python
     rows = []
     for e in prof.key_averages(group_by_input_shape=True):
-        if e.key.startswith(("ProfilerStep", "[memory]")) or e.key in python or _PY_CALL.match(e.key):
-            continue  # the step ranges enclose everything else; allocator records; Python calls
-        device = getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0)) or 0
+        if not _operator(e.key, python):
+            continue
         shapes = ", ".join(fmt_shape(s) for s in (e.input_shapes or []) if s)
-        rows.append(OpRow(e.key, int(e.count), e.self_cpu_time_total / 1e6, device / 1e6, shapes))
+        rows.append(OpRow(e.key, int(e.count), e.self_cpu_time_total / 1e6, _device_s(e), shapes))
     rows.sort(key=lambda r: -(r.self_device_s if cuda else r.self_cpu_s))
     return rows
 
 
-def by_function(prof: Any, cuda: bool, ops_shown: int = 3) -> list[FunctionRow]:
+def by_function(prof: Any, cuda: bool, python: set[str] | None = None, ops_shown: int = 3) -> list[FunctionRow]:
     """Operators' self time summed by the innermost function of the program above them (``user_frame``: a
     model's ``forward``, the training loop): where in the user's own code the time in torch goes, which the
     operator table cannot say. Backward's operators run in autograd's engine, under the ``backward()`` call."""
     from torch.autograd import DeviceType
 
-    python = _not_operators(prof)
+    python = _not_operators(prof) if python is None else python
     grouped: dict[tuple[str, int, Any], dict[str, list[float]]] = {}
     for e in prof.events():
-        name = e.name
-        if name.startswith(("ProfilerStep", "[memory]")) or name in python or _PY_CALL.match(name):
+        if not _operator(e.name, python):
             continue
         if getattr(e, "device_type", DeviceType.CPU) != DeviceType.CPU:
             continue  # a GPU kernel: its time is in the self device time of the operator that launched it
-        device = getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0)) or 0
         frame = named_frame(user_frame(e)) or ("<no function of yours>", 0, None)
-        times = grouped.setdefault(frame, {}).setdefault(name, [0, 0])
+        times = grouped.setdefault(frame, {}).setdefault(e.name, [0, 0])
         times[0] += e.self_cpu_time_total / 1e6
-        times[1] += device / 1e6
+        times[1] += _device_s(e)
     rows = []
     key = 1 if cuda else 0
     for (file, line, function), ops in grouped.items():

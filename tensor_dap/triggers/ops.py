@@ -52,7 +52,7 @@ def producers(node: Any, depth: int = 2) -> tuple[str, ...]:
     try:
         while node is not None and len(out) < depth and node.name() != "torch::autograd::AccumulateGrad":
             out.append(forward_name(node.name()))
-            node = node.next_functions[0][0] if node.next_functions else None
+            node = first_input(node)
     except Exception:  # noqa: BLE001 - a node of an odd kind: what was read stands
         pass
     return tuple(out)
