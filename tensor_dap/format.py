@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 _DTYPES = {
     "float32": "", "float16": "f16", "bfloat16": "bf16", "float64": "f64",
@@ -145,3 +145,106 @@ def printable(text: Any, *, newlines: bool = False) -> str:
     if not newlines:
         text = text.replace("\n", "\\n").replace("\r", "\\r")
     return _UNSAFE.sub(lambda m: m.group(0).encode("unicode_escape").decode("ascii"), text)
+
+
+PLAIN_ITEMS = 16  # items of a container written before "…"
+_PLAIN_DEPTH = 3  # containers nested deeper are written "…"
+_BITS_PER_DIGIT = 3.3219
+
+
+def plain_repr(value: Any, limit: int = 80, other: Optional[Callable[[Any], str]] = None) -> Optional[str]:
+    """``value`` as Python writes it, cut to ``limit`` characters at a cost bounded by ``limit`` whatever its size:
+    numbers, strings, bytes, None, slices, torch's Size/dtype/device and lists, tuples, dicts and sets of them (a
+    300 MB string is cut before it is written, a dict is not sorted, an int too long to write is given by its
+    length). Anything else is written by ``other`` (which may run the object's own ``__repr__``); without one the
+    whole value is None, so the caller names its type. Never raises."""
+    writer = _PlainWriter(limit, other)
+    try:
+        if not writer.write(value, 0):
+            return None
+    except Exception:  # noqa: BLE001 - a container changed while it was read, an ``other`` that failed
+        return None
+    text = "".join(writer.parts)
+    return text if len(text) <= limit else text[:max(limit - 1, 0)] + "…"
+
+
+class _PlainWriter:
+    """Appends the pieces of one value's text until they pass the limit, then writes nothing more."""
+
+    def __init__(self, limit: int, other: Optional[Callable[[Any], str]]) -> None:
+        self.limit, self.other = limit, other
+        self.parts: list[str] = []
+        self.size = 0
+
+    def put(self, text: str) -> None:
+        self.parts.append(text)
+        self.size += len(text)
+
+    def write(self, v: Any, depth: int) -> bool:
+        """False when ``v`` is not plain and there is no ``other``."""
+        t = type(v)  # (type, not isinstance: no user ``__class__`` property runs)
+        if v is None or t is bool:
+            self.put(repr(v))
+        elif issubclass(t, int):
+            self.put(_int_text(v, self.limit))
+        elif issubclass(t, float):
+            self.put(float.__repr__(v))
+        elif issubclass(t, complex):
+            self.put(complex.__repr__(v))
+        elif issubclass(t, str):
+            self.put(str.__repr__(str.__getitem__(v, slice(0, self.limit))))
+        elif issubclass(t, bytes):
+            self.put(bytes.__repr__(bytes.__getitem__(v, slice(0, self.limit))))
+        elif t is slice:
+            return self._items("slice(", (v.start, v.stop, v.step), ")", depth)
+        elif t.__module__ == "torch" and t.__name__ in ("Size", "dtype", "device"):
+            self.put(repr(v))  # torch's own: short (a Size has a handful of ints)
+        elif t in (list, tuple, set, frozenset, dict):
+            return self._container(v, t, depth)
+        elif self.other is not None:
+            self.put(self.other(v))
+        else:
+            return False
+        return True
+
+    def _container(self, v: Any, t: type, depth: int) -> bool:
+        if depth >= _PLAIN_DEPTH:
+            self.put("…")
+            return True
+        if t is dict:
+            return self._items("{", v.items(), "}", depth, pairs=True)
+        if t is list:
+            return self._items("[", v, "]", depth)
+        if t is tuple:
+            return self._items("(", v, ",)" if len(v) == 1 else ")", depth)
+        if not v:
+            self.put(f"{t.__name__}()")
+            return True
+        return self._items("{" if t is set else "frozenset({", v, "}" if t is set else "})", depth)
+
+    def _items(self, open_: str, items: Any, close: str, depth: int, pairs: bool = False) -> bool:
+        self.put(open_)
+        for i, item in enumerate(items):
+            if i:
+                self.put(", ")
+            if i >= PLAIN_ITEMS or self.size > self.limit:
+                self.put("…")
+                break
+            if pairs:
+                if not self.write(item[0], depth + 1):
+                    return False
+                self.put(": ")
+                item = item[1]
+            if not self.write(item, depth + 1):
+                return False
+        self.put(close)
+        return True
+
+
+def _int_text(v: int, limit: int) -> str:
+    """An int as Python writes it, or by its number of digits where writing it would cost more than ``limit``
+    characters (past 4300 digits Python refuses to)."""
+    bits = int.bit_length(v)
+    if bits <= limit * _BITS_PER_DIGIT + 4:
+        return int.__repr__(v)
+    return f"<int of about {int(bits / _BITS_PER_DIGIT) + 1} digits>"

@@ -1,7 +1,9 @@
 """The one formatter: numbers, sizes, shapes and exceptions as short text."""
 
-from tensor_dap.format import (dtype_name, first_line, fmt_count, fmt_shape, printable, short_dtype, short_error,
-                               short_path)
+import torch
+
+from tensor_dap.format import (PLAIN_ITEMS, dtype_name, first_line, fmt_count, fmt_shape, plain_repr, printable,
+                               short_dtype, short_error, short_path)
 
 
 class Broken(Exception):
@@ -49,3 +51,42 @@ def test_long_dotted_names_keep_their_root_and_last_components():
     assert short_path("batch[0]", 28) == "batch[0]"  # short names are left alone
     long_root = "inputs_of_the_batch_with_a_name_long_enough_to_crowd_the_table"
     assert short_path(long_root, 28) == long_root[:27] + "…"  # a root filling the width is cut at its end
+
+
+class Counted:
+    """An object whose repr is user code: counts how often it ran."""
+    calls = 0
+
+    def __repr__(self):
+        Counted.calls += 1
+        return "<counted>"
+
+
+def test_plain_values_are_written_as_python_writes_them():
+    for value in (None, True, -3, 2.5, 1 + 2j, "a'b\n", b"x\x00", [1, "a", (2,)], (1,), (), {"b": 1, "a": [None]},
+                  {3}, frozenset({4}), slice(1, None, 2)):
+        assert plain_repr(value) == repr(value)
+    assert plain_repr(set()) == "set()" and plain_repr(frozenset()) == "frozenset()"
+    assert plain_repr(torch.Size([2, 3])) == "torch.Size([2, 3])" and plain_repr(torch.bfloat16) == "torch.bfloat16"
+    assert plain_repr({"z": 1, "a": 2}) == "{'z': 1, 'a': 2}"  # insertion order: a dict is not sorted
+
+
+def test_plain_repr_costs_what_the_line_shows_whatever_the_value():
+    big = "y" * 50_000_000
+    assert plain_repr(big, 20) == "'" + "y" * 18 + "…"
+    assert plain_repr(10 ** 5000) == "<int of about 5001 digits>"  # (repr() itself refuses past 4300 digits)
+    assert plain_repr(-(10 ** 70)) == repr(-(10 ** 70))  # short enough to write
+    assert plain_repr(list(range(1000))) == repr(list(range(PLAIN_ITEMS)))[:-1] + ", …]"
+    assert plain_repr([[[[[1]]]]]) == "[[[…]]]"
+    Counted.calls = 0
+    items = [1] * PLAIN_ITEMS + [Counted()] * 1000
+    assert plain_repr(items, 10_000, other=repr).endswith(", …]") and Counted.calls == 0  # past the items written
+    text = plain_repr([Counted()] * 1000, 30, other=repr)
+    assert text.startswith("[<counted>, <counted>") and len(text) == 30 and Counted.calls < 10  # past the limit
+
+
+def test_objects_are_named_by_the_caller_unless_an_other_writer_is_given():
+    assert plain_repr(Counted()) is None and plain_repr([1, Counted()]) is None and plain_repr({"k": Counted()}) is None
+    assert plain_repr({"k": Counted()}, other=lambda v: "<C>") == "{'k': <C>}"
+    assert plain_repr([1], other=lambda v: 1 / 0) == "[1]"
+    assert plain_repr([Counted()], other=lambda v: 1 / 0) is None  # the writer failed: never raises

@@ -15,16 +15,12 @@ NaN/Inf); 2 a usage mistake (no such file).
 from __future__ import annotations
 
 import argparse
-import reprlib
 from typing import Any
 
 PROGRESS_AFTER_S = 1.0
 MAX_OTHERS = 500  # values that are not tensors (a step, a config) listed at most
 _VALUE_CHARS = 100
 _PLAIN_LOOK = 100  # items of a list looked at to tell that it holds plain values only
-_SHORT = reprlib.Repr()
-_SHORT.maxlist = _SHORT.maxtuple = 16
-_SHORT.maxstring = _SHORT.maxother = _VALUE_CHARS
 _BATCH = 1000  # rows printed per write
 _STEP = 256  # tensors summarized between two progress updates
 
@@ -162,10 +158,11 @@ def _identity(t: Any) -> Any:
 def _value_text(value: Any) -> str:
     """A value that is not a tensor, as one escaped line: plain values (and lists of them) as Python writes them,
     cut short; others by their type and size."""
-    from ..format import printable
+    from ..format import plain_repr, printable
 
-    if _plain(value) or isinstance(value, (list, tuple)):
-        text = printable(_SHORT.repr(value))  # a long list: its first items (bounded)
+    plain = plain_repr(value, _VALUE_CHARS)  # a long list: its first items (bounded)
+    if plain is not None:
+        text = printable(plain)
         return text if len(text) <= _VALUE_CHARS else text[:_VALUE_CHARS - 1] + "…"
     try:
         size = f" of {len(value)}"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from ..format import fmt_shape, short_dtype, short_error
+from ..format import fmt_shape, plain_repr, short_dtype, short_error
 from ..summary import Budget, TensorSummary, describe
 from ..summary import objects as _objects
 from ..summary.line import nonfinite_counts, one_line, stats_text
@@ -108,6 +108,7 @@ def batch_line(batch: Any) -> str | None:
 
 
 _NESTED = 2  # container levels shown inside a batch line
+_ITEM_CHARS = 40  # of a plain element's text in a batch line
 
 
 def _container_text(batch: Any, tensor_types: tuple, depth: int) -> str | None:
@@ -145,12 +146,8 @@ def _item_text(v: Any, tensor_types: tuple, depth: int) -> tuple[str, bool]:
         text = _container_text(v, tensor_types, depth + 1)
         if text is not None:
             return text, True
-    plain = (int, float, bool, str, type(None))
-    if isinstance(v, plain) or (type(v) in (list, tuple) and len(v) <= 8 and all(isinstance(x, plain) for x in v)):
-        text = repr(v)  # plain values and short tuples of them (betas=(0.9, 0.99)); no user __repr__ runs
-    else:
-        text = type(v).__name__
-    return (text if len(text) <= 40 else text[:37] + "..."), False
+    text = plain_repr(v, _ITEM_CHARS)  # plain values and containers of them (betas=(0.9, 0.99)); no user __repr__
+    return (type(v).__name__ if text is None else text), False
 
 
 def _key(k: Any) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ..format import plain_repr
 from ..kinds import is_module, is_tensor
 from ..nested import children, holds_tensor, walk
 from ..summary import TensorSummary, describe
@@ -40,13 +41,19 @@ class TensorView:
 
 
 def short_repr(value: Any) -> str:
-    """repr, cut to one short line; never raises."""
-    try:
-        text = repr(value)
-    except Exception as exc:
-        text = f"<repr failed: {type(exc).__name__}>"
+    """repr, cut to one short line; never raises. Plain values and containers of them are written only as far as
+    the line shows (a list of a million strings in a batch costs one line, not its whole repr); other objects by
+    their own ``__repr__``, as pdb shows them."""
+    text = plain_repr(value, _REPR_CHARS, other=_own_repr) or _own_repr(value)
     text = " ".join(text.split())
-    return text if len(text) <= _REPR_CHARS else text[:_REPR_CHARS - 3] + "..."
+    return text if len(text) <= _REPR_CHARS else text[:_REPR_CHARS - 1] + "…"
+
+
+def _own_repr(value: Any) -> str:
+    try:
+        return repr(value)
+    except Exception as exc:  # noqa: BLE001 - a broken __repr__ must not break the view
+        return f"<repr failed: {type(exc).__name__}>"
 
 
 def _flatten(value: Any) -> Any:

@@ -454,6 +454,14 @@ def test_batch_line_leaves_containers_without_tensors_to_pydevd():
     assert values.value_text(batch, "batch", "clipboard") is None  # Copy Value: pydevd's full repr
 
 
+def test_batch_line_writes_its_plain_values_only_as_far_as_it_shows_them():
+    line = values.batch_line({"ids": torch.ones(2), "text": ["a long document " * 50] * 100_000, "seed": 10 ** 5000,
+                              "betas": (0.9, 0.99), "cfg": {"lr": 0.1}})
+    assert line.startswith("{'ids': tensor[2], 'text': ['a long document a long document")
+    assert "'seed': <int of about 5001 digits>" in line  # (its repr() would raise: past 4300 digits)
+    assert "'betas': (0.9, 0.99)" in line and "'cfg': {'lr': 0.1}" in line
+
+
 def test_launch_configs_point_at_files_that_exist():
     import json
 

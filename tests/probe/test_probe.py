@@ -39,6 +39,21 @@ def test_view_of_tensor_container_and_plain_values():
     assert len(many.rows) == 64 and many.more == 36
 
 
+def test_plain_values_beside_tensors_cost_one_line_however_large():
+    """A text batch beside its ids: the strings are written only as far as the row shows, an int past what
+    Python writes is named by its length, and a user's object keeps its own repr."""
+    class Doc:
+        def __repr__(self):
+            return "Doc(\n  'a'\n)"
+
+    view = tensor_view({"ids": torch.zeros(2, 3), "text": ["some document " * 40] * 200_000, "seed": 10 ** 5000,
+                        "doc": Doc()})
+    rows = dict(view.rows)
+    assert rows["['text']"].startswith("['some document some") and rows["['text']"].endswith("…")
+    assert len(rows["['text']"]) == 80 and rows["['seed']"] == "<int of about 5001 digits>"
+    assert rows["['doc']"] == "Doc( 'a' )"  # its own repr, on one line
+
+
 def test_reachable_tensors_dedups_and_walks_modules_self_and_grads():
     model = nn.Linear(3, 2)
     model(torch.randn(4, 3)).sum().backward()

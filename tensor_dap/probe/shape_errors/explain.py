@@ -12,10 +12,9 @@ import ast
 import linecache
 from typing import Any
 
-from ...format import short_error
+from ...format import plain_repr, short_error
 from ...summary.modules import describe_module
 from ...summary.tensor import no_torch_function
-from ..display import short_repr
 from . import static
 from .evaluator import Evaluator, device_text
 from .hints import mismatch_hint
@@ -23,6 +22,8 @@ from .model import FrameExplanation, Operand, ShapeExplanation, classify
 from .static import is_module, is_tensor
 from ...libraries import is_user_file
 from .source import find_node, header_exprs, position_of, source_text, statement_at, tree_of
+
+_VALUE_CHARS = 80  # of an operand's value text
 
 def _operand_nodes(node: ast.AST) -> tuple[list[ast.AST], list[ast.AST]]:
     """(callee-side nodes, argument nodes) of an operation."""
@@ -73,15 +74,8 @@ def _module_text(module: Any) -> str:
 
 def _value_text(value: Any) -> str:
     """A plain value by its repr; any other object by its type (its __repr__ is user code)."""
-    import sys
-
-    torch = sys.modules.get("torch")
-    plain = (int, float, bool, str, bytes, type(None), slice)
-    plain += (torch.Size, torch.dtype, torch.device) if torch is not None else ()
-    if static.one_of(value, plain) or (static.one_of(value, (list, tuple)) and len(value) <= 8
-                                       and all(static.one_of(v, plain) for v in value)):
-        return short_repr(value)
-    return f"<{type(value).__name__}>"
+    text = plain_repr(value, _VALUE_CHARS)
+    return f"<{type(value).__name__}>" if text is None else text
 
 
 def explain_frame(tb: Any, kind: str = "", message: str = "") -> FrameExplanation | None:
