@@ -16,7 +16,7 @@ from rich.text import Text
 
 from .. import runner
 from ..libraries import is_user_file
-from .import_time import ImportTime, importing
+from .import_time import ImportTime, Row, program_rows
 from .output import CPROFILE
 from .recorder import Recorder
 from .tables import plain, seconds, table, where
@@ -41,7 +41,7 @@ class CpuRecorder(Recorder):
         the profile, and not what the user profiles for. The file keeps every call as it was."""
         stats = pstats.Stats(self._profile)
         imports = ImportTime(stats.stats)  # type: ignore[attr-defined]
-        rows = _rows(stats, imports)
+        rows = program_rows(stats.stats, imports, profiler_frame)  # type: ignore[attr-defined]
         top = self.options.top
         yours = [r for r in rows if r[0] != "~" and is_user_file(r[0])]  # ("~": a builtin)
         spent, profiled = imports.total()
@@ -56,32 +56,13 @@ class CpuRecorder(Recorder):
         return out
 
 
-# ``exec``, which every import and the script itself pass through: by cumulative time it is as large as what it ran
-# (importlib's frames, the other such plumbing, are ``import_time.importing``: all import)
-_EXEC = "<built-in method builtins.exec>"
-
-
-def _ours(file: str) -> bool:
+def profiler_frame(file: str) -> bool:
     """The frames that run the program (tensor_dap's runner, runpy) and stop this profile: in the file, not in
     the tables."""
     return runner.is_runner_frame(file) or file == __file__
 
 
-def _rows(stats: pstats.Stats, imports: ImportTime) -> list[tuple[str, int, str, float, float, int]]:
-    """(file, line, function, own seconds, cumulative seconds, calls) for every function of the program that ran
-    outside imports, its seconds spent importing taken out."""
-    out = []
-    for key, (_, calls, _, _, _) in stats.stats.items():  # type: ignore[attr-defined]
-        file, line, name = key
-        if _ours(file) or importing(key) or (file == "~" and name == _EXEC):
-            continue
-        own, cumulative = imports.own(key), imports.cumulative(key)
-        if cumulative > 0 or own > 0:
-            out.append((file, line, name, own, cumulative, calls))
-    return out
-
-
-def _table(title: str, rows: list[tuple[str, int, str, float, float, int]]) -> Any:
+def _table(title: str, rows: list[Row]) -> Any:
     t = table(title, "cumulative", "own", "calls", "function", right=("cumulative", "own", "calls"))
     for file, line, name, own, cumulative, calls in rows:
         place = plain(name) if file == "~" else where(file, line, name)

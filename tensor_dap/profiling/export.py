@@ -169,6 +169,18 @@ def lprof_to_dict(stats: Any) -> dict[str, Any]:
 
 def export(path: str) -> dict[str, Any]:
     """Read ``path`` (pstats or line_profiler, told apart by content) into the JSON model."""
+    data = _read(path)
+    if data[:1] == b"\x80" or data[:1] in (b"(", b"c"):  # a pickle: PROTO, or protocol 0/1 opening
+        return lprof_to_dict(_load_pickle(data))
+    return pstats_to_dict(_marshalled_table(data, "not a pstats (cProfile) or line_profiler file"))
+
+
+def read_pstats(path: str) -> dict[Any, Any]:
+    """The table of a pstats (cProfile) file, as ``pstats.Stats.stats`` holds it."""
+    return _marshalled_table(_read(path), "not a pstats (cProfile) file")
+
+
+def _read(path: str) -> bytes:
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -176,15 +188,17 @@ def export(path: str) -> dict[str, Any]:
         raise ExportError(exc.strerror or str(exc)) from None
     if not data:
         raise ExportError("the file is empty")
-    if data[:1] == b"\x80" or data[:1] in (b"(", b"c"):  # a pickle: PROTO, or protocol 0/1 opening
-        return lprof_to_dict(_load_pickle(data))
+    return data
+
+
+def _marshalled_table(data: bytes, what: str) -> dict[Any, Any]:
     try:
         table = marshal.loads(data)
     except (EOFError, ValueError, TypeError) as exc:
-        raise ExportError(f"not a pstats (cProfile) or line_profiler file: {exc}") from None
+        raise ExportError(f"{what}: {exc}") from None
     if not isinstance(table, dict):
-        raise ExportError("not a pstats (cProfile) or line_profiler file")
-    return pstats_to_dict(table)
+        raise ExportError(what)
+    return table
 
 
 def _load_pickle(data: bytes) -> Any:

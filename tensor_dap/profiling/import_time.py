@@ -92,6 +92,28 @@ class ImportTime:
         return min(sum(self.beneath.get(k, 0.0) for k in roots), profiled), profiled
 
 
+Row = tuple[str, int, str, float, float, int]  # (file, line, function, own seconds, cumulative seconds, calls)
+
+# ``exec``, which every import and the script itself pass through: by cumulative time it is as large as what it ran
+# (importlib's frames, the other such plumbing, are ``importing``: all import)
+_EXEC = "<built-in method builtins.exec>"
+
+
+def program_rows(stats: dict[Key, Any], imports: ImportTime, left_out: Callable[[str], bool]) -> list[Row]:
+    """Every function of the program that ran outside imports, its seconds spent importing taken out: what the
+    tables of ``profile --mode cpu`` and the extension's profile page list. ``left_out(file)``: frames that are
+    not the program's (the profiler's own, which ran it)."""
+    out = []
+    for key, (_, calls, _, _, _) in stats.items():
+        file, line, name = key
+        if left_out(file) or importing(key) or (file == "~" and name == _EXEC):
+            continue
+        own, cumulative = imports.own(key), imports.cumulative(key)
+        if cumulative > 0 or own > 0:
+            out.append((file, line, name, own, cumulative, calls))
+    return out
+
+
 def _settle(keys: Iterable[Key], deps: Callable[[Key], Iterable[Key]],
             value: Callable[[Key, dict[Key, float]], float], fixed: dict[Key, float]) -> dict[Key, float]:
     """``value(k, done)`` for every key after the keys it depends on (a post-order walk without recursion:

@@ -5,10 +5,13 @@ import, imported lazily from a user's function, as torch.optim imports dynamo in
 from __future__ import annotations
 
 import cProfile
+import json
 import pstats
 import re
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -118,3 +121,28 @@ def test_a_string_the_program_execs_is_its_code_not_an_import():
     body = next(k for k in stats if k[0] == "<string>" and k[2] == "<module>")
     assert not importing(body) and ImportTime(stats).cumulative(body) >= 0.05
     assert importing(("<frozen posixpath>", 1, "<module>"))  # a frozen standard module: imported
+
+
+def test_the_extension_gets_the_same_split_as_json(slow_library, tmp_path):
+    """``python -m tensor_dap.profiling.import_json``: what the VS Code profile page leaves out, computed here."""
+    (tmp_path / "main.py").write_text(
+        "import time\n\ndef setup():\n"
+        f"    import {slow_library}\n    return {slow_library}.f\n\n"
+        f"def work():\n    time.sleep({WORK_S})\n\nsetup()\nwork()\n")
+    run = tensor_dap("profile", "--mode", "cpu", "main.py", cwd=tmp_path, paths=[tmp_path / "site-packages"])
+    assert run.returncode == 0, run.stderr
+    prof = run_folder(tmp_path) / "cprofile.prof"
+    r = subprocess.run([sys.executable, "-m", "tensor_dap.profiling.import_json", str(prof)], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    split = json.loads(r.stdout)
+    assert split["format"] == "tensor_dap.profiling.import_json" and split["version"] == 1
+    assert IMPORT_S <= split["importing"] < split["profiled"]
+    rows = {(Path(file).name, name): (own, cumulative) for file, _, name, own, cumulative in split["functions"]}
+    assert rows[("main.py", "work")][1] >= WORK_S and rows[("main.py", "setup")][1] < IMPORT_S / 4
+    assert not any(slow_library in file or Path(file).name == "cpu.py" or name == "<built-in method builtins.exec>"
+                   for file, _, name, *_ in split["functions"])  # module bodies, the profiler, exec: left out
+    (tmp_path / "notes.prof").write_text("not a profile\n")
+    bad = subprocess.run([sys.executable, "-m", "tensor_dap.profiling.import_json", str(tmp_path / "notes.prof")],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.startswith("tensor-dap: error: ") and len(bad.stderr.splitlines()) == 1
