@@ -17,7 +17,7 @@ leave out.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Optional
 
 from ..libraries import is_user_file
 
@@ -49,16 +49,22 @@ class ImportTime:
                 callees.setdefault(caller, {})[callee] = edge[3]
         self._imports = {k for k in stats if importing(k)}
         fixed = {k: 1.0 if k in self._imports else 0.0 for k in stats if k in self._imports or k[2] == "<module>"}
-        self.inside = _settle(stats, lambda k: [c for c in stats[k][4] if c in stats], self._share, fixed)
+        self.inside = _settle(stats, lambda k: [c for c in stats[k][4] if c in stats], self._share, fixed,
+                              revisit=True)
         below = {k: stats[k][3] for k in self._imports}
         self.beneath = _settle(stats, lambda k: callees.get(k, ()), self._below(callees), below)
 
-    def _share(self, key: Key, done: dict[Key, float]) -> float:
+    def _share(self, key: Key, done: dict[Key, float]) -> Optional[float]:
+        """The callers' shares, weighted by the time each call edge took; None while no caller is settled. A caller
+        not settled yet (recursion: torch's op namespaces reach their own ``__getattr__`` again through a
+        generator; ``inspect.getmodule`` and ``getabsfile`` call each other) does not count: read as 0, it took
+        functions called almost only by module bodies for ones that ran after the imports."""
         callers = self._stats[key][4]
-        total = sum(edge[3] for edge in callers.values())
-        if not total:
-            return 0.0
-        return sum(edge[3] * done.get(caller, 0.0) for caller, edge in callers.items()) / total
+        known = [(edge[3], done[caller]) for caller, edge in callers.items() if caller in done]
+        if not known and any(caller in self._stats for caller in callers):
+            return None
+        total = sum(seconds for seconds, _ in known)
+        return sum(seconds * share for seconds, share in known) / total if total else 0.0
 
     def _below(self, callees: dict[Key, dict[Key, float]]) -> Callable[[Key, dict[Key, float]], float]:
         """``beneath``: a library's module body is reached only through importlib's frames (``exec`` runs those
@@ -115,25 +121,46 @@ def program_rows(stats: dict[Key, Any], imports: ImportTime, left_out: Callable[
 
 
 def _settle(keys: Iterable[Key], deps: Callable[[Key], Iterable[Key]],
-            value: Callable[[Key, dict[Key, float]], float], fixed: dict[Key, float]) -> dict[Key, float]:
+            value: Callable[[Key, dict[Key, float]], Optional[float]], fixed: dict[Key, float],
+            revisit: bool = False) -> dict[Key, float]:
     """``value(k, done)`` for every key after the keys it depends on (a post-order walk without recursion:
-    call graphs run deep); a dependency on a key still being walked (recursion) reads as 0."""
+    call graphs run deep); a dependency on a key still being walked (recursion) is not in ``done`` yet. A key
+    whose value is None then (it depends only on such keys) is settled after the walk, from the values known by
+    then (0 if none ever is). With ``revisit``, so is again every key computed while one of its dependencies was
+    not settled, in the walk's order."""
     done = dict(fixed)
+    deferred: dict[Key, None] = {}  # (ordered)
+    partial: list[Key] = []  # computed while a dependency was not settled
     walking: set[Key] = set()
     for root in keys:
-        if root in done:
+        if root in done or root in deferred:
             continue
         walking.add(root)
         stack = [(root, iter(deps(root)))]
         while stack:
             key, pending = stack[-1]
             for dep in pending:
-                if dep not in done and dep not in walking:
+                if dep not in done and dep not in walking and dep not in deferred:
                     walking.add(dep)
                     stack.append((dep, iter(deps(dep))))
                     break
             else:
                 stack.pop()
                 walking.discard(key)
-                done[key] = value(key, done)
+                settled = value(key, done)
+                if settled is None:
+                    deferred[key] = None
+                    continue
+                done[key] = settled
+                if revisit and not all(dep in done for dep in deps(key)):
+                    partial.append(key)
+    while deferred:
+        now = {key: v for key in deferred if (v := value(key, done)) is not None}
+        if not now:
+            break
+        done.update(now)
+        deferred = {key: None for key in deferred if key not in now}
+    done.update(dict.fromkeys(deferred, 0.0))
+    for key in partial:
+        done[key] = value(key, done) or 0.0
     return done

@@ -146,3 +146,29 @@ def test_the_extension_gets_the_same_split_as_json(slow_library, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "tensor_dap.profiling.import_json", str(tmp_path / "notes.prof")],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.startswith("tensor-dap: error: ") and len(bad.stderr.splitlines()) == 1
+
+
+def test_functions_calling_each_other_inside_an_import_are_import(tmp_path, monkeypatch):
+    """``inspect.getmodule`` and ``getabsfile`` call each other, as torch's op namespaces reach their own
+    ``__getattr__`` again: run only by module bodies, such a cycle is import time, not the program's."""
+    name = f"cyclelib_{tmp_path.name.replace('-', '_')}"
+    package = tmp_path / "site-packages" / name
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(
+        "import time\n\ndef a(n):\n    time.sleep(0.02)\n    return b(n) if n else 0\n\n"
+        "def b(n):\n    time.sleep(0.02)\n    return a(n - 1)\n\ndef f():\n    return 1\n\na(3)\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site-packages"))
+    try:
+        stats = _profiled(name)
+    finally:
+        sys.modules.pop(name, None)
+    cycle = [next(k for k in stats if k[2] == fn and name in k[0]) for fn in ("a", "b")]
+    for first in cycle:  # the walk meets the cycle at either function first (pstats' order is the profiler's)
+        ordered = {first: stats[first], **{k: v for k, v in stats.items() if k != first}}
+        imports = ImportTime(ordered)
+        for key in cycle:
+            assert imports.inside[key] == pytest.approx(1.0), (first[2], key[2])
+            assert imports.cumulative(key) == pytest.approx(0.0, abs=1e-6)
+        spent, profiled = imports.total()
+        rest = sum(imports.own(k) for k in stats)  # the two estimates agree: what is left is _work's sleep
+        assert rest == pytest.approx(profiled - spent, abs=0.02) and rest >= WORK_S
