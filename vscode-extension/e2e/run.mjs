@@ -171,6 +171,21 @@ async function run(dialogs) {
         const view = webview();
         await view.locator('header h1', { hasText: 'train.prof' }).waitFor();
         assert.match(await view.locator('header .muted').textContent(), /[\d,]+ functions · read in \d+ ms/);
+        // tensor_dap's estimate of the time spent importing (import torch: most of a short run) arrives from Python
+        const note = view.locator('p.imports');
+        await note.waitFor({ timeout: 30_000 });
+        assert.match(await note.textContent(), /^Imports took [\d.]+ (s|ms) of the [\d.]+ (s|ms) profiled: left out of the table/);
+        const count = view.locator('.toolbar .muted');
+        const visible = async () => Number((await count.textContent()).match(/^([\d,]+) of/)[1].replace(/,/g, ''));
+        await view.locator('input.filter').fill('<module>');
+        await count.filter({ hasText: / of / }).waitFor();
+        const bodiesLeftOut = await visible();  // the script's own body, and code run from strings: the rest is import
+        await note.locator('button', { hasText: 'Show imports' }).click();
+        await note.filter({ hasText: 'shown in the table' }).waitFor();
+        const bodiesShown = await visible();
+        assert.ok(bodiesLeftOut <= 5 && bodiesShown > 50, `module bodies: ${bodiesLeftOut} left out, ${bodiesShown} shown`);
+        await note.locator('button', { hasText: 'Leave out imports' }).click();
+        await note.filter({ hasText: 'left out of the table' }).waitFor();
         await view.locator('input.filter').fill('train');
         const row = view.locator('.vt-body .vt-row', { hasText: 'train_step' });
         await row.waitFor();

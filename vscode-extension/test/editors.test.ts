@@ -5,7 +5,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
-import { errorMessage, loadIncident, loadLprof, loadMemory, loadProf, loadTrace } from '../src/editors/loaders';
+import { errorMessage, loadImports, loadIncident, loadLprof, loadMemory, loadProf, loadTrace } from '../src/editors/loaders';
 import { PythonError, TensorDapError, explain, quote } from '../src/pythonErrors';
 import { contentSecurityPolicy, escapeHtml, pageHtml } from '../src/webview/html';
 import type { HostMessage } from '../src/webview/messages';
@@ -57,6 +57,31 @@ test('prof: a format variant the built-in reader does not know goes to the Pytho
     assert.equal(e.title, 'odd.prof needs Python to be read');
     const none = expectType((await loadProf(odd)).message, 'error');
     assert.match(none.message, /unknown marshal type 0x3f/);
+});
+
+test('prof: tensor_dap\'s estimate of the time spent importing, by function; none without it', async () => {
+    const path = fixture('train.prof');
+    const model = (await loadProf(path)).model!;
+    const reference = json('export/train.prof.imports.json');
+    let asked = '';
+    const m = expectType(await loadImports(path, model, { importsWithPython: async (p) => { asked = p; return reference; } }), 'imports');
+    assert.equal(asked, path);
+    const split = m.split!;
+    assert.ok(split.importing > 0.5 * split.profiled, `${split.importing} of ${split.profiled}`);  // import torch: most of 20 steps
+    const fns = model.functions;
+    const torchBody = fns.find((f) => f.name === '<module>' && f.file.replace(/\\/g, '/').endsWith('torch/__init__.py'))!;
+    assert.equal(split.cumulative[torchBody.id], -1);  // all import: left out
+    for (const name of ['train_step', 'main']) {
+        const f = fns.find((g) => g.name === name && g.file.endsWith('train_small.py'))!;
+        assert.ok(split.cumulative[f.id] >= 0 && split.cumulative[f.id] <= f.cumulative + 1e-9, name);
+    }
+    const main = fns.find((g) => g.name === 'main' && g.file.endsWith('train_small.py'))!;
+    assert.ok(split.cumulative[main.id] < main.cumulative, 'the optimizer\'s lazy imports are taken out of main');
+    assert.equal(expectType(await loadImports(path, model), 'imports').split, null);  // no Python: the page stays whole
+    const broken = { importsWithPython: async () => ({ format: 'tensor_dap.profiling.import_json', version: 2, functions: [] }) };
+    assert.equal(expectType(await loadImports(path, model, broken), 'imports').split, null);
+    const failing = { importsWithPython: async () => { throw new Error('No module named tensor_dap.profiling.import_json'); } };
+    assert.equal(expectType(await loadImports(path, model, failing), 'imports').split, null);
 });
 
 test('lprof: functions with their source lines', async () => {

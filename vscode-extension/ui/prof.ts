@@ -1,5 +1,6 @@
 // The .prof page: a sortable, filterable table of every function, an icicle of the call tree,
 // and the callers and callees of the selected function. Clicking a location opens the source.
+import type { ImportSplit } from '../src/parsers/importSplit';
 import type { HostMessage } from '../src/webview/messages';
 import type { IcicleNode, ProfTable, Relative } from '../src/views/profView';
 import { baseName, Column, fmtCount, fmtPercent, fmtSeconds, h, replace, send, sourceLink, start, VirtualTable } from './_common';
@@ -11,6 +12,7 @@ let details: HTMLElement;
 let selectedId = -1;
 
 let drawIcicle: ((nodes: IcicleNode[]) => void) | undefined;
+let showImports: ((split: ImportSplit) => void) | undefined;
 
 start((m) => {
     if (m.type === 'prof') {
@@ -19,36 +21,77 @@ start((m) => {
         drawRelatives(m.id, m.callers, m.callees);
     } else if (m.type === 'icicle') {
         drawIcicle?.(m.nodes);
+    } else if (m.type === 'imports' && m.split) {
+        showImports?.(m.split);
     }
 });
+
+/** Below this share of the profile, imports are not worth a word. */
+const IMPORTS_WORTH_SAYING = 0.05;
 
 function render(m: ProfMessage): void {
     table = m.table;
     const t = table;
-    const total = t.totalTime;
     const ids = Array.from({ length: t.name.length }, (_, i) => i);
+    // The columns read the times through these: with imports left out, tensor_dap's estimate of each
+    // function's time outside them (``import_json``), and the functions that are all import hidden.
+    let own = t.own, cumulative = t.cumulative, total = t.totalTime;
+    let hidden: ((i: number) => boolean) | undefined;
+    let query: ((i: number) => boolean) | undefined;
     const columns: Column<number>[] = [
         { title: 'Function', value: (i) => t.name[i].toLowerCase(), cell: (i) => h('span', { title: t.name[i] }, t.name[i]) },
         { title: 'Location', width: '18%', value: (i) => `${baseName(t.files[t.file[i]])}:${String(t.line[i]).padStart(7, '0')}`, cell: (i) => sourceLink(t.files[t.file[i]], t.line[i]) },
         { title: 'Calls', numeric: true, width: '7%', value: (i) => t.calls[i], cell: (i) => (t.calls[i] === t.primitive[i] ? fmtCount(t.calls[i]) : `${fmtCount(t.calls[i])}/${fmtCount(t.primitive[i])}`), tooltip: 'calls (total/primitive when recursive)' },
-        { title: 'Own', numeric: true, width: '8%', value: (i) => t.own[i], cell: (i) => fmtSeconds(t.own[i]), tooltip: 'time in the function itself (tottime)' },
-        { title: 'Own %', numeric: true, width: '6%', value: (i) => t.own[i], cell: (i) => fmtPercent(t.own[i], total) },
-        { title: 'Cumulative', numeric: true, width: '9%', value: (i) => t.cumulative[i], cell: (i) => fmtSeconds(t.cumulative[i]), tooltip: 'time including everything it called (cumtime)' },
-        { title: 'Own/call', numeric: true, width: '8%', value: (i) => t.own[i] / Math.max(1, t.calls[i]), cell: (i) => fmtSeconds(t.own[i] / Math.max(1, t.calls[i])) },
-        { title: 'Cum/call', numeric: true, width: '8%', value: (i) => t.cumulative[i] / Math.max(1, t.primitive[i]), cell: (i) => fmtSeconds(t.cumulative[i] / Math.max(1, t.primitive[i])) },
+        { title: 'Own', numeric: true, width: '8%', value: (i) => own[i], cell: (i) => fmtSeconds(own[i]), tooltip: 'time in the function itself (tottime)' },
+        { title: 'Own %', numeric: true, width: '6%', value: (i) => own[i], cell: (i) => fmtPercent(own[i], total) },
+        { title: 'Cumulative', numeric: true, width: '9%', value: (i) => cumulative[i], cell: (i) => fmtSeconds(cumulative[i]), tooltip: 'time including everything it called (cumtime)' },
+        { title: 'Own/call', numeric: true, width: '8%', value: (i) => own[i] / Math.max(1, t.calls[i]), cell: (i) => fmtSeconds(own[i] / Math.max(1, t.calls[i])) },
+        { title: 'Cum/call', numeric: true, width: '8%', value: (i) => cumulative[i] / Math.max(1, t.primitive[i]), cell: (i) => fmtSeconds(cumulative[i] / Math.max(1, t.primitive[i])) },
     ];
     const vt = new VirtualTable(columns, ids, { sortBy: 5, onSelect: select, label: 'functions', height: '55vh' });
     const count = h('span', { class: 'muted' }, `${fmtCount(ids.length)} functions`);
+    const summary = h('span', { class: 'muted' }, '');
+    const refresh = () => {
+        const hide = hidden, match = query;
+        vt.setFilter(hide || match ? (i) => !hide?.(i) && (!match || match(i)) : undefined);
+        const shown = hide ? ids.filter((i) => !hide(i)).length : ids.length;
+        count.textContent = match ? `${fmtCount(vt.visibleCount)} of ${fmtCount(shown)} functions` : `${fmtCount(shown)} functions`;
+        summary.textContent = `${fmtSeconds(total)} total · ${fmtCount(shown)} functions · read in ${m.loadMs.toFixed(0)} ms`;
+    };
     const filter = h('input', { type: 'search', placeholder: 'Filter by function or file', 'aria-label': 'Filter functions', class: 'filter' });
     filter.addEventListener('input', () => {
         const q = filter.value.trim().toLowerCase();
-        vt.setFilter(q ? (i) => t.name[i].toLowerCase().includes(q) || t.files[t.file[i]].toLowerCase().includes(q) : undefined);
-        count.textContent = q ? `${fmtCount(vt.visibleCount)} of ${fmtCount(ids.length)} functions` : `${fmtCount(ids.length)} functions`;
+        query = q ? (i) => t.name[i].toLowerCase().includes(q) || t.files[t.file[i]].toLowerCase().includes(q) : undefined;
+        refresh();
     });
+    refresh();
+    const importsNote = h('p', { class: 'imports', hidden: true });
+    showImports = (split) => {
+        if (!(split.importing > IMPORTS_WORTH_SAYING * split.profiled)) {
+            return;
+        }
+        const withoutImports = split.own.reduce((s, v) => s + Math.max(v, 0), 0);
+        const toggle = h('button', { class: 'secondary' });
+        const show = (leftOut: boolean) => {
+            own = leftOut ? split.own : t.own;
+            cumulative = leftOut ? split.cumulative : t.cumulative;
+            total = leftOut ? withoutImports : t.totalTime;
+            hidden = leftOut ? (i) => split.cumulative[i] < 0 : undefined;
+            toggle.textContent = leftOut ? 'Show imports' : 'Leave out imports';
+            toggle.onclick = () => show(!leftOut);
+            importsNote.firstChild!.textContent = leftOut
+                ? `Imports took ${fmtSeconds(split.importing)} of the ${fmtSeconds(split.profiled)} profiled: left out of the table (an estimate from cProfile's caller totals; the call tree shows every call). `
+                : `Imports took ${fmtSeconds(split.importing)} of the ${fmtSeconds(split.profiled)} profiled: shown in the table, as the file has them. `;
+            refresh();
+        };
+        importsNote.replaceChildren(h('span', {}, ''), toggle);
+        importsNote.hidden = false;
+        show(true);
+    };
     const icicle = h('div', { class: 'pane icicle-wrap' }, h('p', { class: 'muted loading' }, 'Building the call tree…'));
     let asked = false;
     drawIcicle = (nodes) => {
-        const view = icicleView(nodes, total);
+        const view = icicleView(nodes, t.totalTime);
         view.hidden = icicle.hidden;
         icicle.replaceWith(view);
     };
@@ -61,9 +104,9 @@ function render(m: ProfMessage): void {
     });
     details = h('section', { class: 'details' }, h('p', { class: 'muted' }, 'Select a function to see its callers and callees.'));
     replace(
-        h('header', {}, h('h1', {}, m.fileName),
-            h('span', { class: 'muted' }, `${fmtSeconds(total)} total · ${fmtCount(ids.length)} functions · read in ${m.loadMs.toFixed(0)} ms`)),
-        tabs, tablePane, icicle, details);
+        h('header', {}, h('h1', {}, m.fileName), summary),
+        importsNote, tabs, tablePane, icicle, details);
+    send({ type: 'imports' });
 }
 
 /** Tabs over the page's `.pane` children, in order; `shown(k)` runs each time tab k is shown. */

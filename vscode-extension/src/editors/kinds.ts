@@ -7,11 +7,12 @@ import { openSource, readSourceLines } from '../sourceFiles';
 import type { PstatsModel } from '../parsers/pstats';
 import { CallGraph } from '../views/profView';
 import { EditorKind } from './readonlyEditor';
-import { loadIncident, LoaderDeps, loadLprof, loadMemory, loadProf, loadTrace } from './loaders';
+import { loadImports, loadIncident, LoaderDeps, loadLprof, loadMemory, loadProf, loadTrace } from './loaders';
 
 function deps(uri: vscode.Uri): LoaderDeps {
     return {
         exportWithPython: async (path) => JSON.parse(await runModule(await resolvePython(uri), 'tensor_dap.profiling.export', [path])),
+        importsWithPython: async (path) => JSON.parse(await runModule(await resolvePython(uri), 'tensor_dap.profiling.import_json', [path])),
         readSource: (file, first, last) => readSourceLines(file, first, last, uri),
     };
 }
@@ -19,7 +20,7 @@ function deps(uri: vscode.Uri): LoaderDeps {
 /** A parsed profile, with its call graph built on the first request for callers or the icicle. */
 class ProfState {
     private graph: CallGraph | undefined;
-    constructor(private readonly model: PstatsModel) {}
+    constructor(readonly model: PstatsModel) {}
     get calls(): CallGraph {
         return (this.graph ??= new CallGraph(this.model));
     }
@@ -34,8 +35,10 @@ export function profKind(): EditorKind<ProfState> {
             const { message, model } = await loadProf(uri.fsPath, deps(uri));
             return { message, state: model && new ProfState(model) };
         },
-        handle(m, _uri, state, postBack) {
-            if (m.type === 'relatives' && state) {
+        async handle(m, uri, state, postBack) {
+            if (m.type === 'imports' && state) {
+                postBack(await loadImports(uri.fsPath, state.model, deps(uri)));
+            } else if (m.type === 'relatives' && state) {
                 postBack({ type: 'relatives', id: m.id, callers: state.calls.callersOf(m.id), callees: state.calls.calleesOf(m.id) });
             } else if (m.type === 'icicle' && state) {
                 postBack({ type: 'icicle', nodes: state.calls.icicle() });

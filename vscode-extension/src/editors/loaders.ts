@@ -9,6 +9,7 @@ import { FileFormatError } from '../parsers/errors';
 import { parseIncidentReport } from '../parsers/incident';
 import { lprofFromExport, LprofModel, parseLprof } from '../parsers/lprof';
 import { parseMemoryReport } from '../parsers/memory';
+import { importSplit } from '../parsers/importSplit';
 import { parsePstats, pstatsFromExport, PstatsModel } from '../parsers/pstats';
 import { summarizeTraceFile } from '../parsers/traceFile';
 import { PythonError, TensorDapError } from '../pythonErrors';
@@ -19,6 +20,8 @@ import type { ErrorAction, HostMessage, LprofView } from '../webview/messages';
 export interface LoaderDeps {
     /** `python -m tensor_dap.profiling.export FILE`, parsed (only when the native reader cannot). */
     exportWithPython?: (path: string) => Promise<unknown>;
+    /** `python -m tensor_dap.profiling.import_json FILE`, parsed: the time a .prof spent importing. */
+    importsWithPython?: (path: string) => Promise<unknown>;
     /** Lines first..last (1-based) of a profiled source file, or null when it cannot be found. */
     readSource?: (file: string, first: number, last: number) => Promise<string[] | null>;
 }
@@ -34,6 +37,21 @@ export async function loadProf(path: string, deps: LoaderDeps = {}): Promise<{ m
         return { message, model };
     } catch (e) {
         return { message: errorMessage(e, path, 'cProfile') };
+    }
+}
+
+/**
+ * The profile's time without imports, from tensor_dap's estimate; null when there is none (the selected
+ * Python has no tensor_dap, or an older one): the page is whole without it.
+ */
+export async function loadImports(path: string, model: PstatsModel, deps: LoaderDeps = {}): Promise<HostMessage> {
+    if (!deps.importsWithPython) {
+        return { type: 'imports', split: null };
+    }
+    try {
+        return { type: 'imports', split: importSplit(model, await deps.importsWithPython(path)) };
+    } catch {
+        return { type: 'imports', split: null };
     }
 }
 

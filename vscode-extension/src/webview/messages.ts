@@ -4,6 +4,7 @@
  * error on whichever side was not updated. Types only: nothing here runs.
  */
 import type { TensorDetail } from '../debug/inspectorModel';
+import type { ImportSplit } from '../parsers/importSplit';
 import type { IncidentReport } from '../parsers/incident';
 import type { LprofFunction } from '../parsers/lprof';
 import type { MemoryReport } from '../parsers/memory';
@@ -23,6 +24,7 @@ export type HostMessage =
     | { type: 'error'; title: string; message: string; detail?: string; actions: ErrorAction[] }
     | { type: 'prof'; fileName: string; table: ProfTable; loadMs: number }
     | { type: 'icicle'; nodes: IcicleNode[] }
+    | { type: 'imports'; split: ImportSplit | null }   // null: no estimate (no tensor_dap in the selected Python)
     | { type: 'relatives'; id: number; callers: Relative[]; callees: Relative[] }
     | { type: 'lprof'; fileName: string; unit: number; functions: LprofView[]; decorations: boolean }
     | { type: 'trace'; fileName: string; summary: TraceSummary; loadMs: number; bytes: number }
@@ -35,6 +37,7 @@ export type WebviewMessage =
     | { type: 'openSource'; file: string; line: number }
     | { type: 'relatives'; id: number }
     | { type: 'icicle' }
+    | { type: 'imports' }
     | { type: 'action'; action: ErrorAction }
     | { type: 'showLineProfile'; file: string; line: number }
     | { type: 'replay' }
