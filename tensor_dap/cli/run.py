@@ -40,7 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           help="watch the model of each optimizer (with none, the model a loop updates by "
                                "hand): stop where a NaN/Inf is born")
     triggers.add_argument("--loss-above", type=float, metavar="X",
-                          help="stop when the loss (the tensor .backward() is called on) exceeds X")
+                          help="stop before the update of a step whose loss exceeds X (the losses .backward() "
+                               "got since the last update, added up: accumulated micro-batches make the step's)")
     triggers.add_argument("--guard", action="store_true",
                           help="the triggers with no false alarms: today --break-on-nan")
     triggers.add_argument("--replay", metavar="BUNDLE",

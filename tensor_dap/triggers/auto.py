@@ -35,6 +35,7 @@ from .break_if import break_if
 from ..dynamo import global_forward_pre_hook
 from .loss_tap import listen
 from .optimizer_call import closure_of
+from .step_loss import StepLoss, guarded
 
 log = logging.getLogger("tensor_dap.triggers")
 EARLY_FORWARDS = 8  # calls of a model watched from its first forward before a backward() must come (see above)
@@ -66,6 +67,9 @@ class AutoTriggers:
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
         self._handles.append(register_optimizer_step_post_hook(self._after_step))
+        self._step_loss = StepLoss(loss_above, lambda: self.steps, on, ranks) if loss_above is not None else None
+        if self._step_loss is not None:
+            self._handles.append(register_optimizer_step_pre_hook(self._step_loss.before_update))
         if nan or replay:
             self._forward = global_forward_pre_hook(self._note_module)
             self._handles.append(register_optimizer_step_pre_hook(self._before_step))
@@ -301,6 +305,8 @@ class AutoTriggers:
 
     def _after_step(self, optimizer: Any, _args: Any, _kwargs: Any) -> None:
         self.steps += 1
+        if self._step_loss is not None:
+            self._step_loss.after_update()
         if optimizer in self._closing:
             self._closing.discard(optimizer)
             self._first_step_of(optimizer)
@@ -321,17 +327,11 @@ class AutoTriggers:
         # Once a watch runs, NaN is its job (one report, not two). --replay alone checks nothing of the run it
         # replays in: its first step may be the failing one, and the replay must reach it.
         nan = self._loss_nan or (not self.watches and (self.nan or self.loss_above is not None))
-        if self.loss_above is None and not nan:
-            return  # nothing to compare: no host read of the loss
-        try:
-            step = self.steps if self.steps else self.backwards - 1
-            break_if(loss, above=self.loss_above, nan=nan, step=step, on=self.on, ranks=self.ranks)
-        except Exception as exc:  # noqa: BLE001 - a trigger's own error is raised; ours never is
-            from ..errors import STOPS
-
-            if isinstance(exc, STOPS):
-                raise
-            log.warning("tensor_dap: loss check skipped (%s: %s)", type(exc).__name__, exc)
+        step = self.steps if self.steps else self.backwards - 1
+        if nan:
+            guarded(break_if, loss, above=None, nan=True, step=step, on=self.on, ranks=self.ranks)
+        if self._step_loss is not None:  # the threshold: on the step's loss (``step_loss``)
+            self._step_loss.backward(loss, step)
 
     def _first_backward(self) -> None:
         """No optimizer made yet (``--break-on-nan``), or a bundle with none (``--replay``): a loop updating by hand."""

@@ -138,6 +138,20 @@ def test_loss_above_reads_the_loss_at_backward_and_sees_through_a_grad_scaler(tm
     assert HEADLINE.search(scaled.stderr).group(1) == loss.group(1)
 
 
+@pytest.mark.parametrize("guard", [False, True])
+def test_loss_above_compares_the_steps_loss_when_micro_batches_accumulate(tmp_path, guard):
+    """Four micro-batches, each loss divided by 4 (nanoGPT's accumulation): the threshold is on the step's loss, the
+    one the run prints (8e5 at step 3), not on a quarter of it, and it fires before that step's update."""
+    done = _run([*TENSOR_DAP, *(["--guard"] if guard else []), "--loss-above", "500000", TRAIN, "accum"], tmp_path)
+    assert done.returncode == 1 and "STEP 2 " in done.stdout and "STEP 3" not in done.stdout, done.stderr
+    printed = dict(line.split()[1:] for line in _run([sys.executable, TRAIN, "accum"], tmp_path).stdout.splitlines()
+                   if line.startswith("STEP"))
+    fired = re.search(r"LossThresholdError: tensor_dap trigger · step 3 · loss (\d+) is above 500000", done.stderr)
+    assert fired and float(fired.group(1)) == pytest.approx(float(printed["3"]), rel=1e-3), done.stderr
+    below = _run([*TENSOR_DAP, "--loss-above", "900000", TRAIN, "accum"], tmp_path)
+    assert below.returncode == 0 and "TRAINING-DONE" in below.stdout, below.stderr  # (8e5 at its highest)
+
+
 def test_without_torch_optim_the_model_is_watched_as_each_backward_returns(tmp_path):
     """A loop updating by hand: the first backward() finds the model; a NaN batch is localized at its step (the
     loss check alone would only say the loss is NaN)."""
@@ -467,3 +481,31 @@ def test_a_crash_in_the_first_forward_is_explained_and_not_called_unchecked(tmp_
     assert f"op: sqrt at vae.py:{line} std = torch.sqrt(self.logvar(h)) # BUG" in err
     assert "diagnosis: sqrt of a negative number is NaN" in err
     assert "nothing was checked" not in err
+
+
+def test_a_step_the_scaler_skipped_does_not_add_to_the_next_steps_loss():
+    """The step loss's state between the optimizer hooks (``step_loss``): a GradScaler that skips a step runs no
+    update, so its micro-batches' losses must not add to the next step's; the first step, before any update is
+    seen, compares each loss as it comes."""
+    from tensor_dap import LossThresholdError
+    from tensor_dap.triggers.step_loss import StepLoss
+
+    steps = [0]
+    threshold = StepLoss(5.0, lambda: steps[0], "raise", None)
+
+    def step(*losses, update=True):
+        for loss in losses:
+            threshold.backward(torch.tensor(loss), steps[0])
+        if update:
+            threshold.before_update(None, (None,), {})
+            threshold.after_update()
+            steps[0] += 1
+
+    step(1.0, 1.0, 1.0, 1.0)  # step 0: each compared alone
+    step(1.0, 1.0, 1.0, 1.0, update=False)  # skipped: no hooks ran
+    step(1.0, 1.0, 1.0, 1.0)  # 4 < 5: the skipped step's 4 are not added
+    with pytest.raises(LossThresholdError, match="step 2 · loss 6 is above 5"):
+        step(1.5, 1.5, 1.5, 1.5)
+    first = StepLoss(5.0, lambda: 0, "raise", None)
+    with pytest.raises(LossThresholdError, match="step 0 · loss 6 is above 5"):
+        first.backward(torch.tensor(6.0), 0)  # no update seen yet: compared as it comes

@@ -1,0 +1,75 @@
+"""``tensor-dap run --loss-above X``: a training step's loss, compared once, before its update.
+
+A loop that accumulates gradients hands ``backward()`` one micro-batch loss at a time, divided by their
+count (nanoGPT divides by ``gradient_accumulation_steps``, 40 for GPT-2; HF's Trainer and Lightning do the
+same): compared one by one, they stay far below a threshold set on the loss the run prints. So the losses
+handed to ``backward()`` since the last update are added up (the micro-batches' mean, as their gradients
+add up) and compared in the optimizer's pre-step hook, before the update. Until an optimizer has stepped
+once (a loop updating by hand never does), and inside a step whose closure computes the loss (LBFGS), each
+loss is compared as it comes. A step a GradScaler skipped has no update: only the losses of as many
+``backward()`` calls as the last updated step had are kept, so a skipped step's losses do not add to the
+next one's.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from collections.abc import Collection
+from typing import Any, Callable, Optional
+
+from .break_if import break_if
+from .optimizer_call import closure_of
+
+log = logging.getLogger("tensor_dap.triggers")
+
+
+class StepLoss:
+    """The threshold's state between ``AutoTriggers``' hooks; ``steps()``: the updates so far."""
+
+    def __init__(self, above: float, steps: Callable[[], int], on: str,
+                 ranks: Optional[Collection[int]]) -> None:
+        self.above, self._steps, self.on, self.ranks = above, steps, on, ranks
+        self._losses: deque[Any] = deque()
+        self._backwards = 0  # backward() calls since the last update
+        self._accumulating = False  # an optimizer has stepped: losses add up to the step's
+        self._closure = False  # this step's loss comes from its closure, after the pre-step hook
+
+    def backward(self, loss: Any, step: int) -> None:
+        """A loss handed to ``backward()``: kept for the step's, or compared now."""
+        self._backwards += 1
+        if not self._accumulating or self._closure:
+            guarded(self._compare, loss, step)
+        else:
+            self._losses.append(loss.detach() if hasattr(loss, "detach") else loss)
+
+    def before_update(self, _optimizer: Any, args: Any, kwargs: Any) -> None:
+        """The optimizer's pre-step hook (every optimizer's): the step's loss, compared before its update."""
+        losses = list(self._losses)
+        self._losses.clear()
+        self._closure = closure_of(args, kwargs) is not None
+        if losses and not self._closure:
+            guarded(lambda: self._compare(math.fsum(float(v) for v in losses), self._steps()))
+
+    def after_update(self) -> None:
+        if self._backwards and not self._closure:
+            self._losses = deque(maxlen=self._backwards)
+            self._accumulating = True
+        self._backwards, self._closure = 0, False
+
+    def _compare(self, loss: Any, step: int) -> None:
+        break_if(loss, above=self.above, nan=False, step=step, on=self.on, ranks=self.ranks)
+
+
+def guarded(check: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    """``check``, whose trigger may stop the run on purpose; any other error of ours is a warning, never the
+    program's."""
+    try:
+        check(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - a trigger's own error is raised; ours never is
+        from ..errors import STOPS
+
+        if isinstance(exc, STOPS):
+            raise
+        log.warning("tensor_dap: loss check skipped (%s: %s)", type(exc).__name__, exc)
