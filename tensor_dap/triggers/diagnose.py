@@ -73,6 +73,8 @@ DIAGNOSES = {
     # clipping bounds each gradient, not each update (Adam's steps are about lr in size whatever the gradient's)
     "divergence_clipped": "the training diverged although its gradients are clipped ({clip}): lower the learning "
                           "rate (or the peak of its warm-up)",
+    "above_at_start": "the loss was above the threshold at the first step it was compared, before any rise: this "
+                      "run's loss starts there (a threshold for divergence goes above where the loss starts)",
     "scaler": "the GradScaler's scale collapsed: the gradients are non-finite even unscaled, so this is not an "
               "fp16 overflow the scaler can skip; look at the op named here",
 }
@@ -96,6 +98,8 @@ def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: floa
     ``clipping``: how the program clips its gradients ("norm 1"), if it does."""
     if kind == "scaler":
         return DIAGNOSES["scaler"]
+    if kind == "above" and len(loss_history) == 1 and not (max_abs is not None and max_abs >= DIVERGED_ABS):
+        return DIAGNOSES["above_at_start"]
     if kind in ("above", "spike"):
         return _divergence(max_abs, loss_history, clipping, force=True)
     if phase == "optimizer":  # an update overflowing is a divergence; one that used NaN gradients (after a

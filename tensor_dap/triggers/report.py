@@ -161,7 +161,8 @@ def _facts(report: Report) -> list[tuple[str, str]]:
         facts.append(("diagnosis", report.diagnosis))
     if report.loss is not None or report.loss_history:
         loss = fmt_num(report.loss) if report.loss is not None else "?"
-        recent = ", ".join(fmt_num(v) for v in report.loss_history[-8:])
+        history = report.loss_history[-8:]
+        recent = ", ".join(fmt_num(v) for v in history) if len(history) > 1 or report.loss is None else ""
         facts.append(("loss", f"{loss}" + (f" (last {min(8, len(report.loss_history))}: {recent})" if recent else "")))
     if report.lr:
         facts.append(("lr", ", ".join(fmt_num(v) for v in report.lr)))

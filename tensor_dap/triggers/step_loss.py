@@ -6,9 +6,9 @@ same): compared one by one, they stay far below a threshold set on the loss the 
 handed to ``backward()`` since the last update are added up (the micro-batches' mean, as their gradients
 add up) and compared in the optimizer's pre-step hook, before the update. Until an optimizer has stepped
 once (a loop updating by hand never does), and inside a step whose closure computes the loss (LBFGS), each
-loss is compared as it comes. A step a GradScaler skipped has no update: only the losses of as many
-``backward()`` calls as the last updated step had are kept, so a skipped step's losses do not add to the
-next one's.
+loss is compared as it comes; the first update then compares its micro-batches added up too. A step a
+GradScaler skipped has no update: only the losses of as many ``backward()`` calls as the last updated step
+had are kept, so a skipped step's losses do not add to the next one's.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from .break_if import break_if
 from .optimizer_call import closure_of
 
 log = logging.getLogger("tensor_dap.triggers")
+FIRST_STEP_KEPT = 4096  # losses kept before the first update, to add up should an optimizer step
 
 
 class StepLoss:
@@ -35,22 +36,30 @@ class StepLoss:
         self._backwards = 0  # backward() calls since the last update
         self._accumulating = False  # an optimizer has stepped: losses add up to the step's
         self._closure = False  # this step's loss comes from its closure, after the pre-step hook
+        self._fired = False  # a loss before the first update was above the threshold on its own
 
     def backward(self, loss: Any, step: int) -> None:
-        """A loss handed to ``backward()``: kept for the step's, or compared now."""
+        """A loss handed to ``backward()``: kept for the step's, or compared now (and, before the first update,
+        kept too: should an optimizer step, that step's micro-batches are compared together as well)."""
         self._backwards += 1
-        if not self._accumulating or self._closure:
+        if self._closure:
             guarded(self._compare, loss, step)
-        else:
-            self._losses.append(loss.detach() if hasattr(loss, "detach") else loss)
+            return
+        if not self._accumulating:
+            self._fired = self._fired or guarded(self._compare, loss, step)
+            if len(self._losses) >= FIRST_STEP_KEPT:
+                return  # (a loop updating by hand: none of these will be added up)
+        self._losses.append(loss.detach() if hasattr(loss, "detach") else loss)
 
     def before_update(self, _optimizer: Any, args: Any, kwargs: Any) -> None:
         """The optimizer's pre-step hook (every optimizer's): the step's loss, compared before its update."""
         losses = list(self._losses)
         self._losses.clear()
         self._closure = closure_of(args, kwargs) is not None
-        if losses and not self._closure:
-            guarded(lambda: self._compare(math.fsum(float(v) for v in losses), self._steps()))
+        if self._closure or (not self._accumulating and (len(losses) < 2 or self._fired)):
+            return  # (compared as they came)
+        if losses:
+            guarded(lambda: self._compare_step(math.fsum(float(v) for v in losses), self._steps()))
 
     def after_update(self) -> None:
         if self._backwards and not self._closure:
@@ -58,15 +67,20 @@ class StepLoss:
             self._accumulating = True
         self._backwards, self._closure = 0, False
 
-    def _compare(self, loss: Any, step: int) -> None:
-        break_if(loss, above=self.above, nan=False, step=step, on=self.on, ranks=self.ranks)
+    def _compare(self, loss: Any, step: int) -> bool:
+        """One loss as ``backward()`` got it (``break_if`` keeps a history per line: this one's are such losses)."""
+        return break_if(loss, above=self.above, nan=False, step=step, on=self.on, ranks=self.ranks)
+
+    def _compare_step(self, loss: float, step: int) -> bool:
+        """A step's loss, its micro-batches added up (and a history of step losses: not mixed with the above)."""
+        return break_if(loss, above=self.above, nan=False, step=step, on=self.on, ranks=self.ranks)
 
 
-def guarded(check: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+def guarded(check: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``check``, whose trigger may stop the run on purpose; any other error of ours is a warning, never the
-    program's."""
+    program's (then None)."""
     try:
-        check(*args, **kwargs)
+        return check(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001 - a trigger's own error is raised; ours never is
         from ..errors import STOPS
 

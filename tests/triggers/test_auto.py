@@ -150,6 +150,10 @@ def test_loss_above_compares_the_steps_loss_when_micro_batches_accumulate(tmp_pa
     assert fired and float(fired.group(1)) == pytest.approx(float(printed["3"]), rel=1e-3), done.stderr
     below = _run([*TENSOR_DAP, "--loss-above", "900000", TRAIN, "accum"], tmp_path)
     assert below.returncode == 0 and "TRAINING-DONE" in below.stdout, below.stderr  # (8e5 at its highest)
+    if not guard:  # step 0: each micro-batch (0.29) below 0.5, their sum (1.16, the printed loss) above
+        start = _run([*TENSOR_DAP, "--loss-above", "0.5", TRAIN, "accum"], tmp_path)
+        assert "STEP 0" not in start.stdout and re.search(r"step 0 · loss 1\.1\d* is above 0\.5", start.stderr)
+        assert "the loss was above the threshold at the first step it was compared" in start.stderr, start.stderr
 
 
 def test_without_torch_optim_the_model_is_watched_as_each_backward_returns(tmp_path):
@@ -488,6 +492,7 @@ def test_a_step_the_scaler_skipped_does_not_add_to_the_next_steps_loss():
     update, so its micro-batches' losses must not add to the next step's; the first step, before any update is
     seen, compares each loss as it comes."""
     from tensor_dap import LossThresholdError
+    from tensor_dap.triggers import step_loss
     from tensor_dap.triggers.step_loss import StepLoss
 
     steps = [0]
@@ -509,3 +514,12 @@ def test_a_step_the_scaler_skipped_does_not_add_to_the_next_steps_loss():
     first = StepLoss(5.0, lambda: 0, "raise", None)
     with pytest.raises(LossThresholdError, match="step 0 · loss 6 is above 5"):
         first.backward(torch.tensor(6.0), 0)  # no update seen yet: compared as it comes
+    accumulated = StepLoss(5.0, lambda: 0, "raise", None)
+    for _ in range(4):
+        accumulated.backward(torch.tensor(1.5), 0)  # each below 5: not fired as it came
+    with pytest.raises(LossThresholdError, match="step 0 · loss 6 is above 5"):
+        accumulated.before_update(None, (None,), {})  # an optimizer steps: the first step's micro-batches add up
+    by_hand = StepLoss(5.0, lambda: 0, "raise", None)
+    for _ in range(10_000):
+        by_hand.backward(torch.tensor(1.0), 0)  # no optimizer ever steps: a bounded number kept, none added up
+    assert len(by_hand._losses) == step_loss.FIRST_STEP_KEPT

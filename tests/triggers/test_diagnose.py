@@ -72,6 +72,15 @@ def test_a_parameter_an_update_made_non_finite_is_called_a_divergence_only_with_
     assert rising.startswith(DIAGNOSES["divergence"]) and "the loss went from 0.5 to 40" in rising
 
 
+def test_a_threshold_the_first_loss_is_above_is_not_called_a_divergence():
+    """``--loss-above 4`` on a character model whose loss starts at 4.5: the threshold is too low, the run is fine."""
+    assert diagnose(None, phase="loss", kind="above", max_abs=None, loss_history=[4.53]) == DIAGNOSES["above_at_start"]
+    risen = diagnose(None, phase="loss", kind="above", max_abs=None, loss_history=[1.2, 0.9, 40.0])
+    assert risen.startswith(DIAGNOSES["divergence"]) and "the loss went from 1.2 to 40" in risen
+    huge = diagnose(None, phase="loss", kind="above", max_abs=3e33, loss_history=[9.0])  # values that big: diverged
+    assert huge.startswith(DIAGNOSES["divergence"])
+
+
 def test_a_padding_only_batch_in_a_loss_outside_the_model_is_diagnosed_in_the_unchanged_loop():
     """The loss function nobody handed over: its NaN (0/0, every gradient zero) is read from the loss's graph
     as ``nll_loss``, cross_entropy's second half, with the class-index targets the diagnosis needs."""
