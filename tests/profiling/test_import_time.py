@@ -88,10 +88,10 @@ def _table(stderr, title):
     section = stderr[stderr.index(title):]
     rows = {}
     for line in section.splitlines()[2:]:
-        m = re.match(r"\s*([\d.]+) (s|ms|µs)\s+[\d.]+ (?:s|ms|µs)\s+\d+\s+(.+?)\s*$", line)
+        m = re.match(r"\s*([\d.]+) (s|ms|µs|ns)\s+[\d.]+ (?:s|ms|µs|ns)\s+\d+\s+(.+?)\s*$", line)
         if not m:
             break
-        rows[m.group(3)] = float(m.group(1)) * {"s": 1, "ms": 1e-3, "µs": 1e-6}[m.group(2)]
+        rows[m.group(3)] = float(m.group(1)) * {"s": 1, "ms": 1e-3, "µs": 1e-6, "ns": 1e-9}[m.group(2)]
     return rows
 
 
@@ -172,3 +172,10 @@ def test_functions_calling_each_other_inside_an_import_are_import(tmp_path, monk
         spent, profiled = imports.total()
         rest = sum(imports.own(k) for k in stats)  # the two estimates agree: what is left is _work's sleep
         assert rest == pytest.approx(profiled - spent, abs=0.02) and rest >= WORK_S
+
+
+def test_durations_keep_three_digits_in_a_unit_that_fits():
+    """A function left with a sliver of its time once imports are taken out reads in ns, not "0.000221 µs"."""
+    from tensor_dap.profiling.tables import seconds
+
+    assert [seconds(v) for v in (2.5, 0.0123, 4.5e-5, 7.1e-8, 0.0)] == ["2.5 s", "12.3 ms", "45 µs", "71 ns", "0 µs"]

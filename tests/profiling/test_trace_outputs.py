@@ -197,7 +197,7 @@ def test_torch_time_is_told_by_the_program_s_own_functions(tmp_path):
     r = tensor_dap("profile", "--mode", "torch", "train.py", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     table = r.stderr[r.stderr.index("torch time by your function"):]
-    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\s*[\d.]+ (?:s|ms|µs)\s+(train\.py(?::\d+)? \S+)\s+(.*)$",
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\s*[\d.]+ (?:s|ms|µs|ns)\s+(train\.py(?::\d+)? \S+)\s+(.*)$",
                                                        table, re.M)}
     lines = BY_FUNCTION.splitlines()
     forward, step = (next(i for i, line in enumerate(lines, 1) if line.strip().startswith(f"def {name}("))
