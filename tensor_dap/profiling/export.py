@@ -50,7 +50,7 @@ import marshal
 import math
 import pickle
 import sys
-from typing import Any
+from typing import Any, Callable
 
 FORMAT = "tensor_dap.profiling.export"
 VERSION = 1
@@ -211,19 +211,24 @@ def _load_pickle(data: bytes) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
+    return run_cli(argv, "python -m tensor_dap.profiling.export FILE  (a .prof or .lprof file)", export)
+
+
+def run_cli(argv: list[str] | None, usage: str, read: Callable[[str], dict[str, Any]]) -> int:
+    """``read(FILE)`` printed as one JSON line; a usage or file error is one line on stderr and status 2."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or args[0].startswith("-"):
-        print("usage: python -m tensor_dap.profiling.export FILE  (a .prof or .lprof file)", file=sys.stderr)
+        print(f"usage: {usage}", file=sys.stderr)
         return 2
     try:
-        model = export(args[0])
+        model = read(args[0])
         sys.stdout.write(json.dumps(model, allow_nan=False, separators=(",", ":")) + "\n")
     except ExportError as exc:
         print(f"tensor-dap: error: {args[0]}: {exc}", file=sys.stderr)
         return 2
-    except (RecursionError, MemoryError) as exc:
-        print(f"tensor-dap: error: {args[0]}: the file is too deeply nested or too large ({type(exc).__name__})",
-              file=sys.stderr)
+    except (ValueError, RecursionError, MemoryError) as exc:  # (ValueError: a time that is NaN or Inf)
+        print(f"tensor-dap: error: {args[0]}: the file is too deeply nested, too large or holds a time that is not "
+              f"a number ({type(exc).__name__})", file=sys.stderr)
         return 2
     return 0
 

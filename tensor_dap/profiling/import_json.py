@@ -18,12 +18,11 @@ with status 2.
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
 from .cpu import profiler_frame
-from .export import ExportError, read_pstats
+from .export import ExportError, read_pstats, run_cli
 from .import_time import ImportTime, program_rows
 
 FORMAT = "tensor_dap.profiling.import_json"
@@ -44,19 +43,7 @@ def import_split(path: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1 or args[0].startswith("-"):
-        print("usage: python -m tensor_dap.profiling.import_json FILE  (a .prof file)", file=sys.stderr)
-        return 2
-    try:
-        sys.stdout.write(json.dumps(import_split(args[0]), allow_nan=False, separators=(",", ":")) + "\n")
-    except ExportError as exc:
-        print(f"tensor-dap: error: {args[0]}: {exc}", file=sys.stderr)
-        return 2
-    except (ValueError, RecursionError, MemoryError) as exc:  # (ValueError: a time that is NaN or Inf)
-        print(f"tensor-dap: error: {args[0]}: not a readable profile ({type(exc).__name__})", file=sys.stderr)
-        return 2
-    return 0
+    return run_cli(argv, "python -m tensor_dap.profiling.import_json FILE  (a .prof file)", import_split)
 
 
 if __name__ == "__main__":

@@ -95,14 +95,20 @@ def _table(stderr, title):
     return rows
 
 
-def test_the_cpu_summary_shows_your_code_without_the_imports(slow_library, tmp_path):
-    """A short profiled run is mostly imports (nanoGPT's 30 steps: 0.5 s of 4.8 s): the tables show the rest."""
+def _profile_main(slow_library, tmp_path):
+    """``tensor-dap profile --mode cpu`` of a script whose setup() imports the slow library, then works."""
     (tmp_path / "main.py").write_text(
         "import time\n\ndef setup():\n"
         f"    import {slow_library}\n    return {slow_library}.f\n\n"
         f"def work():\n    time.sleep({WORK_S})\n\nsetup()\nwork()\n")
     r = tensor_dap("profile", "--mode", "cpu", "main.py", cwd=tmp_path, paths=[tmp_path / "site-packages"])
     assert r.returncode == 0, r.stderr
+    return r
+
+
+def test_the_cpu_summary_shows_your_code_without_the_imports(slow_library, tmp_path):
+    """A short profiled run is mostly imports (nanoGPT's 30 steps: 0.5 s of 4.8 s): the tables show the rest."""
+    r = _profile_main(slow_library, tmp_path)
     said = re.search(r"imports took ([\d.]+) (s|ms) of the", r.stderr)
     assert said and float(said.group(1)) * (1 if said.group(2) == "s" else 1e-3) >= IMPORT_S, r.stderr
     yours = _table(r.stderr, "your code by cumulative time")
@@ -125,12 +131,7 @@ def test_a_string_the_program_execs_is_its_code_not_an_import():
 
 def test_the_extension_gets_the_same_split_as_json(slow_library, tmp_path):
     """``python -m tensor_dap.profiling.import_json``: what the VS Code profile page leaves out, computed here."""
-    (tmp_path / "main.py").write_text(
-        "import time\n\ndef setup():\n"
-        f"    import {slow_library}\n    return {slow_library}.f\n\n"
-        f"def work():\n    time.sleep({WORK_S})\n\nsetup()\nwork()\n")
-    run = tensor_dap("profile", "--mode", "cpu", "main.py", cwd=tmp_path, paths=[tmp_path / "site-packages"])
-    assert run.returncode == 0, run.stderr
+    _profile_main(slow_library, tmp_path)
     prof = run_folder(tmp_path) / "cprofile.prof"
     r = subprocess.run([sys.executable, "-m", "tensor_dap.profiling.import_json", str(prof)], capture_output=True,
                        text=True, timeout=120)
