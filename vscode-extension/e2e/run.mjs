@@ -181,7 +181,7 @@ async function run(dialogs) {
         await count.filter({ hasText: / of / }).waitFor();
         const bodiesLeftOut = await visible();  // the script's own body, and code run from strings: the rest is import
         await note.locator('button', { hasText: 'Show imports' }).click();
-        await note.filter({ hasText: 'shown in the table' }).waitFor();
+        await note.filter({ hasText: 'shown, as the file has them' }).waitFor();
         const bodiesShown = await visible();
         assert.ok(bodiesLeftOut <= 5 && bodiesShown > 50, `module bodies: ${bodiesLeftOut} left out, ${bodiesShown} shown`);
         await note.locator('button', { hasText: 'Leave out imports' }).click();
@@ -195,6 +195,7 @@ async function run(dialogs) {
         await view.locator('.details a', { hasText: 'main' }).first().waitFor();
         await shot('prof');
         await view.locator('button.tab', { hasText: 'Call tree' }).click();
+        await view.locator('.icicle-wrap p', { hasText: 'imports left out' }).waitFor();  // the program's own tree
         await view.locator('canvas.icicle').waitFor({ state: 'visible' });
         const size = await view.locator('canvas.icicle').evaluate((c) => [c.width, c.height]);
         assert.ok(size[0] > 100 && size[1] > 100, `icicle canvas ${size}`);

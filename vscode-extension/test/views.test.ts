@@ -3,10 +3,11 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { parseLprof } from '../src/parsers/lprof';
+import { importSplit } from '../src/parsers/importSplit';
 import { parsePstats } from '../src/parsers/pstats';
 import { heatLevel, lineMarks, matchProfiledFile, formatSeconds } from '../src/views/lineProfile';
 import { CallGraph, profTable } from '../src/views/profView';
-import { bytes } from './_fixtures';
+import { bytes, json } from './_fixtures';
 
 const prof = parsePstats(bytes('train.prof'));
 const graph = new CallGraph(prof);
@@ -57,6 +58,20 @@ test('icicle: children inside their parent, no call edge twice on a path, bounde
     const cumulative = prof.functions[step.id].cumulative;
     assert.ok(step.depth >= 4 && Math.abs(step.time - cumulative) < 0.05 * cumulative, `train_step at depth ${step.depth}: ${step.time} s of ${cumulative} s`);
     assert.ok(graph.icicle({ maxNodes: 10 }).length <= 10);
+});
+
+test('icicle without imports: the program\'s own tree, each call cut by its callee\'s imports', () => {
+    const split = importSplit(prof, json('export/train.prof.imports.json'));
+    const nodes = graph.icicle({ minFraction: 0.001, without: split });
+    assert.ok(nodes.length > 10 && nodes.every((n) => split.cumulative[n.id] >= 0), 'no function that is all import');
+    const roots = nodes.filter((n) => n.depth === 0);
+    assert.equal(prof.functions[roots[0].id].name, '<module>');
+    assert.match(prof.functions[roots[0].id].file, /train_small\.py$/);  // the script, not exec or the runner
+    const step = prof.functions.find((f) => f.name === 'train_step')!;
+    const withImports = graph.icicle({ minFraction: 0.001 }).find((n) => n.id === step.id)!;
+    const without = nodes.find((n) => n.id === step.id)!;
+    assert.ok(Math.abs(without.time - split.cumulative[step.id]) < 0.05 * split.cumulative[step.id], `${without.time}`);
+    assert.ok(without.w > 0.3 && withImports.w < 0.1, `train_step: ${without.w} of the tree, ${withImports.w} with imports`);
 });
 
 test('line marks: time, share of the function, hits, heat', () => {

@@ -66,40 +66,49 @@ function render(m: ProfMessage): void {
     });
     refresh();
     const importsNote = h('p', { class: 'imports', hidden: true });
+    let icicle: HTMLElement = h('div', { class: 'pane icicle-wrap' }, h('p', { class: 'muted loading' }, 'Building the call tree…'));
+    let asked = false;
+    let withoutImports = false;
+    const askIcicle = () => {
+        asked = true;
+        send({ type: 'icicle', withoutImports });
+    };
+    drawIcicle = (nodes) => {
+        const view = icicleView(nodes, nodes.filter((n) => n.depth === 0).reduce((sum, n) => sum + n.time, 0), withoutImports);
+        view.hidden = icicle.hidden;
+        icicle.replaceWith(view);
+        icicle = view;
+    };
     showImports = (split) => {
         if (!(split.importing > IMPORTS_WORTH_SAYING * split.profiled)) {
             return;
         }
-        const withoutImports = split.own.reduce((s, v) => s + Math.max(v, 0), 0);
+        const ownWithout = split.own.reduce((s, v) => s + Math.max(v, 0), 0);
         const toggle = h('button', { class: 'secondary' });
         const show = (leftOut: boolean) => {
             own = leftOut ? split.own : t.own;
             cumulative = leftOut ? split.cumulative : t.cumulative;
-            total = leftOut ? withoutImports : t.totalTime;
+            total = leftOut ? ownWithout : t.totalTime;
             hidden = leftOut ? (i) => split.cumulative[i] < 0 : undefined;
             toggle.textContent = leftOut ? 'Show imports' : 'Leave out imports';
             toggle.onclick = () => show(!leftOut);
             importsNote.firstChild!.textContent = leftOut
-                ? `Imports took ${fmtSeconds(split.importing)} of the ${fmtSeconds(split.profiled)} profiled: left out of the table (an estimate from cProfile's caller totals; the call tree shows every call). `
-                : `Imports took ${fmtSeconds(split.importing)} of the ${fmtSeconds(split.profiled)} profiled: shown in the table, as the file has them. `;
+                ? `Imports took ${fmtSeconds(split.importing)} of the ${fmtSeconds(split.profiled)} profiled: left out of the table and the call tree (an estimate from cProfile's caller totals). `
+                : `Imports took ${fmtSeconds(split.importing)} of the ${fmtSeconds(split.profiled)} profiled: shown, as the file has them. `;
             refresh();
+            withoutImports = leftOut;
+            if (asked) {
+                askIcicle();  // (drawn again when it comes)
+            }
         };
         importsNote.replaceChildren(h('span', {}, ''), toggle);
         importsNote.hidden = false;
         show(true);
     };
-    const icicle = h('div', { class: 'pane icicle-wrap' }, h('p', { class: 'muted loading' }, 'Building the call tree…'));
-    let asked = false;
-    drawIcicle = (nodes) => {
-        const view = icicleView(nodes, t.totalTime);
-        view.hidden = icicle.hidden;
-        icicle.replaceWith(view);
-    };
     const tablePane = h('div', { class: 'pane' }, h('div', { class: 'toolbar' }, filter, count), vt.element);
     const tabs = tabBar(['Functions', 'Call tree'], (k) => {
         if (k === 1 && !asked) {
-            asked = true;
-            send({ type: 'icicle' });
+            askIcicle();
         }
     });
     details = h('section', { class: 'details' }, h('p', { class: 'muted' }, 'Select a function to see its callers and callees.'));
@@ -149,14 +158,14 @@ function drawRelatives(id: number, callers: Relative[], callees: Relative[]): vo
             list('Calls', callees, 'Time')));
 }
 
-function icicleView(nodes: IcicleNode[], total: number): HTMLElement {
+function icicleView(nodes: IcicleNode[], total: number, withoutImports: boolean): HTMLElement {
     const t = () => table;
     const rowH = 20;
     const depth = nodes.reduce((d, n) => Math.max(d, n.depth), 0) + 1;
     const canvas = h('canvas', { class: 'icicle', role: 'img', 'aria-label': 'Icicle chart of the call tree' });
     const tip = h('div', { class: 'tooltip', hidden: true });
     const wrap = h('div', { class: 'pane icicle-wrap' },
-        h('p', { class: 'muted' }, `Call tree from the root down; width is time (${fmtSeconds(total)} in all). Click: callers and callees below. Double-click: open the source.`),
+        h('p', { class: 'muted' }, `Call tree from the root down; width is time (${fmtSeconds(total)} in all${withoutImports ? ', imports left out' : ''}). Click: callers and callees below. Double-click: open the source.`),
         canvas, tip);
     const hit = (e: MouseEvent) => {
         const rect = canvas.getBoundingClientRect();

@@ -4,6 +4,7 @@ import type { LineDecorations } from '../lineDecorations';
 import type { LprofModel } from '../parsers/lprof';
 import { resolvePython, runModule } from '../python';
 import { openSource, readSourceLines } from '../sourceFiles';
+import type { ImportSplit } from '../parsers/importSplit';
 import type { PstatsModel } from '../parsers/pstats';
 import { CallGraph } from '../views/profView';
 import { EditorKind } from './readonlyEditor';
@@ -20,6 +21,7 @@ function deps(uri: vscode.Uri): LoaderDeps {
 /** A parsed profile, with its call graph built on the first request for callers or the icicle. */
 class ProfState {
     private graph: CallGraph | undefined;
+    split: ImportSplit | null = null;  // tensor_dap's estimate of the time spent importing, once the page asked
     constructor(readonly model: PstatsModel) {}
     get calls(): CallGraph {
         return (this.graph ??= new CallGraph(this.model));
@@ -37,11 +39,13 @@ export function profKind(): EditorKind<ProfState> {
         },
         async handle(m, uri, state, postBack) {
             if (m.type === 'imports' && state) {
-                postBack(await loadImports(uri.fsPath, state.model, deps(uri)));
+                const answer = await loadImports(uri.fsPath, state.model, deps(uri));
+                state.split = answer.type === 'imports' ? answer.split : null;
+                postBack(answer);
             } else if (m.type === 'relatives' && state) {
                 postBack({ type: 'relatives', id: m.id, callers: state.calls.callersOf(m.id), callees: state.calls.calleesOf(m.id) });
             } else if (m.type === 'icicle' && state) {
-                postBack({ type: 'icicle', nodes: state.calls.icicle() });
+                postBack({ type: 'icicle', nodes: state.calls.icicle({ without: (m.withoutImports && state.split) || undefined }) });
             }
         },
     };

@@ -2,6 +2,7 @@
  * View models over a pstats profile: the table's columns, callers and callees of a function,
  * and an icicle layout of the call tree. Pure; the webview only draws what these return.
  */
+import type { ImportSplit } from '../parsers/importSplit';
 import type { CallEdge, PstatsModel } from '../parsers/pstats';
 
 /** The table, column by column (compact to post to a webview: 50k rows in a few MB). */
@@ -75,17 +76,17 @@ export class CallGraph {
      * Where the call tree starts: the function with the most cumulative time (cProfile does not
      * record the frame that started profiling, and that function, typically `exec`, is often
      * also called from elsewhere, so "has no callers" misses it), then any function nothing
-     * called, largest first.
+     * called, largest first. `cumulative`: each function's time (-1: left out of the tree).
      */
-    roots(): { id: number; time: number }[] {
-        const fns = this.model.functions;
+    roots(cumulative: (id: number) => number = (id) => this.model.functions[id].cumulative): { id: number; time: number }[] {
+        const fns = this.model.functions.filter((f) => cumulative(f.id) >= 0);
         if (!fns.length) {
             return [];
         }
-        const main = fns.reduce((best, f) => (f.cumulative > best.cumulative ? f : best), fns[0]);
-        const uncalled = fns.filter((f) => f !== main && f.callers.every(([c]) => c === f.id));
+        const main = fns.reduce((best, f) => (cumulative(f.id) > cumulative(best.id) ? f : best), fns[0]);
+        const uncalled = fns.filter((f) => f !== main && f.callers.every(([c]) => c === f.id || cumulative(c) < 0));
         return [main, ...uncalled]
-            .map((f) => ({ id: f.id, time: f.cumulative }))
+            .map((f) => ({ id: f.id, time: cumulative(f.id) }))
             .sort((a, b) => b.time - a.time);
     }
 
@@ -94,13 +95,20 @@ export class CallGraph {
      * are its function's callees, each scaled by the share of the function's time this node
      * stands for. Recursion is cut where a call edge (caller → callee) would repeat on the path
      * (a function may appear under itself once: `exec` runs the script, which runs `exec` for
-     * imports), and nodes thinner than `minFraction` of the root are left out.
+     * imports), and nodes thinner than `minFraction` of the root are left out. `without`: the
+     * time spent importing left out (tensor_dap's estimate): the functions that are all import are
+     * not in the tree, and each call's time is cut in the share its callee's time was cut.
      */
-    icicle(opts: { minFraction?: number; maxNodes?: number; maxDepth?: number } = {}): IcicleNode[] {
+    icicle(opts: { minFraction?: number; maxNodes?: number; maxDepth?: number; without?: ImportSplit } = {}): IcicleNode[] {
         const minFraction = opts.minFraction ?? 0.002;
         const maxNodes = opts.maxNodes ?? 6000;
         const maxDepth = opts.maxDepth ?? 64;
-        const roots = this.roots();
+        const fns = this.model.functions;
+        const split = opts.without;
+        const cumulative = split ? (id: number) => split.cumulative[id] : (id: number) => fns[id].cumulative;
+        // a call's time with its callee's imports taken out, as a share of it (pstats has no per-call split)
+        const kept = (id: number) => (!split ? 1 : fns[id].cumulative > 0 ? Math.max(split.cumulative[id], 0) / fns[id].cumulative : 0);
+        const roots = this.roots(cumulative);
         const rootTotal = roots.reduce((s, r) => s + r.time, 0);
         if (!(rootTotal > 0)) {
             return [];
@@ -117,12 +125,12 @@ export class CallGraph {
             if (depth + 1 >= maxDepth) {
                 return;
             }
-            const f = this.model.functions[id];
-            const scale = f.cumulative > 0 ? Math.min(1, time / f.cumulative) : 0;
+            const whole = cumulative(id);
+            const scale = whole > 0 ? Math.min(1, time / whole) : 0;
             let cx = x;
             const children = this.callees[id]
-                .filter(([callee]) => !onPath.has(id * n + callee))
-                .map(([callee, , , , ct]) => [callee, ct * scale] as const)
+                .filter(([callee]) => !onPath.has(id * n + callee) && cumulative(callee) >= 0)
+                .map(([callee, , , , ct]) => [callee, ct * kept(callee) * scale] as const)
                 .sort((a, b) => b[1] - a[1]);
             let used = 0;
             for (const [callee, ctScaled] of children) {

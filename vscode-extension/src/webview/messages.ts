@@ -36,7 +36,7 @@ export type WebviewMessage =
     | { type: 'ready' }
     | { type: 'openSource'; file: string; line: number }
     | { type: 'relatives'; id: number }
-    | { type: 'icicle' }
+    | { type: 'icicle'; withoutImports: boolean }
     | { type: 'imports' }
     | { type: 'action'; action: ErrorAction }
     | { type: 'showLineProfile'; file: string; line: number }
