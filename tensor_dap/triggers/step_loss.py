@@ -59,7 +59,7 @@ class StepLoss:
         if self._closure or (not self._accumulating and (len(losses) < 2 or self._fired)):
             return  # (compared as they came)
         if losses:
-            guarded(lambda: self._compare_step(math.fsum(float(v) for v in losses), self._steps()))
+            guarded(lambda: self._compare_step(added_up(losses), self._steps()))
 
     def after_update(self) -> None:
         if self._backwards and not self._closure:
@@ -74,6 +74,20 @@ class StepLoss:
     def _compare_step(self, loss: float, step: int) -> bool:
         """A step's loss, its micro-batches added up (and a history of step losses: not mixed with the above)."""
         return break_if(loss, above=self.above, nan=False, step=step, on=self.on, ranks=self.ranks)
+
+
+def added_up(losses: list[Any]) -> float:
+    """The step's loss: on an accelerator one host read for all its micro-batches (a read each would stall the
+    step as many times); on the CPU, or where they cannot be stacked (on several devices), each is read."""
+    first = losses[0]
+    if len(losses) > 1 and getattr(getattr(first, "device", None), "type", "cpu") != "cpu":
+        try:
+            import torch
+
+            return float(torch.stack([v.detach().float().reshape(()) for v in losses]).sum())
+        except (RuntimeError, TypeError, ValueError):  # another device among them, a non-scalar: read each
+            pass
+    return math.fsum(float(v) for v in losses)
 
 
 def guarded(check: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
