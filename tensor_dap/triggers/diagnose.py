@@ -18,6 +18,7 @@ from .birth import Birth
 
 FP16_MAX = 65504.0
 DIVERGED_ABS = 1e15  # float32 values this large in a model are a run going off, not data
+RISE = 1.5  # a loss over a threshold within this factor of its lowest recent value did not jump there
 
 _SOFTMAX = {"softmax", "log_softmax", "_softmax", "_log_softmax", "scaled_dot_product_attention", "softmin"}
 _LOG = {"log", "log2", "log10", "log_", "log2_", "log10_", "xlogy", "lgamma", "digamma", "log1p"}
@@ -75,6 +76,9 @@ DIAGNOSES = {
                           "rate (or the peak of its warm-up)",
     "above_at_start": "the loss was above the threshold at the first step it was compared, before any rise: this "
                       "run's loss starts there (a threshold for divergence goes above where the loss starts)",
+    "above_no_rise": "the loss crossed the threshold without a rise ({first:.4g} to {last:.4g} over its last {n} "
+                     "values): the threshold sits where this run's loss is, which is not a divergence (set it above "
+                     "where the loss runs)",
     "scaler": "the GradScaler's scale collapsed: the gradients are non-finite even unscaled, so this is not an "
               "fp16 overflow the scaler can skip; look at the op named here",
 }
@@ -98,8 +102,10 @@ def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: floa
     ``clipping``: how the program clips its gradients ("norm 1"), if it does."""
     if kind == "scaler":
         return DIAGNOSES["scaler"]
-    if kind == "above" and len(loss_history) == 1 and not (max_abs is not None and max_abs >= DIVERGED_ABS):
-        return DIAGNOSES["above_at_start"]
+    if kind == "above" and not (max_abs is not None and max_abs >= DIVERGED_ABS):
+        calm = _calm(loss_history)
+        if calm is not None:
+            return calm
     if kind in ("above", "spike"):
         return _divergence(max_abs, loss_history, clipping, force=True)
     if phase == "optimizer":  # an update overflowing is a divergence; one that used NaN gradients (after a
@@ -152,6 +158,18 @@ def _divergence(max_abs: float | None, history: list[float], clipping: str | Non
         detail.append(f"the loss went from {finite[0]:.4g} to {finite[-1]:.4g}")
     text = DIAGNOSES["divergence_clipped"].format(clip=clipping) if clipping else DIAGNOSES["divergence"]
     return f"{text} ({'; '.join(detail)})" if detail else text
+
+
+def _calm(history: list[float]) -> str | None:
+    """A loss over a threshold that it did not jump to: the first value compared, or one within RISE of the lowest
+    before it (HF's 4.306, 4.321, 4.338 over a threshold of 4.33). None for a rise."""
+    if len(history) == 1:
+        return DIAGNOSES["above_at_start"]
+    earlier = [v for v in history[:-1] if math.isfinite(v) and v > 0]
+    last = history[-1]
+    if earlier and math.isfinite(last) and last <= RISE * min(earlier):
+        return DIAGNOSES["above_no_rise"].format(first=history[0], last=last, n=len(history))
+    return None
 
 
 def _rising(history: list[float]) -> bool:

@@ -79,6 +79,10 @@ def test_a_threshold_the_first_loss_is_above_is_not_called_a_divergence():
     assert risen.startswith(DIAGNOSES["divergence"]) and "the loss went from 1.2 to 40" in risen
     huge = diagnose(None, phase="loss", kind="above", max_abs=3e33, loss_history=[9.0])  # values that big: diverged
     assert huge.startswith(DIAGNOSES["divergence"])
+    crept = diagnose(None, phase="loss", kind="above", max_abs=None, loss_history=[4.306, 4.321, 4.338])  # HF, > 4.33
+    assert crept.startswith("the loss crossed the threshold without a rise (4.306 to 4.338 over its last 3 values)")
+    spiked = diagnose(None, phase="loss", kind="spike", max_abs=None, loss_history=[1.0, 1.1, 1.4])
+    assert spiked.startswith(DIAGNOSES["divergence"])  # (a spike is judged against the average: its own verdict)
 
 
 def test_a_padding_only_batch_in_a_loss_outside_the_model_is_diagnosed_in_the_unchanged_loop():
