@@ -165,7 +165,9 @@ def _facts(report: Report) -> list[tuple[str, str]]:
         recent = ", ".join(fmt_num(v) for v in history) if len(history) > 1 or report.loss is None else ""
         facts.append(("loss", f"{loss}" + (f" (last {min(8, len(report.loss_history))}: {recent})" if recent else "")))
     if report.lr:
-        facts.append(("lr", ", ".join(fmt_num(v) for v in report.lr)))
+        same = len(report.lr) > 1 and all(v == report.lr[0] for v in report.lr)  # (HF: decay and no-decay groups)
+        facts.append(("lr", f"{fmt_num(report.lr[0])} (all {len(report.lr)} parameter groups)" if same
+                      else ", ".join(fmt_num(v) for v in report.lr)))
     if report.max_abs is not None:
         of = f" ({report.max_abs_of})" if report.max_abs_of else ""
         facts.append(("max |value|", fmt_num(report.max_abs) + of))

@@ -158,3 +158,11 @@ def test_numerics_are_bit_identical_with_the_tracker_rerun():
     (plain, draw), (watched, draw2) = train(False), train(True)
     assert all(torch.equal(plain[k].nan_to_num(), watched[k].nan_to_num()) for k in plain)
     assert torch.equal(draw, draw2)
+
+
+def test_a_learning_rate_shared_by_every_parameter_group_is_said_once():
+    """HF's Trainer makes two groups (with and without weight decay) at one learning rate."""
+    shared = Report(kind="above", headline="loss 5 is above 4", step=2, lr=[5e-4, 5e-4])
+    assert f"lr: {fmt_num(5e-4)} (all 2 parameter groups)" in to_text(shared)
+    apart = Report(kind="above", headline="loss 5 is above 4", step=2, lr=[1e-3, 1e-4])
+    assert f"lr: {fmt_num(1e-3)}, {fmt_num(1e-4)}" in to_text(apart)
