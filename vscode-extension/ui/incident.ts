@@ -27,7 +27,7 @@ function render(m: Extract<HostMessage, { type: 'incident' }>): void {
     add('Where', whereText);
     add('Operation', r.op ? `${r.op}${r.forwardOp ? ` (backward of ${r.forwardOp})` : ''}` : undefined);
     add('Loss', r.loss !== undefined ? num(r.loss) : undefined);
-    add('Learning rate', r.lr?.map(num).join(', '));
+    add('Learning rate', r.lr && (r.lr.length > 1 && r.lr.every((v) => v === r.lr![0]) ? `${num(r.lr[0])} (all ${r.lr.length} parameter groups)` : r.lr.map(num).join(', ')));
     add('Largest magnitude', r.maxAbs !== undefined ? num(r.maxAbs) : undefined);
     add('Rank', r.rank !== undefined ? String(r.rank) : undefined);
     add('Replays', r.mode === 'loop' ? 'the model\'s forwards (loop)' : r.mode === 'step' ? 'with the step function' : undefined);
