@@ -120,8 +120,10 @@ def _install() -> None:
 def _trace_clipping() -> None:
     """Note each clipping of gradients. ``clip_grad_norm_`` clips through ``_clip_grads_with_norm_``, looked up in
     its module at each call: wrapped there, a ``clip_grad_norm_`` imported by name before listening began is
-    seen too (HF's Trainer clips through accelerate, which calls it). ``clip_grad_value_`` has no such helper: it
-    is seen when called through its module (``torch.nn.utils.clip_grad_value_``)."""
+    seen too (HF's Trainer clips through accelerate, which calls it). ``clip_grad_value_`` has no helper of its own:
+    it is seen when called through its module (``torch.nn.utils.clip_grad_value_``), and, imported by name, where
+    it groups its gradients (``_group_tensors_by_device_and_dtype``, looked up in its module at each call: the
+    caller's code tells that it is ``clip_grad_value_``)."""
     from torch.nn import utils
 
     clip_module = getattr(utils, "clip_grad", None)
@@ -132,10 +134,28 @@ def _trace_clipping() -> None:
         targets = [(utils, "clip_grad_norm_", "norm")]
     targets += [(owner, "clip_grad_value_", "value") for owner in (utils, clip_module)
                 if hasattr(owner, "clip_grad_value_")]
+    value = getattr(getattr(clip_module, "clip_grad_value_", None), "__wrapped__", None)  # (under torch's _no_grad)
+    group = getattr(clip_module, "_group_tensors_by_device_and_dtype", None)
     for owner, name, kind in targets:
         original = getattr(owner, name)
         _restore.append((owner, name, original))
         setattr(owner, name, _noting_clip(original, kind))
+    if value is not None and group is not None:
+        _restore.append((clip_module, "_group_tensors_by_device_and_dtype", group))
+        clip_module._group_tensors_by_device_and_dtype = _noting_value_clip(group, value.__code__)
+
+
+def _noting_value_clip(group: Callable[..., Any], code: Any) -> Callable[..., Any]:
+    """``group``, noting a call from ``clip_grad_value_`` (``code``) with the ``clip_value`` it clips to."""
+    @functools.wraps(group)
+    def grouped(*args: Any, **kwargs: Any) -> Any:
+        caller = sys._getframe(1)
+        if caller.f_code is code and _listeners:
+            bound = caller.f_locals.get("clip_value")
+            _clipping[0] = f"value {bound:.4g}" if isinstance(bound, (int, float)) else "value"
+        return group(*args, **kwargs)
+
+    return grouped
 
 
 def _noting_clip(clip: Callable[..., Any], kind: str) -> Callable[..., Any]:

@@ -227,8 +227,9 @@ def test_a_query_with_every_key_masked_is_told_from_the_masks_multihead_attentio
 def _regression_diverging(clip: str | None) -> Any:
     """SGD at a learning rate far too high on a linear regression, its gradients clipped by ``clip``: a loss above
     1e6 stops it. ``clip_grad_norm_`` is taken by name before the watch begins, as a script's imports do (it is
-    seen all the same); ``clip_grad_value_`` is called through its module."""
-    from torch.nn.utils import clip_grad_norm_
+    seen all the same); ``clip_grad_value_`` is called through its module ("value"), or taken by name too
+    ("value by name")."""
+    from torch.nn.utils import clip_grad_norm_, clip_grad_value_
 
     torch.manual_seed(0)
     model = nn.Linear(8, 1)
@@ -243,12 +244,15 @@ def _regression_diverging(clip: str | None) -> Any:
                 clip_grad_norm_(model.parameters(), 0.5)
             elif clip == "value":
                 torch.nn.utils.clip_grad_value_(model.parameters(), clip_value=0.25)
+            elif clip == "value by name":
+                clip_grad_value_(model.parameters(), 0.25)
             tensor_dap.break_if(loss, above=1e6, on="raise")
             optimizer.step()
     return info.value.report
 
 
-@pytest.mark.parametrize("clip, said", [(None, None), ("norm", "norm 0.5"), ("value", "value 0.25")])
+@pytest.mark.parametrize("clip, said", [(None, None), ("norm", "norm 0.5"), ("value", "value 0.25"),
+                                         ("value by name", "value 0.25")])
 def test_a_divergence_of_a_loop_that_clips_is_not_told_to_clip(clip, said):
     """Clipping bounds each gradient, not each update: a run that diverges while clipping is told to lower its
     learning rate, with the clipping it has (seen as the loop calls it), not to clip."""
@@ -256,7 +260,8 @@ def test_a_divergence_of_a_loop_that_clips_is_not_told_to_clip(clip, said):
 
     from tensor_dap.triggers import loss_tap
 
-    originals = clip_grad._clip_grads_with_norm_, torch.nn.utils.clip_grad_value_
+    originals = (clip_grad._clip_grads_with_norm_, torch.nn.utils.clip_grad_value_,
+                 clip_grad._group_tensors_by_device_and_dtype)
     report = _regression_diverging(clip)
     assert report.kind == "above" and report.loss > 1e6
     if said is None:
@@ -265,7 +270,8 @@ def test_a_divergence_of_a_loop_that_clips_is_not_told_to_clip(clip, said):
         assert report.diagnosis.startswith(DIAGNOSES["divergence_clipped"].format(clip=said))
         assert "clip_grad_norm_(model.parameters()" not in report.diagnosis
     assert loss_tap.clipping() is None  # the watch closed: nothing noted, nothing wrapped
-    assert (clip_grad._clip_grads_with_norm_, torch.nn.utils.clip_grad_value_) == originals
+    assert (clip_grad._clip_grads_with_norm_, torch.nn.utils.clip_grad_value_,
+            clip_grad._group_tensors_by_device_and_dtype) == originals
 
 
 def test_a_clipped_divergence_is_diagnosed_from_its_numbers_too():
@@ -278,7 +284,9 @@ def test_a_clipped_divergence_is_diagnosed_from_its_numbers_too():
 
 def test_clipping_is_noted_however_the_program_calls_it():
     """The ways a program clips: a norm of infinity only measures (HF's Trainer logs the norm so), accelerate imports
-    the public helper as it clips, a bound given as a tensor is not read (no device sync), only said."""
+    the public helper as it clips, a norm's bound given as a tensor is not read (no device sync), only said."""
+    from torch.nn.utils import clip_grad_norm_
+
     from tensor_dap.triggers import loss_tap
 
     model = nn.Linear(3, 2)
@@ -293,7 +301,9 @@ def test_clipping_is_noted_however_the_program_calls_it():
         assert loss_tap.clipping() == "norm 2"
         kept = torch.nn.utils.clip_grad_value_  # as a script importing it by name while listening keeps it
         kept(model.parameters(), clip_value=torch.tensor(0.5))
-        assert loss_tap.clipping() == "value"
+        assert loss_tap.clipping() == "value 0.5"  # (read by torch itself: clip_grad_value_ makes it a float first)
+        clip_grad_norm_(model.parameters(), torch.tensor(3.0))
+        assert loss_tap.clipping() == "norm"  # a bound given as a tensor, not read by us
     finally:
         stop()
     assert loss_tap.clipping() is None
