@@ -151,8 +151,10 @@ def _item_text(v: Any, tensor_types: tuple, depth: int) -> tuple[str, bool]:
 
 
 def _key(k: Any) -> str:
-    """A dict key as the batch line shows it: plain keys by repr, anything else by type (no user __repr__)."""
-    return repr(k) if isinstance(k, (int, float, bool, str, bytes, type(None))) else type(k).__name__
+    """A dict key as the batch line shows it: plain keys by repr (cut as an element is), anything else by type (no
+    user __repr__)."""
+    text = plain_repr(k, _ITEM_CHARS)
+    return type(k).__name__ if text is None else text
 
 
 def _type_name(type_object: type) -> str:

@@ -460,6 +460,8 @@ def test_batch_line_writes_its_plain_values_only_as_far_as_it_shows_them():
     assert line.startswith("{'ids': tensor[2], 'text': ['a long document a long document")
     assert "'seed': <int of about 5001 digits>" in line  # (its repr() would raise: past 4300 digits)
     assert "'betas': (0.9, 0.99)" in line and "'cfg': {'lr': 0.1}" in line
+    keyed = values.batch_line({"k" * 10_000_000: torch.ones(1)})  # a key, too, only as far as the line shows it
+    assert keyed.startswith("{'kkkk") and len(keyed) < 100
 
 
 def test_launch_configs_point_at_files_that_exist():
