@@ -35,7 +35,8 @@ from .break_if import break_if
 from ..dynamo import global_forward_pre_hook
 from .loss_tap import listen
 from .optimizer_call import closure_of
-from .step_loss import StepLoss, guarded
+from .step_loss import WHO, StepLoss
+from .stop import guarded
 
 log = logging.getLogger("tensor_dap.triggers")
 EARLY_FORWARDS = 8  # calls of a model watched from its first forward before a backward() must come (see above)
@@ -329,7 +330,7 @@ class AutoTriggers:
         nan = self._loss_nan or (not self.watches and (self.nan or self.loss_above is not None))
         step = self.steps if self.steps else self.backwards - 1
         if nan:
-            guarded(break_if, loss, above=None, nan=True, step=step, on=self.on, ranks=self.ranks)
+            guarded(WHO, break_if, loss, above=None, nan=True, step=step, on=self.on, ranks=self.ranks)
         if self._step_loss is not None:  # the threshold: on the step's loss (``step_loss``)
             self._step_loss.backward(loss, step)
 

@@ -20,7 +20,7 @@ from typing import Any, Callable
 import torch
 
 from ..dist import current_rank, no_collectives
-from ..errors import STOPS, NonFiniteError, TriggerError
+from ..errors import NonFiniteError, TriggerError
 from ..format import short_error
 from ..state import capture_rng, cloned, kept, load_optimizer_state, optimizer_kept, restore_rng, set_hyper
 from ..summary import describe
@@ -39,7 +39,7 @@ from .localize import (
 )
 from .forwards import Forward
 from .report import Report, source_field
-from .stop import dispatch
+from .stop import dispatch, guarded
 from .upstream import upstream
 
 log = logging.getLogger("tensor_dap.triggers")
@@ -57,13 +57,7 @@ class Investigation:
     # ------------------------------------------------------------ sentinel → report
     def _guard(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run our own code so that a failure of tensor_dap never breaks the training loop."""
-        try:
-            return fn(*args)
-        except STOPS:  # (KeyboardInterrupt is no Exception: it passes too)
-            raise
-        except Exception as exc:  # noqa: BLE001 - tensor_dap's failure must not stop training
-            log.warning("tensor_dap.watch: internal error, check skipped: %s: %s", type(exc).__name__, exc)
-            return None
+        return guarded("tensor_dap.watch", fn, *args)
 
     def _read_and_fire(self, index: int, ctx: StepContext | None) -> None:
         first = self._sentinel.read()

@@ -114,7 +114,7 @@ class LoopSteps:
         """The loss of the unchanged loop's step not ended yet: the losses handed to backward() in it, added up as
         their gradients are (accumulated micro-batches); None before any."""
         losses = self._step_losses
-        return (losses[0] if len(losses) == 1 else self._guard(_summed, losses)) if losses else None
+        return (losses[0] if len(losses) == 1 else self._guard(summed, losses)) if losses else None
 
     def _observe_loss(self, loss: Any, index: int) -> None:
         """The step's loss into the sentinel: a loss can go non-finite while every gradient stays finite (a squared
@@ -229,11 +229,11 @@ class LoopSteps:
         self._watched += 1
 
 
-def _summed(losses: list[torch.Tensor]) -> torch.Tensor:
+def summed(losses: list[torch.Tensor]) -> torch.Tensor:
     """A step's losses (accumulated micro-batches), added up as their gradients are."""
     return functools.reduce(operator.add, losses)
 
 
 def _mean(losses: list[torch.Tensor]) -> torch.Tensor:
     """The mean of the losses a model returned in one step (its micro-batches'), on their device: no read."""
-    return _summed(losses) / len(losses)
+    return summed(losses) / len(losses)

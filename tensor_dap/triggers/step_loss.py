@@ -13,16 +13,17 @@ had are kept, so a skipped step's losses do not add to the next one's.
 
 from __future__ import annotations
 
-import logging
 import math
 from collections import deque
 from collections.abc import Collection
 from typing import Any, Callable, Optional
 
 from .break_if import break_if
+from .loop_steps import summed
 from .optimizer_call import closure_of
+from .stop import guarded
 
-log = logging.getLogger("tensor_dap.triggers")
+WHO = "tensor_dap run"  # (in the warning of a loss check of ours that failed)
 FIRST_STEP_KEPT = 4096  # losses kept before the first update, to add up should an optimizer step
 
 
@@ -43,10 +44,10 @@ class StepLoss:
         kept too: should an optimizer step, that step's micro-batches are compared together as well)."""
         self._backwards += 1
         if self._closure:
-            guarded(self._compare, loss, step)
+            guarded(WHO, self._compare, loss, step)
             return
         if not self._accumulating:
-            self._fired = self._fired or guarded(self._compare, loss, step)
+            self._fired = self._fired or guarded(WHO, self._compare, loss, step)
             if len(self._losses) >= FIRST_STEP_KEPT:
                 return  # (a loop updating by hand: none of these will be added up)
         self._losses.append(loss.detach() if hasattr(loss, "detach") else loss)
@@ -59,7 +60,7 @@ class StepLoss:
         if self._closure or (not self._accumulating and (len(losses) < 2 or self._fired)):
             return  # (compared as they came)
         if losses:
-            guarded(lambda: self._compare_step(added_up(losses), self._steps()))
+            guarded(WHO, lambda: self._compare_step(added_up(losses), self._steps()))
 
     def after_update(self) -> None:
         if self._backwards and not self._closure:
@@ -77,27 +78,10 @@ class StepLoss:
 
 
 def added_up(losses: list[Any]) -> float:
-    """The step's loss: on an accelerator one host read for all its micro-batches (a read each would stall the
-    step as many times); on the CPU, or where they cannot be stacked (on several devices), each is read."""
-    first = losses[0]
-    if len(losses) > 1 and getattr(getattr(first, "device", None), "type", "cpu") != "cpu":
-        try:
-            import torch
-
-            return float(torch.stack([v.detach().float().reshape(()) for v in losses]).sum())
-        except (RuntimeError, TypeError, ValueError):  # another device among them, a non-scalar: read each
-            pass
-    return math.fsum(float(v) for v in losses)
-
-
-def guarded(check: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """``check``, whose trigger may stop the run on purpose; any other error of ours is a warning, never the
-    program's (then None)."""
+    """The step's loss, its micro-batches added up as the watch adds them (``loop_steps.summed``: on their device,
+    then one host read, where a read each would stall the step as many times); read one by one where they cannot
+    be added there (on several devices)."""
     try:
-        return check(*args, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - a trigger's own error is raised; ours never is
-        from ..errors import STOPS
-
-        if isinstance(exc, STOPS):
-            raise
-        log.warning("tensor_dap: loss check skipped (%s: %s)", type(exc).__name__, exc)
+        return float(summed(losses))
+    except (RuntimeError, TypeError, ValueError):  # another device among them, a non-scalar: read each
+        return math.fsum(float(v) for v in losses)

@@ -12,17 +12,29 @@ import linecache
 import sys
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from ..dap import attached
 from ..debug.frames import user_frame
 from ..dist import may_stop
-from ..errors import TriggerError
+from ..errors import STOPS, TriggerError
 from ..format import printable
 from ..libraries import is_user_file, library_of
 from .report import Report, emit, logger, to_text
 
 MODES = ("auto", "break", "raise", "log")
+
+
+def guarded(who: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn``, tensor_dap's own code run inside the user's program: a trigger stopping the run on purpose
+    (``STOPS``) passes, any other failure is a warning from ``who`` and None, never the program's."""
+    try:
+        return fn(*args, **kwargs)
+    except STOPS:  # (KeyboardInterrupt is no Exception: it passes too)
+        raise
+    except Exception as exc:  # noqa: BLE001 - tensor_dap's failure must not stop training
+        logger.warning("%s: internal error, check skipped: %s: %s", who, type(exc).__name__, exc)
+        return None
 
 
 def check_mode(on: str) -> str:
