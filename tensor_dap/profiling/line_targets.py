@@ -27,6 +27,7 @@ from typing import Any, Callable, Optional
 from ..errors import UsageError
 from ..runner import Target
 from . import marks
+from .source_defs import dotted_defs
 
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _MARK = ("tensor_dap.profiling.marks", "profile")
@@ -60,23 +61,6 @@ def parse_spec(text: str) -> FunctionSpec:
     return FunctionSpec(text, name, module=where)
 
 
-def _dotted_defs(tree: ast.AST) -> list[tuple[str, ast.AST]]:
-    """(dotted name, node) of every function in ``tree``: ``f``, ``Class.method``, ``outer.inner``."""
-    out: list[tuple[str, ast.AST]] = []
-    stack: list[tuple[ast.AST, str]] = [(tree, "")]
-    while stack:
-        node, prefix = stack.pop()
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                name = f"{prefix}{child.name}"
-                if not isinstance(child, ast.ClassDef):
-                    out.append((name, child))
-                stack.append((child, name + "."))
-            else:
-                stack.append((child, prefix))
-    return out
-
-
 def _outer_defs(tree: ast.AST) -> list[ast.AST]:
     """The functions a script defines outside any function: its top-level ones (under ``if __name__ ...`` too) and
     the methods of its top-level classes. A function nested in another is left to the line that calls it: it is
@@ -100,7 +84,7 @@ def _marks_its_own(tree: ast.AST) -> bool:
     """Whether a function in ``tree`` is decorated ``@profile`` or ``@something.profile`` (kernprof's convention,
     ``@tensor_dap.profile``)."""
     return any(isinstance(d, ast.Name) and d.id == "profile" or isinstance(d, ast.Attribute) and d.attr == "profile"
-               for _, node in _dotted_defs(tree) for d in node.decorator_list)  # type: ignore[attr-defined]
+               for _, node in dotted_defs(tree) for d in node.decorator_list)  # type: ignore[attr-defined]
 
 
 def _marker_at(node: ast.AST) -> ast.expr:
@@ -155,7 +139,7 @@ class Targets:
             for node in _outer_defs(tree):
                 node.decorator_list.append(_marker_at(node))  # type: ignore[attr-defined]
             return ast.fix_missing_locations(tree)
-        for dotted, node in _dotted_defs(tree):
+        for dotted, node in dotted_defs(tree):
             for spec in specs:
                 if spec.matches(dotted):
                     node.decorator_list.append(_marker_at(node))  # type: ignore[attr-defined]

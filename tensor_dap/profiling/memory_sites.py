@@ -8,7 +8,6 @@ caused it), with the full traceback kept beside it.
 
 from __future__ import annotations
 
-import ast
 import os
 import re
 import sys
@@ -18,6 +17,7 @@ from functools import lru_cache
 from typing import Any, Optional
 
 from ..libraries import is_user_file
+from .source_defs import functions_of
 
 _PY_EVENT = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<function>.+)$")  # torch's python-stack events
 
@@ -45,27 +45,6 @@ def _is_library(file: str) -> bool:
     return not is_user_file(file)
 
 
-@lru_cache(maxsize=256)
-def _functions_of(file: str) -> tuple[tuple[int, int, str], ...]:
-    """(first line, last line, dotted name) of every function in ``file``; empty if it cannot be read."""
-    try:
-        with open(file, encoding="utf-8") as f:
-            tree = ast.parse(f.read(), file)
-    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
-        return ()
-    out = []
-    stack: list[tuple[ast.AST, str]] = [(tree, "")]
-    while stack:
-        node, prefix = stack.pop()
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                name = prefix + child.name
-                if not isinstance(child, ast.ClassDef):
-                    out.append((child.lineno, getattr(child, "end_lineno", child.lineno) or child.lineno, name))
-                stack.append((child, name + "."))
-    return tuple(out)
-
-
 def function_at(file: str, line: int) -> Optional[str]:
     """The innermost function whose body holds ``file:line`` (None at module level)."""
     found = enclosing_def(file, line)
@@ -76,7 +55,7 @@ def enclosing_def(file: str, line: int) -> Optional[tuple[int, str]]:
     """(``def`` line, dotted name) of the innermost function whose body holds ``file:line``; None at module
     level or where the file cannot be read."""
     best = None
-    for first, last, name in _functions_of(file):
+    for first, last, name in functions_of(file):
         if first <= line <= last and (best is None or first >= best[0]):
             best = (first, name)
     return best
