@@ -74,6 +74,10 @@ DIAGNOSES = {
     # clipping bounds each gradient, not each update (Adam's steps are about lr in size whatever the gradient's)
     "divergence_clipped": "the training diverged although its gradients are clipped ({clip}): lower the learning "
                           "rate (or the peak of its warm-up)",
+    # a bound far above every norm the gradients had is no clipping at all (HF's max_grad_norm of 1e9)
+    "divergence_unclipped": "the training diverged, and its gradients are clipped at {clip}, far above every norm "
+                            "they had (at most {seen:.3g}): that clipping never acts; lower the learning rate or clip "
+                            "at a norm they reach (torch.nn.utils.clip_grad_norm_(model.parameters(), {suggest:g}))",
     "above_at_start": "the loss was above the threshold at the first step it was compared, before any rise: this "
                       "run's loss starts there (a threshold for divergence goes above where the loss starts)",
     "above_no_rise": "the loss crossed the threshold without a rise ({first:.4g} to {last:.4g} over its last {n} "
@@ -88,18 +92,20 @@ def diagnose_report(report: Any, birth: Birth | None) -> str | None:
     """``diagnose`` of a report (its phase, kind, largest magnitude and loss history) and of the program's clipping,
     seen while ``backward()`` was listened to. That clipping is kept in the report (``clipping``), and a report that
     has it (a bundle's, replayed in another process, where no clipping was seen) is diagnosed with its own."""
-    from .loss_tap import clipping
+    from .loss_tap import clip_norm_seen, clipping
 
     if report.clipping is None:
-        report.clipping = clipping()
+        report.clipping, report.clip_norm_seen = clipping(), clip_norm_seen()
     return diagnose(birth, phase=report.phase, kind=report.kind, max_abs=report.max_abs,
-                    loss_history=report.loss_history, clipping=report.clipping)
+                    loss_history=report.loss_history, clipping=report.clipping, norm_seen=report.clip_norm_seen)
 
 
 def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: float | None,
-             loss_history: list[float], clipping: str | None = None) -> str | None:
+             loss_history: list[float], clipping: str | None = None, norm_seen: float | None = None) -> str | None:
     """The likeliest cause and fix, or None. ``kind`` is the report's ("nonfinite", "above", "spike"...);
-    ``clipping``: how the program clips its gradients ("norm 1"), if it does."""
+    ``clipping``: how the program clips its gradients ("norm 1"), if it does; ``norm_seen``: the largest gradient
+    norm its clips by norm measured."""
+    clipped = (clipping, norm_seen)
     if kind == "scaler":
         return DIAGNOSES["scaler"]
     if kind == "above" and not (max_abs is not None and max_abs >= DIVERGED_ABS):
@@ -107,13 +113,13 @@ def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: floa
         if calm is not None:
             return calm
     if kind in ("above", "spike"):
-        return _divergence(max_abs, loss_history, clipping, force=True)
+        return _divergence(max_abs, loss_history, clipped, force=True)
     if phase == "optimizer":  # an update overflowing is a divergence; one that used NaN gradients (after a
-        return _divergence(max_abs, loss_history, clipping, force=False)  # stop was continued) is not: no guess
+        return _divergence(max_abs, loss_history, clipped, force=False)  # stop was continued) is not: no guess
     if phase == "input":  # (no module: seen in the loss's graph, where it may be any tensor with no gradient)
         return DIAGNOSES["input_no_grad" if birth is not None and birth.module is None else "input"]
     if birth is None:
-        return _divergence(max_abs, loss_history, clipping, force=phase == "loss" and _rising(loss_history))
+        return _divergence(max_abs, loss_history, clipped, force=phase == "loss" and _rising(loss_history))
     op = (birth.forward_op or birth.op) or ""  # a backward's forward op (a loss's gradient, read from its graph too)
     op = op.rstrip("_") if op not in ("_softmax", "_log_softmax") else op
     if op in _SOFTMAX and birth.kind == "nan" and _masked_row(birth):
@@ -138,7 +144,7 @@ def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: floa
             if key == "log" and _made_by(birth, {"sigmoid"}):
                 return DIAGNOSES["log_sigmoid"]
             return DIAGNOSES[key]
-    diverged = _divergence(max_abs, loss_history, clipping, force=False)
+    diverged = _divergence(max_abs, loss_history, clipped, force=False)
     if diverged:
         return diverged
     if op in _EXP:
@@ -146,7 +152,8 @@ def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: floa
     return None
 
 
-def _divergence(max_abs: float | None, history: list[float], clipping: str | None, *, force: bool) -> str | None:
+def _divergence(max_abs: float | None, history: list[float], clipped: tuple[str | None, float | None], *,
+                force: bool) -> str | None:
     big = max_abs is not None and max_abs >= DIVERGED_ABS
     if not (force or big or _rising(history)):
         return None
@@ -156,8 +163,28 @@ def _divergence(max_abs: float | None, history: list[float], clipping: str | Non
     finite = [v for v in history if math.isfinite(v)]
     if len(finite) >= 2 and finite[0] > 0 and finite[-1] > 4 * finite[0]:
         detail.append(f"the loss went from {finite[0]:.4g} to {finite[-1]:.4g}")
-    text = DIAGNOSES["divergence_clipped"].format(clip=clipping) if clipping else DIAGNOSES["divergence"]
+    clipping, seen = clipped
+    if not clipping:
+        text = DIAGNOSES["divergence"]
+    elif seen is not None and 0 < seen and UNCLIPPED * seen <= _norm_bound(clipping):
+        suggest = 10 ** math.floor(math.log10(seen))  # a round norm they reach
+        text = DIAGNOSES["divergence_unclipped"].format(clip=clipping, seen=seen, suggest=suggest)
+    else:
+        text = DIAGNOSES["divergence_clipped"].format(clip=clipping)
     return f"{text} ({'; '.join(detail)})" if detail else text
+
+
+UNCLIPPED = 10  # a clip by norm this many times above the largest norm the gradients had is no clipping
+
+
+def _norm_bound(clipping: str) -> float:
+    """The bound of a clipping by norm as ``loss_tap`` notes it ("norm 1e+09"); NaN otherwise (by value, or a norm
+    given as a tensor)."""
+    kind, _, bound = clipping.partition(" ")
+    try:
+        return float(bound) if kind == "norm" else math.nan
+    except ValueError:
+        return math.nan
 
 
 def _calm(history: list[float]) -> str | None:

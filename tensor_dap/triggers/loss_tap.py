@@ -21,6 +21,7 @@ import functools
 import math
 import sys
 import weakref
+from collections import deque
 from typing import Any, Callable
 
 import torch
@@ -39,6 +40,9 @@ _scaling = [False]  # a GradScaler has scaled a loss while anyone listened
 _double: list[Site] = [None]  # where torch.autograd.grad(create_graph=True) was last called while anyone listened
 _grad_sites = CallSites()
 _clipping: list[str | None] = [None]  # how the program last clipped its gradients while anyone listened
+CLIP_NORMS_KEPT = 32
+# the total norms of the program's last clips by norm, as tensors (nothing read until a stop's report asks)
+_clip_norms: deque[torch.Tensor] = deque(maxlen=CLIP_NORMS_KEPT)
 
 
 def listen(fn: Listener, *, done: bool = False) -> Callable[[], None]:
@@ -75,6 +79,7 @@ def _install() -> None:
     import torch.autograd
 
     _clipping[0] = None
+    _clip_norms.clear()
 
     original = torch.autograd.backward
 
@@ -139,7 +144,7 @@ def _trace_clipping() -> None:
     for owner, name, kind in targets:
         original = getattr(owner, name)
         _restore.append((owner, name, original))
-        setattr(owner, name, _noting_clip(original, kind))
+        setattr(owner, name, _noting_clip(original, kind, returns_norm=name == "clip_grad_norm_"))
     if value is not None and group is not None:
         _restore.append((clip_module, "_group_tensors_by_device_and_dtype", group))
         clip_module._group_tensors_by_device_and_dtype = _noting_value_clip(group, value.__code__)
@@ -158,8 +163,9 @@ def _noting_value_clip(group: Callable[..., Any], code: Any) -> Callable[..., An
     return grouped
 
 
-def _noting_clip(clip: Callable[..., Any], kind: str) -> Callable[..., Any]:
-    """``clip`` (its bound second: ``max_norm``, ``clip_value``), noting each call in ``_clipping``."""
+def _noting_clip(clip: Callable[..., Any], kind: str, returns_norm: bool) -> Callable[..., Any]:
+    """``clip`` (its bound second: ``max_norm``, ``clip_value``), noting each call in ``_clipping``, and a clip by
+    norm's total norm (the helper's third argument, or what ``returns_norm`` clip returns) in ``_clip_norms``."""
     keyword = "max_norm" if kind == "norm" else "clip_value"
 
     @functools.wraps(clip)
@@ -168,11 +174,24 @@ def _noting_clip(clip: Callable[..., Any], kind: str) -> Callable[..., Any]:
         # Noted only while anyone listens (the program may keep this wrapper, imported by name, after that); a bound
         # given as a tensor is not read (on an accelerator that would wait for the device); an infinite one only
         # measures the norm (HF's Trainer, to log it).
-        if _listeners and not (isinstance(bound, (int, float)) and not math.isfinite(bound)):
+        noted = _listeners and not (isinstance(bound, (int, float)) and not math.isfinite(bound))
+        if noted:
             _clipping[0] = f"{kind} {bound:.4g}" if isinstance(bound, (int, float)) else kind
-        return clip(*args, **kwargs)
+        result = clip(*args, **kwargs)
+        norm = result if returns_norm else args[2] if len(args) > 2 else kwargs.get("total_norm")
+        if noted and kind == "norm" and isinstance(norm, torch.Tensor) and norm.numel() == 1:
+            _clip_norms.append(norm.detach())
+        return result
 
     return traced
+
+
+def clip_norm_seen() -> float | None:
+    """The largest finite total norm among the program's last ``CLIP_NORMS_KEPT`` clips by norm, None if it
+    measured none: a bound above it never clipped. Read now (a device's norms wait for it: a stop's report)."""
+    norms = [float(n) for n in _clip_norms]
+    finite = [n for n in norms if math.isfinite(n)]
+    return max(finite) if finite else None
 
 
 def _uninstall() -> None:
@@ -183,6 +202,7 @@ def _uninstall() -> None:
     _scaling[0] = False
     _double[0] = None
     _clipping[0] = None
+    _clip_norms.clear()
 
 
 def double_backward_line() -> SourceLine | None:

@@ -110,6 +110,7 @@ def _carry_over(original: Report, report: Report, birth: Birth | None) -> None:
     learning rates (whose presence also says the replay call takes the optimizer), how the run clipped its gradients,
     and the diagnosis they allow."""
     report.loss_history, report.lr, report.clipping = list(original.loss_history), list(original.lr), original.clipping
+    report.clip_norm_seen = original.clip_norm_seen
     if report.loss is None:
         report.loss = original.loss
     report.diagnosis = diagnose_report(report, birth) or report.diagnosis

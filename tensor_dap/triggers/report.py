@@ -63,6 +63,7 @@ class Report:
     program: str | None = None  # the script that was training (absolute path) and its arguments: what a replay reruns
     args: list[str] = field(default_factory=list)
     clipping: str | None = None  # how the program clipped its gradients ("norm 1"), kept for a replay's diagnosis
+    clip_norm_seen: float | None = None  # the largest gradient norm its recent clips by norm measured
     version: int = VERSION
 
     @property

@@ -48,7 +48,7 @@ FIELDS: dict[str, Any] = {
     "module_type": (str, None), "rank": (int, None), "loss": (NUMBER, None), "bundle": (str, None),
     "created": NUMBER, "op": (str, None), "forward_op": (str, None), "diagnosis": (str, None),
     "max_abs": (NUMBER, None), "max_abs_of": (str, None), "mode": (str, None), "program": (str, None),
-    "clipping": (str, None), "version": int,
+    "clipping": (str, None), "clip_norm_seen": (NUMBER, None), "version": int,
 }
 
 

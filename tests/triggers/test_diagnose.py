@@ -242,6 +242,8 @@ def _regression_diverging(clip: str | None) -> Any:
             loss.backward()
             if clip == "norm":
                 clip_grad_norm_(model.parameters(), 0.5)
+            elif clip == "norm 1e9":  # a bound no gradient reaches: no clipping at all
+                clip_grad_norm_(model.parameters(), 1e9)
             elif clip == "value":
                 torch.nn.utils.clip_grad_value_(model.parameters(), clip_value=0.25)
             elif clip == "value by name":
@@ -274,6 +276,35 @@ def test_a_divergence_of_a_loop_that_clips_is_not_told_to_clip(clip, said):
             clip_grad._group_tensors_by_device_and_dtype) == originals
 
 
+def test_a_clipping_that_never_acts_is_told_as_none():
+    """A clip by norm far above every norm the gradients had never clipped: the run is told so, with the norm they
+    reach, which the report keeps (a replay in another process diagnoses with it)."""
+    from tensor_dap.triggers.report import Report
+
+    report = _regression_diverging("norm 1e9")
+    assert report.clipping == "norm 1e+09"
+    assert report.clip_norm_seen is not None and 0 < report.clip_norm_seen < 1e8
+    assert report.diagnosis.startswith("the training diverged, and its gradients are clipped at norm 1e+09, far above")
+    assert f"at most {report.clip_norm_seen:.3g}" in report.diagnosis
+    again = Report.from_dict(report.to_dict())
+    assert again.clip_norm_seen == report.clip_norm_seen
+    assert diagnose(None, phase=again.phase, kind=again.kind, max_abs=again.max_abs, loss_history=again.loss_history,
+                    clipping=again.clipping, norm_seen=again.clip_norm_seen) == report.diagnosis
+
+
+@pytest.mark.parametrize("clipping, seen, unclipped", [
+    ("norm 1e+09", 0.113, True), ("norm 2", 0.15, True), ("norm 0.25", 0.113, False),  # within 10x: it may act
+    ("norm 1", None, False), ("value 0.5", 0.01, False), ("norm", 0.01, False), ("norm 1", 0.0, False)])
+def test_how_far_a_clip_is_above_the_norms_decides_the_diagnosis(clipping, seen, unclipped):
+    text = diagnose(None, phase="loss", kind="above", max_abs=None, loss_history=[2.0, 600.0], clipping=clipping,
+                    norm_seen=seen)
+    assert text.startswith("the training diverged, and its gradients are clipped at") == unclipped, text
+    if unclipped:
+        assert "clip_grad_norm_(model.parameters(), 0.1)" in text  # a round norm the gradients reach
+    else:
+        assert text.startswith(DIAGNOSES["divergence_clipped"].format(clip=clipping))
+
+
 def test_a_clipped_divergence_is_diagnosed_from_its_numbers_too():
     text = diagnose(None, phase="optimizer", kind="nonfinite", max_abs=3e33, loss_history=[1.4, 1.5],
                     clipping="norm 1")
@@ -297,8 +328,10 @@ def test_clipping_is_noted_however_the_program_calls_it():
         assert loss_tap.clipping() is None
         from torch.nn.utils import clip_grads_with_norm_, get_total_norm  # as accelerate does, at each clip
 
+        norm = torch.cat([p.grad.flatten() for p in model.parameters()]).norm().item()
         clip_grads_with_norm_(model.parameters(), 2.0, get_total_norm([p.grad for p in model.parameters()]))
         assert loss_tap.clipping() == "norm 2"
+        assert norm > 2 and loss_tap.clip_norm_seen() == pytest.approx(norm)  # the norm it was given, not after
         kept = torch.nn.utils.clip_grad_value_  # as a script importing it by name while listening keeps it
         kept(model.parameters(), clip_value=torch.tensor(0.5))
         assert loss_tap.clipping() == "value 0.5"  # (read by torch itself: clip_grad_value_ makes it a float first)
@@ -306,7 +339,7 @@ def test_clipping_is_noted_however_the_program_calls_it():
         assert loss_tap.clipping() == "norm"  # a bound given as a tensor, not read by us
     finally:
         stop()
-    assert loss_tap.clipping() is None
+    assert loss_tap.clipping() is None and loss_tap.clip_norm_seen() is None
     kept(model.parameters(), clip_value=0.5)
     assert loss_tap.clipping() is None  # noted only while anyone listens
 
