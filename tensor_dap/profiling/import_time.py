@@ -12,7 +12,9 @@ function's time divides among its callers' contexts as its calls do (gprof's ass
   ``configure_optimizers`` whose ``AdamW`` imports dynamo), from its callees up.
 
 A module body of the user's own files, or of a string they ``exec``, is their code, not an import to
-leave out.
+leave out. (A string a library execs while imported, as dataclasses do for each class, counts so too: such
+bodies share one row per name, called by ``exec`` alone, and one code object's numbers overwrite another's
+in ``pstats``, so nothing in the data tells them apart; they take microseconds, a config file may not.)
 """
 
 from __future__ import annotations
