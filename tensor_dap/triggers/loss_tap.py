@@ -189,8 +189,14 @@ def _noting_clip(clip: Callable[..., Any], kind: str, returns_norm: bool) -> Cal
 def clip_norm_seen() -> float | None:
     """The largest finite total norm among the program's last ``CLIP_NORMS_KEPT`` clips by norm, None if it
     measured none: a bound above it never clipped. Read now (a device's norms wait for it: a stop's report)."""
-    norms = [float(n) for n in _clip_norms]
-    finite = [n for n in norms if math.isfinite(n)]
+    finite = []
+    for norm in _clip_norms:
+        try:
+            value = float(norm)
+        except Exception:  # noqa: BLE001 - a norm that cannot be read here (a sharded DTensor's): not told
+            continue
+        if math.isfinite(value):
+            finite.append(value)
     return max(finite) if finite else None
 
 

@@ -332,6 +332,13 @@ def test_clipping_is_noted_however_the_program_calls_it():
         clip_grads_with_norm_(model.parameters(), 2.0, get_total_norm([p.grad for p in model.parameters()]))
         assert loss_tap.clipping() == "norm 2"
         assert norm > 2 and loss_tap.clip_norm_seen() == pytest.approx(norm)  # the norm it was given, not after
+
+        class Sharded(torch.Tensor):  # a norm this process cannot read alone (a sharded DTensor's)
+            def __float__(self):
+                raise RuntimeError("needs the other shards")
+
+        clip_grads_with_norm_(model.parameters(), 2.0, torch.tensor(50.0).as_subclass(Sharded))
+        assert loss_tap.clip_norm_seen() == pytest.approx(norm)  # left out, not an error in the report
         kept = torch.nn.utils.clip_grad_value_  # as a script importing it by name while listening keeps it
         kept(model.parameters(), clip_value=torch.tensor(0.5))
         assert loss_tap.clipping() == "value 0.5"  # (read by torch itself: clip_grad_value_ makes it a float first)
