@@ -15,6 +15,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import TriggerError
 from ..libraries import library_of
 from .frames import failing_frame, is_runner
 from ..probe.shape_errors import ShapeExplanation, explain
@@ -77,23 +78,26 @@ def collapsed_traceback(exc: BaseException, tb: Any) -> str:
         if id(t) in seen:
             continue
         seen.add(id(t))
-        t.stack = _Folded(t.stack)
+        t.stack = _Folded(t.stack, ours=t is te and isinstance(exc, TriggerError))
         todo += [c for c in (t.__cause__, t.__context__) if c is not None]
     return "".join(te.format())
 
 
 class _Folded(traceback.StackSummary):
-    """A stack whose runs of library frames format as one line."""
+    """A stack whose runs of library frames format as one line. ``ours``: a trigger of tensor_dap stopped the
+    run on purpose (its report follows), so tensor_dap's frame that raised folds too: the last line shown is
+    the user's."""
 
-    def __init__(self, frames: Any) -> None:
+    def __init__(self, frames: Any, ours: bool = False) -> None:
         super().__init__(frames)
+        self._ours = ours
 
     def format(self) -> list[str]:
         out: list[str] = []
         run: list[Any] = []
         for i, fs in enumerate(self):
             library = library_of(fs.filename)
-            if library is not None and i < len(self) - 1:
+            if library is not None and (i < len(self) - 1 or self._ours and library == "tensor_dap"):
                 run.append((fs, library))
                 continue
             out += _fold(run)

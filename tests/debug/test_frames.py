@@ -67,3 +67,32 @@ def test_call_sites_name_each_line_directly_and_through_one_library_frame_cached
     line = site_line(env2["elsewhere"]())
     assert (line.line, line.file) == (3, str(tmp_path / "else.py"))
     assert site_line(where(False, True)).line == 4  # and back: the cache follows the latest caller
+
+
+def test_a_trigger_s_traceback_ends_on_the_users_line():
+    """A trigger stops the run on purpose and its report follows: tensor_dap's raising frame folds with the rest,
+    so the last line shown is the user's. Any other error keeps the frame that raised it."""
+    import sys
+
+    import torch
+
+    import tensor_dap
+    from tensor_dap.debug.crash import collapsed_traceback
+    from tensor_dap.errors import LossThresholdError
+
+    def train_step():
+        tensor_dap.break_if(torch.tensor(50.0), above=10, on="raise")  # the user's line
+
+    try:
+        train_step()
+    except LossThresholdError:
+        text = collapsed_traceback(*sys.exc_info()[1:])
+    frames = text.split("tensor_dap.errors.LossThresholdError")[0]
+    assert frames.rstrip().splitlines()[-1].startswith("  [... ") and "tensor_dap hidden" in frames
+    assert "tensor_dap.break_if(torch.tensor(50.0)" in frames and "tensor_dap/" not in frames
+
+    try:
+        tensor_dap.break_if(torch.tensor(50.0), above=10, on="bogus")  # a usage error, not a trigger
+    except ValueError:
+        text = collapsed_traceback(*sys.exc_info()[1:])
+    assert "tensor_dap/triggers/" in text.split("ValueError")[0]  # the frame that raised stays
