@@ -104,6 +104,28 @@ test('trace: kernels are charged to the operator that launched them (External id
     assert.equal(s.spanUs, 52);
 });
 
+test('trace: Python frames (with_stack) nest like torch\'s key_averages: a range\'s self time leaves out its Python', () => {
+    // The optimizer's range runs its Python frame, which runs an op; an op right in the range; a frame that starts
+    // inside the range and ends after it (the profiler's own exit) is not its child, in torch either.
+    const ev = (o: object) => JSON.stringify({ ph: 'X', pid: 1, tid: 1, ...o });
+    const doc = `{"traceEvents": [
+        ${ev({ cat: 'user_annotation', name: 'Optimizer.step#SGD.step', ts: 0, dur: 100 })},
+        ${ev({ cat: 'python_function', name: 'torch/optim/sgd.py(340): _single_tensor_sgd', ts: 10, dur: 80 })},
+        ${ev({ cat: 'cpu_op', name: 'aten::add_', ts: 20, dur: 30 })},
+        ${ev({ cat: 'cpu_op', name: 'aten::mul', ts: 92, dur: 3 })},
+        ${ev({ cat: 'python_function', name: 'torch/autograd/profiler.py(932): __exit__', ts: 97, dur: 10 })},
+        ${ev({ cat: 'cpu_op', name: 'aten::zero_', tid: 2, ts: 12, dur: 50 })}
+    ]}`;
+    const s = summarize(doc);
+    const row = (name: string) => s.ops.find((o) => o.name === name)!;
+    assert.equal(row('Optimizer.step#SGD.step').selfCpu, 100 - 80 - 3);
+    assert.equal(row('Optimizer.step#SGD.step').totalCpu, 100);
+    assert.equal(row('aten::add_').selfCpu, 30);
+    assert.equal(row('aten::mul').selfCpu, 3);
+    assert.equal(row('aten::zero_').selfCpu, 50);  // another thread: nothing nests across lanes
+    assert.deepEqual(s.ops.map((o) => o.name).sort(), ['Optimizer.step#SGD.step', 'aten::add_', 'aten::mul', 'aten::zero_']);
+});
+
 test('trace: strings with escaped quotes, brackets and braces do not confuse the stream', () => {
     const name = 'weird \\"}]{[ name\\\\';
     const doc = `{"meta": "x\\"}", "traceEvents": [{"ph": "X", "name": "${name}", "ts": 1, "dur": 2, "pid": 1, "tid": 1}], "n": 3}`;

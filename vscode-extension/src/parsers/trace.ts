@@ -90,6 +90,7 @@ export class TraceAggregator {
     private readonly name = new Column();
     private readonly cat = new Column();
     private readonly isOp: number[] = [];           // indices of operator events
+    private readonly isFrame: number[] = [];        // indices of Python frames (with_stack): not rows, but they nest
     private readonly opShape = new Map<number, string>();  // event index -> input dims
     private readonly opByExternal = new Map<number, number>();  // External id -> event index
     private readonly kernelExternal: [number, number][] = [];  // [External id, dur]
@@ -148,6 +149,8 @@ export class TraceAggregator {
                     this.opByExternal.set(ext, index);
                 }
             }
+        } else if (cat === 'python_function') {
+            this.isFrame.push(index);
         } else if (KERNEL_CATS.has(cat)) {
             this.hasCuda = true;
             const ext = args && typeof args === 'object' ? args['External id'] : undefined;
@@ -267,12 +270,15 @@ export class TraceAggregator {
         };
     }
 
-    /** Self time of each operator event (same order as isOp): a per-thread nesting walk. */
+    /** Self time of each operator event (same order as isOp): a per-thread nesting walk. Python frames nest in
+     *  it as in torch's key_averages (and so the terminal's table): a range's self time leaves out the Python
+     *  it ran (`Optimizer.step#SGD.step` without `_single_tensor_sgd`), an op inside a frame is the frame's. */
     private selfTimes(): Float64Array {
-        const n = this.isOp.length;
+        const isOp = this.isOp.length && this.isFrame.length ? this.isOp.concat(this.isFrame) : this.isOp;
+        const n = isOp.length;
         const self = new Float64Array(n);
         const order = Array.from({ length: n }, (_, k) => k);
-        const ts = this.ts.data, dur = this.dur.data, lane = this.lane.data, isOp = this.isOp;
+        const ts = this.ts.data, dur = this.dur.data, lane = this.lane.data;
         order.sort((a, b) => lane[isOp[a]] - lane[isOp[b]] || ts[isOp[a]] - ts[isOp[b]] || dur[isOp[b]] - dur[isOp[a]]);
         const stack: number[] = [];
         let currentLane = -1;
@@ -292,10 +298,11 @@ export class TraceAggregator {
             }
             stack.push(k);
         }
-        for (let k = 0; k < n; k++) {
-            self[k] = Math.max(0, self[k]);
+        const ops = self.subarray(0, this.isOp.length);
+        for (let k = 0; k < ops.length; k++) {
+            ops[k] = Math.max(0, ops[k]);
         }
-        return self;
+        return ops;
     }
 
     /** The longest events (all categories), with their nesting depth within their lane. */
