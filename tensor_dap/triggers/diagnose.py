@@ -19,6 +19,7 @@ from .birth import Birth
 FP16_MAX = 65504.0
 DIVERGED_ABS = 1e15  # float32 values this large in a model are a run going off, not data
 RISE = 1.5  # a loss over a threshold within this factor of its lowest recent value did not jump there
+UNCLIPPED = 10  # a clip by norm this many times above the largest norm the gradients had is no clipping
 
 _SOFTMAX = {"softmax", "log_softmax", "_softmax", "_log_softmax", "scaled_dot_product_attention", "softmin"}
 _LOG = {"log", "log2", "log10", "log_", "log2_", "log10_", "xlogy", "lgamma", "digamma", "log1p"}
@@ -172,9 +173,6 @@ def _divergence(max_abs: float | None, history: list[float], clipped: tuple[str 
     else:
         text = DIAGNOSES["divergence_clipped"].format(clip=clipping)
     return f"{text} ({'; '.join(detail)})" if detail else text
-
-
-UNCLIPPED = 10  # a clip by norm this many times above the largest norm the gradients had is no clipping
 
 
 def _norm_bound(clipping: str) -> float:

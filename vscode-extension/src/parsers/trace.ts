@@ -274,23 +274,23 @@ export class TraceAggregator {
      *  it as in torch's key_averages (and so the terminal's table): a range's self time leaves out the Python
      *  it ran (`Optimizer.step#SGD.step` without `_single_tensor_sgd`), an op inside a frame is the frame's. */
     private selfTimes(): Float64Array {
-        const isOp = this.isOp.length && this.isFrame.length ? this.isOp.concat(this.isFrame) : this.isOp;
-        const n = isOp.length;
+        const nested = this.isOp.length && this.isFrame.length ? this.isOp.concat(this.isFrame) : this.isOp;  // ops first
+        const n = nested.length;
         const self = new Float64Array(n);
         const order = Array.from({ length: n }, (_, k) => k);
         const ts = this.ts.data, dur = this.dur.data, lane = this.lane.data;
-        order.sort((a, b) => lane[isOp[a]] - lane[isOp[b]] || ts[isOp[a]] - ts[isOp[b]] || dur[isOp[b]] - dur[isOp[a]]);
+        order.sort((a, b) => lane[nested[a]] - lane[nested[b]] || ts[nested[a]] - ts[nested[b]] || dur[nested[b]] - dur[nested[a]]);
         const stack: number[] = [];
         let currentLane = -1;
         for (const k of order) {
-            const i = isOp[k];
+            const i = nested[k];
             self[k] = dur[i];
             if (lane[i] !== currentLane) {
                 stack.length = 0;
                 currentLane = lane[i];
             }
             const end = ts[i] + dur[i];
-            while (stack.length && ts[isOp[stack[stack.length - 1]]] + dur[isOp[stack[stack.length - 1]]] < end - 1e-3) {
+            while (stack.length && ts[nested[stack[stack.length - 1]]] + dur[nested[stack[stack.length - 1]]] < end - 1e-3) {
                 stack.pop();
             }
             if (stack.length) {
