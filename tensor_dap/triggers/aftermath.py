@@ -1,20 +1,26 @@
-"""After a report: training on NaN is never silent.
+"""After a report: training on NaN is never silent; nor is a loss that never moves.
 
 Once a trigger has reported and the user continued (or ``on="log"``), the next step that is
 still non-finite prints one line on stderr, and so do later ones, at most one every ``INTERVAL``
 seconds (with how many were not printed); the end of the run (``close``, the ``with`` block,
-interpreter exit) says how many steps were non-finite in all.
+interpreter exit) says how many steps were non-finite in all, and whether the loss had one exact
+value over its last ``FLAT_STEPS`` steps (``flat_loss``): a run that trains nothing looks calm too
+(pytorch/examples' DDP tutorial takes a cross-entropy over a single class, which is 0 whatever the model).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
+from typing import Any
 
+from ..dist import launch_rank
 from ..format import printable
 
 log = logging.getLogger("tensor_dap.triggers")
 INTERVAL = 5.0  # seconds between two "still non-finite" lines
+FLAT_STEPS = 32  # steps in a row with one exact loss value: no loss computed from changing batches does that
 
 
 def _say(text: str) -> None:
@@ -34,6 +40,8 @@ class Aftermath:
 
     def __init__(self, model: str = "") -> None:
         self.model = model  # the watched model's class, named in every line (a GAN has two watches talking)
+        launched = launch_rank()  # (torchrun's ranks print to one terminal; read from the environment: at the
+        self.rank = f"[rank {launched.rank}] " if launched.distributed else ""  # end, the process group is gone)
         self.first: int | None = None  # the step of the first report
         self.count = 0  # non-finite steps seen, the reported ones included
         self.unprinted = 0
@@ -65,22 +73,53 @@ class Aftermath:
             return
         more = f"; {self.unprinted} more not shown" if self.unprinted else ""
         model = f"{self.model} " if self.model else ""
-        _say(f"tensor_dap: {model}step {step} is non-finite too: training goes on with NaN/Inf "
-             f"({self.count} non-finite steps since step {self.first}{more})")
+        self._say(f"tensor_dap: {model}step {step} is non-finite too: training goes on with NaN/Inf "
+                  f"({self.count} non-finite steps since step {self.first}{more})")
         self._last, self.unprinted = now, 0
 
     def caused(self, step: int | None, model: str, since: int | None) -> None:
         """This model's first non-finite step came from another watched model's output, whose NaN step was
         reported and trained on (``c`` at its stop, ``on="log"``): said in a line, not stopped for again."""
         name = f"{self.model} " if self.model else ""
-        _say(f"tensor_dap: {name}step {step} is non-finite: its input is the output of {model}, whose weights are "
-             f"non-finite since its step {since} reported above; training goes on with NaN/Inf")
+        self._say(f"tensor_dap: {name}step {step} is non-finite: its input is the output of {model}, whose weights "
+                  f"are non-finite since its step {since} reported above; training goes on with NaN/Inf")
         self._last = time.monotonic()
+
+    def _say(self, text: str) -> None:
+        _say(self.rank + text)
 
     def summary(self, steps: int) -> None:
         """The end of the run: how many steps were non-finite."""
         if self.count:
             model = f"({self.model})" if self.model else ""
             were = "was" if self.count == 1 else "were"
-            _say(f"tensor_dap.watch{model}: {self.count} of the {steps} steps watched {were} non-finite "
-                 f"(the first at step {self.first})")
+            self._say(f"tensor_dap.watch{model}: {self.count} of the {steps} steps watched {were} non-finite "
+                      f"(the first at step {self.first})")
+
+    def flat(self, history: list[Any]) -> None:
+        """The end of the run: a loss with one exact value over its last ``FLAT_STEPS`` steps is said."""
+        note = flat_loss(history)
+        if note is not None:
+            model = f"({self.model})" if self.model else ""
+            self._say(f"tensor_dap.watch{model}: {note}")
+
+
+def flat_loss(history: list[Any]) -> str | None:
+    """What a loss with one exact finite value in each of its last ``FLAT_STEPS`` steps means, None for any other
+    (values or 0-dim tensors: read here, once, at the end of a run)."""
+    if len(history) < FLAT_STEPS:
+        return None
+    try:
+        values = [float(v) for v in history[-FLAT_STEPS:]]
+    except Exception:  # noqa: BLE001 - a device that cannot be read any more (the run crashed on it): nothing said
+        return None
+    value = values[0]
+    if not math.isfinite(value) or any(v != value for v in values):
+        return None
+    if value == 0:
+        return (f"the loss was exactly 0 in each of the last {FLAT_STEPS} steps, so no gradient came from it: a loss "
+                f"that is 0 whatever the model does (a cross-entropy over a single class: logits of shape [N, 1]), "
+                f"or a model that already fits every batch exactly")
+    return (f"the loss was exactly {value:.6g} in each of the last {FLAT_STEPS} steps: nothing the model learns "
+            f"changes it (a learning rate of 0, frozen parameters, an output detached from them, or one batch "
+            f"repeated with no update)")
