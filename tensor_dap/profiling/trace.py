@@ -133,7 +133,8 @@ def _operator(name: str, python: set[str]) -> bool:
 
 def _device_s(e: Any) -> float:
     """An event's self time on the device, in seconds (torch before 2.4 calls it CUDA time)."""
-    return (getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0)) or 0) / 1e6
+    name = "self_device_time_total" if hasattr(e, "self_device_time_total") else "self_cuda_time_total"
+    return (getattr(e, name, 0) or 0) / 1e6  # (the old name is read only where the new one is missing: it warns)
 
 
 def top_ops(prof: Any, cuda: bool, python: set[str] | None = None) -> list[OpRow]:

@@ -196,6 +196,7 @@ def test_torch_time_is_told_by_the_program_s_own_functions(tmp_path):
     (tmp_path / "train.py").write_text(BY_FUNCTION)
     r = tensor_dap("profile", "--mode", "torch", "train.py", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
+    assert not re.search(r"tensor_dap/\S+:\d+: \w*Warning", r.stderr), r.stderr  # (torch 2.13's deprecated names)
     table = r.stderr[r.stderr.index("torch time by your function"):]
     rows = {m.group(1): m.group(2) for m in re.finditer(r"^\s*[\d.]+ (?:s|ms|µs|ns)\s+(train\.py(?::\d+)? \S+)\s+(.*)$",
                                                        table, re.M)}
