@@ -7,7 +7,8 @@
 - **The whole process**: peak RSS (the operating system's number: every allocation).
 - **torch on CPU**: tracemalloc does not see tensor memory (torch allocates it in C). The
   torch profiler's memory events over the step window say which operators, called from
-  which of your functions, allocated how many bytes.
+  which of your functions, allocated how many bytes (read back once tracemalloc has stopped:
+  they are the profiler's objects, not the program's).
 - **torch on CUDA**: the caching allocator's peak and current numbers, ``memory_summary()``,
   and a snapshot with allocation stacks (``cuda_snapshot.pickle``) for pytorch.org/memory_viz.
 """
@@ -54,9 +55,11 @@ class MemoryRecorder(Recorder):
         self._site_cache: Optional[list[Site]] = None
         self._outside = 0  # live bytes of the snapshot with no line of the program in their traceback
         self._torch_sites: list[Site] = []
+        self._trace: Any = None  # the window's profiler, read once tracemalloc has stopped
         self._torch_covers = "no step was marked (call tensor_dap.step() at the end of each step)"
         self._cuda_info: Optional[dict[str, Any]] = None
         self._lock = threading.Lock()
+        self._aside = False  # the profiler's own work runs (``_not_counted``): no snapshot of it
         self._done = threading.Event()
         self._window: Optional[StepWindow] = None
         if self._cuda:
@@ -86,20 +89,23 @@ class MemoryRecorder(Recorder):
 
     @contextlib.contextmanager
     def _not_counted(self) -> Iterator[None]:
-        """The profiler's own work at step boundaries stays out of the peak."""
+        """The profiler's own work at step boundaries stays out of the peak and of the snapshots."""
         with self._lock:
+            self._aside = True
             if tracemalloc.is_tracing():
                 self._peak = max(self._peak, tracemalloc.get_traced_memory()[1])
         try:
             yield
         finally:
-            if tracemalloc.is_tracing():
-                tracemalloc.reset_peak()
+            with self._lock:
+                self._aside = False
+                if tracemalloc.is_tracing():
+                    tracemalloc.reset_peak()
 
     def _maybe_snapshot(self, at_step: bool = False) -> None:
         """A new snapshot on 25% growth, or at a step when memory grew at all and the last is over a second old."""
         with self._lock:
-            if not tracemalloc.is_tracing():
+            if self._aside or not tracemalloc.is_tracing():
                 return
             current = tracemalloc.get_traced_memory()[0]
             grew = current > self._snapshot_size * GROWTH
@@ -118,11 +124,20 @@ class MemoryRecorder(Recorder):
         self._maybe_snapshot(at_step=True)
 
     def _on_trace(self, prof: Any, covers: str) -> None:
+        """The window's profiler is read back once tracemalloc has stopped (``_read_window``): its events are not
+        the program's objects, and reading them under tracing took 30 s for 3 steps of 300 small ops (torch matches
+        each event with every memory record in its time span, in Python). Until then torch holds them in C++."""
+        self._trace = prof
+        self._torch_covers = covers
+
+    def _read_window(self) -> None:
+        prof, self._trace = self._trace, None
+        if prof is None:
+            return
         try:
             self._torch_sites = torch_sites(prof, SITES_KEPT)
         except Exception as exc:  # noqa: BLE001 - torch's own parsing failed: the rest of the profile stands
             self.notes.append(unreadable(exc))
-        self._torch_covers = covers
 
     def stop(self) -> None:
         self._done.set()
@@ -134,6 +149,7 @@ class MemoryRecorder(Recorder):
             tracemalloc.stop()
         if self._window is not None:
             self._window.stop()
+            self._read_window()
         if self._cuda:
             self._cuda_info = self._read_cuda()
         self._peak_rss = peak_rss()
