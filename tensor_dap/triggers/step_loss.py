@@ -6,7 +6,8 @@ same): compared one by one, they stay far below a threshold set on the loss the 
 handed to ``backward()`` since the last update are added up (the micro-batches' mean, as their gradients
 add up) and compared in the optimizer's pre-step hook, before the update. Until an optimizer has stepped
 once (a loop updating by hand never does), and inside a step whose closure computes the loss (LBFGS), each
-loss is compared as it comes; the first update then compares its micro-batches added up too. A step a
+loss is compared as it comes; the first update then compares its micro-batches added up too (a single loss
+again, below the threshold: the step losses' history, which a report's diagnosis reads, starts at step 0). A step a
 GradScaler skipped has no update: only the losses of as many ``backward()`` calls as the last updated step
 had are kept, so a skipped step's losses do not add to the next one's.
 """
@@ -57,9 +58,9 @@ class StepLoss:
         losses = list(self._losses)
         self._losses.clear()
         self._closure = closure_of(args, kwargs) is not None
-        if self._closure or (not self._accumulating and (len(losses) < 2 or self._fired)):
+        if self._closure or (not self._accumulating and self._fired):
             return  # (compared as they came)
-        if losses:
+        if losses:  # (the first update's single loss again: below the threshold, it starts the steps' history)
             guarded(WHO, lambda: self._compare_step(added_up(losses), self._steps()))
 
     def after_update(self) -> None:

@@ -134,6 +134,10 @@ def test_loss_above_reads_the_loss_at_backward_and_sees_through_a_grad_scaler(tm
     assert plain.returncode == 1 and "STEP 2 " in plain.stdout and "STEP 3" not in plain.stdout
     loss = HEADLINE.search(plain.stderr)
     assert loss and 1e5 < int(loss.group(2)) < 1e7
+    # the history starts at step 0 (it began at step 1: pytorch/examples' GAT at lr 30, 1.95 then 2318, was told
+    # its loss "starts there", above the threshold)
+    assert re.search(r"loss: 7\.97e5 \(last 4: [\d.]+, [\d.]+, [\d.]+, 7\.97e5\)", plain.stderr), plain.stderr
+    assert "the training diverged" in plain.stderr
     scaled = _run([*TENSOR_DAP, "--loss-above", "100", TRAIN, "scaled"], tmp_path)
     assert HEADLINE.search(scaled.stderr).group(1) == loss.group(1)
 
