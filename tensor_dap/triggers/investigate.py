@@ -140,7 +140,7 @@ class Investigation:
                 finding, failed = None, f"re-running the step failed ({short_error(exc, limit=None)}); "
             finding = self._guard(upstream, self, finding) or finding
             if finding is None and grads_bad:
-                finding = nonfinite_gradients(self._inner)
+                finding = nonfinite_gradients(self._inner, rerun=can_rerun)
                 if finding is not None and can_rerun:
                     finding.note = (failed or (NOT_LOCAL if current_rank() is not None
                                                else not_reproduced(ctx is not None and ctx.mode == "loop"))) \

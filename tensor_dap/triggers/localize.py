@@ -169,16 +169,17 @@ def nonfinite_parameters(model: torch.nn.Module, *, first_step: bool = False, op
     return None
 
 
-def nonfinite_gradients(model: torch.nn.Module) -> Finding | None:
-    """Without a re-run: the module holding a non-finite .grad, last-registered first (backward order)."""
+def nonfinite_gradients(model: torch.nn.Module, *, rerun: bool = False) -> Finding | None:
+    """The module holding a non-finite .grad, last-registered first (backward order): without a re-run, or
+    (``rerun``) after one that found nothing (the gradient came from another rank, or the step did not repeat)."""
+    how = "the module holding it" if rerun else "found without a re-run: the module holding the gradient"
+    more = "" if rerun else "; see 'the two modes' in docs/triggers.md"
     for path, mod in reversed(list(model.named_modules())):
         for pname, p in mod.named_parameters(recurse=False):
             if p.grad is not None and nonfinite(p.grad):
-                return Finding(
-                    "backward", path, type(mod).__name__,
-                    f"gradient of {pname!r} is non-finite (found without a re-run: the module holding the "
-                    "gradient, not where it was born; see 'the two modes' in docs/triggers.md)",
-                    _param_rows(mod), {"module": mod, "parameter": p})
+                return Finding("backward", path, type(mod).__name__,
+                               f"gradient of {pname!r} is non-finite ({how}, not where it was born{more})",
+                               _param_rows(mod), {"module": mod, "parameter": p})
     return None
 
 

@@ -37,6 +37,7 @@ def test_raise_on_every_rank_with_the_rank_in_each_report(tmp_path):
     # rank 0's own batch is fine: its report says the NaN came through the all-reduce
     assert ranks[0]["error"]["phase"] == "backward"
     assert any("all-reduce" in n for n in ranks[0]["error"]["notes"])
+    assert not any("without a re-run" in n for n in ranks[0]["error"]["notes"])  # (it re-ran: finite alone)
 
 
 def test_only_allowed_ranks_stop_and_the_others_log_and_continue(tmp_path):
