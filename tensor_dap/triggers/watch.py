@@ -34,7 +34,7 @@ from ..dist import called, current_rank, unwrap
 from ..errors import STOPS
 from ..state import Buffers, RngUse, capture_rng, hyper
 from . import active
-from .aftermath import Aftermath
+from .aftermath import FLAT_STEPS, Aftermath
 from .capture import Source, StepContext, Window, add_to_window, loss_of, open_window, same_value
 from .crashed import CrashExplanation
 from .investigate import Investigation
@@ -48,7 +48,9 @@ from .sentinel import Sentinel, group
 from .hang import watchdog
 from .stop import check_mode
 
-LOSS_HISTORY = 32  # losses kept for the report (values on the CPU; elsewhere 0-dim tensors, read only for a report)
+# losses kept for the report (values on the CPU; elsewhere 0-dim tensors, read only for a report) and for the end of
+# the run's note on a loss that never moved, which reads the last FLAT_STEPS
+LOSS_HISTORY = max(32, FLAT_STEPS)
 
 
 class watch(Investigation, LoopSteps, CrashExplanation):
