@@ -26,7 +26,10 @@ class Birth:
     output: Any = None  # the op's output (backward: grad_input)
     cause: Birth | None = None  # a NaN born from an Inf: the Inf's birth (e.g. masked_fill before softmax)
     deliberate: bool = False  # an Inf put there on purpose (a -inf mask), not a bug by itself
-    after_call: bool = False  # phase "loss": ``line`` is the model's call the loss was computed after (not backward())
+    # a loss's op the unchanged loop read from the loss's graph, whose own line is not known: ``line`` is the
+    # backward() call after it ("before": the op is in the loss computed before that line), or the model's call
+    # before it ("after"); None: ``line`` is the op's own
+    near: str | None = None
     note: str = ""
     saved: dict[str, Any] = field(default_factory=dict)  # backward: what the node saved from its forward (sqrt: result)
     made_by: tuple[str, ...] = ()  # the forward ops that made the op's first input, nearest first: ("rsub", "sigmoid")

@@ -118,7 +118,7 @@ def _loss_birth(loss: Any) -> Any:
 
     birth = read(loss).birth
     if birth is not None and birth.phase != "input":  # (a batch's first use is read from the graph: no line)
-        birth.line = user_line()
+        birth.line, birth.near = user_line(), "before"
     return birth
 
 

@@ -38,12 +38,22 @@ class StepContext:
     forwards: list[Any] | None = None  # an unchanged loop's step: the model's own forwards (see loop.py)
     outer: StepContext | None = None  # a closure evaluated inside step(): the w.step it belongs to (bundled)
     closure: bool = False  # ``fn`` is the closure handed to ``optimizer.step`` (LBFGS & co) in an unchanged loop
+    # a closure's evaluation: the model's own forwards in it, which its bundle replays (re-run here, the closure
+    # holds this step's batch; the program's closure in another process would hold another: Lightning's)
+    kept_forwards: list[Any] | None = None
 
     @property
     def mode(self) -> str:
         """How its bundle replays: "loop" (the model's own forwards), "closure" (with the optimizer's closure, which
         ``tensor-dap run --replay`` takes from the program's first step) or "step" (with the step function)."""
-        return "loop" if self.forwards is not None else "closure" if self.closure else "step"
+        if self.forwards is not None or self.kept_forwards is not None:
+            return "loop"
+        return "closure" if self.closure else "step"
+
+    @property
+    def bundled_forwards(self) -> list[Any] | None:
+        """The forwards its bundle keeps (None: its arguments)."""
+        return self.forwards if self.forwards is not None else self.kept_forwards
 
 
 @dataclass

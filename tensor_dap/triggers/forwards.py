@@ -60,10 +60,11 @@ class Forward:
 
     @classmethod
     def saved(cls, args: tuple[Any, ...], kwargs: dict[str, Any], rng: dict[str, Any],
-              grads: list[torch.Tensor | None], line: SourceLine | None, call: SourceLine | None = None) -> Forward:
+              grads: list[torch.Tensor | None], line: SourceLine | None, call: SourceLine | None = None,
+              loss: float | torch.Tensor | None = None) -> Forward:
         """A forward read back from an incident bundle (``call``: the line that called the model)."""
         f = cls(args, kwargs, rng, call_at=call)
-        f.grads, f.backward_at = grads, line
+        f.grads, f.backward_at, f.loss = grads, line, loss
         return f
 
     @property
@@ -126,14 +127,14 @@ def loss_value(loss: torch.Tensor) -> float | torch.Tensor:
     return loss.item() if loss.is_cpu else loss.detach()
 
 
-def loss_line(f: Forward) -> tuple[SourceLine | None, bool]:
-    """(line, after) naming a loss computed outside the model, whose own line is not known: the ``backward()``
-    call after it; or, where that call is in a library's code (accelerate, Lightning, HF's Trainer) and the
-    model was called from the user's, that call before it (``after``: True)."""
+def loss_line(f: Forward) -> tuple[SourceLine | None, str]:
+    """(line, near) naming a loss computed outside the model, whose own line is not known: the ``backward()``
+    call after it (the loss is computed "before" it); or, where that call is in a library's code (accelerate,
+    Lightning, HF's Trainer) and the model was called from the user's, that call before it ("after")."""
     back, call = f.line, f.call
     if call is not None and (back is None or (not is_user_file(back.file) and is_user_file(call.file))):
-        return call, True
-    return back, False
+        return call, "after"
+    return back, "before"
 
 
 def replay_forwards(model: torch.nn.Module, forwards: list[Forward], rng: dict[str, Any] | None = None) -> None:
@@ -150,11 +151,11 @@ def replay_forwards(model: torch.nn.Module, forwards: list[Forward], rng: dict[s
         pairs = [(t, g) for t, g in zip(output_tensors(out), f.output_grads()) if g is not None and t.requires_grad]
         if f.loss is not None and (k := kind_of(f.loss)) is not None:  # the model's outputs came out finite
             if f.loss_birth is not None:  # the op, found in the loss's graph when backward() was called
-                f.loss_birth.line, f.loss_birth.after_call = loss_line(f)
+                f.loss_birth.line, f.loss_birth.near = loss_line(f)
                 raise Born(f.loss_birth)
             loss = torch.as_tensor(f.loss)
-            line, after = loss_line(f)
-            raise Born(Birth("loss", None, k, line=line, after_call=after, inputs=[("loss", loss)], output=loss,
+            line, near = loss_line(f)
+            raise Born(Birth("loss", None, k, line=line, near=near, inputs=[("loss", loss)], output=loss,
                              note="the loss handed to backward() is non-finite while the model's outputs are "
                              "finite: the loss computation outside the model made it (the unchanged loop does "
                              "not re-run the loss function; hand the step to watch.step to find the op)"))
@@ -162,7 +163,7 @@ def replay_forwards(model: torch.nn.Module, forwards: list[Forward], rng: dict[s
             continue
         bad = next(((t, g, k) for t, g in pairs if (k := kind_of(g)) is not None), None)
         if bad is not None:
-            line, after = loss_line(f)
+            line, near = loss_line(f)
             loss = next((g.loss_tensor for g in reversed(forwards) if g.loss_tensor is not None), None)
             ops = unsafe_backward(loss, [n for g in forwards for n in g.model_nodes()]) if loss is not None else []
             op = ops[0] if len(ops) == 1 else None
@@ -170,7 +171,7 @@ def replay_forwards(model: torch.nn.Module, forwards: list[Forward], rng: dict[s
             if ops:
                 why = (f"{' or '.join(ops)}: the {'only op' if op else 'ops'} of the loss computation whose backward "
                        "can make NaN/Inf from finite values, read from the structure of the loss's graph (" + why + ")")
-            raise Born(Birth("loss", op, bad[2], line=line, after_call=after, inputs=[(GRAD_AT_OUTPUTS, bad[1])],
+            raise Born(Birth("loss", op, bad[2], line=line, near=near, inputs=[(GRAD_AT_OUTPUTS, bad[1])],
                              output=bad[1], forward_op=forward_name(op) if op else None,
                              note="the gradient arriving at the model's outputs is non-finite: the loss computation "
                              f"outside the model made it ({why}; hand the step to watch.step to find its line)"))

@@ -143,7 +143,7 @@ class Investigation:
                 finding = nonfinite_gradients(self._inner, rerun=can_rerun)
                 if finding is not None and can_rerun:
                     finding.note = (failed or (NOT_LOCAL if current_rank() is not None
-                                               else not_reproduced(ctx is not None and ctx.mode == "loop"))) \
+                                               else not_reproduced(ctx is not None and ctx.forwards is not None))) \
                         + finding.note
         elif not loss_bad:
             return None, {}, None  # the sum of norms overflowed, but every value is finite: no alarm
@@ -316,7 +316,8 @@ class Investigation:
             if report.step != ctx.index:
                 report.notes.append(f"the bundle holds step {ctx.index}, the step running when this was "
                                     f"detected (the state before step {report.step} is gone)")
-            forwards = [_forward_state(f) for f in ctx.forwards] if ctx.forwards is not None else None
+            kept = ctx.bundled_forwards
+            forwards = [_forward_state(f) for f in kept] if kept is not None else None
             write_bundle(report, step=ctx.index, args=ctx.args, kwargs=ctx.kwargs, model_state=state,
                          optimizer_state=opt_state, rng={**capture_rng(), **ctx.rng}, forwards=forwards,
                          root=self.capture if isinstance(self.capture, str) else None)
@@ -344,8 +345,9 @@ class Investigation:
 def _forward_state(f: Forward) -> dict[str, Any]:
     """One captured forward in safe types, for ``state.pt``."""
     line, call = (tuple(where) if where is not None else None for where in (f.line, f.call))
+    loss = f.loss if isinstance(f.loss, (float, torch.Tensor)) else None  # (a non-finite one fails the replay too)
     return {"args": f.args, "kwargs": f.kwargs, "rng": safe_rng(f.rng), "grads": list(f.output_grads()), "line": line,
-            "call": call}
+            "call": call, "loss": loss}
 
 
 def report_of(finding: Finding, *, step: int | None, kind: str = "nonfinite", headline: str | None = None) -> Report:
@@ -355,7 +357,7 @@ def report_of(finding: Finding, *, step: int | None, kind: str = "nonfinite", he
                     module=finding.module, module_type=finding.module_type, rank=current_rank(),
                     notes=[finding.note], tensors=list(finding.tensors), op=finding.op,
                     forward_op=birth.forward_op if birth is not None else None,
-                    source=source_field(line, after=birth is not None and birth.after_call))
+                    source=source_field(line, near=birth.near if birth is not None else None))
     report.loss = next((float(s.values[0]) for sec, _, s in finding.tensors if sec == "loss" and s.values), None)
     report.max_abs, report.max_abs_of = op_max_abs(finding)
     report.diagnosis = diagnose_report(report, birth)

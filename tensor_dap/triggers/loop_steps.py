@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import torch
 
-from .capture import StepContext
+from .capture import StepContext, loss_of
 from .forwards import loss_value, replay_forwards
 from .loss_tap import listen, scaling
 from .optimizer_call import param_ids
@@ -155,13 +155,12 @@ class LoopSteps:
         """An optimizer evaluating a closure after micro-batches the loop ran itself (Lightning's
         ``accumulate_grad_batches``: every micro-batch but the last runs outside ``step()``). Their gradients are
         checked before the closure adds to them: a failure is re-run from the capture, which holds those
-        micro-batches (re-running the closure would not reproduce it), and reported with their loss. Otherwise the
-        history keeps the closure's loss, one value a step, as for any closure."""
+        micro-batches (re-running the closure would not reproduce it), and reported with their loss. Otherwise their
+        losses are kept, added to the closure's: the step's loss (``_closure_ends``)."""
         index = self.step_count
         if self._sentinel.check_params(self._groups, index):
             self._take_loop_losses()
             self._read_and_fire(index, self._loop_context(optimizer))
-        self._step_losses.clear()
         self._noted = None
 
     def _handed_over(self) -> StepContext | None:
@@ -190,7 +189,7 @@ class LoopSteps:
         self._take_loop_losses()  # its loss into the history and the sentinel
         ctx = self._loop_context()
         if ctx is not None:  # this evaluation, from its forward's start: re-run through the closure itself
-            ctx = dataclasses.replace(ctx, fn=self._joined[0], forwards=None, closure=True)
+            ctx = dataclasses.replace(ctx, fn=self._joined[0], forwards=None, kept_forwards=ctx.forwards, closure=True)
         self._guard(self._check, index, ctx)
         if loop is not None:
             loop.stepped()  # the next evaluation's forward opens a capture of its own (LBFGS moves the parameters)
@@ -210,6 +209,30 @@ class LoopSteps:
         return StepContext(self.step_count, lambda: replay_forwards(self._inner, forwards), (), {}, forwards[0].rng,
                            loop.start, checked=True, optimizer=optimizer or self._stepper, forwards=forwards,
                            updated=loop.updated)
+
+    def _closure_begins(self) -> int:
+        """An evaluation of the optimizer's closure begins: it opens a capture of its own (LBFGS moves the parameters
+        between evaluations; micro-batches the loop ran itself before it are checked already: ``_check_accumulated``).
+        How many of this step's losses came before it."""
+        if self._loop is not None:
+            self._loop.stepped()
+        return len(self._step_losses)
+
+    def _closure_ends(self, ctx: StepContext, loss: Any, before: int) -> Any:
+        """An evaluation of the closure returned ``loss``: ``ctx`` keeps the model's forwards in it, which its bundle
+        replays (another process's closure would hold another batch: Lightning's). The step's loss: the closure's,
+        added to the losses of the micro-batches before it, as their gradients add up (Lightning's
+        ``accumulate_grad_batches``); the capture's own record of the closure's loss is let go."""
+        loop = self._loop
+        if loop is not None:
+            captured = self._loop_context()
+            ctx.kept_forwards = captured.forwards if captured is not None else None
+            loop.losses = []
+            loop.stepped()
+        value = loss_of(loss)
+        earlier = self._step_losses[:before]
+        self._step_losses.clear()
+        return summed([*earlier, value]) if earlier and value is not None else value
 
     def _loop_unstepped(self) -> None:
         """The unchanged loop reset gradients with no update since its last backward: a step a GradScaler

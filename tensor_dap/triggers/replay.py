@@ -98,7 +98,7 @@ def replay(bundle: str | Bundle, model: torch.nn.Module, step_fn: Callable[..., 
     report = report_of(finding, step=bundle.step, headline=f"replay: {bundle.report.headline}")
     report.bundle, report.mode = bundle.path, bundle.mode
     _carry_over(bundle.report, report, finding.birth)
-    if (finding.phase, finding.module, finding.op) != (bundle.report.phase, bundle.report.module, bundle.report.op):
+    if (report.phase, report.module, report.op) != (bundle.report.phase, bundle.report.module, bundle.report.op):
         report.notes.append(f"the original report said {bundle.report.where or 'something else'}"
                             + (f", {bundle.report.origin}" if bundle.report.origin else ""))
     dispatch(report, on=on, error=NonFiniteError, ranks=ranks, culprit={**finding.culprit, "step": bundle.step})
@@ -114,6 +114,17 @@ def _carry_over(original: Report, report: Report, birth: Birth | None) -> None:
     if report.loss is None:
         report.loss = original.loss
     report.diagnosis = diagnose_report(report, birth) or report.diagnosis
+    if report.phase == original.phase == "loss" and report.op is None and original.op:
+        # A bundle of an unchanged loop keeps the number its loss function gave, not the function: the op that
+        # made it non-finite is the one the run found (re-running the closure or the step function, or read from
+        # the loss's graph).
+        report.op, report.forward_op, report.source = original.op, original.forward_op, original.source
+        report.notes[:1] = [LOSS_FROM_RUN]
+        report.diagnosis = report.diagnosis or original.diagnosis
+
+
+LOSS_FROM_RUN = ("the model's forwards and backward re-ran finite, and the loss handed to backward() was non-finite, "
+                 "as in the run: its op and line are the run's (the bundle keeps the loss, not the loss function)")
 
 
 def _forward(saved: dict[str, Any], device: torch.device) -> Forward:
@@ -121,8 +132,9 @@ def _forward(saved: dict[str, Any], device: torch.device) -> Forward:
                                        list(saved.get("grads", []))), lambda t: t.to(device))
     line, call = (where if isinstance(where, (list, tuple)) and len(where) == 3 else None
                   for where in (saved.get("line"), saved.get("call")))  # (bundles before Dec 2026 have no call)
+    loss = saved.get("loss")  # (bundles before Dec 2026 have none)
     return Forward.saved(args, kwargs, dict(saved.get("rng") or {}), grads, SourceLine(*line) if line else None,
-                         SourceLine(*call) if call else None)
+                         SourceLine(*call) if call else None, loss if isinstance(loss, (float, torch.Tensor)) else None)
 
 
 class _UpdateGuard:

@@ -30,7 +30,9 @@ logger = logging.getLogger("tensor_dap.triggers")
 logger.addHandler(logging.NullHandler())
 
 PHASES = ("input", "forward", "backward", "optimizer", "loss")
-VERSION = 2  # report.json schema: 1 had no version field and none of the fields below `created`
+# report.json schema: 1 had no version field and none of the fields below `created`; 2's source had "after" (True:
+# the model's call a loss op came after) where 3 has "near"
+VERSION = 3
 
 
 @dataclass
@@ -52,7 +54,8 @@ class Report:
     # version 2
     op: str | None = None  # where the first non-finite value was born: "softmax", "SqrtBackward0"
     forward_op: str | None = None  # for a backward op: the forward op that created it ("sqrt")
-    source: dict[str, Any] | None = None  # the user's line: {"file": str, "line": int, "text": str}
+    # the user's line: {"file": str, "line": int, "text": str}, and "near" where it is not the op's own (``Birth.near``)
+    source: dict[str, Any] | None = None
     diagnosis: str | None = None  # the likely cause and the usual fix, one line
     loss_history: list[float] = field(default_factory=list)  # the last losses seen, oldest first
     lr: list[float] = field(default_factory=list)  # the learning rate of each param group
@@ -88,12 +91,11 @@ class Report:
             text += f" (the backward of {self.forward_op})"
         src = self.source or {}
         if src.get("file"):
-            # the unchanged loop finds a loss op in the loss's graph: its own line is not known, so the line is the
-            # backward() call after it, or the model's call before it where backward() runs in a library's code
-            if (self.phase == "loss" or (self.phase == "input" and self.module is None)) \
-                    and self.mode not in ("step", "closure"):  # (a batch's first use, read from the loss's graph)
+            # the unchanged loop finds a loss op (or a batch's first use) in the loss's graph: its own line is not
+            # known, so the line is the backward() call after it, or the model's call before it (``Birth.near``)
+            if src.get("near"):
                 text = text or "not known"  # (an op the loss's graph cannot tell: a sum that overflowed)
-                at = f", in the loss computed {'after' if src.get('after') else 'before'} "
+                at = f", in the loss computed {src['near']} "
             else:
                 at = " at " if text else ""
             text += f"{at}{os.path.basename(str(src['file']))}:{src.get('line')}"
@@ -118,11 +120,11 @@ class Report:
         return cls(**report_fields(data, {f.name for f in dataclasses.fields(cls)}))
 
 
-def source_field(line: Any, after: bool = False) -> dict[str, Any] | None:
-    """A ``SourceLine`` as ``Report.source``; ``after``: it is the model's call that a loss op came after."""
+def source_field(line: Any, near: str | None = None) -> dict[str, Any] | None:
+    """A ``SourceLine`` as ``Report.source``; ``near``: it is not the op's own line (``Birth.near``)."""
     if line is None:
         return None
-    return {"file": line.file, "line": line.line, "text": line.text, **({"after": True} if after else {})}
+    return {"file": line.file, "line": line.line, "text": line.text, **({"near": near} if near else {})}
 
 
 # ------------------------------------------------------------------ renderers

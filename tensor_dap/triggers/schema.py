@@ -69,6 +69,10 @@ def report_fields(data: Any, known: set[str]) -> dict[str, Any]:
     for name in ("loss_history", "lr"):
         out[name] = [_check(f"{name}[{i}]", v, NUMBER) for i, v in enumerate(_list(name, data.get(name, [])))]
     out["source"] = _source(data.get("source"))
+    if out["source"] is not None:
+        after = out["source"].pop("after", False)
+        if out["version"] < 3:
+            _near_before_3(out["source"], after, out)
     out["tensors"] = [_tensor_row(i, row) for i, row in enumerate(_list("tensors", data.get("tensors", [])))]
     return {k: v for k, v in out.items() if k in known}
 
@@ -89,7 +93,19 @@ def _source(value: Any) -> dict[str, Any] | None:
     return {"file": _check("source.file", value.get("file"), str),
             "line": _check("source.line", value.get("line"), int),
             "text": _check("source.text", value.get("text", ""), str),
-            **({"after": True} if _check("source.after", value.get("after", False), bool) else {})}
+            **({"after": True} if _check("source.after", value.get("after", False), bool) else {}),
+            **({"near": near} if (near := _check("source.near", value.get("near"), (str, None))) in NEAR else {})}
+
+
+NEAR = ("before", "after")
+
+
+def _near_before_3(source: dict[str, Any], after: bool, fields: dict[str, Any]) -> None:
+    """Before version 3 a source was near a loss op, not its own line, where an unchanged loop ("loop") found a loss
+    op or a batch's first use with no module: ``after`` said the model's call, else it was the backward() call."""
+    if fields.get("mode") not in ("step", "closure") and (
+            fields.get("phase") == "loss" or (fields.get("phase") == "input" and fields.get("module") is None)):
+        source["near"] = "after" if after else "before"
 
 
 def _tensor_row(i: int, row: Any) -> tuple[str, str, TensorSummary]:

@@ -306,8 +306,6 @@ class watch(Investigation, LoopSteps, CrashExplanation):
         if closure is not None:  # LBFGS & co: the gradients are computed inside step(), by the closure
             if ctx is None and self._step_losses:
                 self._guard(self._check_accumulated, optimizer)
-            if self._loop is not None:
-                self._loop.enabled = False
             self._after_hook()
             return self._checked_closure(optimizer, closure, args, kwargs, ctx)
         if ctx is None and self._post_hook is None and self._plain_update():
@@ -355,8 +353,9 @@ class watch(Investigation, LoopSteps, CrashExplanation):
                 return closure()
             ctx = StepContext(index, closure, (), {}, capture_rng(), self._buffers.clone(), checked=True,
                               optimizer=optimizer, outer=outer, closure=True)
+            before = self._guard(self._closure_begins) or 0
             loss = closure()
-            value = loss_of(loss)
+            value = self._guard(self._closure_ends, ctx, loss, before)
             if value is not None:
                 self._last_loss = (index, value)
                 self._history.append(value)

@@ -303,17 +303,18 @@ for step in range(4):
 """
 
 
-def test_replay_of_a_closure_optimizers_bundle_reruns_the_programs_closure(tmp_path):
+def test_replay_of_a_closure_optimizers_bundle_replays_the_evaluation_that_failed(tmp_path):
     """pytorch/examples' time-sequence prediction under ``--replay``: LBFGS runs the model only inside its closure,
     so no module had run at the first step's pre-step hook ("no module that ran before the first step holds the
-    parameters of LBFGS"). One evaluation of the program's closure finds the model; the bundle (the state at the
-    start of the evaluation that failed, inside step 1) replays through it: full-batch closures, as LBFGS needs."""
+    parameters of LBFGS"). One evaluation of the program's closure finds the model; the bundle (the model's forwards
+    in the evaluation that failed, inside step 1, and the state at its start) replays with no closure, as a
+    Lightning closure, which holds another batch in another process, needs; the loss's op is the run's."""
     program = tmp_path / "lbfgs.py"
     program.write_text(LBFGS_PROGRAM)
     first = _run([*TENSOR_DAP, "--break-on-nan", str(program)], tmp_path)
     bundles = sorted((tmp_path / ".tensor_dap" / "incidents").iterdir())
     assert first.returncode == 1 and len(bundles) == 1, first.stderr
-    assert f"tensor_dap.replay('{os.path.relpath(bundles[0], tmp_path)}', model, closure, optimizer)" in first.stderr
+    assert f"tensor_dap.replay('{os.path.relpath(bundles[0], tmp_path)}', model, optimizer=optimizer)" in first.stderr
     # the command the report offers (a closure only the program has) is the one run: copied from the report
     offered = re.search(r"or with no code: tensor-dap run (--replay .*)", first.stderr)
     assert offered is not None and offered[1].endswith(" lbfgs.py"), first.stderr

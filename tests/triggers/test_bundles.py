@@ -47,7 +47,7 @@ def test_bundle_is_written_atomically_and_never_overwritten(tmp_path):
     for path in paths:
         assert sorted(os.listdir(path)) == ["report.json", "report.txt", "state.pt"]
         data = json.loads(Path(path, "report.json").read_text())
-        assert (data["step"], data["phase"], data["module"], data["version"]) == (planted.BUG_STEP, "input", "inp", 2)
+        assert (data["step"], data["phase"], data["module"], data["version"]) == (planted.BUG_STEP, "input", "inp", 3)
         assert data["bundle"] == path and data["mode"] == "step"
         assert "tensor-dap replay " + path in Path(path, "report.txt").read_text()
         state = torch.load(os.path.join(path, "state.pt"), weights_only=True)  # no pickled code in a bundle
@@ -254,6 +254,27 @@ def test_version_1_reports_still_read(tmp_path, capsys):
 
     report = read_report(str(tmp_path))
     assert report.version == 1 and report.op is None and report.loss_history == []
+
+
+@pytest.mark.parametrize(("mode", "phase", "after", "origin"), [
+    ("loop", "loss", False, "log, in the loss computed before train.py:9"),
+    ("loop", "loss", True, "log, in the loss computed after train.py:9"),
+    ("closure", "loss", False, "log at train.py:9"),
+    ("loop", "forward", False, "log at train.py:9"),
+])
+def test_version_2_reports_say_which_lines_are_near_the_loss_op(tmp_path, mode, phase, after, origin):
+    """Version 2 told a line near a loss op (not the op's own: the unchanged loop read the op from the loss's graph)
+    by the report's mode and phase, and ``after`` in its source; version 3 says it in the source (``near``)."""
+    from tensor_dap.triggers.incident import read_report
+
+    v2 = {**GOOD, "version": 2, "mode": mode, "phase": phase, "module": None, "op": "log",
+          "source": {"file": "/x/train.py", "line": 9, "text": "", **({"after": True} if after else {})}}
+    (tmp_path / "report.json").write_text(json.dumps(v2))
+    report = read_report(str(tmp_path))
+    assert report.origin == origin and "after" not in report.source
+    v3 = {**v2, "version": 3, "source": {**report.source}}  # written again, it reads the same
+    (tmp_path / "report.json").write_text(json.dumps(v3))
+    assert read_report(str(tmp_path)).origin == origin
 
 
 @pytest.mark.parametrize("mode", ["loop", "closure", "step"])

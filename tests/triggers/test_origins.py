@@ -56,7 +56,7 @@ def test_w_step_names_module_phase_op_and_line(bug):
     assert_names_the_birthplace(report, bug)
     assert report.step == origins.BUG_STEP or (bug == "exploding_lr" and report.step > origins.BUG_STEP)
     assert DIAGNOSIS[bug] in (report.diagnosis or ""), report.diagnosis
-    assert report.version == 2 and report.lr and report.loss_history  # the numbers that tell bug from divergence
+    assert report.version == 3 and report.lr and report.loss_history  # the numbers that tell bug from divergence
 
 
 @pytest.mark.parametrize("retain", [True, False], ids=["output-keeps-grad", "node-hook"])

@@ -48,9 +48,19 @@ test('incident: the newer fields are read when present, bad ones ignored', () =>
     assert.equal(where(r), '<root>');
     assert.deepEqual(r.tensors, []);
     assert.deepEqual(parseIncidentReport('{"kind": "x", "loss_history": [[3, 1.0], {"step": 4, "loss": 2}]}').lossHistory, [[3, 1], [4, 2]]);
-    const after = (v: unknown) => parseIncidentReport(JSON.stringify({ kind: 'nonfinite', headline: 'h', source: { file: 'a.py', line: 3, after: v } })).source;
-    assert.deepEqual(after(true), { file: 'a.py', line: 3, text: undefined, after: true }, "the model's call the loss came after");
-    assert.equal(after('yes')?.after, undefined);
+    const near = (report: Record<string, unknown>, source: Record<string, unknown>) =>
+        parseIncidentReport(JSON.stringify({ kind: 'nonfinite', headline: 'h', ...report, source: { file: 'a.py', line: 3, ...source } })).source?.near;
+    assert.equal(near({ version: 3 }, { near: 'after' }), 'after', "the model's call the loss came after");
+    assert.equal(near({ version: 3 }, { near: 'before' }), 'before');
+    assert.equal(near({ version: 3 }, { near: 'yes' }), undefined);
+    assert.equal(near({ version: 3, mode: 'loop', phase: 'loss' }, {}), undefined, "version 3: the op's own line");
+    // version 2 told it by the mode and phase: an unchanged loop's loss op, or a batch's first use with no module
+    assert.equal(near({ version: 2, mode: 'loop', phase: 'loss' }, { after: true }), 'after');
+    assert.equal(near({ version: 2, mode: 'loop', phase: 'loss' }, {}), 'before');
+    assert.equal(near({ version: 2, mode: 'loop', phase: 'input' }, {}), 'before');
+    assert.equal(near({ version: 2, mode: 'loop', phase: 'input', module: 'enc' }, {}), undefined);
+    assert.equal(near({ version: 2, mode: 'closure', phase: 'loss' }, {}), undefined);
+    assert.equal(near({ version: 2, mode: 'loop', phase: 'forward' }, { after: true }), undefined);
 });
 
 test('incident: not a report', () => {

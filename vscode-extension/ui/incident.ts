@@ -39,9 +39,8 @@ function render(m: Extract<HostMessage, { type: 'incident' }>): void {
             h('button', { class: 'primary', onclick: () => send({ type: 'replay' }), title: 'Run your training script under the debugger with this bundle: it stops where the value went non-finite' }, 'Replay in Debugger')),
         h('table', { class: 'facts' }, h('tbody', {}, ...facts.map(([k, v]) => h('tr', {}, h('th', {}, k), h('td', {}, v))))),
         // (as the Python report's origin: a loss op, or a batch's first use with no module, read from the loss's graph)
-        r.source ? h('section', {}, h('h2', {}, (r.phase === 'loss' || (r.phase === 'input' && r.module === undefined))
-            && r.mode === 'loop' && r.op
-            ? (r.source.after ? "Source: the model's call (the op is in the loss computed after it)"
+        r.source ? h('section', {}, h('h2', {}, r.source.near && r.op
+            ? (r.source.near === 'after' ? "Source: the model's call (the op is in the loss computed after it)"
                 : 'Source: the backward() call (the op is in the loss computed before it)') : 'Source'),
             h('p', {}, sourceLink(r.source.file, r.source.line, `${r.source.file}:${r.source.line}`)),
             r.source.text ? h('pre', { class: 'code' }, r.source.text) : null) : null,

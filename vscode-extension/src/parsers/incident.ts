@@ -2,7 +2,8 @@
  * Incident bundle reports (`.tensor_dap/incidents/<time>-step<N>/report.json`, written by
  * tensor_dap's training triggers: `Report.to_dict`). Read tolerantly: every field is optional
  * here, and those of report version 2 (`op`, `forward_op`, `source`, `loss_history`, `lr`,
- * `diagnosis`, `max_abs`, `mode`) are used when present. NaN/Inf arrive as the strings
+ * `diagnosis`, `max_abs`, `mode`) are used when present; version 3 says in `source.near` what
+ * version 2 told by its mode, phase and `source.after`. NaN/Inf arrive as the strings
  * "nan"/"inf"/"-inf".
  */
 import { FileFormatError } from './errors';
@@ -18,8 +19,11 @@ export interface IncidentSource {
     file: string;
     line: number;
     text?: string;
-    /** The line is the model's call the loss op came after (backward() ran in a library's code). */
-    after?: boolean;
+    /**
+     * The line is not the loss op's own (the unchanged loop read the op from the loss's graph): 'before' it is
+     * the backward() call after the loss, 'after' the model's call before it (backward() ran in a library's code).
+     */
+    near?: 'before' | 'after';
 }
 
 export interface IncidentReport {
@@ -70,7 +74,7 @@ export function parseIncidentReport(text: string): IncidentReport {
         loss: number(d.loss),
         op: str(d.op),
         forwardOp: str(d.forward_op),
-        source: sourceOf(d.source),
+        source: sourceOf(d.source, d),
         lossHistory: historyOf(d.loss_history, int(d.step)),
         lr: lrOf(d.lr),
         diagnosis: strings(d.diagnosis),
@@ -99,16 +103,27 @@ export function where(r: IncidentReport): string {
     return parts.join(' ');
 }
 
-function sourceOf(v: unknown): IncidentSource | undefined {
+function sourceOf(v: unknown, report: Record<string, unknown>): IncidentSource | undefined {
     if (!isObject(v) || typeof v.file !== 'string') {
         return undefined;
     }
     const line = int(v.line);
     const source: IncidentSource = { file: v.file, line: line !== undefined && line > 0 ? line : 1, text: str(v.text) };
-    if (v.after === true) {
-        source.after = true;
+    const near = (int(report.version) ?? 1) >= 3 ? v.near : nearBefore3(v, report);
+    if (near === 'before' || near === 'after') {
+        source.near = near;
     }
     return source;
+}
+
+/** As the Python reader of a version 2 report: an unchanged loop's loss op, or a batch's first use with no module. */
+function nearBefore3(v: Record<string, unknown>, report: Record<string, unknown>): string | undefined {
+    const mode = str(report.mode);
+    const phase = str(report.phase);
+    if (mode === 'step' || mode === 'closure' || !(phase === 'loss' || (phase === 'input' && typeof report.module !== 'string'))) {
+        return undefined;
+    }
+    return v.after === true ? 'after' : 'before';
 }
 
 /** Accepts [loss, ...] (steps counted back from the report's step) or [[step, loss], ...] or [{step, loss}]. */
