@@ -120,9 +120,29 @@ def _training_loop(frame: Any) -> Any:
         while f is not None and f.f_code.co_name == "step" and not is_user_file(f.f_code.co_filename) \
                 and _steps_an_optimizer(f.f_locals.get("self")):
             f = user_frame(f.f_back)
-        return f if f is not None else frame
+        return _holding_the_batch(f) if f is not None else frame
     except Exception:  # noqa: BLE001 - an odd frame: stop where the hook was called
         return frame
+
+
+BATCH_NAMES = ("batch", "inputs")  # Lightning's loop and HF's Trainer's call the batch so
+TRAINER_DEPTH = 24  # library frames looked through for the one holding the batch
+
+
+def _holding_the_batch(frame: Any) -> Any:
+    """A trainer's frame that calls the optimizer with no batch in reach (Lightning steps through its precision
+    plugin, its strategy and its module's hook, seven frames below the loop holding ``batch``): the nearest
+    library frame above it that holds the batch, without going past the user's own code; else ``frame``."""
+    if is_user_file(frame.f_code.co_filename) or any(name in frame.f_locals for name in BATCH_NAMES):
+        return frame
+    f = user_frame(frame.f_back)
+    for _ in range(TRAINER_DEPTH):
+        if f is None or is_user_file(f.f_code.co_filename):
+            return frame
+        if any(name in f.f_locals for name in BATCH_NAMES):
+            return f
+        f = user_frame(f.f_back)
+    return frame
 
 
 def _steps_an_optimizer(obj: Any) -> bool:

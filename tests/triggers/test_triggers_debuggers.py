@@ -235,3 +235,71 @@ def test_terminal_stops_in_a_trainers_loop_not_in_its_optimizer_wrapper(tmp_path
         child.expect("TRAINING-DONE")
     finally:
         child.close(force=True)
+
+
+LIGHTNING_LIKE = '''import torch
+
+
+class Precision:  # Lightning's precision plugin: the frame that calls the optimizer
+    def optimizer_step(self, optimizer, closure):
+        return optimizer.step(closure=closure)
+
+
+class Strategy:
+    def __init__(self):
+        self.precision = Precision()
+
+    def optimizer_step(self, optimizer, closure):
+        return self.precision.optimizer_step(optimizer, closure)
+
+
+def run(model, optimizer, strategy, kwargs):  # Lightning's automatic optimization: the batch is in kwargs
+    def closure():
+        optimizer.zero_grad()
+        loss = model(kwargs["batch"]).pow(2).mean()
+        loss.backward()
+        return loss
+    strategy.optimizer_step(optimizer, closure)
+
+
+def fit(model, optimizer, batches):  # the epoch loop: it holds the batch
+    strategy = Strategy()
+    for batch_idx, batch in enumerate(batches):
+        run(model, optimizer, strategy, {"batch": batch})  # LOOP-LINE
+'''
+LIGHTNING_SCRIPT = '''import torch
+import lit_lib
+
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 4)
+batches = [torch.randn(8, 4) for _ in range(4)]
+batches[2][3, 1] = float("nan")
+lit_lib.fit(model, torch.optim.Adam(model.parameters(), lr=0.1), batches)
+print("TRAINING-DONE")
+'''
+
+
+@pytest.mark.timeout(120)
+def test_terminal_stops_where_a_trainer_holds_the_batch(tmp_path):
+    """Lightning steps through its precision plugin, its strategy and its module's hook, with a closure: the frame
+    that calls the optimizer has no batch in reach, and pdb opens in the loop above that holds it (found on
+    Lightning 2.6, where it opened in ``precision.py``, seven frames below the epoch loop's ``batch``)."""
+    site = tmp_path / "lib" / "site-packages"
+    site.mkdir(parents=True)
+    (site / "lit_lib.py").write_text(LIGHTNING_LIKE)
+    (tmp_path / "main.py").write_text(LIGHTNING_SCRIPT)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(site)}
+    child = pexpect.spawn(sys.executable, ["-m", "tensor_dap", "run", "--break-on-nan", "main.py"], cwd=str(tmp_path),
+                          encoding="utf-8", timeout=60, env=env, dimensions=(50, 160))
+    try:
+        child.expect(PROMPT)
+        shown = " ".join(child.before.split())
+        assert "step 2 · non-finite input batch" in shown
+        assert "stopped in lit_lib's code, at run(model, optimizer, strategy, {\"batch\": batch}) # LOOP-LINE" in shown
+        child.sendline("p batch_idx, batch.isnan().sum().item()")
+        child.expect(PROMPT)
+        assert "(2, 1)" in child.before
+        child.sendline("c")
+        child.expect("TRAINING-DONE")
+    finally:
+        child.close(force=True)
