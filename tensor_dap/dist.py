@@ -99,6 +99,11 @@ class LaunchRank:
     def distributed(self) -> bool:
         return self.world_size > 1
 
+    @property
+    def prefix(self) -> str:
+        """What starts each line this rank prints on a terminal every rank shares ("[rank 1] "); "" alone."""
+        return f"[rank {self.rank}] " if self.distributed else ""
+
 
 def launch_rank(environ: Mapping[str, str] | None = None) -> LaunchRank:
     """This process's rank as torchrun (``RANK``, ``LOCAL_RANK``...) or SLURM set it; rank 0 of 1 otherwise.

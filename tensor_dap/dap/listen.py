@@ -169,9 +169,8 @@ def instructions(host: str, port: int, rank: LaunchRank, ranks: Optional[Collect
                  waiting: bool, base: Optional[int] = None) -> list[str]:
     """What to print: this rank's line, and how to attach, tunnel included (once per machine when the
     ports are ``base + LOCAL_RANK``; by every rank when each picked a free port, ``base`` 0)."""
-    who = f"rank {rank.rank} " if rank.distributed else ""
     state = "waiting for a debugger to attach" if waiting else "the program runs; attach any time"
-    lines = [f"tensor_dap: {who}debugpy listening on {host}:{port} ({state})"]
+    lines = [f"{rank.prefix}tensor_dap: debugpy listening on {host}:{port} ({state})"]
     ports = [port]
     if base and rank.distributed:
         listening = [r for r in range(rank.local_world_size)

@@ -40,8 +40,8 @@ class Aftermath:
 
     def __init__(self, model: str = "") -> None:
         self.model = model  # the watched model's class, named in every line (a GAN has two watches talking)
-        launched = launch_rank()  # (torchrun's ranks print to one terminal; read from the environment: at the
-        self.rank = f"[rank {launched.rank}] " if launched.distributed else ""  # end, the process group is gone)
+        # (torchrun's ranks print to one terminal; read from the environment: at the end, the process group is gone)
+        self.rank = launch_rank().prefix
         self.first: int | None = None  # the step of the first report
         self.count = 0  # non-finite steps seen, the reported ones included
         self.unprinted = 0

@@ -171,9 +171,8 @@ class Watchdog:
             json.dump({"rank": r.rank, "pid": os.getpid(), "host": socket.gethostname(), "where": here,
                        "idle_s": round(idle, 3), "steps": self.steps}, f)
         self.reports.append(folder)
-        who = f"rank {r.rank}: " if r.distributed else ""
-        note(f"tensor_dap: {who}no {step} for {idle:.0f} s; stacks of every thread in {path}\n"
-             f"  {who or 'main thread: '}{here}")
+        note(f"{r.prefix}tensor_dap: no {step} for {idle:.0f} s; stacks of every thread in {path}\n"
+             f"{r.prefix}  main thread: {here}")
         if r.rank == 0 and r.distributed:
             self._summarize(folder)
 

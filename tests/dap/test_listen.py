@@ -91,7 +91,7 @@ def test_ranks_and_ports():
 def test_instructions_print_the_attach_configuration_and_the_tunnel_once_per_machine():
     rank0 = LaunchRank(rank=4, local_rank=0, world_size=8, local_world_size=4)
     lines = listen.instructions("127.0.0.1", 5678, rank0, None, waiting=True, base=5678)
-    assert lines[0] == "tensor_dap: rank 4 debugpy listening on 127.0.0.1:5678 (waiting for a debugger to attach)"
+    assert lines[0] == "[rank 4] tensor_dap: debugpy listening on 127.0.0.1:5678 (waiting for a debugger to attach)"
     config = json.loads(lines[2].strip())
     assert config["connect"] == {"host": "127.0.0.1", "port": 5678} and config["type"] == "debugpy"
     assert config["pathMappings"] == [{"localRoot": "${workspaceFolder}", "remoteRoot": os.getcwd()}]

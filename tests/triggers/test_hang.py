@@ -100,8 +100,10 @@ def test_torchrun_ranks_ports_and_a_hang_report_naming_both_places(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert time.monotonic() - start < 240
     assert "RANK 0 DONE" in done.stdout and "RANK 1 DONE" in done.stdout
-    assert f"rank 1 debugpy listening on 127.0.0.1:{port + 1}" in done.stderr
-    assert "rank 0 debugpy listening" not in done.stderr  # --ranks 1: rank 0 runs without a listener
+    assert f"[rank 1] tensor_dap: debugpy listening on 127.0.0.1:{port + 1}" in done.stderr
+    assert "[rank 0] tensor_dap: debugpy listening" not in done.stderr  # --ranks 1: rank 0 runs without a listener
+    for rank in (0, 1):  # each rank's lines say whose they are, as every tensor_dap line of a rank does
+        assert f"[rank {rank}] tensor_dap: no " in done.stderr and f"[rank {rank}]   main thread: " in done.stderr
     folders = glob.glob(str(tmp_path / ".tensor_dap" / "incidents" / "*-hang"))
     assert len(folders) == 1, folders
     names = sorted(os.listdir(folders[0]))
