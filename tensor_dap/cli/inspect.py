@@ -9,7 +9,9 @@ Python objects (a whole model saved with ``torch.save(model)``, as pytorch/examp
 one line that says so; ``--trust`` unpickles it (running code from the file, importable from the file's
 folder or the working directory) and lists the state of every module and optimizer in it.
 Exit codes: 0 listed; 1 the file cannot be read as a checkpoint (or ``--nonfinite`` found
-NaN/Inf); 2 a usage mistake (no such file).
+NaN/Inf); 2 a usage mistake (no such file). A Lightning checkpoint's callbacks keep their best scores at
+±inf until they see one (``ModelCheckpoint``'s ``kth_value`` with no ``monitor``): ``--nonfinite`` lists those
+apart and does not count them, or every healthy Lightning checkpoint would fail a check.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ _VALUE_CHARS = 100
 _PLAIN_LOOK = 100  # items of a list looked at to tell that it holds plain values only
 _BATCH = 1000  # rows printed per write
 _STEP = 256  # tensors summarized between two progress updates
+# Lightning's ModelCheckpoint and EarlyStopping scores, kept under the checkpoint's "callbacks": ±inf until a
+# monitored score arrives (inf for mode "min", -inf for "max")
+CALLBACK_SCORES = ("kth_value", "best_model_score", "best_score", "current_score")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     import os
     import sys
 
+    from ..checks.result import plural
     from ..console import make_console
     from ..errors import UsageError
     from ..format import first_line, printable
@@ -60,14 +66,27 @@ def run(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 1
         rows, others, other_count = _summaries(obj, args.exact, progress)
+    scores: list[tuple[str, Any]] = []
     if args.nonfinite:
         rows = [(n, s) for n, s in rows if not isinstance(s, str) and s.nonfinite]
+        scores = [(n, s) for n, s in rows if _unscored(n, s)]
+        rows = [(n, s) for n, s in rows if not _unscored(n, s)]
     console = make_console()
-    _print_rows(console, f"{printable(args.file)}: {len(rows)} tensors", rows)
+    _print_rows(console, f"{printable(args.file)}: {plural(len(rows), 'tensor')}", rows)
+    if scores:
+        _print_rows(console, f"{printable(args.file)}: {plural(len(scores), 'callback score')} at ±inf, where "
+                             "Lightning starts them until a monitored score arrives (not counted)", scores)
     if others and not args.nonfinite:  # the step, epoch and config saved beside the weights
         more = f" (the first {len(others)})" if other_count > len(others) else ""
-        _print_rows(console, f"{printable(args.file)}: {other_count} other values{more}", others)
+        _print_rows(console, f"{printable(args.file)}: {plural(other_count, 'other value')}{more}", others)
     return 1 if args.nonfinite and rows else 0
+
+
+def _unscored(name: str, s: Any) -> bool:
+    """A Lightning callback's score still at the ±inf it starts from (a single value, no NaN)."""
+    parts = name.split(".")
+    return (len(parts) >= 3 and parts[0] == "callbacks" and parts[-1] in CALLBACK_SCORES and s.numel == 1
+            and not s.has_nan)
 
 
 def _load(path: str, trust: bool) -> Any:

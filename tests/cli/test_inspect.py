@@ -176,3 +176,42 @@ def test_tied_weights_are_named_once_and_the_values_beside_the_weights_are_liste
     assert values["ids"].endswith(", 15, …]")  # the first items only
     only_bad = inspect("--nonfinite", path)
     assert only_bad.returncode == 0 and "other values" not in only_bad.stdout
+
+
+def _lightning_checkpoint(path, weight=1.0, kth=float("inf")):
+    """What Lightning's Trainer.save_checkpoint writes (2.6): the weights, the optimizer, and each callback's state
+    under a key made of its class and settings."""
+    torch.save({"epoch": 0, "global_step": 16, "pytorch-lightning_version": "2.6.6",
+                "state_dict": {"head.weight": torch.full((2, 2), weight), "head.bias": torch.zeros(2)},
+                "callbacks": {
+                    "ModelCheckpoint{'monitor': None, 'mode': 'min', 'every_n_train_steps': 0}": {
+                        "kth_value": torch.tensor(kth), "best_model_score": None, "dirpath": "/ck/checkpoints"},
+                    "EarlyStopping{'monitor': 'val_loss', 'mode': 'max'}": {"best_score": torch.tensor(-float("inf")),
+                                                                          "wait_count": 0}},
+                "optimizer_states": [{"state": {0: {"step": torch.tensor(16.0)}}, "param_groups": [{"lr": 1e-3}]}]},
+               path)
+
+
+def test_a_lightning_checkpoint_s_unscored_callbacks_are_not_counted_as_non_finite(tmp_path):
+    """A healthy Lightning checkpoint keeps ModelCheckpoint's ``kth_value`` at inf (no monitor) and EarlyStopping's
+    ``best_score`` at -inf until a score arrives: ``--nonfinite`` lists them apart and exits 0; a NaN weight, or a
+    NaN score (no callback starts there), still fails it."""
+    healthy = tmp_path / "healthy.ckpt"
+    _lightning_checkpoint(healthy)
+    r = inspect("--nonfinite", healthy)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "healthy.ckpt: 0 tensors" in r.stdout
+    assert "healthy.ckpt: 2 callback scores at ±inf, where Lightning starts them until a monitored score arrives" \
+        in r.stdout
+    assert ".kth_value" in r.stdout and ".best_score" in r.stdout
+    listed = inspect(healthy)  # the full listing still shows what they hold
+    assert listed.returncode == 0 and "+Inf!" in listed.stdout and "-Inf!" in listed.stdout
+    broken = tmp_path / "broken.ckpt"
+    _lightning_checkpoint(broken, weight=float("nan"))
+    r = inspect("--nonfinite", broken)
+    assert r.returncode == 1 and "state_dict.head.weight" in r.stdout and "broken.ckpt: 1 tensor\n" in r.stdout
+    nan_score = tmp_path / "nan_score.ckpt"
+    _lightning_checkpoint(nan_score, kth=float("nan"))
+    r = inspect("--nonfinite", nan_score)
+    counted, apart = r.stdout.split("1 callback score at ±inf")
+    assert r.returncode == 1 and ".kth_value" in counted and ".best_score" in apart
