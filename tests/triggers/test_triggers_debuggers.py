@@ -212,17 +212,23 @@ print("TRAINING-DONE")
 '''
 
 
+def _run_under_a_trainer(tmp_path, name, library, script):
+    """``tensor-dap run --break-on-nan main.py`` in a terminal, ``main.py`` training through the installed
+    package ``name`` (in a site-packages folder: not the user's code)."""
+    site = tmp_path / "lib" / "site-packages"
+    site.mkdir(parents=True)
+    (site / f"{name}.py").write_text(library)
+    (tmp_path / "main.py").write_text(script)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(site)}
+    return pexpect.spawn(sys.executable, ["-m", "tensor_dap", "run", "--break-on-nan", "main.py"], cwd=str(tmp_path),
+                         encoding="utf-8", timeout=60, env=env, dimensions=(50, 160))
+
+
 @pytest.mark.timeout(120)
 def test_terminal_stops_in_a_trainers_loop_not_in_its_optimizer_wrapper(tmp_path):
     """A trainer steps through a wrapper (accelerate, Lightning): pdb opens in the loop that called it, where
     the batch and the model are, and says that loop is a library's."""
-    site = tmp_path / "lib" / "site-packages"  # an installed package, not the user's code
-    site.mkdir(parents=True)
-    (site / "trainer_lib.py").write_text(WRAPPER)
-    (tmp_path / "main.py").write_text(SCRIPT)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(site)}
-    child = pexpect.spawn(sys.executable, ["-m", "tensor_dap", "run", "--break-on-nan", "main.py"], cwd=str(tmp_path),
-                          encoding="utf-8", timeout=60, env=env, dimensions=(50, 160))
+    child = _run_under_a_trainer(tmp_path, "trainer_lib", WRAPPER, SCRIPT)
     try:
         child.expect(PROMPT)
         shown = " ".join(child.before.split())
@@ -284,13 +290,7 @@ def test_terminal_stops_where_a_trainer_holds_the_batch(tmp_path):
     """Lightning steps through its precision plugin, its strategy and its module's hook, with a closure: the frame
     that calls the optimizer has no batch in reach, and pdb opens in the loop above that holds it (found on
     Lightning 2.6, where it opened in ``precision.py``, seven frames below the epoch loop's ``batch``)."""
-    site = tmp_path / "lib" / "site-packages"
-    site.mkdir(parents=True)
-    (site / "lit_lib.py").write_text(LIGHTNING_LIKE)
-    (tmp_path / "main.py").write_text(LIGHTNING_SCRIPT)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(site)}
-    child = pexpect.spawn(sys.executable, ["-m", "tensor_dap", "run", "--break-on-nan", "main.py"], cwd=str(tmp_path),
-                          encoding="utf-8", timeout=60, env=env, dimensions=(50, 160))
+    child = _run_under_a_trainer(tmp_path, "lit_lib", LIGHTNING_LIKE, LIGHTNING_SCRIPT)
     try:
         child.expect(PROMPT)
         shown = " ".join(child.before.split())
