@@ -72,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
         scores = [(n, s) for n, s in rows if _unscored(n, s)]
         rows = [(n, s) for n, s in rows if not _unscored(n, s)]
     console = make_console()
-    _print_rows(console, f"{printable(args.file)}: {plural(len(rows), 'tensor')}", rows)
+    holding = " holding NaN/Inf" if args.nonfinite else ""
+    _print_rows(console, f"{printable(args.file)}: {plural(len(rows), 'tensor')}{holding}", rows)
     if scores:
         _print_rows(console, f"{printable(args.file)}: {plural(len(scores), 'callback score')} at ±inf, where "
                              "Lightning starts them until a monitored score arrives (not counted)", scores)
