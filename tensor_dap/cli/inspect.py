@@ -68,9 +68,9 @@ def run(args: argparse.Namespace) -> int:
         rows, others, other_count = _summaries(obj, args.exact, progress)
     scores: list[tuple[str, Any]] = []
     if args.nonfinite:
-        rows = [(n, s) for n, s in rows if not isinstance(s, str) and s.nonfinite]
-        scores = [(n, s) for n, s in rows if _unscored(n, s)]
-        rows = [(n, s) for n, s in rows if not _unscored(n, s)]
+        bad, rows = [(n, s) for n, s in rows if not isinstance(s, str) and s.nonfinite], []
+        for row in bad:
+            (scores if _unscored(*row) else rows).append(row)
     console = make_console()
     holding = " holding NaN/Inf" if args.nonfinite else ""
     _print_rows(console, f"{printable(args.file)}: {plural(len(rows), 'tensor')}{holding}", rows)

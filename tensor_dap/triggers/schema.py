@@ -68,11 +68,7 @@ def report_fields(data: Any, known: set[str]) -> dict[str, Any]:
     out["args"] = [_check(f"args[{i}]", v, str) for i, v in enumerate(_list("args", data.get("args", [])))]
     for name in ("loss_history", "lr"):
         out[name] = [_check(f"{name}[{i}]", v, NUMBER) for i, v in enumerate(_list(name, data.get(name, [])))]
-    out["source"] = _source(data.get("source"))
-    if out["source"] is not None:
-        after = out["source"].pop("after", False)
-        if out["version"] < 3:
-            _near_before_3(out["source"], after, out)
+    out["source"] = _source(data.get("source"), out)
     out["tensors"] = [_tensor_row(i, row) for i, row in enumerate(_list("tensors", data.get("tensors", [])))]
     return {k: v for k, v in out.items() if k in known}
 
@@ -85,27 +81,32 @@ def _list(name: str, value: Any) -> list[Any]:
     return value
 
 
-def _source(value: Any) -> dict[str, Any] | None:
+def _source(value: Any, fields: dict[str, Any]) -> dict[str, Any] | None:
+    """``source``, with ``near`` (version 3) or what stood for it before (``_near_before_3``)."""
     if value is None:
         return None
     if not isinstance(value, dict):
         raise ValueError(f"field 'source': expected an object, got {type(value).__name__}")
-    return {"file": _check("source.file", value.get("file"), str),
-            "line": _check("source.line", value.get("line"), int),
-            "text": _check("source.text", value.get("text", ""), str),
-            **({"after": True} if _check("source.after", value.get("after", False), bool) else {}),
-            **({"near": near} if (near := _check("source.near", value.get("near"), (str, None))) in NEAR else {})}
+    source = {"file": _check("source.file", value.get("file"), str),
+              "line": _check("source.line", value.get("line"), int),
+              "text": _check("source.text", value.get("text", ""), str)}
+    if fields["version"] < 3:
+        near = _near_before_3(_check("source.after", value.get("after", False), bool), fields)
+    else:
+        near = _check("source.near", value.get("near"), (str, None))
+    return {**source, "near": near} if near in NEAR else source
 
 
 NEAR = ("before", "after")
 
 
-def _near_before_3(source: dict[str, Any], after: bool, fields: dict[str, Any]) -> None:
+def _near_before_3(after: bool, fields: dict[str, Any]) -> str | None:
     """Before version 3 a source was near a loss op, not its own line, where an unchanged loop ("loop") found a loss
     op or a batch's first use with no module: ``after`` said the model's call, else it was the backward() call."""
     if fields.get("mode") not in ("step", "closure") and (
             fields.get("phase") == "loss" or (fields.get("phase") == "input" and fields.get("module") is None)):
-        source["near"] = "after" if after else "before"
+        return "after" if after else "before"
+    return None
 
 
 def _tensor_row(i: int, row: Any) -> tuple[str, str, TensorSummary]:

@@ -133,10 +133,8 @@ def _holding_the_batch(frame: Any) -> Any:
     """A trainer's frame that calls the optimizer with no batch in reach (Lightning steps through its precision
     plugin, its strategy and its module's hook, seven frames below the loop holding ``batch``): the nearest
     library frame above it that holds the batch, without going past the user's own code; else ``frame``."""
-    if is_user_file(frame.f_code.co_filename) or any(name in frame.f_locals for name in BATCH_NAMES):
-        return frame
-    f = user_frame(frame.f_back)
-    for _ in range(TRAINER_DEPTH):
+    f = frame
+    for _ in range(1 + TRAINER_DEPTH):
         if f is None or is_user_file(f.f_code.co_filename):
             return frame
         if any(name in f.f_locals for name in BATCH_NAMES):
