@@ -93,7 +93,8 @@ def test_torchrun_ranks_ports_and_a_hang_report_naming_both_places(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            "-m", "tensor_dap", "run", "--listen", f"127.0.0.1:{port}", "--ranks", "1", "--hang-after", "2",
            DIST_JOB, "hang", "8"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # (TMPDIR: torchrun leaves its log folder, /tmp/torchelastic_*, behind even when the job ends well)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path)}
     start = time.monotonic()
     done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=240, env=env,
                           stdin=subprocess.DEVNULL)
