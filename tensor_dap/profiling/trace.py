@@ -19,7 +19,7 @@ from .output import TRACE, TRACE_GZ
 from .recorder import Options, Recorder
 from .memory_sites import def_line, named_frame, user_frame
 from .tables import plain, seconds, table, where
-from .window import StepWindow, unreadable
+from .window import NO_DEVICE_TIME, StepWindow, unreadable
 
 GZIP_ABOVE = 16 * 2**20
 # how torch names a Python call recorded with with_stack (when its flag is missing)
@@ -87,6 +87,8 @@ class TorchRecorder(Recorder):
             python = _not_operators(prof)  # (one pass over the events, for both tables)
             self._rows = top_ops(prof, self._cuda, python)
             self._functions = by_function(prof, self._cuda, python)
+            if self._cuda and self._rows and not any(r.self_device_s for r in self._rows):
+                self.notes.append(NO_DEVICE_TIME)
         except Exception as exc:  # noqa: BLE001 - as above: the trace file may still be there
             self.notes.append(unreadable(exc))
         self.notes.append(f"recorded {covers}")

@@ -21,9 +21,10 @@ starts at the first step.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 import weakref
-from typing import Any, Callable, ContextManager
+from typing import Any, Callable, ContextManager, Iterator
 
 from ..dynamo import global_forward_pre_hook
 from ..format import fmt_bytes
@@ -37,6 +38,27 @@ CHECK_EVERY_S = 0.5
 STRENGTH = {"backward": 0, "optimizer": 1, "explicit": 2}  # which step marks win when a program makes several
 STEP_1_END = "the end of step 1"  # where the prelude ends, unless a stronger mark or its memory bound says otherwise
 CALLS = {"backward": "backward()", "optimizer": "optimizer.step()", "explicit": "tensor_dap.step()"}
+# torch's profiler (kineto) reads its log level once, as it first starts; past its last level, it logs nothing
+KINETO_LOG_LEVEL, KINETO_SILENT = "KINETO_LOG_LEVEL", "6"
+# what a profile says where no GPU time came back although CUDA is there (kineto's errors were quieted too)
+NO_DEVICE_TIME = ("no GPU time was recorded although CUDA is available: if the program ran on the GPU, torch's "
+                  f"CUDA profiler (CUPTI) did not start; run with {KINETO_LOG_LEVEL}=4 to see its errors")
+
+
+@contextlib.contextmanager
+def quiet_profiler_log() -> Iterator[None]:
+    """Around the profiler's first start: kineto writes a line at every start and stop ("USDT: ...
+    profiler_start") into the program's stderr, and its level that hides those hides its errors as well
+    (``NO_DEVICE_TIME`` says where that matters). The variable is put back after, so the program's own
+    subprocesses log as they would; a level the user set stays."""
+    if KINETO_LOG_LEVEL in os.environ:
+        yield
+        return
+    os.environ[KINETO_LOG_LEVEL] = KINETO_SILENT
+    try:
+        yield
+    finally:
+        os.environ.pop(KINETO_LOG_LEVEL, None)
 
 
 def unreadable(exc: BaseException) -> str:
@@ -87,7 +109,8 @@ class StepWindow:
         # names came back as garbage (UnicodeDecodeError; pytorch/pytorch#130622, fixed after torch 2.13)
         self._prelude = torch.profiler.profile(**{**self.kwargs, "with_stack": False})
         self._growth_check = global_forward_pre_hook(self._check_growth)
-        self._prelude.start()
+        with quiet_profiler_log():
+            self._prelude.start()
         self._memory_at_start = _memory()  # (after the profiler's own start-up)
         self._next_check = time.monotonic() + CHECK_EVERY_S
 

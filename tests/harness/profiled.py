@@ -50,10 +50,10 @@ TRAIN = textwrap.dedent('''
 ''')
 
 
-def tensor_dap(*args, cwd, paths=()):
-    """``tensor-dap ARGS`` in ``cwd``, with ``paths`` importable after the project's own."""
+def tensor_dap(*args, cwd, paths=(), env=None):
+    """``tensor-dap ARGS`` in ``cwd``, with ``paths`` importable after the project's own (and ``env`` added)."""
     env = {"NO_COLOR": "1", "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp"),
-           "PYTHONPATH": os.pathsep.join([ROOT, *map(str, paths)])}
+           "PYTHONPATH": os.pathsep.join([ROOT, *map(str, paths)]), **(env or {})}
     return subprocess.run([sys.executable, "-m", "tensor_dap", *map(str, args)], capture_output=True, text=True,
                           cwd=cwd, timeout=300, env=env)
 

@@ -206,3 +206,58 @@ def test_torch_time_is_told_by_the_program_s_own_functions(tmp_path):
     assert set(rows) == {f"train.py:{forward} Net.forward", f"train.py:{step} train_step"}, table
     assert re.match(r"aten::(tanh|addmm|mm)", rows[f"train.py:{forward} Net.forward"]), rows
     assert "<listcomp>" not in table and "Linear.forward" not in table  # torch's own modules are not the user's
+
+
+QUIET = '''
+import os, subprocess, sys
+import torch
+from torch import nn
+
+model = nn.Linear(4, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(6):
+    opt.zero_grad()
+    model(torch.ones(3, 4)).sum().backward()
+    opt.step()
+print("level", os.environ.get("KINETO_LOG_LEVEL"))
+child = "import torch\\nwith torch.profiler.profile():\\n    torch.ones(2).sum()\\n"
+subprocess.run([sys.executable, "-c", child])  # the program's own profiler, in a process of its own
+'''
+
+
+@pytest.mark.parametrize("mode", ["torch", "memory"])
+def test_the_profiler_s_own_log_stays_out_of_the_program_s_output(tmp_path, mode):
+    """kineto writes "USDT: ... profiler_start" and "profiler_stop" on stderr at each start and stop: quieted for
+    the profile's own profiler, while the program's environment, as its subprocesses get it, is left as it was."""
+    (tmp_path / "train.py").write_text(QUIET)
+    r = tensor_dap("profile", "--mode", mode, "train.py", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "level None" in r.stdout
+    # the child's profiler logs as it would without tensor_dap: one start and one stop, no more
+    assert r.stderr.count("profiler_start") == 1 and r.stderr.count("profiler_stop") == 1, r.stderr
+
+
+def test_a_level_the_user_set_for_the_profiler_s_log_stays(tmp_path):
+    (tmp_path / "train.py").write_text(QUIET)
+    r = tensor_dap("profile", "--mode", "torch", "train.py", cwd=tmp_path, env={"KINETO_LOG_LEVEL": "5"})
+    assert r.returncode == 0, r.stderr
+    assert "level 5" in r.stdout
+    assert r.stderr.count("profiler_start") > 1, r.stderr  # the profile's own starts are logged too
+
+
+def test_a_trace_with_no_device_time_under_cuda_says_how_to_see_the_profiler_s_errors(tmp_path):
+    """Quieting kineto hides its errors too: where CUDA is there and the trace came back with no GPU time (CUPTI
+    refused: no permission for performance counters, a driver mismatch), the profile says how to see them. The CPU
+    trace stands in for one that lost its GPU kernels (no GPU here), CUDA's availability is set by hand."""
+    from tensor_dap import runner
+    from tensor_dap.profiling.recorder import Options
+    from tensor_dap.profiling.window import NO_DEVICE_TIME
+
+    recorder = trace.TorchRecorder(tmp_path, runner.Target("train.py"), Options())
+    recorder._files, recorder._rows, recorder._functions = [], [], []
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        torch.ones(64, 64).mm(torch.ones(64, 64))
+    for cuda, told in ((False, False), (True, True)):
+        recorder._cuda, recorder.notes = cuda, []
+        recorder._on_trace(prof, "steps 1-3")
+        assert (NO_DEVICE_TIME in recorder.notes) is told, recorder.notes
