@@ -128,13 +128,29 @@ def holds_tensor(value: Any, max_depth: int = 3, limit: int = 1000) -> bool:
 
 
 def map_tensors(obj: Any, fn: Callable[[Any], Any], _depth: int = 0) -> Any:
-    """The same nested lists/tuples/dicts with ``fn`` applied to every tensor (namedtuples are kept as they are)."""
+    """The same nested lists/tuples/namedtuples/dicts with ``fn`` applied to every tensor (other objects are kept
+    as they are)."""
     if is_tensor(obj):
         return fn(obj)
     if _depth > MAX_DEPTH and isinstance(obj, (list, tuple, dict)):
         raise ValueError(f"containers nested more than {MAX_DEPTH} deep")
-    if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
+    if isinstance(obj, (list, tuple)):
+        if hasattr(obj, "_fields"):
+            return _namedtuple_mapped(obj, fn, _depth)
         return type(obj)(map_tensors(v, fn, _depth + 1) for v in obj)
     if isinstance(obj, dict):
         return {k: map_tensors(v, fn, _depth + 1) for k, v in obj.items()}
     return obj
+
+
+def _namedtuple_mapped(obj: Any, fn: Callable[[Any], Any], depth: int) -> Any:
+    """A namedtuple (a batch of named fields, an RNN's ``PackedSequence``) rebuilt from its fields mapped, so its
+    tensors are copied or moved with the rest; one whose class takes other arguments stays as it is. A
+    PackedSequence keeps its ``batch_sizes`` as they are: torch holds them on the CPU whatever its data's device."""
+    packed = type(obj).__name__ == "PackedSequence" and type(obj).__module__.startswith("torch.")
+    fields = [v if packed and name == "batch_sizes" else map_tensors(v, fn, depth + 1)
+              for name, v in zip(obj._fields, obj)]
+    try:
+        return type(obj)(*fields)
+    except Exception:  # noqa: BLE001 - a class whose __new__ is not its fields: kept, unmapped
+        return obj

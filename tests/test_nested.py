@@ -95,12 +95,31 @@ def test_a_container_that_raises_is_skipped_not_raised():
     assert [p for p, _ in walk({"h": HalfBad(), "ok": torch.zeros(1)})] == ["['h'][0]", "['ok']"]
 
 
-def test_map_tensors_rebuilds_structure_and_keeps_namedtuples():
+def test_map_tensors_rebuilds_structure_and_namedtuples():
     Pair = collections.namedtuple("Pair", "x y")
-    pair = Pair(torch.ones(1), 2)
-    out = map_tensors({"a": [torch.ones(2)], "b": (torch.zeros(1), "s"), "p": pair}, lambda t: t + 1)
+
+    class Odd(Pair):  # a namedtuple whose class is not built from its fields: kept as it is
+        def __new__(cls, x):
+            return super().__new__(cls, x, 0)
+
+    pair, odd = Pair(torch.ones(1), 2), Odd(torch.ones(1))
+    out = map_tensors({"a": [torch.ones(2)], "b": (torch.zeros(1), "s"), "p": pair, "o": odd}, lambda t: t + 1)
     assert out["a"][0].tolist() == [2.0, 2.0] and out["b"][0].tolist() == [1.0] and out["b"][1] == "s"
-    assert out["p"] is pair
+    assert type(out["p"]) is Pair and out["p"].x.tolist() == [2.0] and out["p"].y == 2
+    assert out["o"] is odd
+
+
+def test_map_tensors_keeps_a_packed_sequence_s_batch_sizes_where_torch_keeps_them():
+    """A PackedSequence (an RNN's input) moved field by field: its data and indices go, batch_sizes stay on the CPU
+    (torch's RNNs refuse them elsewhere). ``meta`` stands in for an accelerator."""
+    from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
+
+    packed = pack_padded_sequence(torch.randn(3, 4, 2), torch.tensor([4, 1, 2]), batch_first=True,
+                                  enforce_sorted=False)
+    moved = map_tensors({"x": packed}, lambda t: t.to("meta"))["x"]
+    assert type(moved) is PackedSequence
+    assert moved.data.device.type == moved.sorted_indices.device.type == moved.unsorted_indices.device.type == "meta"
+    assert moved.batch_sizes is packed.batch_sizes
 
 
 def test_map_tensors_refuses_absurd_depth():

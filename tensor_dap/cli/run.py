@@ -47,6 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     triggers.add_argument("--replay", metavar="BUNDLE",
                           help="re-run an incident bundle's failing step on the model and optimizer the program "
                                "builds, stop where the NaN was born, then end (what VS Code's Replay button runs)")
+    triggers.add_argument("--trust", action="store_true",
+                          help="with --replay: unpickle the Python objects a bundle keeps (objects.pt: a batch of "
+                               "the program's own class), which runs code: only for bundles you wrote")
     triggers.add_argument("--hang-after", type=float, metavar="SECONDS",
                           help="when no optimizer step (by hand: no .backward()) completes for SECONDS, write "
                                "every rank's stacks to .tensor_dap/incidents/<time>-hang/ and say where each rank "
@@ -119,6 +122,8 @@ def check_options(args: argparse.Namespace) -> Optional[str]:
             raise UsageError(f"{', '.join(given)} only make{'s' if len(given) == 1 else ''} sense with --listen")
     if args.loss_above is not None and not math.isfinite(args.loss_above):
         raise UsageError(f"--loss-above {args.loss_above}: expected a finite number")
+    if args.trust and args.replay is None:
+        raise UsageError("--trust only makes sense with --replay")
     if args.replay is not None and not os.path.isfile(os.path.join(args.replay, "report.json")):
         raise UsageError(f"--replay {args.replay}: not an incident bundle (no report.json in it)")
     if args.hang_after is not None and not (math.isfinite(args.hang_after) and args.hang_after > 0):
@@ -170,7 +175,8 @@ def start_helpers(args: argparse.Namespace, ranks: Optional[frozenset]) -> list[
     if nan or args.loss_above is not None or args.replay is not None:
         from ..triggers.auto import AutoTriggers  # check_options made sure it imports
 
-        opened.append(AutoTriggers(nan=nan, loss_above=args.loss_above, ranks=ranks, replay=args.replay))
+        opened.append(AutoTriggers(nan=nan, loss_above=args.loss_above, ranks=ranks, replay=args.replay,
+                                   trusted=args.trust))
     if args.hang_after is not None or rank.distributed:
         from ..triggers.hang import watchdog
 

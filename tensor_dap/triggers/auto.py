@@ -46,8 +46,10 @@ class AutoTriggers:
     """The triggers ``tensor-dap run`` switched on; ``close()`` removes every hook and wrapper."""
 
     def __init__(self, *, nan: bool = False, loss_above: Optional[float] = None,
-                 ranks: Optional[Collection[int]] = None, on: str = "auto", replay: Optional[str] = None) -> None:
+                 ranks: Optional[Collection[int]] = None, on: str = "auto", replay: Optional[str] = None,
+                 trusted: bool = False) -> None:
         self.nan, self.loss_above, self.ranks, self.on, self.replay = nan, loss_above, ranks, on, replay
+        self.trusted = trusted  # --trust: the bundle's Python objects may be unpickled
         self._attachments: list[Any] = []
         self.steps = 0  # optimizer steps so far: the step number break_if reports
         self.backwards = 0  # .backward() calls on a loss: the step number when no optimizer ever steps
@@ -287,7 +289,7 @@ class AutoTriggers:
         note(f"tensor_dap: replaying {self.replay} on the program's {type(model).__name__}{with_optimizer}",
              style="")
         try:
-            report = replay(self.replay, model, closure, optimizer=optimizer, on=self.on)
+            report = replay(self.replay, model, closure, optimizer=optimizer, on=self.on, trusted=self.trusted)
         except TriggerError as exc:  # nobody to stop for: the report is shown, the program ends
             from .report import emit
 

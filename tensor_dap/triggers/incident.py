@@ -8,13 +8,15 @@ leaves half a bundle, and an existing bundle is never overwritten (a clash gets 
 ``-3``... suffix).
 
 ``state.pt`` holds only what ``torch.load(weights_only=True)`` reads (tensors, numbers,
-strings, plain lists/tuples/dicts): loading it runs no code. A step argument that is a Python
-object of its own (a namedtuple or dataclass batch) goes into ``objects.pt`` instead, which
-only ``trusted=True`` unpickles.
+strings, plain lists/tuples/dicts, and an RNN's ``PackedSequence``, which torch lets a safe load
+build): loading it runs no code. A step argument that is a Python object of its own (a
+namedtuple or dataclass batch) goes into ``objects.pt`` instead, which only ``trusted=True``
+(``tensor-dap run --replay ... --trust``) unpickles.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -37,6 +39,11 @@ STATE_FILE, OBJECTS_FILE, JSON_FILE, TEXT_FILE = "state.pt", "objects.pt", "repo
 FORMAT = 2  # state.pt: 1 was one full pickle (numpy RNG arrays, any argument objects)
 MAX_REPORT_CHARS = 16 * 2**20
 _SAFE_LEAVES = (str, bytes, int, float, complex, bool, type(None), torch.dtype, torch.device, torch.Size)
+# torch's own classes state.pt may hold, where a safe load can be told to build them (``safe_globals``, torch 2.5+):
+# an RNN's packed input. With an older torch they go to objects.pt, as the program's own classes do.
+_SAFE_CLASSES: tuple[type, ...] = ((torch.nn.utils.rnn.PackedSequence,)
+                                   if hasattr(torch.serialization, "safe_globals") else ())
+TRUST = "pass trusted=True (tensor-dap run --replay ... --trust) only if you wrote it"
 
 
 class BundleError(ValueError):
@@ -76,7 +83,7 @@ def loads_safely(obj: Any, depth: int = 0) -> bool:
         return type(obj) in (torch.Tensor, torch.nn.Parameter)
     if isinstance(obj, _SAFE_LEAVES):
         return True
-    if type(obj) in (list, tuple):
+    if type(obj) in (list, tuple) or type(obj) in _SAFE_CLASSES:
         return all(loads_safely(v, depth + 1) for v in obj)
     if type(obj) in (dict, OrderedDict):
         return all(isinstance(k, (str, int)) and loads_safely(v, depth + 1) for k, v in obj.items())
@@ -114,7 +121,8 @@ def write_bundle(report: Report, *, step: int | None, args: tuple[Any, ...] = ()
         if objects:
             _save(os.path.join(tmp, OBJECTS_FILE), objects)
             report.notes.append(f"the bundle keeps {', '.join(sorted(objects))} as Python objects ({OBJECTS_FILE}): "
-                                "replaying it needs tensor_dap.replay(..., trusted=True)")
+                                "replaying it needs tensor_dap.replay(..., trusted=True) or "
+                                "tensor-dap run --replay ... --trust")
         final = base
         for n in range(2, 1000):
             report.bundle = final
@@ -179,7 +187,7 @@ def read_bundle(path: str, *, trusted: bool = False) -> Bundle:
     if objects:
         if not trusted:
             raise BundleError(f"{path}: the bundle keeps {', '.join(map(str, objects))} as Python objects "
-                              f"({OBJECTS_FILE}); unpickling runs code: pass trusted=True if you wrote it",
+                              f"({OBJECTS_FILE}); unpickling runs code: {TRUST}",
                               file_problem=False)
         state = {**state, **_load(path, OBJECTS_FILE, True)}
     rng = state.get("rng")
@@ -189,13 +197,14 @@ def read_bundle(path: str, *, trusted: bool = False) -> Bundle:
 
 
 def _load(path: str, name: str, trusted: bool) -> Any:
+    allowed = torch.serialization.safe_globals(list(_SAFE_CLASSES)) if _SAFE_CLASSES else contextlib.nullcontext()
     try:
-        return torch.load(os.path.join(path, name), map_location="cpu", weights_only=not trusted)
+        with allowed:
+            return torch.load(os.path.join(path, name), map_location="cpu", weights_only=not trusted)
     except Exception as exc:  # noqa: BLE001 - any unreadable file is one clear error
         if not trusted and "weights_only" in str(exc):
             raise BundleError(f"{path}: {name} holds objects a safe load refuses (a bundle from an older "
-                              "tensor_dap, or not ours); pass trusted=True only if you wrote it",
-                              file_problem=False) from None
+                              f"tensor_dap, or not ours); {TRUST}", file_problem=False) from None
         raise BundleError(f"{path}: cannot load {name}: {short_error(exc, limit=None)}") from None
 
 

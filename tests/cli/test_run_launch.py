@@ -90,6 +90,7 @@ def test_signals_end_the_run_as_they_end_python(tmp_path, sig):
     (["--loss-above", "inf", "prog.py"], "finite number"),
     (["--loss-above", "x", "prog.py"], "invalid float"),
     (["--hang-after", "0", "prog.py"], "positive number of seconds"),
+    (["--trust", "prog.py"], "--trust only makes sense with --replay"),
     (["-m", "torch.distributed.run", "prog.py"], "put tensor-dap inside torchrun"),
     (["--no-such-option", "prog.py"], "unrecognized arguments"),
 ])
