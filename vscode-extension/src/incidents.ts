@@ -94,6 +94,18 @@ async function readIncident(folder: vscode.WorkspaceFolder, bundle: vscode.Uri):
     }
 }
 
+const TRUST_AND_REPLAY = 'Unpickle and Replay';
+
+/** Whether the bundle keeps Python objects that only a trusted replay unpickles (objects.pt). */
+async function keepsObjects(bundle: vscode.Uri): Promise<boolean> {
+    try {
+        await vscode.workspace.fs.stat(vscode.Uri.joinPath(bundle, 'objects.pt'));
+        return true;
+    } catch {
+        return false;
+    }
+}
+
 /** Starts a debug session that replays the bundle (see debug/replayConfig.ts for how). */
 export async function replayIncident(context: vscode.ExtensionContext, bundle: vscode.Uri): Promise<void> {
     const folder = vscode.workspace.getWorkspaceFolder(bundle);
@@ -115,7 +127,13 @@ export async function replayIncident(context: vscode.ExtensionContext, bundle: v
         program = picked[0].fsPath;
         await context.workspaceState.update(key, program);
     }
-    const config = replayConfiguration(bundle.fsPath, report, program, folder?.uri.fsPath ?? path.dirname(program));
+    const trust = await keepsObjects(bundle);
+    if (trust && await vscode.window.showWarningMessage(
+        'This incident bundle keeps objects of your program\'s own classes (objects.pt). Replaying it unpickles them, '
+        + 'which runs code: replay only a bundle you wrote.', { modal: true }, TRUST_AND_REPLAY) !== TRUST_AND_REPLAY) {
+        return;
+    }
+    const config = replayConfiguration(bundle.fsPath, report, program, folder?.uri.fsPath ?? path.dirname(program), trust);
     const started = await vscode.debug.startDebugging(folder, config);
     if (!started) {
         void vscode.window.showErrorMessage('tensor_dap: the replay session did not start (is the Python Debugger extension installed?).');

@@ -144,4 +144,6 @@ test('replay: the user\'s script under debugpy with the bundle named in its envi
     });
     assert.deepEqual(replayConfiguration('/b', report, '/ws/other.py', '/ws').args, ['run', '--replay', '/b', '/ws/other.py'],
         'the report\'s arguments belong to its own program');
+    assert.deepEqual(replayConfiguration('/b', report, '/ws/train.py', '/ws', true).args,
+        ['run', '--replay', '/b', '--trust', '/ws/train.py', '--lr', '3e-4'], 'a bundle keeping objects.pt, trusted by the user');
 });
