@@ -74,8 +74,9 @@ def kind_of(type_object: type) -> str | None:
 
 
 def expandable(kind: str | None) -> bool:
-    """Kinds whose children this view provides (leaves, batches and generators keep pydevd's own handling)."""
-    return kind is not None and kind not in ("info", "batch", "generator")
+    """Kinds whose children this view provides (leaves, batches, datasets and generators keep pydevd's own
+    handling: a dataset's attributes are its children)."""
+    return kind is not None and kind not in ("info", "batch", "generator", "dataset")
 
 
 def field_names(type_object: type) -> tuple[str, ...] | None:

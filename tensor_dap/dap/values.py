@@ -10,12 +10,12 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from ..format import fmt_shape, plain_repr, short_dtype, short_error
+from ..format import plain_repr, short_error
 from ..summary import Budget, TensorSummary, describe
 from ..summary import objects as _objects
 from ..summary.line import nonfinite_counts, one_line, stats_text
 from ..summary.modules import is_uninitialized
-from ..summary.tensor import no_torch_function
+from ..summary.heads import tensor_head
 from .nodes import LAZY, TEXT_MAX, Child, Info, bound, clip, field_names, tensor_classes
 
 BATCH_ITEMS = 8  # elements of a dict/list batch named in its one-line value
@@ -66,31 +66,6 @@ def stats_line(s: TensorSummary) -> str:
     else:
         tokens.append("exact")
     return " ".join(t for t in tokens if t)
-
-
-def tensor_head(x: Any) -> str:
-    """``kind[shape] dtype device`` read from metadata alone (no data): for batch lines and fallbacks."""
-    with no_torch_function():
-        return _tensor_head(x)
-
-
-def _tensor_head(x: Any) -> str:
-    name = {"Tensor": "tensor"}.get(type(x).__name__, type(x).__name__)
-    try:
-        shape = fmt_shape(tuple(int(d) for d in x.shape))
-    except Exception:  # noqa: BLE001 - metadata of a broken value may raise anything
-        shape = "[?]"
-    parts = [name + shape]
-    try:
-        dtype = short_dtype(str(x.dtype))
-        device = str(x.device)
-    except Exception:  # noqa: BLE001 - metadata of a broken value may raise anything
-        dtype, device = "?", "?"
-    if dtype:
-        parts.append(dtype)
-    if device not in ("cpu", "meta"):
-        parts.append(device)
-    return " ".join(parts)
 
 
 def batch_line(batch: Any) -> str | None:

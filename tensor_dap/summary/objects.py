@@ -13,6 +13,7 @@ from typing import Any
 
 from ..format import fmt_bytes, fmt_num
 from ..kinds import torch_attr
+from .datasets import describe_dataset, sized, try_len
 from .modules import describe_module
 
 def _nbytes(t: Any) -> int:
@@ -201,9 +202,8 @@ class LoaderSummary:
 
     def __str__(self) -> str:
         """``DataLoader batch_size=32 num_workers=0 pin_memory=False dataset=TensorDataset(1,000) 32 batches``."""
-        size = f"({self.dataset_len:,})" if self.dataset_len is not None else "(len ?)"
         parts = [self.kind, f"batch_size={self.batch_size}", f"num_workers={self.num_workers}",
-                 f"pin_memory={self.pin_memory}", f"dataset={self.dataset_kind}{size}"]
+                 f"pin_memory={self.pin_memory}", f"dataset={sized(self.dataset_kind, self.dataset_len)}"]
         if self.batches is not None:
             parts.append(f"{self.batches:,} batches")
         if self.shuffle:
@@ -211,27 +211,6 @@ class LoaderSummary:
         if self.drop_last:
             parts.append("drop_last")
         return " ".join(parts)
-
-
-_SLOW_LEN: set[type] = set()  # types whose __len__ once took longer than SLOW_CALL_MS: not called again
-SLOW_CALL_MS = 50.0
-
-
-def _try_len(obj: Any, owner: Any = None) -> int | None:
-    """``len(obj)``, which may be user code (a Dataset's ``__len__``, which a DataLoader's calls): errors give
-    None, and when it was slow once, ``owner``'s type (default: ``obj``'s) is not asked again in this process,
-    so one slow call never repeats on every render."""
-    key = type(obj if owner is None else owner)
-    if key in _SLOW_LEN:
-        return None
-    start = time.perf_counter()
-    try:
-        return len(obj)
-    except Exception:  # noqa: BLE001 - user code may raise anything
-        return None
-    finally:
-        if (time.perf_counter() - start) * 1000 > SLOW_CALL_MS:
-            _SLOW_LEN.add(key)
 
 
 def describe_loader(loader: Any) -> LoaderSummary:
@@ -247,8 +226,8 @@ def describe_loader(loader: Any) -> LoaderSummary:
         drop_last=bool(getattr(loader, "drop_last", False)),
         shuffle=shuffle,
         dataset_kind=type(dataset).__name__,
-        dataset_len=_try_len(dataset),
-        batches=_try_len(loader, owner=dataset),  # a DataLoader's len is its dataset's (or sampler's)
+        dataset_len=try_len(dataset),
+        batches=try_len(loader, owner=dataset),  # a DataLoader's len is its dataset's (or sampler's)
     )
 
 
@@ -329,6 +308,7 @@ KIND_CLASSES = {
     "scheduler": ("torch.optim.lr_scheduler.LRScheduler", "torch.optim.lr_scheduler._LRScheduler",
                   "torch.optim.lr_scheduler.ReduceLROnPlateau"),
     "loader": ("torch.utils.data.DataLoader",),
+    "dataset": ("torch.utils.data.Dataset",),
     "scaler": ("torch.amp.grad_scaler.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler"),
     "generator": ("torch.Generator",),
 }
@@ -343,12 +323,14 @@ def object_kind(type_object: type) -> str | None:
     for kind in KIND_CLASSES:
         classes = classes_of(kind)
         if classes and issubclass(type_object, classes):
-            return kind
+            # a dataset with a repr of its own (its root, its split) says more than its length: left to it
+            return None if kind == "dataset" and type_object.__repr__ is not object.__repr__ else kind
     return None
 
 
 def describe_object(obj: Any, kind: str | None = None, *, max_ms: float | None = None) -> Any:
-    """The summary of a module, optimizer, scheduler, loader, grad scaler or generator; None for anything else.
+    """The summary of a module, optimizer, scheduler, loader, dataset, grad scaler or generator; None for anything
+    else.
 
     ``max_ms`` bounds the walk of a module's or an optimizer's tensors (the debugger's per-value budget).
     """
@@ -358,5 +340,5 @@ def describe_object(obj: Any, kind: str | None = None, *, max_ms: float | None =
     if kind == "optimizer":
         return describe_optimizer(obj, max_ms=max_ms)
     describe = {"scheduler": describe_scheduler, "loader": describe_loader, "scaler": describe_scaler,
-                "generator": describe_generator}.get(kind or "")
+                "generator": describe_generator, "dataset": describe_dataset}.get(kind or "")
     return describe(obj) if describe is not None else None

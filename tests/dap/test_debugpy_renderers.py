@@ -25,7 +25,7 @@ from markers import file_marker_line
 from zoo import ZOO
 
 from tensor_dap.dap import expand as dap_children
-from tensor_dap.dap import pacing, values
+from tensor_dap.dap import nodes, pacing, values
 from tensor_dap.summary import Budget
 from tensor_dap.summary import modules as module_summary
 from tensor_dap.summary import objects as objects_summary
@@ -109,6 +109,7 @@ def test_conditional_breakpoint_frame_shows_one_line_values(zoo):
     assert v["plateau"].startswith("ReduceLROnPlateau lr=0.1,0.01 step=0 best=inf num_bad_epochs=0")
     assert v["loader"] == ("DataLoader batch_size=32 num_workers=0 pin_memory=False "
                            "dataset=TensorDataset(1,000) 32 batches shuffle")
+    assert v["data"] == "TensorDataset(1,000) tensor[1000, 784], tensor[1000] i64"
     assert v["batch"] == "{'input': tensor[32, 784], 'label': tensor[32] i64}"
     assert v["lazy"] == "Sequential(2) params uninitialized (lazy) f32 cpu train 2 hooks"
     assert v["pair"] == "[tensor[2, 784], tensor[2] i64]"
@@ -441,6 +442,43 @@ def test_describe_loader_without_len():
     s = objects_summary.describe_loader(torch.utils.data.DataLoader(Stream(), batch_size=2))
     assert (s.dataset_len, s.batches, s.shuffle) == (None, None, None)
     assert str(s) == "DataLoader batch_size=2 num_workers=0 pin_memory=False dataset=Stream(len ?)"
+
+
+def test_datasets_by_their_length_and_what_torch_s_own_hold():
+    """torch's datasets are read from what they keep (no __len__ or __getitem__ runs); the program's own by their
+    length; one with a repr of its own (its root, its split) is left to it."""
+    from torch.utils.data import ConcatDataset, Dataset, Subset, TensorDataset
+
+    calls = []
+
+    class Mine(Dataset):
+        def __len__(self):
+            calls.append("len")
+            return 7
+
+        def __getitem__(self, i):
+            calls.append("getitem")
+            return i
+
+    class Named(Mine):
+        def __repr__(self):
+            return "Named(root='/data', split='train')"
+
+    data = TensorDataset(torch.randn(100, 8), torch.randint(0, 3, (100,)), torch.ones(100, 2, dtype=torch.bool),
+                         torch.zeros(100), torch.zeros(100, 1))
+    assert str(objects_summary.describe_object(data)) == ("TensorDataset(100) tensor[100, 8], tensor[100] i64, "
+                                                          "tensor[100, 2] bool, tensor[100], … 1 more")
+    assert str(objects_summary.describe_object(Subset(data, [1, 5, 9]))).startswith("Subset(3) of TensorDataset(100) ")
+    assert str(objects_summary.describe_object(ConcatDataset([data, Mine()]))) == "ConcatDataset(107) of 2 datasets"
+    calls.clear()
+    assert str(objects_summary.describe_object(Mine())) == "Mine(7)" and calls == ["len"]
+    assert nodes.kind_of(Named) is None and nodes.kind_of(Mine) == "dataset" and not nodes.expandable("dataset")
+
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(range(3))
+
+    assert str(objects_summary.describe_object(Stream())) == "Stream(len ?)"
 
 
 def test_batch_line_leaves_containers_without_tensors_to_pydevd():
