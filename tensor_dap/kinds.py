@@ -27,3 +27,10 @@ def is_module(value: Any) -> bool:
     """True for a torch.nn.Module."""
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(value, torch.nn.Module)
+
+
+def is_packed_sequence(value: Any) -> bool:
+    """True for an RNN's packed input (``torch.nn.utils.rnn.PackedSequence``): a namedtuple whose data leads with
+    the tokens of every sequence, not with the batch, and whose ``batch_sizes`` torch keeps on the CPU."""
+    packed = torch_attr("torch.nn.utils.rnn.PackedSequence")
+    return isinstance(packed, type) and isinstance(value, packed)

@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Iterator, Mapping
 from typing import Any, Callable, Optional
 
-from .kinds import is_tensor
+from .kinds import is_packed_sequence, is_tensor
 
 Expand = Callable[[Any, str, bool], Optional[Iterator[tuple[str, Any]]]]
 MAX_DEPTH = 64  # no real batch or checkpoint nests deeper; a hostile file that does is cut, not walked
@@ -147,7 +147,7 @@ def _namedtuple_mapped(obj: Any, fn: Callable[[Any], Any], depth: int) -> Any:
     """A namedtuple (a batch of named fields, an RNN's ``PackedSequence``) rebuilt from its fields mapped, so its
     tensors are copied or moved with the rest; one whose class takes other arguments stays as it is. A
     PackedSequence keeps its ``batch_sizes`` as they are: torch holds them on the CPU whatever its data's device."""
-    packed = type(obj).__name__ == "PackedSequence" and type(obj).__module__.startswith("torch.")
+    packed = is_packed_sequence(obj)
     fields = [v if packed and name == "batch_sizes" else map_tensors(v, fn, depth + 1)
               for name, v in zip(obj._fields, obj)]
     try:

@@ -11,7 +11,7 @@ from collections import Counter
 from typing import Any
 
 from ..format import dtype_name, fmt_bytes
-from ..kinds import is_module
+from ..kinds import is_module, torch_attr
 from ..nested import walk
 from .result import PROBLEM, WARNING, CheckResult, Finding, names, never_raises, plural, result
 
@@ -78,11 +78,21 @@ def _model_findings(model_tensors: list[tuple[str, str, Any]], home: str) -> lis
     return found
 
 
-def _input_findings(inputs: list[tuple[str, Any]], home: str, float_dtype: str | None) -> list[Finding]:
+def _input_findings(inputs: list[tuple[str, Any]], home: str, float_dtype: str | None,
+                    recurrent: bool = False) -> list[Finding]:
+    """Inputs away from the model. Where torch itself wants them on the CPU, they are not: a ``PackedSequence``'s
+    ``batch_sizes`` always; sequence lengths for ``pack_padded_sequence`` in a model with an RNN (a warning,
+    since labels look the same and do need moving)."""
     found: list[Finding] = []
     for name, t in inputs:
         device = str(t.device)
-        if device != home:
+        if device != home and device == "cpu" and name.endswith(".batch_sizes"):
+            continue  # a PackedSequence's: torch keeps them on the CPU whatever the device of its data
+        if device != home and device == "cpu" and recurrent and t.dim() == 1 and not t.is_floating_point():
+            found.append(Finding(WARNING, name, f"1-D integer input on cpu, model on {home}",
+                                 "right for sequence lengths given to pack_padded_sequence (torch wants them on "
+                                 f"the CPU); labels or indices must move: y = y.to({home!r}, non_blocking=True)"))
+        elif device != home:
             found.append(Finding(PROBLEM, name, f"input on {device}, model on {home}",
                                  f"move the batch where the model is: x = x.to({home!r}, non_blocking=True)"))
         elif float_dtype and t.is_floating_point() and dtype_name(str(t.dtype)) != float_dtype:
@@ -120,7 +130,9 @@ def check_devices(model: Any, *tensors: Any, **named: Any) -> CheckResult:
     findings: list[Finding] = []
     if home is not None:
         findings += _model_findings(model_tensors, home)
-        findings += _input_findings(inputs, home, _float_dtype(model_tensors))
+        rnn = torch_attr("torch.nn.RNNBase")
+        recurrent = isinstance(rnn, type) and any(isinstance(m, rnn) for m in model.modules())
+        findings += _input_findings(inputs, home, _float_dtype(model_tensors), recurrent)
     if stray:
         findings.append(Finding(WARNING, names(stray), "holds no tensor: nothing to check"))
     devices = sorted({d for d, _ in groups})

@@ -8,11 +8,12 @@ and afterwards every submodule's train/eval flag, every buffer (BatchNorm runnin
 from __future__ import annotations
 
 import ast
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..format import dtype_name, fmt_shape, short_error
-from ..kinds import is_tensor
+from ..kinds import is_packed_sequence, is_tensor
 from ..nested import first_tensor
 from ..state import preserved
 from .paths import is_module_path
@@ -95,6 +96,8 @@ def describe_shapes(value: Any, depth: int = 0) -> str:
         return fmt_shape(tuple(value.shape))
     if depth > 2:
         return "…"
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return _named_shapes(value, depth)
     if isinstance(value, (list, tuple)):
         inner = ", ".join(describe_shapes(v, depth + 1) for v in value[:8])
         more = ", …" if len(value) > 8 else ""
@@ -105,6 +108,20 @@ def describe_shapes(value: Any, depth: int = 0) -> str:
     if value is None:
         return "None"
     return type(value).__name__
+
+
+def _named_shapes(value: Any, depth: int) -> str:
+    """A namedtuple by its fields (``Batch(x=[4, 3], y=[4])``); an RNN's packed input by what it packs:
+    ``PackedSequence[10, 16] 3 seqs ≤5 steps`` (its batch_sizes live on the CPU: reading one is no sync)."""
+    name = type(value).__name__
+    if is_packed_sequence(value):
+        try:
+            sizes = value.batch_sizes
+            return f"{name}{fmt_shape(tuple(value.data.shape))} {int(sizes[0])} seqs ≤{len(sizes)} steps"
+        except Exception:  # noqa: BLE001 - an odd or empty one: by its fields below
+            pass
+    fields = ", ".join(f"{f}={describe_shapes(v, depth + 1)}" for f, v in zip(value._fields[:8], value))
+    return f"{name}({fields}{', …' if len(value) > 8 else ''})"
 
 
 def _describe_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
@@ -121,6 +138,17 @@ def _first_meta(t: Any) -> tuple[tuple[int, ...], str, str] | None:
         return None if t is None else (tuple(int(d) for d in t.shape), dtype_name(str(t.dtype)), str(t.device))
     except Exception:  # noqa: BLE001 - a nested or otherwise odd tensor without plain sizes
         return None
+
+
+def _packs(*values: Any) -> bool:
+    """A PackedSequence among ``values`` (or first in a tuple of them, as an RNN returns it): its data leads with
+    the tokens of every sequence, not with the batch, so the batch is not followed through it."""
+    for v in values:
+        if isinstance(v, tuple) and not hasattr(v, "_fields") and v:
+            v = v[0]
+        if is_packed_sequence(v):
+            return True
+    return False
 
 
 def shape_flow(module: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> ShapeFlow:
@@ -141,14 +169,17 @@ def shape_flow(module: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] |
         if id(mod) not in seen:
             order.append(mod)
             first = inputs[0] if inputs and is_tensor(inputs[0]) else first_tensor((inputs, kw), max_depth=4)
-            seen[id(mod)] = {"inputs": _describe_call(inputs, kw), "first_in": _first_meta(first)}
+            meta = _first_meta(first)
+            if meta is not None and _packs(*inputs, *kw.values()):
+                meta = (None, *meta[1:])  # no leading batch dimension to follow
+            seen[id(mod)] = {"inputs": _describe_call(inputs, kw), "first_in": meta}
 
     def post_hook(mod: Any, inputs: Any, output: Any) -> None:
         entry = seen.setdefault(id(mod), {"inputs": describe_shapes(inputs), "first_in": None})
         if "output" not in entry:
             first = output if is_tensor(output) else first_tensor(output, max_depth=3)
             entry["output"] = output_desc(output, first)
-            entry["out_shape"] = (_first_meta(first) or (None,))[0]
+            entry["out_shape"] = None if _packs(output) else (_first_meta(first) or (None,))[0]
 
     def output_desc(output: Any, t: Any) -> tuple[str, str, str]:
         if t is None:
@@ -227,10 +258,12 @@ def _failure(exc: BaseException) -> tuple[str, Any]:
 
 
 def call_args(value: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """How the ``shapes`` input is passed: a tuple/list is spread, a dict becomes keywords."""
-    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+    """How the ``shapes`` input is passed: a tuple/list is spread, a mapping of str keys (a dict, HF's
+    ``BatchEncoding``) becomes keywords. A namedtuple is one argument: an RNN's ``PackedSequence``, a batch
+    of the program's own class."""
+    if isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
         return (), dict(value)
-    if isinstance(value, (tuple, list)) and not is_tensor(value):
+    if isinstance(value, (tuple, list)) and not is_tensor(value) and not hasattr(value, "_fields"):
         return tuple(value), {}
     return (value,), {}
 

@@ -1,5 +1,6 @@
 """check_shapes, check_devices, check_gradients: each on a clean model (no alarm) and with a planted bug (named)."""
 
+import collections
 import copy
 
 import pytest
@@ -161,6 +162,54 @@ def test_devices_inputs_elsewhere_dtype_and_empty_inputs():
     assert "batch['mask']" not in by
     assert by["batch['x64']"].level == "warning" and "f64" in by["batch['x64']"].message
     assert by["note"].level == "warning" and "holds no tensor" in by["note"].message
+
+
+class PackedClassifier(nn.Module):
+    """An RNN over a packed batch, its lengths on the CPU as pack_padded_sequence wants them."""
+
+    def __init__(self):
+        super().__init__()
+        self.rnn, self.head = nn.LSTM(4, 6, batch_first=True), nn.Linear(6, 3)
+
+    def forward(self, packed, lengths):
+        out, _ = nn.utils.rnn.pad_packed_sequence(self.rnn(packed)[0], batch_first=True)
+        return self.head(out.sum(1) / lengths[:, None].to(out))
+
+
+def _packed(lengths):
+    from torch.nn.utils.rnn import pack_padded_sequence
+
+    return pack_padded_sequence(torch.randn(len(lengths), max(lengths), 4), torch.tensor(lengths), batch_first=True,
+                                enforce_sorted=False)
+
+
+def test_shapes_of_a_packed_sequence_one_argument_by_what_it_packs():
+    """A PackedSequence is a namedtuple: passed alone it is the one argument (it was spread into four, and the
+    check failed on a model that works), and it reads by what it packs."""
+    packed, lengths = _packed([3, 5, 2]), torch.tensor([3, 5, 2])
+    alone = check_shapes(nn.LSTM(4, 6), packed)
+    assert alone.verdict == "ok", alone.findings
+    assert alone.rows[0][2] == "PackedSequence[10, 4] 3 seqs ≤5 steps"
+    assert alone.rows[0][3].startswith("(PackedSequence[10, 6] 3 seqs ≤5 steps, ([1, 3, 6], [1, 3, 6]))")
+    both = check_shapes(PackedClassifier(), (packed, lengths))
+    assert both.verdict == "ok" and both.rows[0][2] == "PackedSequence[10, 4] 3 seqs ≤5 steps, [3]"
+    Batch = collections.namedtuple("Batch", "x y")  # a batch of the program's own class: one argument, by field
+    named = check_shapes(nn.Identity(), Batch(torch.ones(2, 3), torch.zeros(2)))
+    assert named.verdict == "ok" and named.rows[0][2] == "Batch(x=[2, 3], y=[2])"
+
+
+def test_devices_a_packed_sequence_s_batch_sizes_and_an_rnn_s_lengths_stay_on_the_cpu():
+    """torch keeps a PackedSequence's batch_sizes on the CPU, and pack_padded_sequence wants lengths there: not
+    problems on a model elsewhere (``meta`` stands in for a GPU); lengths are a warning, as labels look the same."""
+    model = PackedClassifier().to("meta")
+    packed, lengths = _packed([3, 5, 2]).to("meta"), torch.tensor([3, 5, 2])
+    assert packed.batch_sizes.device.type == "cpu"
+    r = check_devices(model, packed, lengths=lengths)
+    by = {f.subject: f for f in r.findings}
+    assert r.verdict == "warning" and set(by) == {"lengths"}, r.findings
+    assert "pack_padded_sequence" in by["lengths"].advice
+    plain = check_devices(nn.Linear(4, 2).to("meta"), torch.zeros(3, 4), labels=torch.zeros(3, dtype=torch.long))
+    assert {f.subject: f.level for f in plain.findings} == {"input[0]": "problem", "labels": "problem"}  # no RNN
 
 
 def test_devices_model_parallel_across_same_kind_is_only_a_warning():
