@@ -61,7 +61,7 @@ def _bytes_of(args: Any, kwargs: Any) -> int:
     container deep in them (a dict batch). No walk: it runs for every forward of an RL episode."""
     total = 0
     for v in (*args, *kwargs.values()) if kwargs else args:
-        inner = v.values() if type(v) is dict else v if type(v) in (tuple, list) else (v,)
+        inner = v.values() if type(v) is dict else v if isinstance(v, (tuple, list)) else (v,)  # (namedtuples too)
         for t in inner:
             if isinstance(t, _Tensor):
                 try:

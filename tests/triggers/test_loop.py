@@ -1057,6 +1057,21 @@ def test_an_evaluation_with_gradients_on_drops_the_capture_once_its_inputs_pass_
                                "backward()") for note in info.value.report.notes)
 
 
+def test_the_bytes_held_count_a_namedtuple_s_tensors():
+    """A batch of named fields, or an RNN's PackedSequence, holds its tensors one container deep, as a tuple does:
+    they count toward MAX_HELD_BYTES (they counted as nothing)."""
+    import collections
+
+    from torch.nn.utils.rnn import pack_sequence
+
+    from tensor_dap.triggers.loop import _bytes_of
+
+    Batch = collections.namedtuple("Batch", "x y")
+    assert _bytes_of((Batch(torch.zeros(256), torch.zeros(64, dtype=torch.int64)),), {}) == 1024 + 512
+    packed = pack_sequence([torch.zeros(3, 8), torch.zeros(2, 8)])
+    assert _bytes_of((packed,), {"lengths": torch.zeros(2)}) == 5 * 8 * 4 + packed.batch_sizes.nbytes + 2 * 4
+
+
 def test_an_episode_s_nan_advantage_is_charged_to_its_backward_line():
     """actor-critic's returns normalized by a zero std (every return equal): the NaN reaches the outputs of the
     episode's first forward, whose gradient no hook saw arrive: its line is the step's backward() call."""
