@@ -17,7 +17,8 @@ from typing import Any
 from ..format import fmt_shape
 from .output import TRACE, TRACE_GZ
 from .recorder import Options, Recorder
-from .memory_sites import def_line, named_frame, user_frame
+from .backward_sites import Attribution
+from .memory_sites import def_line, named_frame
 from .tables import plain, seconds, table, where
 from .window import NO_DEVICE_TIME, StepWindow, unreadable
 
@@ -36,6 +37,7 @@ class FunctionRow:
     self_cpu_s: float
     self_device_s: float
     ops: tuple[tuple[str, float], ...]  # (operator, share of the function's time), the largest first
+    backward: bool = False  # the operators autograd ran for what this function's forward made
 
 
 @dataclass(frozen=True)
@@ -109,13 +111,15 @@ class TorchRecorder(Recorder):
             t.add_row(*cells, str(r.calls), plain(r.name), plain(r.input_shapes))
         if not self._functions:
             return [t]
-        mine = table(f"torch time by your function (the operators it ran, backward's where backward() was called), "
-                     f"{self._covers}", *columns[:-3], "function", "its costliest operators",
-                     right=("self CPU", "self CUDA"))
+        mine = table(f"torch time by your function (the operators it ran; backward's as the backward of the "
+                     f"function whose forward made them), {self._covers}", *columns[:-3], "function",
+                     "its costliest operators", right=("self CPU", "self CUDA"))
         for f in self._functions[: self.options.top]:
             cells = [seconds(f.self_cpu_s)] + ([seconds(f.self_device_s)] if self._cuda else [])
             ops = ", ".join(f"{name} {share:.0%}" for name, share in f.ops)
             place = where(f.file, def_line(f.line, f.function), f.function) if f.line else plain(f.file)
+            if f.backward:
+                place.append(" (backward)")
             mine.add_row(*cells, place, plain(ops))
         return [t, mine]
 
@@ -156,28 +160,33 @@ def top_ops(prof: Any, cuda: bool, python: set[str] | None = None) -> list[OpRow
 def by_function(prof: Any, cuda: bool, python: set[str] | None = None, ops_shown: int = 3) -> list[FunctionRow]:
     """Operators' self time summed by the innermost function of the program above them (``user_frame``: a
     model's ``forward``, the training loop): where in the user's own code the time in torch goes, which the
-    operator table cannot say. Backward's operators run in autograd's engine, under the ``backward()`` call."""
+    operator table cannot say. Backward's operators count as the backward of the function whose forward made
+    their autograd node (``backward_sites``), apart from its forward; the optimizer's where ``step()`` was called."""
     from torch.autograd import DeviceType
 
     python = _not_operators(prof) if python is None else python
-    grouped: dict[tuple[str, int, Any], dict[str, list[float]]] = {}
-    for e in prof.events():
+    events = list(prof.events())
+    attribution = Attribution(events)
+    grouped: dict[tuple[tuple[str, int, Any], bool], dict[str, list[float]]] = {}
+    for e in events:
         if not _operator(e.name, python):
             continue
         if getattr(e, "device_type", DeviceType.CPU) != DeviceType.CPU:
             continue  # a GPU kernel: its time is in the self device time of the operator that launched it
-        frame = named_frame(user_frame(e)) or ("<no function of yours>", 0, None)
-        times = grouped.setdefault(frame, {}).setdefault(e.name, [0, 0])
+        found, backward = attribution.of(e)
+        frame = named_frame(found) or ("<no function of yours>", 0, None)
+        times = grouped.setdefault((frame, backward), {}).setdefault(e.name, [0, 0])
         times[0] += e.self_cpu_time_total / 1e6
         times[1] += _device_s(e)
     rows = []
     key = 1 if cuda else 0
-    for (file, line, function), ops in grouped.items():
+    for ((file, line, function), backward), ops in grouped.items():
         cpu, dev = sum(t[0] for t in ops.values()), sum(t[1] for t in ops.values())
         total = dev if cuda else cpu
         if not total:
             continue
         costly = sorted(ops.items(), key=lambda kv: -kv[1][key])[:ops_shown]
-        rows.append(FunctionRow(file, line, function, cpu, dev, tuple((op, t[key] / total) for op, t in costly)))
+        rows.append(FunctionRow(file, line, function, cpu, dev, tuple((op, t[key] / total) for op, t in costly),
+                                backward))
     rows.sort(key=lambda r: -(r.self_device_s if cuda else r.self_cpu_s))
     return rows

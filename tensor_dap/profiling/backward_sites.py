@@ -1,0 +1,66 @@
+"""Whose backward is it: autograd's operators charged to the function of the program whose forward made them.
+
+Backward runs inside the ``backward()`` call, so the innermost function of the program above a
+backward operator is the training loop (or, under a trainer, the line that called the trainer):
+``aten::convolution_backward 89%`` in ``train``. torch numbers every autograd node with a
+per-thread sequence number, and the profiler keeps on each operator run with autograd on the number
+the next node will take (so a batch stacked by the DataLoader shares it with the layer after): the
+node was made by the *last* operator outside backward to start with its number, on its forward thread.
+An operator under ``autograd::engine::evaluate_function: X`` is charged to the function above the
+one that made X: ``Net.forward (backward)``. Where that forward was not recorded (it ran before the
+window opened), the backward keeps the ``backward()`` caller.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from .memory_sites import user_frame
+
+_NODE = "autograd::engine::evaluate_function: "
+MAX_DEPTH = 256  # parents walked up from an event to find its autograd node (operators nest a few deep)
+Frame = Optional[tuple[str, int, str]]
+
+
+class Attribution:
+    """``of(event)``: (the program's function an event's time belongs to, whether it is that function's backward)."""
+
+    def __init__(self, events: list[Any]) -> None:
+        self._frames: dict[int, Frame] = {}
+        last: dict[tuple[int, int], Any] = {}  # (forward thread, sequence number) -> the operator that made the node
+        for e in events:
+            seq = getattr(e, "sequence_nr", -1)
+            if seq is not None and seq >= 0 and _node_above(e) is None:  # (a node's own apply carries its number)
+                key = (e.thread, seq)
+                if key not in last or _start(e) >= _start(last[key]):
+                    last[key] = e
+        self._made = {key: self._frame(e) for key, e in last.items()}  # -> the function of that operator
+
+    def of(self, event: Any) -> tuple[Frame, bool]:
+        node = _node_above(event)
+        if node is not None:
+            made = self._made.get((getattr(node, "fwd_thread", None), getattr(node, "sequence_nr", -1)))
+            if made is not None:
+                return made, True
+        return self._frame(event), False
+
+    def _frame(self, event: Any) -> Frame:
+        key = id(event)
+        if key not in self._frames:
+            self._frames[key] = user_frame(event)
+        return self._frames[key]
+
+
+def _start(event: Any) -> float:
+    span = getattr(event, "time_range", None)
+    return getattr(span, "start", 0.0) if span is not None else 0.0
+
+
+def _node_above(event: Any) -> Any:
+    """The ``evaluate_function`` event an operator runs under (itself, if it is one); None outside backward."""
+    e, depth = event, 0
+    while e is not None and depth < MAX_DEPTH:
+        if e.name.startswith(_NODE):
+            return e
+        e, depth = getattr(e, "cpu_parent", None), depth + 1
+    return None
