@@ -23,6 +23,7 @@ from typing import Any, Iterator, Optional
 
 from ..format import fmt_bytes
 from . import marks
+from .backward_sites import Attribution
 from .memory_sites import Site, def_line, peak_rss, torch_sites, tracemalloc_sites
 from .output import CUDA_SNAPSHOT, MEMORY, write_json
 from .recorder import Recorder
@@ -135,7 +136,7 @@ class MemoryRecorder(Recorder):
         if prof is None:
             return
         try:
-            self._torch_sites = torch_sites(prof, SITES_KEPT)
+            self._torch_sites = torch_sites(prof, SITES_KEPT, Attribution(list(prof.events())).of)
         except Exception as exc:  # noqa: BLE001 - torch's own parsing failed: the rest of the profile stands
             self.notes.append(unreadable(exc))
 
@@ -219,5 +220,7 @@ def _site_table(title: str, sites: list[Site], ops: bool = False) -> Any:
     t = table(title, *columns, right=("bytes", "count"))
     for s in sites:
         place = where(s.file, def_line(s.line, s.function) if ops else s.line or None, s.function)
+        if s.backward:
+            place.append(" (backward)")
         t.add_row(fmt_bytes(s.size_bytes), str(s.count), *((plain(s.op),) if ops else ()), place)
     return t

@@ -14,7 +14,7 @@ import sys
 import tracemalloc
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ..libraries import is_user_file
 from .source_defs import functions_of
@@ -31,6 +31,7 @@ class Site:
     count: int
     traceback: tuple[tuple[str, int], ...] = ()
     op: Optional[str] = None  # the torch operator that allocated (profiler sites)
+    backward: bool = False  # allocated by autograd for what the function's forward made (``backward_sites``)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"file": self.file, "line": self.line, "function": self.function,
@@ -38,6 +39,8 @@ class Site:
                                "traceback": [{"file": f, "line": n} for f, n in self.traceback]}
         if self.op is not None:
             out["op"] = self.op
+        if self.backward:
+            out["backward"] = True
         return out
 
 
@@ -128,23 +131,28 @@ def user_frame(event: Any) -> Optional[tuple[str, int, str]]:
     return None
 
 
-def torch_sites(prof: Any, top: int) -> list[Site]:
+def torch_sites(prof: Any, top: int, frame_of: Optional[Callable[[Any], tuple[Any, bool]]] = None) -> list[Site]:
     """Bytes each operator allocated on the CPU during the recorded steps, by operator and calling function.
+    ``frame_of``: (function, is its backward) of an event (``backward_sites.Attribution.of``); by default the
+    innermost function of the program above it.
 
     These are allocations made (the sum of sizes), not memory live at one moment: a tensor
     allocated and freed every step counts every time.
     """
-    grouped: dict[tuple[str, int, Optional[str], str], list[int]] = {}
+    frame_of = frame_of or (lambda e: (user_frame(e), False))
+    grouped: dict[tuple[str, int, Optional[str], str, bool], list[int]] = {}
     for event in prof.events():
         size = getattr(event, "self_cpu_memory_usage", 0) or 0
         if size <= 0 or event.name.startswith(("[memory]", "<")) or _PY_EVENT.match(event.name):
             continue  # allocator records and Python calls; the operators that allocated are what count
-        file, line, function = named_frame(user_frame(event)) or ("<torch internals>", 0, None)
-        entry = grouped.setdefault((file, line, function, event.name), [0, 0])
+        found, backward = frame_of(event)
+        file, line, function = named_frame(found) or ("<torch internals>", 0, None)
+        entry = grouped.setdefault((file, line, function, event.name, backward), [0, 0])
         entry[0] += size
         entry[1] += 1
     ranked = sorted(grouped.items(), key=lambda kv: -kv[1][0])[:top]
-    return [Site(file, line, function, size, count, op=op) for (file, line, function, op), (size, count) in ranked]
+    return [Site(file, line, function, size, count, op=op, backward=backward)
+            for (file, line, function, op, backward), (size, count) in ranked]
 
 
 def peak_rss() -> Optional[int]:

@@ -117,6 +117,9 @@ test('memory: a real report written by tensor-dap profile --mode memory', () => 
     assert.match(r.torch!.measure!, /not live bytes/);
     const addmm = r.torch!.sites.find((s) => s.op === 'aten::addmm')!;
     assert.ok(addmm.size > 0 && addmm.file.endsWith('train_small.py') && addmm.function === 'train_step', JSON.stringify(addmm));
+    assert.ok(!addmm.backward, 'the forward\'s matmul');
+    const autograd = r.torch!.sites.filter((s) => s.backward);
+    assert.ok(autograd.length > 0 && autograd.every((s) => s.function === 'train_step'), 'backward allocations are the backward of the function that ran the model');
 });
 
 test('memory: the CUDA block the writer adds on a GPU', () => {

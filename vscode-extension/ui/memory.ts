@@ -13,7 +13,7 @@ function render(m: Extract<HostMessage, { type: 'memory' }>): void {
     const r = m.report;
     const columns = (total: number): Column<MemorySite>[] => [
         { title: 'Site', width: '30%', value: (s) => `${s.file}:${String(s.line).padStart(7, '0')}`, cell: (s) => sourceLink(s.file, s.line) },
-        { title: 'Function', value: (s) => s.op ?? s.function ?? '', cell: (s) => (s.op ? `${s.op} in ${s.function ?? '?'}` : s.function ?? '') },
+        { title: 'Function', value: (s) => s.op ?? s.function ?? '', cell: (s) => (s.op ? `${s.op} in ${s.function ?? '?'}${s.backward ? ' (backward)' : ''}` : s.function ?? '') },
         { title: 'Size', numeric: true, width: '12%', value: (s) => s.size, cell: (s) => fmtBytes(s.size) },
         { title: '% of listed', numeric: true, width: '11%', value: (s) => s.size, cell: (s) => fmtPercent(s.size, total) },
         { title: 'Allocations', numeric: true, width: '12%', value: (s) => s.count, cell: (s) => fmtCount(s.count) },

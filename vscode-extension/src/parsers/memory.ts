@@ -11,6 +11,7 @@ export interface MemorySite {
     line: number;
     function?: string;
     op?: string;    // the torch operator that allocated, for torch.profiler sites
+    backward?: boolean; // allocated by autograd for what `function`'s forward made (torch.profiler sites)
     size: number;   // bytes allocated at this site (still live at the peak, or in total: see `measure`)
     count: number;  // allocations
 }
@@ -95,6 +96,7 @@ function toSite(entry: unknown): MemorySite | undefined {
         line: line !== undefined && Number.isInteger(line) && line >= 0 ? line : 0,
         function: str(entry.function ?? entry.func ?? entry.name),
         op: str(entry.op),
+        ...(entry.backward === true ? { backward: true } : {}),
         size,
         count: Math.max(0, Math.round(num(entry.count ?? entry.n ?? entry.allocations) ?? 0)),
     };
