@@ -51,6 +51,11 @@ class Attribution:
         return self._frames[key]
 
 
+def is_node_record(name: str) -> bool:
+    """The profiler's record around one autograd node's work (``autograd::engine::evaluate_function: X``)."""
+    return name.startswith(_NODE)
+
+
 def _start(event: Any) -> float:
     span = getattr(event, "time_range", None)
     return getattr(span, "start", 0.0) if span is not None else 0.0
@@ -60,7 +65,7 @@ def _node_above(event: Any) -> Any:
     """The ``evaluate_function`` event an operator runs under (itself, if it is one); None outside backward."""
     e, depth = event, 0
     while e is not None and depth < MAX_DEPTH:
-        if e.name.startswith(_NODE):
+        if is_node_record(e.name):
             return e
         e, depth = getattr(e, "cpu_parent", None), depth + 1
     return None

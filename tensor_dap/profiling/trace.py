@@ -17,7 +17,7 @@ from typing import Any
 from ..format import fmt_shape
 from .output import TRACE, TRACE_GZ
 from .recorder import Options, Recorder
-from .backward_sites import Attribution
+from .backward_sites import Attribution, is_node_record
 from .memory_sites import def_line, named_frame
 from .tables import plain, seconds, table, where
 from .window import NO_DEVICE_TIME, StepWindow, unreadable
@@ -185,7 +185,9 @@ def by_function(prof: Any, cuda: bool, python: set[str] | None = None, ops_shown
         total = dev if cuda else cpu
         if not total:
             continue
-        costly = sorted(ops.items(), key=lambda kv: -kv[1][key])[:ops_shown]
+        # (autograd's node records, engine overhead, count in the total but are not operators to name)
+        costly = sorted(((op, t) for op, t in ops.items() if not is_node_record(op)), key=lambda kv: -kv[1][key])
+        costly = costly[:ops_shown]
         rows.append(FunctionRow(file, line, function, cpu, dev, tuple((op, t[key] / total) for op, t in costly),
                                 backward))
     rows.sort(key=lambda r: -(r.self_device_s if cuda else r.self_cpu_s))
