@@ -86,15 +86,17 @@ def _input_findings(inputs: list[tuple[str, Any]], home: str, float_dtype: str |
     found: list[Finding] = []
     for name, t in inputs:
         device = str(t.device)
-        if device != home and device == "cpu" and name.endswith(".batch_sizes"):
-            continue  # a PackedSequence's: torch keeps them on the CPU whatever the device of its data
-        if device != home and device == "cpu" and recurrent and t.dim() == 1 and not t.is_floating_point():
-            found.append(Finding(WARNING, name, f"1-D integer input on cpu, model on {home}",
-                                 "right for sequence lengths given to pack_padded_sequence (torch wants them on "
-                                 f"the CPU); labels or indices must move: y = y.to({home!r}, non_blocking=True)"))
-        elif device != home:
-            found.append(Finding(PROBLEM, name, f"input on {device}, model on {home}",
-                                 f"move the batch where the model is: x = x.to({home!r}, non_blocking=True)"))
+        if device != home:
+            if device == "cpu" and name.endswith(".batch_sizes"):
+                continue  # a PackedSequence's: torch keeps them on the CPU whatever the device of its data
+            if device == "cpu" and recurrent and t.dim() == 1 and not t.is_floating_point():
+                found.append(Finding(WARNING, name, f"1-D integer input on cpu, model on {home}",
+                                     "right for sequence lengths given to pack_padded_sequence (torch wants "
+                                     "them on the CPU); labels or indices must move: "
+                                     f"y = y.to({home!r}, non_blocking=True)"))
+            else:
+                found.append(Finding(PROBLEM, name, f"input on {device}, model on {home}",
+                                     f"move the batch where the model is: x = x.to({home!r}, non_blocking=True)"))
         elif float_dtype and t.is_floating_point() and dtype_name(str(t.dtype)) != float_dtype:
             found.append(Finding(WARNING, name, f"input is {dtype_name(str(t.dtype))}, model parameters "
                                  f"{float_dtype}", "matmuls with mixed dtypes raise outside autocast: "

@@ -131,15 +131,14 @@ def user_frame(event: Any) -> Optional[tuple[str, int, str]]:
     return None
 
 
-def torch_sites(prof: Any, top: int, frame_of: Optional[Callable[[Any], tuple[Any, bool]]] = None) -> list[Site]:
+def torch_sites(prof: Any, top: int, frame_of: Callable[[Any], tuple[Any, bool]]) -> list[Site]:
     """Bytes each operator allocated on the CPU during the recorded steps, by operator and calling function.
-    ``frame_of``: (function, is its backward) of an event (``backward_sites.Attribution.of``); by default the
-    innermost function of the program above it.
+    ``frame_of``: (function, is its backward) of an event: ``backward_sites.Attribution.of``, which builds on
+    ``user_frame`` here (so it is handed in, not imported).
 
     These are allocations made (the sum of sizes), not memory live at one moment: a tensor
     allocated and freed every step counts every time.
     """
-    frame_of = frame_of or (lambda e: (user_frame(e), False))
     grouped: dict[tuple[str, int, Optional[str], str, bool], list[int]] = {}
     for event in prof.events():
         size = getattr(event, "self_cpu_memory_usage", 0) or 0
