@@ -27,17 +27,20 @@ class Attribution:
 
     def __init__(self, events: list[Any]) -> None:
         self._frames: dict[int, Frame] = {}
+        self._events = events  # (kept alive: the caches below are by id)
+        self._nodes = {id(e): _node_above(e) for e in events}  # (each event's parents walked once)
         last: dict[tuple[int, int], Any] = {}  # (forward thread, sequence number) -> the operator that made the node
         for e in events:
             seq = getattr(e, "sequence_nr", -1)
-            if seq is not None and seq >= 0 and _node_above(e) is None:  # (a node's own apply carries its number)
+            if seq is not None and seq >= 0 and self._nodes[id(e)] is None:  # (a node's own apply carries its number)
                 key = (e.thread, seq)
                 if key not in last or _start(e) >= _start(last[key]):
                     last[key] = e
         self._made = {key: self._frame(e) for key, e in last.items()}  # -> the function of that operator
 
     def of(self, event: Any) -> tuple[Frame, bool]:
-        node = _node_above(event)
+        key = id(event)
+        node = self._nodes[key] if key in self._nodes else _node_above(event)
         if node is not None:
             made = self._made.get((getattr(node, "fwd_thread", None), getattr(node, "sequence_nr", -1)))
             if made is not None:

@@ -219,8 +219,6 @@ def _site_table(title: str, sites: list[Site], ops: bool = False) -> Any:
     columns = ("bytes", "count") + (("operator", "in (file:line of the def)") if ops else ("where",))
     t = table(title, *columns, right=("bytes", "count"))
     for s in sites:
-        place = where(s.file, def_line(s.line, s.function) if ops else s.line or None, s.function)
-        if s.backward:
-            place.append(" (backward)")
+        place = where(s.file, def_line(s.line, s.function) if ops else s.line or None, s.function, s.backward)
         t.add_row(fmt_bytes(s.size_bytes), str(s.count), *((plain(s.op),) if ops else ()), place)
     return t

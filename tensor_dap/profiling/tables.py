@@ -23,13 +23,14 @@ def table(title: str, *columns: str, right: tuple[str, ...] = ()) -> Table:
     return t
 
 
-def where(file: str, line: int | None = None, function: str | None = None) -> Text:
-    """``train.py:42 step``: a location, relative to the working directory when inside it."""
+def where(file: str, line: int | None = None, function: str | None = None, backward: bool = False) -> Text:
+    """``train.py:42 step``: a location, relative to the working directory when inside it; ``(backward)`` after
+    it for the time or memory of that function's backward (``backward_sites``)."""
     shown = shown_path(file)
     text = shown if line is None else f"{shown}:{line}"
     if function:
         text += f" {function}"
-    return Text(printable(text))
+    return Text(printable(text + " (backward)" if backward else text))
 
 
 def plain(value: Any) -> Text:

@@ -117,9 +117,7 @@ class TorchRecorder(Recorder):
         for f in self._functions[: self.options.top]:
             cells = [seconds(f.self_cpu_s)] + ([seconds(f.self_device_s)] if self._cuda else [])
             ops = ", ".join(f"{name} {share:.0%}" for name, share in f.ops)
-            place = where(f.file, def_line(f.line, f.function), f.function) if f.line else plain(f.file)
-            if f.backward:
-                place.append(" (backward)")
+            place = where(f.file, def_line(f.line, f.function), f.function, f.backward)
             mine.add_row(*cells, place, plain(ops))
         return [t, mine]
 
