@@ -33,7 +33,7 @@ def stats_text(s: TensorSummary) -> List[str]:
         return ["all zeros"]
     tokens = []
     if s.min is not None and s.max is not None:
-        var = "|x|" if s.stats_of == "magnitude" else "x"
+        var = {"magnitude": "|x|", "stored values": "values"}.get(s.stats_of, "x")  # (a sparse tensor's zeros: not in)
         tokens.append(f"{var}{'∈' if s.range_exact else '≈'}[{fmt_num(s.min)}, {fmt_num(s.max)}]")
     if s.mean is not None:
         if s.nonfinite:  # NaN/Inf are left out of the moments, and said to be

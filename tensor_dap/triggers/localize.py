@@ -352,12 +352,26 @@ def localize_rerun(model: torch.nn.Module, rerun: Callable[[], Any], *, input_ba
             return from_birth(exc.birth, model)
         except StopRerun:
             return None
-        except RuntimeError as exc:
-            if full_backward and "BackwardHook" in str(exc):
-                continue  # in-place ops on module outputs: retry with tensor hooks
+        except (RuntimeError, NotImplementedError) as exc:
+            if full_backward and _backward_hooks_failed(exc):
+                continue  # in-place ops on module outputs, a sparse argument: retry with tensor hooks
             raise
         finally:
             hooks.remove()
             tracker.close()
         return None
     return None
+
+
+def _backward_hooks_failed(exc: BaseException) -> bool:
+    """The module backward hooks could not wrap a module's arguments or outputs: torch names them for an in-place
+    op on an output; a sparse argument fails in their set-up (``aten::view`` has no sparse kernel)."""
+    if "BackwardHook" in str(exc):
+        return True
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_name in ("setup_input_hook", "setup_output_hook") and code.co_filename.endswith("hooks.py"):
+            return True
+        tb = tb.tb_next
+    return False

@@ -83,7 +83,7 @@ ZOO = [
     ("strided slice", lambda: torch.arange(100.0).view(10, 10)[::3, 1::2], "tensor[4, 5]", ["x∈[1, 99]"]),
     ("channels_last", lambda: torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last),
      "tensor[2, 3, 4, 5]", ["x∈["]),
-    ("sparse coo", lambda: torch.eye(6).to_sparse(), "tensor[6, 6]", ["sparse_coo", "nnz=6", "x∈[1, 1]"]),
+    ("sparse coo", lambda: torch.eye(6).to_sparse(), "tensor[6, 6]", ["sparse_coo", "nnz=6", "values∈[1, 1]"]),
     ("sparse csr", lambda: torch.eye(6).to_sparse_csr(), "tensor[6, 6]", ["sparse_csr", "nnz=6"]),
     ("sparse csc", lambda: torch.eye(6).to_sparse_csc(), "tensor[6, 6]", ["sparse_csc", "nnz=6"]),
     ("quantized", lambda: torch.quantize_per_tensor(torch.linspace(-1, 1, 16), 0.1, 0, torch.qint8),

@@ -729,6 +729,56 @@ def test_in_place_ops_fall_back_to_tensor_hooks_and_still_localize_the_backward(
     assert (report.step, report.phase, report.module, report.op) == (2, "backward", "2", "_PoisonGradBackward")
 
 
+class _GraphConv(torch.nn.Module):  # pytorch/examples' GCN layer: a sparse adjacency matrix as an argument
+    def __init__(self, n_in, n_out, bug=None):
+        super().__init__()
+        self.kernel, self.bug = torch.nn.Parameter(torch.randn(n_in, n_out) * 0.5), bug
+
+    def forward(self, x, adj):
+        support = x @ self.kernel
+        if self.bug == "norm":
+            support = support / support.norm(dim=1, keepdim=True)  # BUG norm
+        elif self.bug == "sqrt":
+            support = torch.where(support > 0, torch.sqrt(support), 0)  # BUG sqrt
+        return torch.spmm(adj, support)
+
+
+class _GCN(torch.nn.Module):
+    def __init__(self, bug):
+        super().__init__()
+        self.gc1, self.gc2 = _GraphConv(6, 4), _GraphConv(4, 3, bug)
+
+    def forward(self, x, adj):
+        return self.gc2(torch.relu(self.gc1(x, adj)), adj)
+
+
+@pytest.mark.parametrize("bug", ["norm", "sqrt"])
+def test_a_sparse_argument_falls_back_to_tensor_hooks_and_still_names_the_op_and_line(bug):
+    """Module backward hooks cannot wrap a sparse argument (torch has no sparse ``view``): the re-run failed and the
+    report blamed the module holding a bad gradient. It falls back to tensor hooks, as for in-place ops."""
+    import inspect
+
+    from markers import marker_line
+
+    torch.manual_seed(0)
+    model = _GCN(bug)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(8, 6)
+    x[3] = 0  # a node with no features and no neighbours: a row of zeros in gc2's support
+    adj = (torch.eye(8) + torch.diag(torch.tensor([1.0, 1, 0, 0, 1, 1, 1]), 1)).to_sparse()
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False):
+        for _ in range(3):
+            optimizer.zero_grad()
+            model(x, adj).pow(2).mean().backward()
+            optimizer.step()
+    report = info.value.report
+    assert (report.phase, report.module, report.op) == (("forward", "gc2", "div") if bug == "norm" else
+                                                          ("backward", "gc2", "SqrtBackward0")), report
+    assert not any("re-running the step failed" in n for n in report.notes), report.notes
+    assert report.source is not None and os.path.samefile(report.source["file"], __file__)
+    assert report.source["line"] == marker_line(inspect.getsource(inspect.getmodule(_GCN)), f"BUG {bug}")
+
+
 @pytest.mark.parametrize("give_optimizer", [True, False])
 def test_grad_scaler_overflow_skips_and_gradient_accumulation_are_not_alarms(give_optimizer):
     """A GradScaler skipping steps with Inf gradients is normal AMP behaviour, not a trigger."""
