@@ -13,16 +13,10 @@ from typing import Any
 from ..format import dtype_name, fmt_bytes
 from ..kinds import is_module, torch_attr
 from ..nested import walk
+from ..summary.held import held_bytes
 from .result import PROBLEM, WARNING, CheckResult, Finding, names, never_raises, plural, result
 
 COLUMNS = ("device", "what", "tensors", "bytes", "names")
-
-
-def _nbytes(t: Any) -> int:
-    try:
-        return int(t.numel()) * int(t.element_size())
-    except Exception:  # noqa: BLE001 - a tensor subclass without sizes
-        return 0
 
 
 def _owner(name: str) -> str:
@@ -53,7 +47,7 @@ def _home(model_tensors: list[tuple[str, str, Any]]) -> str | None:
     """The device holding most of the model's bytes: where the inputs are expected."""
     weight: Counter[str] = Counter()
     for _, _, t in model_tensors:
-        weight[str(t.device)] += _nbytes(t) or 1
+        weight[str(t.device)] += held_bytes(t) or 1
     return weight.most_common(1)[0][0] if weight else None
 
 
@@ -127,7 +121,7 @@ def check_devices(model: Any, *tensors: Any, **named: Any) -> CheckResult:
         groups.setdefault((str(t.device), kind), []).append((name, t))
     for name, t in inputs:
         groups.setdefault((str(t.device), "input"), []).append((name, t))
-    rows = [(device, what, len(items), sum(_nbytes(t) for _, t in items), names([n for n, _ in items], 3))
+    rows = [(device, what, len(items), sum(held_bytes(t) for _, t in items), names([n for n, _ in items], 3))
             for (device, what), items in sorted(groups.items(), key=lambda kv: (kv[0][0] != home, kv[0]))]
     findings: list[Finding] = []
     if home is not None:
@@ -138,7 +132,7 @@ def check_devices(model: Any, *tensors: Any, **named: Any) -> CheckResult:
     if stray:
         findings.append(Finding(WARNING, names(stray), "holds no tensor: nothing to check"))
     devices = sorted({d for d, _ in groups})
-    size = fmt_bytes(sum(_nbytes(t) for _, _, t in model_tensors))
+    size = fmt_bytes(sum(held_bytes(t) for _, _, t in model_tensors))
     summary = (f"{type(model).__name__}: {plural(len(model_tensors), 'tensor')} ({size}) on "
                f"{' + '.join(devices) or 'no device'}, {plural(len(inputs), 'input')}"
                + (f"; home {home}" if home else ""))

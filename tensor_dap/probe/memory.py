@@ -10,6 +10,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from ..summary.held import held_bytes
+
 LARGEST = 5
 
 
@@ -28,7 +30,7 @@ class MemoryReport:
     peak_rss: int | None
     devices: tuple[DeviceMemory, ...]
     cuda_note: str  # why no device rows: "CUDA not available", "CUDA not initialized", ""
-    largest: tuple[tuple[str, int, str, tuple[int, ...]], ...]  # (name, bytes, device, shape)
+    largest: tuple[tuple[str, int, str, tuple[int | None, ...]], ...]  # (name, bytes, device, shape)
 
 
 def process_memory() -> tuple[int | None, int | None]:
@@ -92,23 +94,11 @@ def _cuda_devices() -> tuple[tuple[DeviceMemory, ...], str]:
     return tuple(devices), note
 
 
-def _nbytes(t: Any) -> int:
-    """The memory a tensor holds: its logical size, or its storage's when smaller (a broadcast view of 2^31
-    elements over 64 KiB holds 64 KiB)."""
-    try:
-        logical = int(t.numel()) * int(t.element_size())
-    except Exception:
-        return 0
-    try:
-        return min(logical, int(t.untyped_storage().nbytes()))
-    except Exception:  # sparse, nested: no single storage
-        return logical
-
-
 def memory_report(found: list[tuple[str, Any]] | None = None) -> MemoryReport:
     """The process's memory now; ``found`` (name, tensor) pairs give the largest tensors in view."""
     rss, peak = process_memory()
     devices, note = _cuda_devices()
-    sized = sorted(((name, _nbytes(t), t) for name, t in found or ()), key=lambda r: -r[1])
-    largest = tuple((name, n, str(t.device), tuple(int(d) for d in t.shape)) for name, n, t in sized[:LARGEST])
+    sized = sorted(((name, held_bytes(t), t) for name, t in found or ()), key=lambda r: -r[1])
+    largest = tuple((name, n, str(t.device), tuple(d if isinstance(d, int) else None for d in t.shape))  # (jagged: ?)
+                    for name, n, t in sized[:LARGEST])
     return MemoryReport(rss=rss, peak_rss=peak, devices=devices, cuda_note=note, largest=largest)

@@ -14,11 +14,8 @@ from typing import Any
 from ..format import fmt_bytes, fmt_num
 from ..kinds import torch_attr
 from .datasets import describe_dataset, sized, try_len
+from .held import held_bytes
 from .modules import describe_module
-
-def _nbytes(t: Any) -> int:
-    return int(t.numel()) * int(t.element_size())
-
 
 def _ordered(values: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(values))
@@ -113,7 +110,7 @@ def describe_optimizer(opt: Any, *, max_ms: float | None = None) -> OptimizerSum
                     s = _number(value)
                     step = int(s) if isinstance(s, (int, float)) else None
                 state_tensors += 1
-                state_bytes += _nbytes(value)
+                state_bytes += held_bytes(value)
             elif key == "step" and step is None and isinstance(value, (int, float)):
                 step = int(value)
     return OptimizerSummary(

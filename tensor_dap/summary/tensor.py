@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ..format import short_error
 from .budget import DEFAULT_BUDGET, VALUES_SHOWN, Budget, single_threaded
+from .held import held_bytes, is_sparse, sparse_parts
 from .model import TensorSummary
 
 
@@ -167,7 +168,7 @@ def _describe(x: Any, budget: Budget, want_grad: bool, known: Any = None) -> Ten
     if x.is_nested:
         return _describe_nested(x, base, notes, budget)
 
-    base["layout"] = str(x.layout).replace("torch.", "")
+    base["layout"] = str(x.layout).replace("torch.", "").lstrip("_")  # (torch._mkldnn)
     base["shape"] = tuple(int(s) for s in x.shape)
     numel = int(x.numel())
     base["numel"] = numel
@@ -178,8 +179,14 @@ def _describe(x: Any, budget: Budget, want_grad: bool, known: Any = None) -> Ten
         notes.append("meta" if x.device.type == "meta" else "fake")
         return TensorSummary(**base, notes=tuple(notes))
 
-    if x.layout != torch.strided:
+    if is_sparse(x):
         return _describe_sparse(x, base, notes, budget)
+    if x.layout != torch.strided:  # mkldnn (an inference layout): read through a dense copy, when a small one
+        base["is_contiguous"] = False
+        if numel > budget.chunk_elements:
+            return TensorSummary(**base, notes=tuple(notes), error=f"{base['layout']}: not read (over "
+                                 f"{budget.chunk_elements:,} elements, it would be copied to read)")
+        return _with_stats(x.to_dense(), base, notes, budget, stats_of="values")
 
     base["stride"] = tuple(int(s) for s in x.stride())
     base["is_contiguous"] = bool(x.is_contiguous())
@@ -286,20 +293,9 @@ def _unpack_values(raw: list, data: Any) -> Tuple[Any, ...]:
 
 
 def _describe_sparse(x: Any, base: Dict[str, Any], notes: list, budget: Budget) -> TensorSummary:
-    import torch
-
-    if x.layout == torch.sparse_coo:
-        values = x._values()
-        indices_bytes = x._indices().numel() * x._indices().element_size()
-    else:
-        values = x.values()
-        if x.layout in (torch.sparse_csr, torch.sparse_bsr):
-            idx = (x.crow_indices(), x.col_indices())
-        else:
-            idx = (x.ccol_indices(), x.row_indices())
-        indices_bytes = sum(t.numel() * t.element_size() for t in idx)
+    values, _ = sparse_parts(x)
     base["nnz"] = int(x._nnz())
-    base["nbytes"] = values.numel() * values.element_size() + indices_bytes
+    base["nbytes"] = held_bytes(x)
     base["is_contiguous"] = False
     summary = _with_stats(values, base, notes, budget, stats_of="stored values")
     # values of the stored entries are not the tensor's elements: do not show them as such

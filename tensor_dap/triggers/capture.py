@@ -13,6 +13,7 @@ from typing import Any, Callable
 import torch
 
 from ..state import BufferSnapshot, optimizer_state
+from ..summary.held import held_bytes
 from .localize import tensors_in
 
 # every > 1 keeps a replay window (a copy of the parameters and optimizer state, plus each step's
@@ -83,7 +84,7 @@ class Source:
 
 
 def nbytes(obj: Any) -> int:
-    return sum(t.numel() * t.element_size() for _, t in tensors_in(obj))
+    return sum(held_bytes(t) for _, t in tensors_in(obj))
 
 
 def loss_of(result: Any) -> torch.Tensor | None:

@@ -29,6 +29,7 @@ from ..errors import STOPS
 from ..debug.frames import CallSites, Site, SourceLine, user_line
 from ..dynamo import compiler_loaded, compiling, eager, eager_around
 from ..state import BufferSnapshot, Buffers, RngUse
+from ..summary.held import held_bytes
 from .active import open_watches
 from .forwards import Forward, loss_value, output_tensors
 from .loss_graph import read as read_loss
@@ -64,10 +65,7 @@ def _bytes_of(args: Any, kwargs: Any) -> int:
         inner = v.values() if type(v) is dict else v if isinstance(v, (tuple, list)) else (v,)  # (namedtuples too)
         for t in inner:
             if isinstance(t, _Tensor):
-                try:
-                    total += t.nbytes
-                except Exception:  # noqa: BLE001 - a layout without a plain size (nested): not counted
-                    continue
+                total += held_bytes(t)
     return total
 
 

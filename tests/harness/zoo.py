@@ -86,6 +86,7 @@ ZOO = [
     ("sparse coo", lambda: torch.eye(6).to_sparse(), "tensor[6, 6]", ["sparse_coo", "nnz=6", "values∈[1, 1]"]),
     ("sparse csr", lambda: torch.eye(6).to_sparse_csr(), "tensor[6, 6]", ["sparse_csr", "nnz=6"]),
     ("sparse csc", lambda: torch.eye(6).to_sparse_csc(), "tensor[6, 6]", ["sparse_csc", "nnz=6"]),
+    ("mkldnn", lambda: torch.arange(6.0).view(2, 3).to_mkldnn(), "tensor[2, 3]", ["mkldnn", "x∈[0, 5]", "μ=2.5"]),
     ("quantized", lambda: torch.quantize_per_tensor(torch.linspace(-1, 1, 16), 0.1, 0, torch.qint8),
      "tensor[16] qint8", ["quantized per_tensor_affine", "x∈[-1, 1]"]),
     ("meta", lambda: torch.empty(3, 4, device="meta"), "tensor[3, 4]", ["meta"]),

@@ -7,6 +7,7 @@ import re
 
 import pytest
 import torch
+import tensor_dap
 from torch import nn
 
 from tensor_dap.console import make_console
@@ -311,6 +312,20 @@ def test_mem_counts_what_a_broadcast_view_holds():
     largest = dict((name, size) for name, size, _, _ in memory_report([("mask", mask), ("x", torch.randn(100_000))])
                    .largest)
     assert largest == {"x": 400_000, "mask": 262_144}  # its 256 KiB of storage, not 8 GiB
+
+
+def test_mem_counts_what_a_sparse_or_nested_tensor_holds():
+    """A GCN's adjacency matrix (pytorch/examples' gcn): ``mem`` ranked a 2708² sparse matrix of 8,136 entries as
+    28 MiB, its dense size; it holds its values and indices."""
+    adj = (torch.eye(2708) + torch.diag(torch.ones(2707), 1)).to_sparse()
+    csr = torch.eye(300).to_sparse_csr()
+    jagged = torch.nested.nested_tensor([torch.ones(3), torch.ones(500)], layout=torch.jagged)
+    found = [("adj", adj), ("csr", csr), ("jagged", jagged), ("x", torch.randn(10_000)),
+             ("meta", torch.empty(10**9, device="meta"))]
+    largest = {name: size for name, size, _, _ in memory_report(found).largest}
+    assert largest == {"adj": 5415 * (4 + 2 * 8), "csr": 300 * (4 + 8) + 301 * 8, "jagged": 503 * 4, "x": 40_000,
+                       "meta": 0}
+    assert tensor_dap.describe(adj).nbytes == largest["adj"]
 
 
 def test_nan_command_reads_past_the_time_cap_of_a_summary(monkeypatch):
