@@ -91,9 +91,11 @@ class ShapeFlow:
 
 
 def describe_shapes(value: Any, depth: int = 0) -> str:
-    """Shapes of the tensors inside ``value``, in its structure: '[4, 3]', '([4, 3], None)'."""
+    """Shapes of the tensors inside ``value``, in its structure: '[4, 3]', '([4, 3], None)', with a layout
+    other than strided named: '[2708, 2708] sparse_coo' (a GCN's adjacency matrix)."""
     if is_tensor(value):
-        return fmt_shape(tuple(value.shape))
+        layout = str(value.layout).replace("torch.", "").lstrip("_")
+        return fmt_shape(tuple(value.shape)) + ("" if layout == "strided" else f" {layout}")
     if depth > 2:
         return "…"
     if isinstance(value, tuple) and hasattr(value, "_fields"):

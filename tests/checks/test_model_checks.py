@@ -198,6 +198,26 @@ def test_shapes_of_a_packed_sequence_one_argument_by_what_it_packs():
     assert named.verdict == "ok" and named.rows[0][2] == "Batch(x=[2, 3], y=[2])"
 
 
+class _SparseConv(nn.Module):  # pytorch/examples' GCN layer
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(5, 3)
+
+    def forward(self, x, adj):
+        return torch.spmm(adj, self.lin(x))
+
+
+def test_shapes_and_devices_name_a_sparse_argument_and_count_what_it_holds():
+    """A GCN's adjacency matrix is sparse: the table says so, and its bytes are its values and indices (the
+    devices check counted its dense size, 32 MB for this one)."""
+    adj = (torch.eye(2000) + torch.diag(torch.ones(1999), 1)).to_sparse()
+    shapes = check_shapes(_SparseConv(), (torch.randn(2000, 5), adj))
+    assert shapes.verdict == "ok" and shapes.rows[0][2] == "[2000, 5], [2000, 2000] sparse_coo", shapes.rows
+    devices = check_devices(_SparseConv(), torch.randn(2000, 5), adj)
+    inputs = next(r for r in devices.rows if r[1] == "input")
+    assert inputs[3] == 2000 * 5 * 4 + 3999 * (4 + 2 * 8), devices.rows
+
+
 def test_devices_a_packed_sequence_s_batch_sizes_and_an_rnn_s_lengths_stay_on_the_cpu():
     """torch keeps a PackedSequence's batch_sizes on the CPU, and pack_padded_sequence wants lengths there: not
     problems on a model elsewhere (``meta`` stands in for a GPU); lengths are a warning, as labels look the same."""
