@@ -16,6 +16,7 @@ from ..format import dtype_name, fmt_bytes, fmt_num, fmt_shape
 from ..summary import Budget, TensorSummary, describe, plain_view
 from ..summary import modules as _modules
 from ..summary import objects as _ms
+from ..summary.held import sparse_members
 from ..summary.tensor import no_torch_function
 from .nodes import LAZY, Child, Info, Node, bound, clip, paged
 
@@ -85,6 +86,7 @@ def tensor_children(x: Any, s: TensorSummary) -> list[Child]:
                     ".untyped_storage().nbytes()"))
     if s.nnz is not None:
         out.append(("nnz", s.nnz, "._nnz()"))
+        out += _sparse_members(x)
     if s.notes:
         out.append(("notes", Info(", ".join(s.notes)), None))
     if s.error:
@@ -93,6 +95,14 @@ def tensor_children(x: Any, s: TensorSummary) -> list[Child]:
         index = preview_index(s.shape)
         out.append(("values", preview(x, index), _index_suffix(index, s.shape)))
     return out
+
+
+def _sparse_members(x: Any) -> list[Child]:
+    """A sparse tensor's stored values and indices, each a tensor to open (its own summary and values)."""
+    try:
+        return list(sparse_members(x))
+    except Exception:  # noqa: BLE001 - a sparse subclass without them: the summary above stands
+        return []
 
 
 def uninitialized_children(x: Any) -> list[Child]:

@@ -58,7 +58,7 @@ def stats_line(s: TensorSummary) -> str:
     tokens = stats_text(s)
     if s.dtype != "torch.bool" and (s.nan is not None or s.nonfinite):
         tokens += [f"{label}={text}" for label, text, _ in nonfinite_counts(s)]
-    if s.stats_of != "values":
+    if s.stats_of not in ("values", "stored values"):  # (a sparse tensor's read "values∈[…]" already)
         tokens.append(f"(of {s.stats_of})")
     if s.sampled:
         tokens.append(f"sampled {s.stats_count:,} of {s.numel:,}")

@@ -14,15 +14,21 @@ def is_sparse(x: Any) -> bool:
     return x.layout in (torch.sparse_coo, torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc)
 
 
-def sparse_parts(x: Any) -> tuple[Any, tuple[Any, ...]]:
-    """(stored values, index tensors) of a sparse tensor of any sparse layout."""
+def sparse_members(x: Any) -> list[tuple[str, Any, str]]:
+    """(name, tensor, how to get it from ``x``) of a sparse tensor's stored values, then its index tensors."""
     import torch
 
-    if x.layout == torch.sparse_coo:
-        return x._values(), (x._indices(),)
-    if x.layout in (torch.sparse_csr, torch.sparse_bsr):
-        return x.values(), (x.crow_indices(), x.col_indices())
-    return x.values(), (x.ccol_indices(), x.row_indices())
+    if x.layout == torch.sparse_coo:  # (``values()`` refuses an uncoalesced tensor; ``_values()`` never does)
+        return [("values", x._values(), "._values()"), ("indices", x._indices(), "._indices()")]
+    names = ("crow_indices", "col_indices") if x.layout in (torch.sparse_csr, torch.sparse_bsr) else \
+        ("ccol_indices", "row_indices")
+    return [("values", x.values(), ".values()"), *((n, getattr(x, n)(), f".{n}()") for n in names)]
+
+
+def sparse_parts(x: Any) -> tuple[Any, tuple[Any, ...]]:
+    """(stored values, index tensors) of a sparse tensor of any sparse layout."""
+    members = [t for _, t, _ in sparse_members(x)]
+    return members[0], tuple(members[1:])
 
 
 def held_bytes(t: Any) -> int:

@@ -218,6 +218,13 @@ def test_zoo_every_tensor_kind_renders(zoo):
         assert var["value"].startswith(expected_head), (name, var["value"])
         kids = zoo.children(var)
         assert list(kids)[:4] == ["shape", "dtype", "device", "stats"], name
+        if name.startswith("sparse"):  # what it stores, each a tensor to open (eye(6): six ones)
+            members = {"sparse coo": ["values", "indices"], "sparse csr": ["values", "crow_indices", "col_indices"],
+                       "sparse csc": ["values", "ccol_indices", "row_indices"]}[name]
+            assert list(kids)[-len(members):] == members, (name, list(kids))
+            assert kids["values"]["value"].startswith("tensor[6] ") and kids["values"]["variablesReference"]
+            assert zoo.watch(kids["values"]["evaluateName"]) == kids["values"]["value"]
+            assert kids[members[1]]["value"].startswith("tensor[2, 6] i64" if name == "sparse coo" else "tensor[7] i64")
         for kid in kids.values():
             assert_rendered(kid)
             if kid["name"] in ("stats", "values") and kid["variablesReference"]:
