@@ -248,3 +248,8 @@ def _int_text(v: int, limit: int) -> str:
     if bits <= limit * _BITS_PER_DIGIT + 4:
         return int.__repr__(v)
     return f"<int of about {int(bits / _BITS_PER_DIGIT) + 1} digits>"
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """'1 row', '3 rows', '1,024 parameters'."""
+    return f"{n:,} {word if n == 1 else (many or word + 's')}"

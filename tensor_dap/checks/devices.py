@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from ..format import dtype_name, fmt_bytes
+from ..format import dtype_name, fmt_bytes, plural
 from ..kinds import is_module, torch_attr
 from ..nested import walk
 from ..summary.held import held_bytes
-from .result import PROBLEM, WARNING, CheckResult, Finding, names, never_raises, plural, result
+from .result import PROBLEM, WARNING, CheckResult, Finding, names, never_raises, result
 
 COLUMNS = ("device", "what", "tensors", "bytes", "names")
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..format import fmt_num
+from ..format import fmt_num, plural
 from ..kinds import is_module
 from ..probe.grads import EXPLODING, VANISHING, GradRow, grad_report
-from .result import INFO, PROBLEM, WARNING, CheckResult, Finding, names, never_raises, plural, result
+from .result import INFO, PROBLEM, WARNING, CheckResult, Finding, names, never_raises, result
 
 COLUMNS = ("parameter", "shape", "grad_norm", "flag")
 

@@ -24,7 +24,8 @@ import math
 import time
 from typing import Any
 
-from .result import INFO, PROBLEM, WARNING, CheckResult, Finding, never_raises, plural, result
+from ..format import plural
+from .result import INFO, PROBLEM, WARNING, CheckResult, Finding, never_raises, result
 from .rowhash import codes, how, plan, row_hashes
 from .tabular import TableError, as_table, numpy, resolve
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .result import INFO, PROBLEM, WARNING, CheckResult, Finding, names, never_raises, plural, result
+from ..format import plural
+from .result import INFO, PROBLEM, WARNING, CheckResult, Finding, names, never_raises, result
 from .rowhash import codes, plan, row, row_hashes, same_row
 from .tabular import Table, TableError, as_table, numpy, resolve
 

@@ -142,6 +142,3 @@ def names(items: Sequence[str], limit: int = 5) -> str:
     return f"{', '.join(items[:limit])} and {len(items) - limit} more"
 
 
-def plural(n: int, word: str, many: str | None = None) -> str:
-    """'1 row', '3 rows', '1,024 parameters'."""
-    return f"{n:,} {word if n == 1 else (many or word + 's')}"

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..format import fmt_shape
+from ..format import fmt_shape, plural
 from ..kinds import is_module
 from ..probe.shapes import LayerRow, ShapeFlow, ShapesUsageError, call_args, describe_shapes, shape_flow
-from .result import INFO, PROBLEM, WARNING, CheckResult, Finding, names, never_raises, plural, result
+from .result import INFO, PROBLEM, WARNING, CheckResult, Finding, names, never_raises, result
 
 COLUMNS = ("module", "type", "input", "output", "dtype", "device", "params")
 

@@ -13,9 +13,9 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..format import first_line, fmt_shape
+from ..format import first_line, fmt_shape, plural
 from ..kinds import is_module, is_tensor
-from .result import INFO, PROBLEM, WARNING, CheckResult, Finding, names, never_raises, plural, result
+from .result import INFO, PROBLEM, WARNING, CheckResult, Finding, names, never_raises, result
 from .state_dict_causes import Shapes, mismatch_note, prefix_fix, renames
 
 COLUMNS = ("key", "status", "model_shape", "checkpoint_shape", "note")

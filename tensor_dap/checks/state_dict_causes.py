@@ -9,7 +9,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Optional
 
-from .result import PROBLEM, Finding, names, plural
+from ..format import plural
+from .result import PROBLEM, Finding, names
 
 Shapes = dict[str, Optional[tuple[int, ...]]]
 

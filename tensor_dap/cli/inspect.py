@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     import os
     import sys
 
-    from ..checks.result import plural
+    from ..format import plural
     from ..console import make_console
     from ..errors import UsageError
     from ..format import first_line, printable

@@ -12,7 +12,7 @@ import keyword
 import warnings
 from typing import Any, Callable
 
-from ..format import dtype_name, fmt_bytes, fmt_num, fmt_shape
+from ..format import dtype_name, fmt_bytes, fmt_num, fmt_shape, plural
 from ..summary import Budget, TensorSummary, describe, plain_view
 from ..summary import modules as _modules
 from ..summary import objects as _ms
@@ -245,7 +245,7 @@ def module_children(m: Any, ms: _modules.ModuleSummary) -> list[Child]:
         params += f" in {ms.param_tensors} tensors ({fmt_bytes(ms.param_bytes)}): {ms.trainable:,} trainable"
         params += f", {ms.frozen:,} frozen"
     if ms.uninitialized:
-        lazy = f"{ms.uninitialized} tensor{'s' if ms.uninitialized != 1 else ''} uninitialized"
+        lazy = f"{plural(ms.uninitialized, 'tensor')} uninitialized"
         params = (params + f"; {lazy}") if ms.param_tensors else f"{lazy} ({LAZY[6:]})"
     out.append(("params", Info(params), _after(summary, ".params")))
     if ms.buffers:
@@ -279,7 +279,7 @@ def optimizer_children(opt: Any, s: _ms.OptimizerSummary) -> list[Child]:
         kids.append(("params", _params_node(opt.param_groups[g.index]["params"]), "['params']"))
         text = f"lr={fmt_num(g.lr)} {g.param_tensors} tensors ({g.params:,} params)"
         groups.append((str(g.index), Node(text, kids), f"[{g.index}]"))
-    out.append(("param_groups", Node(f"{len(s.groups)} group{'s' if len(s.groups) != 1 else ''}", groups),
+    out.append(("param_groups", Node(plural(len(s.groups), 'group'), groups),
                 ".param_groups"))
     state = (f"{s.state_entries} params with state, {s.state_tensors} tensors ({fmt_bytes(s.state_bytes)})"
              if s.state_entries else "empty (no step taken yet)")

@@ -13,7 +13,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from ..format import dtype_name, fmt_bytes, fmt_num, fmt_shape, short_path
+from ..format import dtype_name, fmt_bytes, fmt_num, fmt_shape, plural, short_path
 from ..probe.display import TensorView
 from ..probe.grads import GradReport
 from ..probe.memory import MemoryReport
@@ -55,14 +55,14 @@ def tensors(rows: Sequence[TensorRow], extra: int = 0, models: Sequence[tuple[st
     ``models`` (name, one-line summary) are listed apart instead of parameter by parameter."""
     parts: list[Any] = []
     if models:
-        table = _table(title=f"{len(models)} model{'s' if len(models) != 1 else ''} (t NAME lists the parameters)")
+        table = _table(title=f"{plural(len(models), 'model')} (t NAME lists the parameters)")
         table.add_column("name", style="bold", no_wrap=True)
         table.add_column("summary")  # the one column rich may narrow; its lines are cut, not wrapped
         for name, line in models:
             table.add_row(name, _one_line(Text(line)))
         parts.append(table)
     if rows:
-        table = _table(title=f"{len(rows) + extra} tensors")
+        table = _table(title=plural(len(rows) + extra, 'tensor'))
         table.add_column("name", style="bold", no_wrap=True, max_width=NAME_WIDTH)
         table.add_column("flags", no_wrap=True)
         table.add_column("summary")
@@ -109,7 +109,7 @@ def grads(report: GradReport) -> Any:
         return Text(f"{report.module} has no trainable parameters")
     if report.count("no grad") == len(report.rows):
         n = len(report.rows)
-        return Text(f"no gradients yet: none of the {n} trainable parameter{'s' if n != 1 else ''} of {report.module} "
+        return Text(f"no gradients yet: none of the {plural(n, 'trainable parameter')} of {report.module} "
                     "has a .grad (run loss.backward() first, or they were cleared by zero_grad(set_to_none=True))",
                     style=_WARN)
     table = _table(title=f"gradients of {report.module}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..format import plain_repr
+from ..format import plain_repr, plural
 from ..kinds import is_module, is_tensor
 from ..nested import children, holds_tensor, walk
 from ..summary import TensorSummary, describe
@@ -63,7 +63,7 @@ def _flatten(value: Any) -> Any:
 
 
 def _title(value: Any, count: int) -> str:
-    return f"{type(value).__name__}, {count} item{'s' if count != 1 else ''}"
+    return f"{type(value).__name__}, {plural(count, 'item')}"
 
 
 def tensor_view(value: Any) -> TensorView | None:

@@ -10,6 +10,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from ..format import plural
 from ..summary.held import held_bytes
 
 LARGEST = 5
@@ -90,7 +91,7 @@ def _cuda_devices() -> tuple[tuple[DeviceMemory, ...], str]:
             total = None
         devices.append(DeviceMemory(device=f"cuda:{i}", allocated=allocated, reserved=reserved,
                                     peak_allocated=peak, total=total))
-    note = f"{unused} other CUDA device{'s' if unused != 1 else ''} unused by this process" if unused else ""
+    note = f"{plural(unused, 'other CUDA device')} unused by this process" if unused else ""
     return tuple(devices), note
 
 

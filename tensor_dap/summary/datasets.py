@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ..format import plural
 from ..kinds import torch_attr
 from .heads import tensor_head
 
@@ -73,7 +74,7 @@ def describe_dataset(dataset: Any, _depth: int = 0) -> DatasetSummary:
     if _is(dataset, "ConcatDataset") and isinstance(own.get("cumulative_sizes"), list):
         sizes, parts = own["cumulative_sizes"], own.get("datasets")
         count = len(parts) if isinstance(parts, list) else len(sizes)
-        return DatasetSummary(kind, sizes[-1] if sizes else 0, of=f"{count} dataset{'s' if count != 1 else ''}")
+        return DatasetSummary(kind, sizes[-1] if sizes else 0, of=plural(count, 'dataset'))
     return DatasetSummary(kind, try_len(dataset))
 
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..format import fmt_bytes, fmt_num
+from ..format import fmt_bytes, fmt_num, plural
 from ..kinds import torch_attr
 from .datasets import describe_dataset, sized, try_len
 from .held import held_bytes
@@ -54,7 +54,7 @@ class OptimizerSummary:
         lrs = _ordered(fmt_num(lr) for lr in self.lrs)
         parts = [self.kind, "lr=" + ",".join(lrs) if lrs else "lr=?"]
         n = len(self.groups)
-        parts.append(f"{n} group{'s' if n != 1 else ''}")
+        parts.append(plural(n, 'group'))
         more = "" if self.complete else "+"
         parts.append(f"{self.params:,}{more} params")
         parts.append(f"state {fmt_bytes(self.state_bytes)}{more}" if self.state_entries else "no state")

@@ -6,7 +6,7 @@ import ast
 import re
 from typing import Any
 
-from ...format import fmt_shape
+from ...format import fmt_shape, plural
 from ...summary.modules import named_tensors
 from . import pure, static
 from .evaluator import Evaluator
@@ -123,7 +123,7 @@ def _norm_hint(message: str) -> str:
     normalized, got = ([int(d) for d in g.replace(" ", "").split(",") if d] for g in found.groups())
     tail = got[-len(normalized):] if normalized else []
     return (f"the input {fmt_shape(tuple(got))} ends in {fmt_shape(tuple(tail))}, but the norm normalizes over "
-            f"{fmt_shape(tuple(normalized))}: its last {len(normalized)} dim{'s' if len(normalized) != 1 else ''} "
+            f"{fmt_shape(tuple(normalized))}: its last {plural(len(normalized), 'dim')} "
             f"must be {fmt_shape(tuple(normalized))}")
 
 
