@@ -12,17 +12,14 @@ import linecache
 import os
 import re
 import sys
-import sysconfig
 import threading
 from dataclasses import dataclass, field
 from typing import Optional
 
+from ..libraries import is_user_file
+
 # Collectives and point-to-point calls live here; the innermost frame in it names the call.
 _COLLECTIVES = os.path.join("torch", "distributed", "distributed_c10d.py")
-_LIBRARY_MARKERS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep, "<frozen ")
-_STDLIB = tuple({os.path.realpath(p) + os.sep for p in (sysconfig.get_paths()["stdlib"],
-                                                       sysconfig.get_paths()["platstdlib"])})
-_OURS = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 @dataclass(frozen=True)
@@ -115,20 +112,13 @@ def parse_dump(text: str) -> list[ThreadStack]:
     return stacks
 
 
-def library(path: str) -> bool:
-    """Code the user did not write: the standard library, installed packages, tensor_dap itself."""
-    real = os.path.realpath(path) if not path.startswith("<") else path
-    return (any(m in path for m in _LIBRARY_MARKERS) or real.startswith(_STDLIB) or real.startswith(_OURS)
-            or path.startswith("<"))
-
-
 def where(stack: ThreadStack) -> str:
     """``all_reduce (torch.distributed) at train.py:14 in step: dist.all_reduce(t)``, or the innermost user line."""
     if not stack.frames:
         return "no Python frames (in native code, or idle)"
     # the outermost frame there is the public call (all_reduce), not the helpers it calls
     collective: Optional[Frame] = next((f for f in stack.frames if f.file.endswith(_COLLECTIVES)), None)
-    user: Optional[Frame] = next((f for f in reversed(stack.frames) if not library(f.file)), None)
+    user: Optional[Frame] = next((f for f in reversed(stack.frames) if is_user_file(f.file)), None)
     innermost = stack.frames[-1]
     place = user or innermost
     text = f"{place.short()}: {place.text}" if place.text else place.short()

@@ -6,7 +6,8 @@ import tempfile
 import threading
 from pathlib import Path
 
-from tensor_dap.probe.stacks import Frame, ThreadStack, library, live_stacks, parse_dump, render, where
+from tensor_dap.libraries import is_user_file
+from tensor_dap.probe.stacks import Frame, ThreadStack, live_stacks, parse_dump, render, where
 
 C10D = os.path.join(os.path.dirname(os.__file__), "site-packages", "torch", "distributed", "distributed_c10d.py")
 LOGGER = os.path.join(os.path.dirname(os.__file__), "site-packages", "torch", "distributed", "c10d_logger.py")
@@ -77,4 +78,4 @@ def test_where_names_the_collective_the_user_line_or_the_innermost_frame():
     assert where(ThreadStack("main", [user])) == "train.py:88 in step"
     assert where(ThreadStack("main", [Frame(os.__file__, 10, "f")])).startswith("os.py:10 in f")  # no user frame
     assert where(ThreadStack("idle", [])) == "no Python frames (in native code, or idle)"
-    assert library(os.__file__) and library(C10D) and not library("/home/me/train.py")
+    assert not is_user_file(os.__file__) and not is_user_file(C10D) and is_user_file("/home/me/train.py")
