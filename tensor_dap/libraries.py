@@ -54,6 +54,9 @@ def _owner(filename: str) -> Optional[str]:
     packages = _PACKAGES_DIR.search(path)  # the user site, Debian's dist-packages, one a .pth or PYTHONPATH adds
     if packages:
         return _top_level(path[packages.end():])
+    target = _installed_by_target(path)
+    if target:
+        return target
     if _in_torch(path):  # torch built from a source checkout
         return "torch"
     if path.startswith(_STDLIB):
@@ -64,6 +67,58 @@ def _owner(filename: str) -> Optional[str]:
 
 
 _PACKAGES_DIR = re.compile(r".*[/\\](?:site|dist)-packages[/\\]")
+
+
+def _installed_by_target(path: str) -> Optional[str]:
+    """The package of a file in a folder on sys.path that pip installed into (``pip install --target DIR``, then
+    PYTHONPATH=DIR): the ``.dist-info`` folders there name the top-level packages it holds."""
+    for entry in list(sys.path):  # (read once each; an entry added later is read when first seen)
+        if entry not in _targets:
+            _targets[entry] = _installed_in(entry)
+        folder, names = _targets[entry]
+        if names and path.startswith(folder):
+            top = _top_level(path[len(folder):])
+            if top in names:
+                return top
+    return None
+
+
+_targets: dict[str, tuple[str, frozenset[str]]] = {}
+_SCANNED = 10_000  # entries of a sys.path folder looked at for .dist-info (a script's folder may hold a dataset)
+
+
+def _installed_in(entry: str) -> tuple[str, frozenset[str]]:
+    """(folder, the top-level names its .dist-info folders list); no names for any folder pip did not install
+    into, or one already known as site-packages or the standard library."""
+    folder = os.path.realpath(entry or os.curdir) + os.sep
+    if folder.startswith(_SITE) or _PACKAGES_DIR.match(folder) or folder.startswith(_STDLIB):
+        return folder, frozenset()
+    names: set[str] = set()
+    try:
+        with os.scandir(folder) as it:
+            for i, e in enumerate(it):
+                if i >= _SCANNED:
+                    break
+                if e.name.endswith(".dist-info") and e.is_dir():
+                    names.update(_top_levels(e.path))
+    except OSError:
+        pass
+    return folder, frozenset(names)
+
+
+def _top_levels(dist_info: str) -> set[str]:
+    """The top-level names a .dist-info folder's package installed: its top_level.txt, else its RECORD's paths."""
+    try:
+        with open(os.path.join(dist_info, "top_level.txt"), encoding="utf-8") as f:
+            return {line.strip() for line in f if line.strip()}
+    except OSError:
+        pass
+    try:
+        with open(os.path.join(dist_info, "RECORD"), encoding="utf-8") as f:
+            tops = {_top_level(line.split(",", 1)[0].replace("/", os.sep)) for line in f if line.strip()}
+    except OSError:
+        return set()
+    return {t for t in tops if t.isidentifier() and t not in ("python", "bin")}  # (not tqdm-4.70.1.dist-info)
 
 
 def _top_level(rest: str) -> str:

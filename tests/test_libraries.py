@@ -78,3 +78,29 @@ def test_torch_built_from_a_source_checkout_is_torch(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", stand_in)
     assert library_of(str(checkout / "optim" / "optimizer.py")) == "torch"
     assert is_user_file(str(tmp_path / "pytorch" / "setup.py"))
+
+
+def test_a_folder_pip_installed_into_with_target_holds_packages(tmp_path, monkeypatch):
+    """``pip install --target deps tqdm`` then PYTHONPATH=deps: tqdm's frames were counted as the program's own in
+    the profile's tables. Its .dist-info folders (as pip writes them: top_level.txt, or only a RECORD) name what
+    the folder holds; the user's own files beside them stay the user's."""
+    deps = tmp_path / "deps"
+    for name, files in (("tqdm", {"top_level.txt": "tqdm\n"}),
+                        ("einops", {"RECORD": "einops/__init__.py,sha256=x,10\neinops-0.8.dist-info/METADATA,,\n"
+                                              "../../bin/einops,,\n"})):
+        (deps / name).mkdir(parents=True)
+        (deps / name / "std.py").write_text("")
+        info = deps / f"{name}-1.0.dist-info"
+        info.mkdir()
+        for file, text in files.items():
+            (info / file).write_text(text)
+    (deps / "helpers.py").write_text("")  # the user's own module, kept in the same folder
+    monkeypatch.syspath_prepend(str(deps))
+    assert library_of(str(deps / "tqdm" / "std.py")) == "tqdm"
+    assert library_of(str(deps / "einops" / "std.py")) == "einops"
+    assert is_user_file(str(deps / "helpers.py"))
+    plain = tmp_path / "project"  # a folder on sys.path with no .dist-info: the user's
+    (plain / "tqdm").mkdir(parents=True)
+    (plain / "tqdm" / "std.py").write_text("")
+    monkeypatch.syspath_prepend(str(plain))
+    assert is_user_file(str(plain / "tqdm" / "std.py"))
