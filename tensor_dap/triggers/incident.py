@@ -43,6 +43,11 @@ _SAFE_LEAVES = (str, bytes, int, float, complex, bool, type(None), torch.dtype, 
 # an RNN's packed input. With an older torch they go to objects.pt, as the program's own classes do.
 _SAFE_CLASSES: tuple[type, ...] = ((torch.nn.utils.rnn.PackedSequence,)
                                    if hasattr(torch.serialization, "safe_globals") else ())
+try:  # a jagged nested tensor (sequences of different lengths) is torch's own subclass: a safe load builds it
+    from torch.nested._internal.nested_tensor import NestedTensor as _Jagged
+except ImportError:  # an older torch
+    _Jagged = None
+_SAFE_TENSORS = (torch.Tensor, torch.nn.Parameter, *((_Jagged,) if _Jagged is not None else ()))
 TRUST = "pass trusted=True (tensor-dap run --replay ... --trust) only if you wrote it"
 
 
@@ -80,7 +85,7 @@ def loads_safely(obj: Any, depth: int = 0) -> bool:
     if depth > 32:
         return False
     if isinstance(obj, torch.Tensor):
-        return type(obj) in (torch.Tensor, torch.nn.Parameter)
+        return type(obj) in _SAFE_TENSORS
     if isinstance(obj, _SAFE_LEAVES):
         return True
     if type(obj) in (list, tuple) or type(obj) in _SAFE_CLASSES:

@@ -29,6 +29,7 @@ from torch.overrides import TorchFunctionMode
 
 from ..debug.frames import SourceLine, user_line
 from ..nested import walk
+from ..summary.held import is_sparse, sparse_parts
 from .birth import Birth, Born, root
 from .ops import anomaly_line, first_input, forward_name, inplace, op_name, producers, saved_values, sequence_nr
 
@@ -53,13 +54,11 @@ def _float(t: torch.Tensor) -> bool:
 
 def kind_of(t: Any) -> str | None:
     """"nan", "inf", or None for a finite (or non-float) tensor or float (a loss kept as its value:
-    ``forwards.loss_value``). Sparse tensors by their stored values."""
+    ``forwards.loss_value``). Sparse tensors by their stored values, nested ones by their packed buffer."""
     if not isinstance(t, torch.Tensor):
         return ("nan" if t != t else "inf") if isinstance(t, float) and not math.isfinite(t) else None
-    if t.layout == torch.sparse_coo:
-        t = t._values()
-    elif t.layout in (torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc):
-        t = t.values()
+    if is_sparse(t) or t.is_nested:  # (read as finite before, whatever they held)
+        t = sparse_parts(t)[0] if is_sparse(t) else t.values()
     if not _float(t):
         return None
     with torch.no_grad():

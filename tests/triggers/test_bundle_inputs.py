@@ -5,6 +5,7 @@ replays with no trust asked. A batch of the program's own class (a namedtuple it
 which runs code: the bundle keeps it in ``objects.pt`` and replays only with ``--trust``.
 """
 
+import os
 import subprocess
 import sys
 
@@ -104,3 +105,44 @@ def test_a_batch_of_the_program_s_own_class_replays_only_with_trust(tmp_path):
     again = _run(["--replay", str(bundle), "--trust", "train.py", "batch"], tmp_path)
     assert again.returncode == 0, again.stderr
     assert "step 3 · replay: NaN born in softmax" in again.stderr and f"op: softmax at train.py:{line} " in again.stderr
+
+
+class _Pool(torch.nn.Module):
+    def forward(self, x):  # a jagged batch of sequences -> one vector each
+        return torch.stack([t.mean(0) for t in x.unbind()])
+
+
+class _Sequences(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj, self.pool, self.head = torch.nn.Linear(8, 8), _Pool(), torch.nn.Linear(8, 1)
+
+    def forward(self, x):
+        return self.head(self.pool(torch.sqrt(self.proj(x))))  # BORN: sqrt of a negative projection
+
+
+def test_a_jagged_nested_batch_is_localized_and_stays_in_safe_types(tmp_path, monkeypatch):
+    """A batch of sequences as a jagged nested tensor: the NaN born in ``sqrt`` on it was blamed on ``unbind`` in
+    ``pool`` (a nested tensor read as finite), and the bundle needed --trust (objects.pt) for torch's own class."""
+    import inspect
+
+    import tensor_dap
+    from tensor_dap import NonFiniteError
+
+    monkeypatch.chdir(tmp_path)  # (the bundle goes under .tensor_dap/incidents here)
+    torch.manual_seed(0)
+    model = _Sequences()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.nested.nested_tensor([torch.randn(3, 8), torch.randn(5, 8)], layout=torch.jagged)
+    with pytest.raises(NonFiniteError) as info, \
+            tensor_dap.watch(model, optimizer, on="raise"):
+        optimizer.zero_grad()
+        model(x).pow(2).mean().backward()
+        optimizer.step()
+    report = info.value.report
+    assert (report.phase, report.module, report.op) == ("forward", "", "sqrt"), report
+    source, first = inspect.getsourcelines(_Sequences)
+    assert report.source["line"] == first + next(i for i, text in enumerate(source) if "# BORN" in text)
+    assert report.bundle and not os.path.exists(os.path.join(report.bundle, "objects.pt"))
+    forwards = torch.load(os.path.join(report.bundle, "state.pt"), weights_only=True)["forwards"]
+    assert forwards[0]["args"][0].is_nested and torch.equal(forwards[0]["args"][0].values(), x.values())

@@ -61,3 +61,16 @@ def test_a_broadcast_mask_is_read_by_its_own_values(small_slices, monkeypatch):
     assert origin._distinct(wide).numel() == 64 and origin._distinct(huge).numel() == 1
     assert kind_of(wide) == "inf" and kind_of(huge) is None
     assert sliced == []  # 64 values of its own: read in one pass, never sliced
+
+
+@pytest.mark.parametrize("layout", [torch.jagged, torch.strided])
+def test_nested_and_sparse_tensors_are_read_by_what_they_store(layout):
+    """A nested tensor read as finite whatever it held: a NaN born in an op on a batch of sequences was blamed
+    on the first op after it that returned a plain tensor (``unbind``)."""
+    clean = [torch.randn(3, 4), torch.randn(5, 4)]
+    assert kind_of(torch.nested.nested_tensor(clean, layout=layout)) is None
+    bad = [clean[0], planted((5, 4), 7, float("nan"))]
+    assert kind_of(torch.nested.nested_tensor(bad, layout=layout)) == "nan"
+    assert kind_of(planted((6, 6), 8, float("inf")).to_sparse()) == "inf"
+    assert kind_of(planted((6, 6), 8, float("nan")).to_sparse_csr()) == "nan"
+    assert kind_of(torch.eye(6).to_sparse_csc()) is None
