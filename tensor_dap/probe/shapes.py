@@ -95,7 +95,8 @@ def describe_shapes(value: Any, depth: int = 0) -> str:
     other than strided named: '[2708, 2708] sparse_coo' (a GCN's adjacency matrix)."""
     if is_tensor(value):
         layout = str(value.layout).replace("torch.", "").lstrip("_")
-        return fmt_shape(tuple(value.shape)) + ("" if layout == "strided" else f" {layout}")
+        shape = tuple(d if isinstance(d, int) else None for d in value.shape)  # (a jagged dim: ?, as summaries say)
+        return fmt_shape(shape) + ("" if layout == "strided" else f" {layout}")
     if depth > 2:
         return "…"
     if isinstance(value, tuple) and hasattr(value, "_fields"):

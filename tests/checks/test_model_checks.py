@@ -216,6 +216,10 @@ def test_shapes_and_devices_name_a_sparse_argument_and_count_what_it_holds():
     devices = check_devices(_SparseConv(), torch.randn(2000, 5), adj)
     inputs = next(r for r in devices.rows if r[1] == "input")
     assert inputs[3] == 2000 * 5 * 4 + 3999 * (4 + 2 * 8), devices.rows
+    jagged = torch.nested.nested_tensor([torch.randn(2, 5), torch.randn(4, 5)], layout=torch.jagged)
+    sequences = check_shapes(nn.Linear(5, 3), jagged)  # a ragged dim reads '?', as the summaries say
+    assert sequences.verdict == "ok" and sequences.rows[0][2:4] == ("[2, ?, 5] jagged", "[2, ?, 3] jagged"), \
+        sequences.rows
 
 
 def test_devices_a_packed_sequence_s_batch_sizes_and_an_rnn_s_lengths_stay_on_the_cpu():
