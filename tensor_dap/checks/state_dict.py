@@ -15,6 +15,7 @@ from typing import Any
 
 from ..format import first_line, fmt_shape, plural
 from ..kinds import is_module, is_tensor
+from ..loading import load_saved
 from .result import INFO, PROBLEM, WARNING, CheckResult, Finding, names, never_raises, result
 from .state_dict_causes import Shapes, mismatch_note, prefix_fix, renames
 
@@ -45,12 +46,7 @@ def _unwrap(checkpoint: Any) -> tuple[Mapping, str]:
 
 
 def _load(path: Any) -> Any:
-    import torch
-
-    try:  # mmap: a large checkpoint is mapped, not read, since only shapes are needed
-        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception:  # noqa: BLE001 - legacy (non-zip) files cannot be mapped; read them plainly
-        return torch.load(path, map_location="cpu", weights_only=True)
+    return load_saved(path, mmap=True)  # mapped, not read: only shapes are needed
 
 
 def _model_state(model: Any) -> Mapping:

@@ -96,13 +96,13 @@ def _load(path: str, trust: bool) -> Any:
     import os
     import sys
 
-    import torch
+    from ..loading import load_saved
 
     if trust:
         for folder in (os.getcwd(), os.path.dirname(os.path.abspath(path))):
             if folder not in sys.path:
                 sys.path.insert(0, folder)
-    return torch.load(path, map_location="cpu", weights_only=not trust)
+    return load_saved(path, trusted=trust)
 
 
 def _open(node: Any, path: str, dotted: bool) -> Any:

@@ -16,7 +16,6 @@ namedtuple or dataclass batch) goes into ``objects.pt`` instead, which only ``tr
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -31,6 +30,7 @@ import torch
 
 from ..format import first_line, short_error
 from ..libraries import is_user_file
+from ..loading import load_saved
 from ..nested import map_tensors
 from .report import Report, to_json, to_text
 
@@ -202,10 +202,8 @@ def read_bundle(path: str, *, trusted: bool = False) -> Bundle:
 
 
 def _load(path: str, name: str, trusted: bool) -> Any:
-    allowed = torch.serialization.safe_globals(list(_SAFE_CLASSES)) if _SAFE_CLASSES else contextlib.nullcontext()
     try:
-        with allowed:
-            return torch.load(os.path.join(path, name), map_location="cpu", weights_only=not trusted)
+        return load_saved(os.path.join(path, name), trusted=trusted, allowed=_SAFE_CLASSES)
     except Exception as exc:  # noqa: BLE001 - any unreadable file is one clear error
         if not trusted and "weights_only" in str(exc):
             raise BundleError(f"{path}: {name} holds objects a safe load refuses (a bundle from an older "

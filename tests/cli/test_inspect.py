@@ -216,3 +216,18 @@ def test_a_lightning_checkpoint_s_unscored_callbacks_are_not_counted_as_non_fini
     r = inspect("--nonfinite", nan_score)
     counted, apart = r.stdout.split("1 callback score at ±inf")
     assert r.returncode == 1 and ".kth_value" in counted and ".best_score" in apart
+
+
+def test_sparse_and_jagged_nested_tensors_load_safely_in_a_fresh_process(tmp_path):
+    """A safe load builds a jagged nested tensor only once torch's nested and dynamo modules are imported, which a
+    fresh ``tensor-dap inspect`` had not: the file was refused as 'Python objects, not only tensors'."""
+    path = tmp_path / "graph.pt"
+    adj = (torch.eye(50) + torch.diag(torch.ones(49), 1)).to_sparse()
+    torch.save({"adj": adj, "csr": adj.to_sparse_csr(), "bad": torch.tensor([1.0, float("nan")]).to_sparse(),
+                "seqs": torch.nested.nested_tensor([torch.ones(2, 3), torch.ones(4, 3)], layout=torch.jagged)}, path)
+    r = inspect(path)
+    assert r.returncode == 0 and "Warning" not in r.stderr, r.stderr
+    rows = {line.split()[0]: line.split(None, 1)[1] for line in r.stdout.splitlines()[1:]}
+    assert rows["adj"].startswith("tensor[50, 50] sparse_coo nnz=99 ") and "values∈[1, 1]" in rows["adj"]
+    assert "sparse_csr nnz=99" in rows["csr"] and "NaN!×1" in rows["bad"]
+    assert rows["seqs"].startswith("NestedTensor[2, ?, 3] nested n=18 "), rows["seqs"]
