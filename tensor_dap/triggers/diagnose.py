@@ -26,6 +26,7 @@ _LOG = {"log", "log2", "log10", "log_", "log2_", "log10_", "xlogy", "lgamma", "d
 _SQRT = {"sqrt", "rsqrt", "sqrt_", "rsqrt_", "pow", "pow_", "float_power"}
 _DIV = {"div", "div_", "true_divide", "reciprocal", "reciprocal_", "floor_divide", "remainder", "fmod", "norm",
         "normalize"}
+_WEIGHT_NORM = {"_weight_norm", "_weight_norm_interface"}  # nn.utils.parametrizations.weight_norm's one fused op
 _EXP = {"exp", "exp_", "exp2", "expm1", "sinh", "cosh"}
 _NLL = {"cross_entropy", "nll_loss", "nll_loss2d", "nll_loss_nd"}
 
@@ -54,6 +55,9 @@ DIAGNOSES = {
     "sqrt_forward": "sqrt of a negative number is NaN: make sure its input cannot be negative (a log-variance is "
                     "not a variance: std = torch.exp(0.5 * logvar)) or clamp it (torch.sqrt(x.clamp_min(eps)))",
     "div": "division by zero: add an epsilon to the denominator (x / (norm + eps)) or clamp it (norm.clamp_min(eps))",
+    "weight_norm": "weight_norm divides each row of the weight by its norm, and a row of zeros (a unit that died, "
+                   "or was initialized or pruned to 0) gives 0/0: re-initialize such rows, or drop weight_norm for "
+                   "a normalization with an epsilon (F.normalize(w, dim=1, eps=1e-12))",
     "exp": ("exp overflowed: subtract the maximum first (torch.logsumexp, softmax; F.softplus for log(1 + exp(x))) "
             "or clamp its input"),
     "fp16": "float16 overflow (its largest value is 65504): compute in bfloat16 "
@@ -131,6 +135,8 @@ def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: floa
         return DIAGNOSES["no_targets"]
     if _half_overflow(birth, op):
         return DIAGNOSES["fp16_backward" if birth.forward_op else "fp16"]
+    if op in _WEIGHT_NORM and birth.kind == "nan":
+        return DIAGNOSES["weight_norm"]
     for names, key in ((_LOG, "log"), (_SQRT, "sqrt"), (_DIV, "div")):
         if op in names or op.rstrip("_") in names:
             if key == "sqrt" and op.startswith("pow") and not _fractional_power(birth):

@@ -475,3 +475,24 @@ def test_a_hand_written_bce_whose_sigmoid_saturated_is_told_to_take_the_log_from
     report = caught.value.report
     assert report.op == "log" and report.step == 1, report.diagnosis
     assert "F.logsigmoid" in report.diagnosis and "binary_cross_entropy_with_logits" in report.diagnosis
+
+
+def test_a_weight_norm_row_of_zeros_is_diagnosed_as_weight_norm_not_a_division():
+    """``weight_norm`` (a parametrization: its module runs when the layer reads ``.weight``) of a row of zeros is
+    one fused op, ``_weight_norm``: named at the line that called the layer, and told what makes it NaN."""
+    from torch.nn.utils.parametrizations import weight_norm
+
+    torch.manual_seed(0)
+    model = nn.Sequential(weight_norm(nn.Linear(8, 16)), nn.ReLU(), nn.Linear(16, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False):
+        for step in range(4):
+            if step == 2:
+                with torch.no_grad():
+                    model[0].parametrizations.weight.original1[4] = 0  # a unit pruned to zero
+            optimizer.zero_grad()
+            F.mse_loss(model(torch.randn(32, 8)), torch.randn(32, 1)).backward()
+            optimizer.step()
+    report = info.value.report
+    assert (report.step, report.phase, report.op) == (2, "forward", "_weight_norm"), report
+    assert report.module == "0.parametrizations.weight.0" and report.diagnosis == DIAGNOSES["weight_norm"]
