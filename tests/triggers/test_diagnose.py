@@ -496,3 +496,27 @@ def test_a_weight_norm_row_of_zeros_is_diagnosed_as_weight_norm_not_a_division()
     report = info.value.report
     assert (report.step, report.phase, report.op) == (2, "forward", "_weight_norm"), report
     assert report.module == "0.parametrizations.weight.0" and report.diagnosis == DIAGNOSES["weight_norm"]
+
+
+class _Standardize(nn.Module):
+    def forward(self, x):
+        return (x - x.mean(0)) / (x.std(0) + 1e-5)  # a batch of one has no (unbiased) std
+
+
+def test_the_std_of_a_batch_of_one_is_told_as_such():
+    """An epoch's last batch of one element: ``std`` divides by n - 1 = 0. Not a division the user wrote, so the
+    epsilon they added does not help; the diagnosis says what does."""
+    torch.manual_seed(0)
+    model = nn.Sequential(_Standardize(), nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False), \
+            pytest.warns(UserWarning, match="degrees of freedom"):
+        for n in (16, 16, 1):
+            optimizer.zero_grad()
+            F.mse_loss(model(torch.randn(n, 8)), torch.randn(n, 1)).backward()
+            optimizer.step()
+    report = info.value.report
+    assert (report.step, report.phase, report.module, report.op) == (2, "forward", "0", "std"), report
+    assert report.diagnosis == DIAGNOSES["std_single"]
+    assert diagnose(Birth(phase="backward", op="StdBackward0", forward_op="std", kind="nan", module=None),
+                    phase="backward", kind="nonfinite", max_abs=None, loss_history=[]) != DIAGNOSES["std_single"]
