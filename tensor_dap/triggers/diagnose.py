@@ -27,6 +27,7 @@ _SQRT = {"sqrt", "rsqrt", "sqrt_", "rsqrt_", "pow", "pow_", "float_power"}
 _DIV = {"div", "div_", "true_divide", "reciprocal", "reciprocal_", "floor_divide", "remainder", "fmod", "norm",
         "normalize"}
 _WEIGHT_NORM = {"_weight_norm", "_weight_norm_interface"}  # nn.utils.parametrizations.weight_norm's one fused op
+_ARC = {"acos", "asin", "atanh", "arccos", "arcsin", "arctanh"}  # defined on [-1, 1]; infinite gradients at ±1
 _STD = {"std", "var", "std_mean", "var_mean"}  # NaN from finite values only where n - correction <= 0
 _EXP = {"exp", "exp_", "exp2", "expm1", "sinh", "cosh"}
 _NLL = {"cross_entropy", "nll_loss", "nll_loss2d", "nll_loss_nd"}
@@ -59,6 +60,8 @@ DIAGNOSES = {
     "weight_norm": "weight_norm divides each row of the weight by its norm, and a row of zeros (a unit that died, "
                    "or was initialized or pruned to 0) gives 0/0: re-initialize such rows, or drop weight_norm for "
                    "a normalization with an epsilon (F.normalize(w, dim=1, eps=1e-12))",
+    "arc": "acos, asin and atanh are NaN outside [-1, 1] and their gradients are infinite at ±1: a cosine between "
+           "equal vectors is 1 (or rounds just past it); clamp the input first (x.clamp(-1 + 1e-6, 1 - 1e-6))",
     "std_single": "the std (or var) of a single value is NaN: it divides by n - 1 = 0, here over a batch or group "
                   "of one (an epoch's last, short batch: DataLoader(..., drop_last=True)); pass correction=0 for the "
                   "population std, or skip batches of one",
@@ -141,6 +144,8 @@ def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: floa
         return DIAGNOSES["fp16_backward" if birth.forward_op else "fp16"]
     if op in _WEIGHT_NORM and birth.kind == "nan":
         return DIAGNOSES["weight_norm"]
+    if op in _ARC:
+        return DIAGNOSES["arc"]
     if op in _STD and birth.kind == "nan" and not birth.forward_op:
         return DIAGNOSES["std_single"]
     for names, key in ((_LOG, "log"), (_SQRT, "sqrt"), (_DIV, "div")):

@@ -520,3 +520,27 @@ def test_the_std_of_a_batch_of_one_is_told_as_such():
     assert report.diagnosis == DIAGNOSES["std_single"]
     assert diagnose(Birth(phase="backward", op="StdBackward0", forward_op="std", kind="nan", module=None),
                     phase="backward", kind="nonfinite", max_abs=None, loss_history=[]) != DIAGNOSES["std_single"]
+
+
+class _Angles(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        return torch.acos(torch.tanh(self.fc(x)) * 1.01)  # a cosine scaled past 1: outside acos's domain
+
+
+def test_acos_outside_or_at_the_edge_of_its_domain_is_told_to_clamp_inside_it():
+    torch.manual_seed(0)
+    model = nn.Sequential(_Angles(), nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False):
+        optimizer.zero_grad()
+        F.mse_loss(model(torch.randn(16, 8) * 10), torch.randn(16, 1)).backward()
+        optimizer.step()
+    report = info.value.report
+    assert (report.phase, report.module, report.op) == ("forward", "0", "acos"), report
+    assert report.diagnosis == DIAGNOSES["arc"]
+    at_one = Birth(phase="backward", op="AcosBackward0", forward_op="acos", kind="inf", module=None)  # at exactly ±1
+    assert diagnose(at_one, phase="backward", kind="nonfinite", max_abs=None, loss_history=[]) == DIAGNOSES["arc"]
