@@ -387,7 +387,9 @@ def test_a_half_nan_needs_evidence_of_an_overflow():
         DIAGNOSES["no_targets"]
     one = torch.ones(1).half()
     std = Birth("forward", "std", "nan", inputs=[("a", one)], output=torch.tensor(float("nan")).half())  # of one value
-    assert diagnose(std, phase="forward", kind="nonfinite", max_abs=None, loss_history=[]) is None
+    assert diagnose(std, phase="forward", kind="nonfinite", max_abs=None, loss_history=[]) == DIAGNOSES["std_single"]
+    other = Birth("forward", "erf", "nan", inputs=[("a", one)], output=torch.tensor(float("nan")).half())
+    assert diagnose(other, phase="forward", kind="nonfinite", max_abs=None, loss_history=[]) is None
 
 
 def test_a_square_overflowing_in_half_is_an_overflow_not_a_root():
