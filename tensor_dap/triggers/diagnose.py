@@ -28,6 +28,7 @@ _DIV = {"div", "div_", "true_divide", "reciprocal", "reciprocal_", "floor_divide
         "normalize"}
 _WEIGHT_NORM = {"_weight_norm", "_weight_norm_interface"}  # nn.utils.parametrizations.weight_norm's one fused op
 _ARC = {"acos", "asin", "atanh", "arccos", "arcsin", "arctanh"}  # defined on [-1, 1]; infinite gradients at ±1
+_SUBTRACT = {"sub", "rsub", "add"}  # -inf - (-inf): a masked row minus its own max or logsumexp
 _STD = {"std", "var", "std_mean", "var_mean"}  # NaN from finite values only where n - correction <= 0
 _EXP = {"exp", "exp_", "exp2", "expm1", "sinh", "cosh"}
 _NLL = {"cross_entropy", "nll_loss", "nll_loss2d", "nll_loss_nd"}
@@ -60,6 +61,9 @@ DIAGNOSES = {
     "weight_norm": "weight_norm divides each row of the weight by its norm, and a row of zeros (a unit that died, "
                    "or was initialized or pruned to 0) gives 0/0: re-initialize such rows, or drop weight_norm for "
                    "a normalization with an epsilon (F.normalize(w, dim=1, eps=1e-12))",
+    "masked_subtract": "a row whose entries are all -inf (a fully masked row) has a max and a logsumexp of -inf, and "
+                       "-inf - (-inf) is NaN: mask with a large negative number (torch.finfo(dtype).min) instead of "
+                       "-inf, or guard rows with nothing left to choose",
     "arc": "acos, asin and atanh are NaN outside [-1, 1] and their gradients are infinite at ±1: a cosine between "
            "equal vectors is 1 (or rounds just past it); clamp the input first (x.clamp(-1 + 1e-6, 1 - 1e-6))",
     "std_single": "the std (or var) of a single value is NaN: it divides by n - 1 = 0, here over a batch or group "
@@ -146,6 +150,8 @@ def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: floa
         return DIAGNOSES["weight_norm"]
     if op in _ARC:
         return DIAGNOSES["arc"]
+    if op in _SUBTRACT and birth.kind == "nan" and not birth.forward_op and _any_masked_row(birth):
+        return DIAGNOSES["masked_subtract"]
     if op in _STD and birth.kind == "nan" and not birth.forward_op:
         return DIAGNOSES["std_single"]
     for names, key in ((_LOG, "log"), (_SQRT, "sqrt"), (_DIV, "div")):
@@ -256,6 +262,13 @@ def _masked_row(birth: Birth) -> bool:
         return birth.cause is not None  # NaN from Infs, shape unknown: still the likely story
     with torch.no_grad():
         return bool(torch.isneginf(x).all(dim=-1).any()) or birth.cause is not None
+
+
+def _any_masked_row(birth: Birth) -> bool:
+    """One of the op's inputs has a row (along its last dim) that is entirely -inf."""
+    with torch.no_grad():
+        return any(t.is_floating_point() and t.dim() > 0 and t.shape[-1] > 0 and bool(torch.isneginf(t).all(-1).any())
+                   for t in _tensors(birth.inputs))
 
 
 def _all_keys_masked(birth: Birth) -> bool:

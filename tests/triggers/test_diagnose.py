@@ -546,3 +546,36 @@ def test_acos_outside_or_at_the_edge_of_its_domain_is_told_to_clamp_inside_it():
     assert report.diagnosis == DIAGNOSES["arc"]
     at_one = Birth(phase="backward", op="AcosBackward0", forward_op="acos", kind="inf", module=None)  # at exactly ±1
     assert diagnose(at_one, phase="backward", kind="nonfinite", max_abs=None, loss_history=[]) == DIAGNOSES["arc"]
+
+
+class _Pointer(nn.Module):
+    """A pointer network's log-probabilities over candidates, the padded ones masked with -inf."""
+
+    def __init__(self):
+        super().__init__()
+        self.score = nn.Linear(8, 1)
+
+    def forward(self, x, mask):
+        scores = self.score(x).squeeze(-1).masked_fill(~mask, float("-inf"))
+        return scores - scores.logsumexp(-1, keepdim=True)  # LOGPROBS
+
+
+def test_a_masked_row_minus_its_logsumexp_is_told_as_a_masked_row():
+    torch.manual_seed(0)
+    model = _Pointer()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False):
+        for step in range(3):
+            mask = torch.ones(4, 6, dtype=torch.bool)
+            mask[2] = step < 2  # at step 2, an example with no candidate left
+            optimizer.zero_grad()
+            F.nll_loss(model(torch.randn(4, 6, 8), mask), torch.zeros(4, dtype=torch.long)).backward()
+            optimizer.step()
+    report = info.value.report
+    assert (report.step, report.phase, report.op) == (2, "forward", "sub"), report
+    assert report.diagnosis == DIAGNOSES["masked_subtract"]
+    overflowed = torch.tensor([[float("inf"), 1.0]])  # inf - inf from an overflow, no masked row: not that story
+    birth = Birth("forward", "sub", "nan", inputs=[("a", overflowed), ("b", overflowed)],
+                  output=torch.full((1, 2), float("nan")))
+    assert diagnose(birth, phase="forward", kind="nonfinite", max_abs=None, loss_history=[]) != \
+        DIAGNOSES["masked_subtract"]
