@@ -44,14 +44,27 @@ def forward_name(node_name: str) -> str:
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", base).lower()
 
 
+# ops that pick or move values without changing them: a producer is looked for through them (a log of
+# ``probs.gather(1, y)`` or of ``probs[range(n), y]`` is a log of the softmax that made ``probs``)
+_PICKS = {"gather", "index", "select", "slice", "view", "unsafe_view", "reshape_alias", "squeeze", "unsqueeze",
+          "expand", "t", "transpose", "permute", "clone", "index_select", "take_along_dim", "narrow", "split",
+          "unbind", "masked_select", "as_strided"}
+_HOPS = 16  # nodes walked at most
+
+
 def producers(node: Any, depth: int = 2) -> tuple[str, ...]:
-    """The forward ops of ``node`` and of the nodes that made its first input, ``depth`` in all, nearest first:
-    what the diagnosis reads to tell a log of a sigmoid (``("sigmoid",)``, ``("rsub", "sigmoid")`` for
-    ``1 - sigmoid(x)``) from a log of anything else. Empty where the graph does not say; never raises."""
+    """The forward ops of ``node`` and of the nodes that made its first input, ``depth`` in all, nearest first,
+    looking through ops that only pick values (``_PICKS``): what the diagnosis reads to tell a log of a sigmoid
+    (``("sigmoid",)``, ``("rsub", "sigmoid")`` for ``1 - sigmoid(x)``) from a log of anything else. Empty where
+    the graph does not say; never raises."""
     out: list[str] = []
     try:
-        while node is not None and len(out) < depth and node.name() != "torch::autograd::AccumulateGrad":
-            out.append(forward_name(node.name()))
+        for _ in range(_HOPS):
+            if node is None or len(out) >= depth or node.name() == "torch::autograd::AccumulateGrad":
+                break
+            name = forward_name(node.name())
+            if name not in _PICKS:
+                out.append(name)
             node = first_input(node)
     except Exception:  # noqa: BLE001 - a node of an odd kind: what was read stands
         pass

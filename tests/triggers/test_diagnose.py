@@ -579,3 +579,24 @@ def test_a_masked_row_minus_its_logsumexp_is_told_as_a_masked_row():
                   output=torch.full((1, 2), float("nan")))
     assert diagnose(birth, phase="forward", kind="nonfinite", max_abs=None, loss_history=[]) != \
         DIAGNOSES["masked_subtract"]
+
+
+@pytest.mark.parametrize("pick", ["gather", "index"])
+def test_a_log_of_the_picked_probabilities_of_a_softmax_is_told_to_take_log_softmax(pick):
+    """A hand-written NLL takes the log of the target's probability only (``probs.gather(1, y)``, or
+    ``probs[range(n), y]``): the values it logs are no distribution, but the op that made them, seen through the
+    pick, is the softmax."""
+    torch.manual_seed(0)
+    model = nn.Linear(8, 5)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False):
+        x, y = torch.randn(32, 8), torch.randint(0, 5, (32,))
+        probs = torch.softmax(model(x) * 1e3, dim=1)  # underflows to exact zeros off each row's largest logit
+        picked = probs.gather(1, y[:, None]) if pick == "gather" else probs[torch.arange(32), y]
+        loss = -torch.log(picked).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    report = info.value.report
+    assert (report.phase, report.op) == ("loss", "log"), report
+    assert report.diagnosis == DIAGNOSES["log_softmax"]
