@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from . import origin
 from .birth import Birth
 
 FP16_MAX = 65504.0
@@ -246,14 +247,29 @@ def _half_overflow(birth: Birth, op: str) -> bool:
                                            for low, high in (t.aminmax() for t in inputs)):
             return False
         powered = op.startswith("pow") and not _fractional_power(birth)  # x ** 2: no root, any sign
-        if op in _LOG | _SQRT and not powered and inputs and bool((inputs[0] <= 0).any()):
+        if op in _LOG | _SQRT and not powered and inputs and _anywhere(inputs[0], lambda p: (p <= 0).any()):
             return False  # log(0), sqrt(-x): the rules below
-        return not (op in _DIV and len(inputs) > 1 and bool((inputs[-1] == 0).any()))  # x / 0: the division rule
+        return not (op in _DIV and len(inputs) > 1 and _anywhere(inputs[-1], lambda p: (p == 0).any()))  # x / 0
+
+
+def _anywhere(t: torch.Tensor, test: Any) -> bool:
+    """``test`` (a piece -> a bool tensor) true of some piece of ``t``, read in bounded pieces (``origin.pieces``):
+    the op's inputs may be an activation of gigabytes, and a whole-tensor temporary as large."""
+    with torch.no_grad():
+        return any(bool(test(piece)) for piece in origin.pieces(t))
 
 
 def _finite_inputs(named: list[tuple[str, Any]]) -> bool:
-    with torch.no_grad():
-        return all(bool(torch.isfinite(t).all()) for t in _tensors(named) if t.is_floating_point())
+    return all(origin.kind_of(t) is None for t in _tensors(named) if t.is_floating_point())
+
+
+def _has_masked_row(t: torch.Tensor) -> bool:
+    """A row of ``t`` (along its last dim) is entirely -inf; a row too long to read whole is not looked at."""
+    if not t.is_floating_point() or t.dim() == 0 or not 0 < t.shape[-1] <= origin.SLICE_ELEMENTS:
+        return False
+    if t.dim() == 1:
+        return bool(torch.isneginf(t).all())
+    return _anywhere(t, lambda p: torch.isneginf(p).all(-1).any())
 
 
 def _masked_row(birth: Birth) -> bool:
@@ -261,15 +277,12 @@ def _masked_row(birth: Birth) -> bool:
     x = next(iter(_tensors(birth.inputs)), None)
     if x is None or x.dim() == 0 or not x.is_floating_point():
         return birth.cause is not None  # NaN from Infs, shape unknown: still the likely story
-    with torch.no_grad():
-        return bool(torch.isneginf(x).all(dim=-1).any()) or birth.cause is not None
+    return _has_masked_row(x) or birth.cause is not None
 
 
 def _any_masked_row(birth: Birth) -> bool:
     """One of the op's inputs has a row (along its last dim) that is entirely -inf."""
-    with torch.no_grad():
-        return any(t.is_floating_point() and t.dim() > 0 and t.shape[-1] > 0 and bool(torch.isneginf(t).all(-1).any())
-                   for t in _tensors(birth.inputs))
+    return any(_has_masked_row(t) for t in _tensors(birth.inputs))
 
 
 def _all_keys_masked(birth: Birth) -> bool:
@@ -277,10 +290,14 @@ def _all_keys_masked(birth: Birth) -> bool:
     attn_mask ((L, S) or (N * heads, L, S)), or the two together (left padding under a causal mask)."""
     masks = {name: t for name, t in birth.inputs if name in ("key_padding_mask", "attn_mask")
              and isinstance(t, torch.Tensor) and t.dim() > 0}
+    if any(_has_masked_row(m) if m.is_floating_point() else
+           m.dtype == torch.bool and m.shape[-1] <= origin.SLICE_ELEMENTS and _anywhere(m, lambda p: p.all(-1).any())
+           for m in masks.values()):
+        return True
+    if any(m.numel() > origin.SLICE_ELEMENTS for m in masks.values()):
+        return False  # the two together: not told for masks this large (their copies below would be as large)
     with torch.no_grad():
         blocked = {name: m if m.dtype == torch.bool else torch.isneginf(m) for name, m in masks.items()}
-        if any(bool(m.all(dim=-1).any()) for m in blocked.values()):
-            return True
         keys, attn = blocked.get("key_padding_mask"), blocked.get("attn_mask")
         if keys is None or attn is None or keys.dim() != 2:
             return False
@@ -324,7 +341,7 @@ def _probabilities(birth: Birth) -> bool:
     if x is None or x.dim() == 0 or not x.is_floating_point() or not x.numel():
         return False
     with torch.no_grad():
-        if not bool(torch.isfinite(x).all()) or float(x.min()) < 0 or float(x.max()) > 1:
+        if origin.kind_of(x) is not None or float(x.min()) < 0 or float(x.max()) > 1:
             return False
         dims = [-1] if x.dim() == 1 else [-1, 1]
         return any(bool(((x.sum(d, dtype=torch.float32) - 1).abs() < 1e-3).all()) for d in dims)
@@ -347,5 +364,5 @@ def _sqrt_of_zeros_only(birth: Birth) -> bool:
     value = birth.saved.get("result" if birth.op == "SqrtBackward0" else "self")
     if not isinstance(value, torch.Tensor) or not value.is_floating_point():
         return False
-    with torch.no_grad():
-        return bool((value == 0).any()) and not bool((value < 0).any() or value.isnan().any())
+    return _anywhere(value, lambda p: (p == 0).any()) and \
+        not _anywhere(value, lambda p: (p < 0).any() | p.isnan().any())

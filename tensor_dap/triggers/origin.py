@@ -81,6 +81,12 @@ def kind_of(t: Any) -> str | None:
 SLICE_ELEMENTS = 1 << 22  # larger tensors are looked at in slices: temporaries stay a few MB whatever the size
 
 
+def pieces(t: torch.Tensor) -> Iterator[torch.Tensor]:
+    """``t``'s own values (broadcast dims narrowed) in views of at most ``SLICE_ELEMENTS``, rows kept whole where a
+    row fits: what a test over a whole tensor reads to keep its temporaries bounded."""
+    return slices(_distinct(t), SLICE_ELEMENTS)
+
+
 def _distinct(t: torch.Tensor) -> torch.Tensor:
     """``t`` without its broadcast dimensions (stride 0): an expanded attention mask, its own values only."""
     for d in range(t.dim()):

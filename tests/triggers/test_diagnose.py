@@ -600,3 +600,27 @@ def test_a_log_of_the_picked_probabilities_of_a_softmax_is_told_to_take_log_soft
     report = info.value.report
     assert (report.phase, report.op) == ("loss", "log"), report
     assert report.diagnosis == DIAGNOSES["log_softmax"]
+
+
+def test_the_rules_read_an_op_s_inputs_in_bounded_pieces(monkeypatch):
+    """The inputs a rule reads may be an activation of gigabytes, or an attention mask broadcast over the batch and
+    heads (here 2**32 elements over 2,048 of its own): read by their own values, a bounded piece at a time."""
+    from tensor_dap.triggers import origin
+
+    monkeypatch.setattr(origin, "SLICE_ELEMENTS", 4096)
+    read = []
+    real = origin.pieces
+    monkeypatch.setattr(origin, "pieces", lambda t: (read.append(p.numel()) or p for p in real(t)))
+    row = torch.zeros(1, 1, 1, 2048)
+    row[..., :] = float("-inf")
+    scores = row.expand(64, 16, 2048, 2048)  # every query's row masked
+    softmax = Birth("forward", "softmax", "nan", inputs=[("input", scores)], output=torch.zeros(1))
+    assert diagnose(softmax, phase="forward", kind="nonfinite", max_abs=None, loss_history=[]) == \
+        DIAGNOSES["masked_softmax"]
+    big = torch.randn(64, 1000)
+    big[37, :] = float("-inf")  # one masked row among 64,000 values, read in pieces of at most 4,096
+    subtract = Birth("forward", "sub", "nan", inputs=[("a", big), ("b", big.logsumexp(-1, keepdim=True))],
+                     output=torch.zeros(1))
+    assert diagnose(subtract, phase="forward", kind="nonfinite", max_abs=None, loss_history=[]) == \
+        DIAGNOSES["masked_subtract"]
+    assert read and max(read) <= 4096, read
