@@ -29,6 +29,7 @@ from torch.overrides import TorchFunctionMode
 
 from ..debug.frames import SourceLine, user_line
 from ..nested import walk
+from ..summary.rows import rows_text
 from ..summary.held import is_sparse, sparse_parts
 from .birth import Birth, Born, root
 from .ops import anomaly_line, first_input, forward_name, inplace, op_name, producers, saved_values, sequence_nr
@@ -334,8 +335,9 @@ class Tracker(TorchFunctionMode):
         path, typ = self._module()
         line = user_line(sys._getframe())
         if id(t) in self.inputs:
+            rows = rows_text(t)  # (the samples to look up in the dataset)
             birth = Birth("input", name, kind, path, typ, line, inputs=[("input", t)], output=t,
-                          note="the batch handed to the step is already non-finite")
+                          note="the batch handed to the step is already non-finite" + (f" ({rows})" if rows else ""))
         else:  # a buffer or constant: an Inf there is a mask put on purpose; a NaN is not
             birth = Birth(self._phase(), name, kind, path, typ, line, inputs=[("input", t)], output=t,
                           deliberate=kind == "inf",

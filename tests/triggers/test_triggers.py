@@ -42,6 +42,8 @@ def test_planted_bug_names_step_phase_and_module(bug, caplog):
     text = str(exc)  # what a batch job's traceback shows
     assert f"step {report.step}" in text and report.module in text and report.phase in text
     assert any(s.nonfinite for _, _, s in report.tensors), "the report should show the non-finite tensor"
+    if bug == "inf_input":  # the sample to look up in the dataset: x[3, 1] = inf
+        assert any("1 row of 32 along dim 0 holds NaN/Inf: 3" in note for note in report.notes), report.notes
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")

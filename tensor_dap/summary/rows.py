@@ -1,0 +1,54 @@
+"""Which rows (along dim 0: the samples of a batch) of a tensor hold NaN/Inf: what a user needs to find the corrupt
+record behind a non-finite batch. Read a bounded chunk at a time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..format import plural
+
+CHUNK = 1 << 22  # elements read at a time
+SCANNED = 1 << 26  # elements read at most (a batch is far smaller; a dataset tensor handed as one is cut short)
+SHOWN = 8
+
+
+def nonfinite_rows(t: Any, shown: int = SHOWN) -> tuple[list[int], int, bool] | None:
+    """(the first ``shown`` indices of rows holding NaN/Inf, how many rows do, whether every row was read); None for
+    a tensor without rows to tell (0-d, not floating, not strided, or rows too large to read whole)."""
+    import torch
+
+    if not isinstance(t, torch.Tensor) or t.dim() == 0 or t.layout != torch.strided or t.is_nested or \
+            not (t.is_floating_point() or t.is_complex()) or t.device.type == "meta":
+        return None
+    n = int(t.shape[0])
+    row = int(t[0].numel()) if n else 0
+    if not row or row > CHUNK:
+        return None
+    step = max(1, CHUNK // row)
+    found: list[int] = []
+    count = read = 0
+    with torch.no_grad():
+        for start in range(0, n, step):
+            if read >= SCANNED:
+                return found, count, False
+            chunk = t[start:start + step]
+            bad = ~torch.isfinite(chunk.reshape(chunk.shape[0], -1)).all(1)
+            rows = bad.nonzero().flatten()
+            count += int(rows.numel())
+            found += [start + int(r) for r in rows[:max(0, shown - len(found))].tolist()]
+            read += int(chunk.numel())
+    return found, count, True
+
+
+def rows_text(t: Any) -> str:
+    """``2 rows of 16 along dim 0 hold NaN/Inf: 5, 9``, for a report's note; empty when there is nothing to tell."""
+    try:
+        found = nonfinite_rows(t)
+    except Exception:  # noqa: BLE001 - a report says less, never fails
+        return ""
+    if not found or not found[1]:
+        return ""
+    rows, count, complete = found
+    listed = ", ".join(map(str, rows)) + (", …" if count > len(rows) else "")
+    of = f"of {int(t.shape[0]):,}" if complete else "among the first rows read"
+    return f"{plural(count, 'row')} {of} along dim 0 {'holds' if count == 1 else 'hold'} NaN/Inf: {listed}"
