@@ -40,6 +40,13 @@ def nonfinite_rows(t: Any, shown: int = SHOWN) -> tuple[list[int], int, bool] | 
     return found, count, True
 
 
+def with_rows(note: str, *tensors: Any) -> str:
+    """``note``, then in brackets the rows of the first of ``tensors`` with non-finite rows to tell: what a report
+    about a non-finite batch says."""
+    rows = next((text for t in tensors if (text := rows_text(t))), "")
+    return f"{note} ({rows})" if rows else note
+
+
 def rows_text(t: Any) -> str:
     """``2 rows of 16 along dim 0 hold NaN/Inf: 5, 9``, for a report's note; empty when there is nothing to tell."""
     try:

@@ -24,7 +24,7 @@ import torch
 from ..debug.frames import SourceLine
 from ..nested import walk
 from ..summary import TensorSummary, describe
-from ..summary.rows import rows_text
+from ..summary.rows import with_rows
 from .loss_tap import double_backward_line
 from .birth import Birth, Born
 from .origin import GRAD_AT_OUTPUTS, Tracker, kind_of
@@ -278,9 +278,8 @@ class _Hooks:
         fed = any_nonfinite((args, kwargs))
         phase = "input" if fed and self.input_bad else "forward"
         if phase == "input":
-            rows = next((text for _, t in tensors_in((args, kwargs)) if (text := rows_text(t))), "")
-            note = "the batch handed to the step is non-finite; this is the first module that received it" + \
-                (f" ({rows})" if rows else "")
+            note = with_rows("the batch handed to the step is non-finite; this is the first module that received it",
+                             *(t for _, t in tensors_in((args, kwargs))))
         elif fed:
             note = "its inputs were already non-finite (produced by code outside any module)"
         else:

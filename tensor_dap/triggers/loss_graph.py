@@ -29,7 +29,7 @@ from typing import Any, Callable, NamedTuple
 
 import torch
 
-from ..summary.rows import rows_text
+from ..summary.rows import with_rows
 from .ops import first_input, forward_name, producers, saved_values, sequence_nr
 from . import origin
 from .birth import Birth
@@ -174,11 +174,10 @@ def _birth_at(node: Any) -> Birth | None:
 def _came_in(op: str, name: str, t: torch.Tensor, kind: str) -> Birth:
     """A non-finite tensor the graph did not make (no gradient flows into it): data, or computed from it (returns
     normalized by a std), first used by ``op``."""
-    rows = rows_text(t)  # (a NaN label: the samples to look up)
     return Birth("input", op, kind, inputs=[(name, t)], output=t,
-                 note=f"the {name} of {op} is already non-finite and no gradient flows into it: it came in with the "
-                      "batch, or was computed from it outside autograd; read from the loss's autograd graph, so the "
-                      "line that used it is not known" + (f" ({rows})" if rows else ""))
+                 note=with_rows(f"the {name} of {op} is already non-finite and no gradient flows into it: it came in "
+                                "with the batch, or was computed from it outside autograd; read from the loss's "
+                                "autograd graph, so the line that used it is not known", t))  # (a NaN label's samples)
 
 
 def _recompute(op: str, saved: dict[str, Any]) -> torch.Tensor | None:

@@ -29,7 +29,7 @@ from torch.overrides import TorchFunctionMode
 
 from ..debug.frames import SourceLine, user_line
 from ..nested import walk
-from ..summary.rows import rows_text
+from ..summary.rows import with_rows
 from ..summary.held import is_sparse, sparse_parts
 from .birth import Birth, Born, root
 from .ops import anomaly_line, first_input, forward_name, inplace, op_name, producers, saved_values, sequence_nr
@@ -58,8 +58,10 @@ def kind_of(t: Any) -> str | None:
     ``forwards.loss_value``). Sparse tensors by their stored values, nested ones by their packed buffer."""
     if not isinstance(t, torch.Tensor):
         return ("nan" if t != t else "inf") if isinstance(t, float) and not math.isfinite(t) else None
-    if is_sparse(t) or t.is_nested:  # (read as finite before, whatever they held)
-        t = sparse_parts(t)[0] if is_sparse(t) else t.values()
+    if is_sparse(t):
+        t = sparse_parts(t)[0]
+    elif t.is_nested:  # (read as finite before, whatever it held)
+        t = t.values()
     if not _float(t):
         return None
     with torch.no_grad():
@@ -335,9 +337,8 @@ class Tracker(TorchFunctionMode):
         path, typ = self._module()
         line = user_line(sys._getframe())
         if id(t) in self.inputs:
-            rows = rows_text(t)  # (the samples to look up in the dataset)
             birth = Birth("input", name, kind, path, typ, line, inputs=[("input", t)], output=t,
-                          note="the batch handed to the step is already non-finite" + (f" ({rows})" if rows else ""))
+                          note=with_rows("the batch handed to the step is already non-finite", t))
         else:  # a buffer or constant: an Inf there is a mask put on purpose; a NaN is not
             birth = Birth(self._phase(), name, kind, path, typ, line, inputs=[("input", t)], output=t,
                           deliberate=kind == "inf",
