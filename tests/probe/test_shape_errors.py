@@ -254,3 +254,52 @@ def test_layer_norm_on_the_wrong_width():
     assert ex.kind == "size mismatch"
     assert any(_ops(f).get("x") == (4, 8, 32) for f in ex.frames)
     assert any("ends in [32], but the norm normalizes over [64]" in f.hint for f in ex.frames)
+
+
+def test_batch_norm_on_a_batch_of_one_names_the_input_and_the_short_last_batch():
+    class Head(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = nn.BatchNorm1d(8)
+
+        def forward(self, features):
+            return self.norm(features)
+
+    head = Head().train()
+    last = torch.randn(1, 8)  # an epoch's last batch: 641 samples in batches of 64
+    ex = _explain(lambda: head(last))
+    assert ex.kind == "batch of one"
+    user = next(f for f in ex.frames if f.function == "forward" and f.filename == __file__)
+    assert _ops(user) == {"features": (1, 8)}
+    assert user.hint.startswith("features [1, 8] is a batch of one") and "drop_last=True" in user.hint
+    head.eval()
+    assert head(last).shape == (1, 8)  # the advice holds: eval mode uses the running statistics
+
+
+def test_instance_norm_on_a_one_by_one_map_says_the_input_shrank():
+    norm = nn.InstanceNorm2d(3)
+    tiny = torch.randn(2, 3, 1, 1)
+    ex = _explain(lambda: norm(tiny))
+    assert ex.kind == "batch of one"
+    assert any("tiny [2, 3, 1, 1] has a 1×1 feature map" in f.hint for f in ex.frames)
+
+
+def test_conditional_operands_take_the_branch_a_plain_flag_picks_and_never_call_bool():
+    class Flag:
+        calls = 0
+
+        def __bool__(self):
+            Flag.calls += 1
+            return True
+
+    x, wide, narrow = torch.randn(2, 3), torch.randn(2, 5), torch.randn(3, 5)
+    training, scale = False, None
+    ex = _explain(lambda: torch.cat([x, wide if training or scale else narrow]))
+    assert _ops(ex.frames[0]) == {"x": (2, 3), "wide if training or scale else narrow": (3, 5)}
+    flag, mask = Flag(), torch.ones(())
+    exc = _catch(lambda: torch.cat([x, wide if flag else narrow, narrow if mask else wide]))
+    Flag.calls = 0
+    ex = explain(exc)
+    assert Flag.calls == 0  # the user's __bool__ is the user's code; a tensor's reads its data
+    unknown = [o.expr for o in ex.frames[0].operands if o.kind == "unknown"]
+    assert unknown == ["wide if flag else narrow", "narrow if mask else wide"]

@@ -157,6 +157,16 @@ class Evaluator:
                 return self._op(node, lambda: meta(base)[meta(index)], [node.value])
             value = _entry(base, index)
             return value, device_text(value)
+        if isinstance(node, ast.IfExp):  # x if self.training else None: only the branch the test picks
+            value = self.ev(node.body if self._truth(node.test) else node.orelse)
+            return value, self.device_of(node.body) or self.device_of(node.orelse)
+        if isinstance(node, ast.BoolOp):  # short-circuit, as Python does
+            for i, part in enumerate(node.values):
+                truth = self._truth(part)
+                if i == len(node.values) - 1 or truth == isinstance(node.op, ast.Or):
+                    return self.value_of(part), self.device_of(part)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            return not self._truth(node.operand), ""
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd, ast.Invert)):
             operand = self.ev(node.operand)
             op = {ast.USub: lambda v: -v, ast.UAdd: lambda v: +v, ast.Invert: lambda v: ~v}[type(node.op)]
@@ -180,6 +190,14 @@ class Evaluator:
             return self._op(node, lambda: compare(meta(left), meta(right)), [node.left, node.comparators[0]])
         if isinstance(node, ast.Call):
             return self._call(node, torch)
+        raise Unknown()
+
+    def _truth(self, node: ast.AST) -> bool:
+        """The truth of a plain value (a flag, a number, None); any other object's ``__bool__`` is user code, and a
+        tensor's would read its data."""
+        value = self.ev(node)
+        if value is None or static.one_of(value, _NUMBERS):
+            return bool(value)
         raise Unknown()
 
     def _op(self, node: ast.AST, fn: Any, inputs: list[ast.AST]) -> tuple[Any, str]:

@@ -108,7 +108,27 @@ def mismatch_hint(ev: Evaluator, node: ast.AST, operands: list[Operand], kind: s
         return _view_hint(ev, node, tensors, message)
     if kind == "size mismatch":
         return _state_dict_hint(ev, node) or _view_hint(ev, node, tensors, message) or _norm_hint(message)
+    if kind == "batch of one":
+        return _batch_of_one_hint(tensors, message)
     return ""
+
+
+_TORCH_SIZE = re.compile(r"torch\.Size\(\[([\d, ]*)\]\)")
+
+
+def _batch_of_one_hint(tensors: list[Operand], message: str) -> str:
+    """A norm's batch statistics in training mode over a single value: say which input, and the two usual causes."""
+    found = _TORCH_SIZE.search(message)
+    got = tuple(int(d) for d in found.group(1).replace(" ", "").split(",") if d) if found else None
+    o = next((t for t in tensors if got is not None and t.shape == got), None)
+    what = f"{o.expr} {fmt_shape(o.shape)}" if o is not None else \
+        f"the input {fmt_shape(got)}" if got is not None else "the input"
+    if "spatial element" in message:
+        return (f"{what} has a 1×1 feature map, and instance norm in training mode needs more than one value per "
+                f"channel: the input is too small for this many downsamplings (or flattened before the norm)")
+    return (f"{what} is a batch of one, and batch norm in training mode needs more than one value per channel: "
+            f"usually an epoch's last, short batch (DataLoader(..., drop_last=True)); for single samples call "
+            f"model.eval() first")
 
 
 _NORM = re.compile(r"normalized_shape=\[([\d, ]*)\], expected input with shape \[\*, [\d, ]*\], "
