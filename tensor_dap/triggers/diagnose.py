@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from . import origin
+from . import finite
 from .birth import Birth
 
 FP16_MAX = 65504.0
@@ -253,19 +253,19 @@ def _half_overflow(birth: Birth, op: str) -> bool:
 
 
 def _anywhere(t: torch.Tensor, test: Any) -> bool:
-    """``test`` (a piece -> a bool tensor) true of some piece of ``t``, read in bounded pieces (``origin.pieces``):
+    """``test`` (a piece -> a bool tensor) true of some piece of ``t``, read in bounded pieces (``finite.pieces``):
     the op's inputs may be an activation of gigabytes, and a whole-tensor temporary as large."""
     with torch.no_grad():
-        return any(bool(test(piece)) for piece in origin.pieces(t))
+        return any(bool(test(piece)) for piece in finite.pieces(t))
 
 
 def _finite_inputs(named: list[tuple[str, Any]]) -> bool:
-    return all(origin.kind_of(t) is None for t in _tensors(named) if t.is_floating_point())
+    return all(finite.kind_of(t) is None for t in _tensors(named) if t.is_floating_point())
 
 
 def _has_masked_row(t: torch.Tensor) -> bool:
     """A row of ``t`` (along its last dim) is entirely -inf; a row too long to read whole is not looked at."""
-    if not t.is_floating_point() or t.dim() == 0 or not 0 < t.shape[-1] <= origin.SLICE_ELEMENTS:
+    if not t.is_floating_point() or t.dim() == 0 or not 0 < t.shape[-1] <= finite.SLICE_ELEMENTS:
         return False
     if t.dim() == 1:
         return bool(torch.isneginf(t).all())
@@ -291,10 +291,10 @@ def _all_keys_masked(birth: Birth) -> bool:
     masks = {name: t for name, t in birth.inputs if name in ("key_padding_mask", "attn_mask")
              and isinstance(t, torch.Tensor) and t.dim() > 0}
     if any(_has_masked_row(m) if m.is_floating_point() else
-           m.dtype == torch.bool and m.shape[-1] <= origin.SLICE_ELEMENTS and _anywhere(m, lambda p: p.all(-1).any())
+           m.dtype == torch.bool and m.shape[-1] <= finite.SLICE_ELEMENTS and _anywhere(m, lambda p: p.all(-1).any())
            for m in masks.values()):
         return True
-    if any(m.numel() > origin.SLICE_ELEMENTS for m in masks.values()):
+    if any(m.numel() > finite.SLICE_ELEMENTS for m in masks.values()):
         return False  # the two together: not told for masks this large (their copies below would be as large)
     with torch.no_grad():
         blocked = {name: m if m.dtype == torch.bool else torch.isneginf(m) for name, m in masks.items()}
@@ -341,7 +341,7 @@ def _probabilities(birth: Birth) -> bool:
     if x is None or x.dim() == 0 or not x.is_floating_point() or not x.numel():
         return False
     with torch.no_grad():
-        if origin.kind_of(x) is not None or float(x.min()) < 0 or float(x.max()) > 1:
+        if finite.kind_of(x) is not None or float(x.min()) < 0 or float(x.max()) > 1:
             return False
         dims = [-1] if x.dim() == 1 else [-1, 1]
         return any(bool(((x.sum(d, dtype=torch.float32) - 1).abs() < 1e-3).all()) for d in dims)

@@ -22,7 +22,8 @@ from ..state import restore_rng
 from .birth import Birth, Born
 from .loss_graph import unsafe_backward
 from .ops import forward_name
-from .origin import GRAD_AT_OUTPUTS, kind_of
+from .finite import kind_of
+from .origin import GRAD_AT_OUTPUTS
 
 
 class Forward:

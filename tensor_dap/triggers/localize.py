@@ -27,7 +27,8 @@ from ..summary import TensorSummary, describe
 from ..summary.rows import with_rows
 from .loss_tap import double_backward_line
 from .birth import Birth, Born
-from .origin import GRAD_AT_OUTPUTS, Tracker, kind_of
+from .finite import kind_of
+from .origin import GRAD_AT_OUTPUTS, Tracker
 from .param_writer import OUTSIDE_UPDATE, update_ruled_out
 
 MAX_ROWS = 8  # tensors listed per report section

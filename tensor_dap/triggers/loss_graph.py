@@ -31,9 +31,9 @@ import torch
 
 from ..summary.rows import with_rows
 from .ops import first_input, forward_name, producers, saved_values, sequence_nr
-from . import origin
+from . import finite
 from .birth import Birth
-from .origin import kind_of
+from .finite import kind_of
 
 log = logging.getLogger("tensor_dap.triggers")
 
@@ -191,7 +191,7 @@ def _recompute(op: str, saved: dict[str, Any]) -> torch.Tensor | None:
         if op == "pow" and isinstance(x, torch.Tensor) and "exponent" in saved:
             exponent = saved["exponent"]
             return _sliced(lambda piece: torch.pow(piece, exponent), x)
-        if _numel(x, other) > origin.SLICE_ELEMENTS:
+        if _numel(x, other) > finite.SLICE_ELEMENTS:
             return None
         if op == "div" and isinstance(other, (torch.Tensor, int, float)):
             if isinstance(x, torch.Tensor):
@@ -208,9 +208,9 @@ def _recompute(op: str, saved: dict[str, Any]) -> torch.Tensor | None:
 
 
 def _sliced(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor | None:
-    if x.numel() <= origin.SLICE_ELEMENTS:
+    if x.numel() <= finite.SLICE_ELEMENTS:
         return fn(x)
-    for piece in origin.slices(x, origin.SLICE_ELEMENTS):
+    for piece in finite.slices(x, finite.SLICE_ELEMENTS):
         out = fn(piece)
         if kind_of(out) is not None:
             return out

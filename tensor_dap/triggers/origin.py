@@ -20,6 +20,7 @@ import logging
 import math
 import sys
 import weakref
+from dataclasses import replace
 from itertools import islice
 from collections.abc import Iterator
 from typing import Any, Callable
@@ -30,8 +31,8 @@ from torch.overrides import TorchFunctionMode
 from ..debug.frames import SourceLine, user_line
 from ..nested import walk
 from ..summary.rows import with_rows
-from ..summary.held import is_sparse, sparse_parts
 from .birth import Birth, Born, root
+from .finite import kind_of
 from .ops import anomaly_line, first_input, forward_name, inplace, op_name, producers, saved_values, sequence_nr
 
 log = logging.getLogger("tensor_dap.triggers")
@@ -46,75 +47,6 @@ def _tensors(obj: Any) -> list[torch.Tensor]:
     if isinstance(obj, torch.Tensor):
         return [obj]
     return [t for _, t in islice(walk(obj, max_depth=4), MAX_TENSORS)]
-
-
-def _float(t: torch.Tensor) -> bool:
-    return (t.is_floating_point() or t.is_complex()) and t.layout == torch.strided and t.device.type != "meta" \
-        and t.numel() > 0
-
-
-def kind_of(t: Any) -> str | None:
-    """"nan", "inf", or None for a finite (or non-float) tensor or float (a loss kept as its value:
-    ``forwards.loss_value``). Sparse tensors by their stored values, nested ones by their packed buffer."""
-    if not isinstance(t, torch.Tensor):
-        return ("nan" if t != t else "inf") if isinstance(t, float) and not math.isfinite(t) else None
-    if is_sparse(t):
-        t = sparse_parts(t)[0]
-    elif t.is_nested:  # (read as finite before, whatever it held)
-        t = t.values()
-    if not _float(t):
-        return None
-    with torch.no_grad():
-        t = _distinct(t)
-        if t.numel() <= SLICE_ELEMENTS:
-            if bool(torch.isfinite(t).all()):
-                return None
-            return "nan" if bool(torch.isnan(t).any()) else "inf"
-        if bool(torch.isfinite(t.sum())):  # no temporary: a NaN/Inf anywhere makes the sum non-finite
-            return None
-        inf = False  # the sum is NaN/Inf, or only overflowed: look slice by slice
-        for piece in slices(t, SLICE_ELEMENTS):
-            if not bool(torch.isfinite(piece).all()):
-                if bool(torch.isnan(piece).any()):
-                    return "nan"
-                inf = True
-        return "inf" if inf else None
-
-
-SLICE_ELEMENTS = 1 << 22  # larger tensors are looked at in slices: temporaries stay a few MB whatever the size
-
-
-def pieces(t: torch.Tensor) -> Iterator[torch.Tensor]:
-    """``t``'s own values (broadcast dims narrowed) in views of at most ``SLICE_ELEMENTS``, rows kept whole where a
-    row fits: what a test over a whole tensor reads to keep its temporaries bounded."""
-    return slices(_distinct(t), SLICE_ELEMENTS)
-
-
-def _distinct(t: torch.Tensor) -> torch.Tensor:
-    """``t`` without its broadcast dimensions (stride 0): an expanded attention mask, its own values only."""
-    for d in range(t.dim()):
-        if t.stride(d) == 0 and t.size(d) > 1:
-            t = t.narrow(d, 0, 1)
-    return t
-
-
-def slices(t: torch.Tensor, limit: int) -> Iterator[torch.Tensor]:
-    """Views of ``t``, each of at most ``limit`` elements, that together cover it once."""
-    if t.numel() <= limit or t.dim() == 0:
-        yield t
-        return
-    if t.dim() == 1:
-        for i in range(0, t.shape[0], limit):
-            yield t[i:i + limit]
-        return
-    row = t[0].numel()
-    if row > limit:
-        for sub in t.unbind(0):
-            yield from slices(sub, limit)
-        return
-    step = max(1, limit // max(1, row))
-    for i in range(0, t.shape[0], step):
-        yield t[i:i + step]
 
 
 def _scalar_kind(args: Any, kwargs: Any) -> str | None:
@@ -143,6 +75,7 @@ class Tracker(TorchFunctionMode):
         self._lineage: dict[int, tuple[Any, str, Birth]] = {}  # id(tensor) -> (weakref, kind now, birth)
         self._nodes: dict[Any, tuple[str | None, str | None, str, SourceLine | None]] = {}
         self._tagged: set[Any] = set()  # nodes recorded from a module's output (``_tag``), not by a tracked op
+        self._fed_nodes: dict[Any, Birth] = {}  # nodes of an op given a NaN/Inf (``_fed``): their NaN goes back to it
         self._handles: list[Any] = []
         self._busy = False  # our own checks must not be tracked as the user's ops
         self.broken = False  # an internal failure: localization falls back to module hooks
@@ -204,6 +137,7 @@ class Tracker(TorchFunctionMode):
         self._handles.clear()
         self._nodes.clear()
         self._tagged.clear()
+        self._fed_nodes.clear()
         self._lineage.clear()
 
     # ------------------------------------------------------------ queries
@@ -289,11 +223,12 @@ class Tracker(TorchFunctionMode):
         outs = [t for t in _tensors(out) if isinstance(t, torch.Tensor)]
         if before is not None and not any(t is before[0] for t in outs):
             outs.append(before[0])  # x[i] = v returns None: the target is the output
-        origin = None
+        origin, fed = None, None
         for t in outs:
             if t.requires_grad and t.grad_fn is not None and t.grad_fn not in self._nodes:
-                origin = origin or self._origin(name)
-                self._record(t.grad_fn, origin)
+                if origin is None:
+                    origin, fed = self._origin(name), self._fed(name, args, kwargs)
+                self._record(t.grad_fn, origin, fed)
         for t in outs:
             kind = kind_of(t)
             if kind is None:
@@ -357,16 +292,34 @@ class Tracker(TorchFunctionMode):
         path, typ = self._module()
         return path, typ, name, user_line(sys._getframe())
 
-    def _record(self, node: Any, origin: tuple[str | None, str | None, str | None, SourceLine | None]) -> None:
+    def _fed(self, name: str, args: Any, kwargs: Any) -> Birth | None:
+        """The accidental NaN/Inf among an op's inputs, whatever its output: an op that saturates on it (an LSTM's
+        gates on an Inf in the batch) stays finite in the forward, and its backward makes NaN from it there."""
+        for t in _tensors((args, kwargs)):
+            known = self.lineage(t)
+            if known is not None:
+                first = root(known[1])
+            elif id(t) in self.inputs and (kind := kind_of(t)) is not None:
+                first = self._external(name, kind, t)
+            else:
+                continue
+            if not first.deliberate:
+                return first
+        return None
+
+    def _record(self, node: Any, origin: tuple[str | None, str | None, str | None, SourceLine | None],
+                fed: Birth | None = None) -> None:
         """Remember ``node`` and the nodes behind it that no tracked op made (the inside of a composite op,
         a custom ``autograd.Function``): their op is named after the node, their line read from anomaly
-        mode's record of the forward stack."""
+        mode's record of the forward stack. ``fed``: the non-finite input the op was given (``_fed``)."""
         todo, count = [node], 0
         while todo and count < MAX_NODES:
             n = todo.pop()
             if n is None or n in self._nodes or type(n).__name__ == "AccumulateGrad":
                 continue
             count += 1
+            if fed is not None:
+                self._fed_nodes[n] = fed
             if n is node and origin[2] is not None:
                 self._nodes[n] = origin
                 self._handles.append(n.register_hook(self._node_hook(n)))
@@ -393,6 +346,13 @@ class Tracker(TorchFunctionMode):
         if not kinds or any(kind_of(g) is not None for g in grad_outputs):
             return None  # finite, or only passing on a non-finite gradient it received
         path, typ, forward_op, line = self._nodes.get(node, (None, None, None, None))
+        fed = self._fed_nodes.get(node)
+        if fed is not None:  # the NaN/Inf the forward was given, not this backward, is the cause
+            said = f"{fed.note}; " if fed.note else ""
+            where = f" at {line}" if line else ""
+            op = forward_op or "?" if path is None else f"{forward_op or '?'} in {path or '<root>'}"
+            return replace(fed, note=f"{said}{op} stayed finite on it, and its backward {node.name()}{where} made "
+                                     f"{'NaN' if 'nan' in kinds else 'Inf'} from it")
         named_in = [(f"grad_output[{i}]", g) for i, g in enumerate(grad_outputs) if isinstance(g, torch.Tensor)]
         named_out = [g for g in grad_inputs if isinstance(g, torch.Tensor)]
         return Birth("backward", node.name(), "nan" if "nan" in kinds else "inf", path, typ, line,

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .origin import kind_of
+from .finite import kind_of
 
 OUTSIDE_UPDATE = ("the last update cannot have written a NaN (the gradients it used were finite, and so are the "
                   "optimizer's state for it and its hyperparameters): code between optimizer.step() and this "

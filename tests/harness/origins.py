@@ -27,6 +27,8 @@ EXPECTED = {
     "exploding_lr": (None, "loss", "mse_loss"),
     "fp16_matmul": ("proj", "forward", "matmul"),
     "nan_batch": ("inp", "input", "linear"),
+    # an Inf in the batch that the LSTM's gates saturate on: its forward stays finite, its backward makes the NaN
+    "inf_batch_rnn": ("rnn", "input", "lstm"),
 }
 BUGS = tuple(EXPECTED)
 
@@ -154,6 +156,19 @@ class CNN(nn.Module):
         return self.fc(h.mean(dim=(2, 3)))
 
 
+class SeqNet(nn.Module):
+    """A sequence classifier: an LSTM read at its last step (pytorch/examples' mnist_rnn, smaller)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rnn = nn.LSTM(6, 16, batch_first=True)
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, x):
+        out, _ = self.rnn(x)  # BIRTH: inf_batch_rnn
+        return self.head(out[:, -1])
+
+
 def soft_target_loss(logits, y_soft):
     """Cross-entropy against soft targets, hand-written: log of a probability that underflowed to 0."""
     probs = logits.softmax(-1)
@@ -199,6 +214,25 @@ def build(bug: str, seed: int = 0):
             if step == BUG_STEP:
                 x = x.clone()
                 x[2] = 0.0  # a blank image: every feature map is zero, and so is its norm
+            return x, y
+
+        def train_step(x, y):
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+            return loss
+        return model, optimizer, batch, train_step
+    if bug == "inf_batch_rnn":
+        model = SeqNet()
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        data = [(torch.randn(8, 5, 6, generator=gen), torch.randint(0, 3, (8,), generator=gen)) for _ in range(8)]
+
+        def batch(step):
+            x, y = data[step % len(data)]
+            if step == BUG_STEP:
+                x = x.clone()
+                x[5, 2, 1] = float("inf")  # a corrupt record: the sensor's overflow value
             return x, y
 
         def train_step(x, y):

@@ -605,12 +605,12 @@ def test_a_log_of_the_picked_probabilities_of_a_softmax_is_told_to_take_log_soft
 def test_the_rules_read_an_op_s_inputs_in_bounded_pieces(monkeypatch):
     """The inputs a rule reads may be an activation of gigabytes, or an attention mask broadcast over the batch and
     heads (here 2**32 elements over 2,048 of its own): read by their own values, a bounded piece at a time."""
-    from tensor_dap.triggers import origin
+    from tensor_dap.triggers import finite
 
-    monkeypatch.setattr(origin, "SLICE_ELEMENTS", 4096)
+    monkeypatch.setattr(finite, "SLICE_ELEMENTS", 4096)
     read = []
-    real = origin.pieces
-    monkeypatch.setattr(origin, "pieces", lambda t: (read.append(p.numel()) or p for p in real(t)))
+    real = finite.pieces
+    monkeypatch.setattr(finite, "pieces", lambda t: (read.append(p.numel()) or p for p in real(t)))
     row = torch.zeros(1, 1, 1, 2048)
     row[..., :] = float("-inf")
     scores = row.expand(64, 16, 2048, 2048)  # every query's row masked

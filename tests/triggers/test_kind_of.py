@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tensor_dap.triggers import origin
-from tensor_dap.triggers.origin import kind_of
+from tensor_dap.triggers import finite
+from tensor_dap.triggers.finite import kind_of
 
 
 @pytest.fixture
 def small_slices(monkeypatch):
     """Slices of 64 elements: the bounded path runs on tensors small enough to build every case."""
-    monkeypatch.setattr(origin, "SLICE_ELEMENTS", 64)
+    monkeypatch.setattr(finite, "SLICE_ELEMENTS", 64)
 
 
 def planted(shape, where, value, dtype=torch.float32):
@@ -37,13 +37,13 @@ def planted(shape, where, value, dtype=torch.float32):
 def test_large_tensors_are_read_in_slices_exactly(small_slices, make, expected):
     t = make()
     assert kind_of(t) == expected
-    origin.SLICE_ELEMENTS = 1 << 30  # the one-pass answer agrees
+    finite.SLICE_ELEMENTS = 1 << 30  # the one-pass answer agrees
     assert kind_of(t) == expected
 
 
 def test_slices_cover_every_element_once_within_the_limit():
     t = torch.arange(2 * 3 * 500, dtype=torch.float32).reshape(2, 3, 500).transpose(0, 2)
-    pieces = list(origin.slices(t, 64))
+    pieces = list(finite.slices(t, 64))
     assert all(p.numel() <= 64 or p.dim() == 1 and p.numel() <= 64 for p in pieces)
     seen = torch.cat([p.reshape(-1) for p in pieces]).sort().values
     assert torch.equal(seen, torch.arange(t.numel(), dtype=torch.float32))
@@ -52,13 +52,13 @@ def test_slices_cover_every_element_once_within_the_limit():
 def test_a_broadcast_mask_is_read_by_its_own_values(small_slices, monkeypatch):
     """An expanded tensor is checked on the memory it has, not on the 2**31 elements it shows."""
     sliced = []
-    real = origin.slices
-    monkeypatch.setattr(origin, "slices", lambda t, limit: sliced.append(t.numel()) or real(t, limit))
+    real = finite.slices
+    monkeypatch.setattr(finite, "slices", lambda t, limit: sliced.append(t.numel()) or real(t, limit))
     mask = torch.zeros(1, 1, 8, 8)
     mask[..., 3, :] = float("-inf")
     wide = mask.expand(32, 16, 8, 8).expand(32, 16, 8, 8)
     huge = torch.zeros(1).expand(2**31)
-    assert origin._distinct(wide).numel() == 64 and origin._distinct(huge).numel() == 1
+    assert finite._distinct(wide).numel() == 64 and finite._distinct(huge).numel() == 1
     assert kind_of(wide) == "inf" and kind_of(huge) is None
     assert sliced == []  # 64 values of its own: read in one pass, never sliced
 

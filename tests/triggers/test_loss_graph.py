@@ -163,9 +163,9 @@ def test_the_walk_is_bounded(monkeypatch):
 def test_a_large_input_is_re_computed_in_slices(monkeypatch):
     """The op's output for a large saved input is computed slice by slice: the slice holding the first
     NaN/Inf is the output shown; a binary op whose result would be large is not re-computed at all."""
-    from tensor_dap.triggers import origin
+    from tensor_dap.triggers import finite
 
-    monkeypatch.setattr(origin, "SLICE_ELEMENTS", 64)
+    monkeypatch.setattr(finite, "SLICE_ELEMENTS", 64)
     data = torch.rand(40, 30) + 0.5
     data[33, 7] = 0.0  # log(0) deep in the tensor
     x = data.requires_grad_()

@@ -1,4 +1,4 @@
-"""The birthplace of a NaN/Inf: seven planted bugs in a small transformer, an MLP and a CNN.
+"""The birthplace of a NaN/Inf: eight planted bugs in a small transformer, an MLP, a CNN and an LSTM.
 
 Each report must name the module whose own code produced the first non-finite value, the phase,
 the op, and the user's line (looked up from the ``# BIRTH:`` marker in harness/origins.py), in
@@ -26,7 +26,7 @@ STEPS = origins.BUG_STEP + 8
 DIAGNOSIS = {"masked_softmax": "fully masked row", "where_sqrt": "torch.where does not stop",
              "log_zero_loss": "torch.log_softmax(x, dim) instead of torch.log(torch.softmax",  # a softmax's 0
              "zero_norm": "division by zero", "exploding_lr": "diverged", "fp16_matmul": "float16 overflow",
-             "nan_batch": "the batch itself"}
+             "nan_batch": "the batch itself", "inf_batch_rnn": "the batch itself"}
 IN_MODEL = [b for b, (module, _, _) in origins.EXPECTED.items() if module is not None]
 
 
@@ -97,6 +97,18 @@ def test_the_masked_softmax_is_blamed_not_the_dropout_that_saw_it_first():
     report = run("masked_softmax")
     assert report.module_type == "Attention" and "attn_dropout" in report.notes[0]  # seen there, born here
     assert "masked_fill" in report.notes[0]  # the -inf it came from
+
+
+def test_an_inf_the_lstm_saturates_on_is_blamed_on_the_batch_with_the_backward_that_made_the_nan():
+    """The LSTM's gates take an Inf in the batch to 1 or 0 (the model's output and loss stay finite); the NaN first
+    appears in its backward's weight gradient. The cause is the batch's sample, not the LSTM."""
+    report = run("inf_batch_rnn")
+    assert math.isfinite(report.loss)
+    note = report.notes[0]
+    assert note.startswith("the batch handed to the step is already non-finite "
+                           "(1 row of 8 along dim 0 holds NaN/Inf: 5)")
+    assert " in rnn stayed finite on it, and its backward " in note and note.endswith(" made NaN from it")
+    assert f"origins.py:{origins.birth_line('inf_batch_rnn')}" in note  # where the backward's node was made
 
 
 def test_the_backward_finding_names_the_autograd_node_and_its_forward_op():
