@@ -21,6 +21,7 @@ from typing import Any
 from ..dist import current_rank
 from ..errors import LossThresholdError, NonFiniteError
 from . import active
+from .optimizer_call import learning_rates
 from .report import Report
 from .stop import check_mode, dispatch
 
@@ -30,20 +31,22 @@ HISTORY = 8  # losses a report lists (as a watch's report does)
 
 
 @dataclass
-class _Site:
+class Site:
+    """One call site's state: its calls, running average and last losses."""
+
     calls: int = 0
     average: float | None = None
     seen: int = 0  # finite, non-spike values folded into the average
     history: deque = field(default_factory=lambda: deque(maxlen=HISTORY))  # the last losses seen here
 
 
-_SITES: dict[tuple[str, int], _Site] = {}
+_SITES: dict[tuple[str, int], Site] = {}
 
 
-def _site() -> _Site:
+def _site() -> Site:
     frame = sys._getframe(2)  # the caller of break_if
     key = (frame.f_code.co_filename, frame.f_lineno)
-    return _SITES.setdefault(key, _Site())
+    return _SITES.setdefault(key, Site())
 
 
 def _value(loss: Any) -> float:
@@ -66,8 +69,16 @@ def break_if(loss: Any, *, above: float | None = None, below: float | None = Non
     earlier calls from this line. Returns True when it fired (and did not raise); ``on``
     chooses where a firing goes (see ``tensor_dap.watch``).
     """
+    return check(loss, _site(), above=above, below=below, nan=nan, spike=spike, step=step, on=on, ranks=ranks)
+
+
+def check(loss: Any, site: Site, *, above: float | None = None, below: float | None = None, nan: bool = True,
+          spike: float | None = None, step: int | None = None, on: str = "auto",
+          ranks: Collection[int] | None = None, optimizer: Any = None) -> bool:
+    """``break_if`` with its state kept in ``site``. ``optimizer``: the one about to update with this loss
+    (``tensor-dap run --loss-above`` compares in its pre-step hook), whose learning rates a report outside a watch
+    carries, as a watch's does."""
     check_mode(on)
-    site = _site()
     index = site.calls if step is None else step
     site.calls += 1
     value = _value(loss)
@@ -95,17 +106,20 @@ def break_if(loss: Any, *, above: float | None = None, below: float | None = Non
     if watching is not None:  # inside a watch: the step is bundled, the report gets the loss history
         watching.adopt(report)
     else:
-        _enrich(report, list(site.history), birth)
+        _enrich(report, list(site.history), birth, optimizer)
     error = NonFiniteError if kind == "nonfinite" else LossThresholdError
     dispatch(report, on=on, error=error, ranks=ranks, culprit={"loss": loss, "inputs": None, "output": loss})
     return True
 
 
-def _enrich(report: Report, history: list[float], birth: Any) -> None:
-    """Outside a watch: this line's last losses, and the diagnosis they allow (a threshold or a spike: divergence)."""
+def _enrich(report: Report, history: list[float], birth: Any, optimizer: Any) -> None:
+    """Outside a watch: this line's last losses, the learning rates of the optimizer known, and the diagnosis they
+    allow (a threshold or a spike: divergence)."""
     from .diagnose import diagnose_report
 
     report.loss_history = history
+    if optimizer is not None:
+        report.lr = learning_rates(optimizer)
     report.diagnosis = diagnose_report(report, birth) or report.diagnosis
 
 
@@ -122,7 +136,7 @@ def _loss_birth(loss: Any) -> Any:
     return birth
 
 
-def _verdict(site: _Site, value: float, *, above: float | None, below: float | None, nan: bool,
+def _verdict(site: Site, value: float, *, above: float | None, below: float | None, nan: bool,
              spike: float | None) -> tuple[str | None, str]:
     """(kind, headline) when a condition holds, else (None, ""); folds ``value`` into the average."""
     if not math.isfinite(value):

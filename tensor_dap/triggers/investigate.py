@@ -38,6 +38,7 @@ from .localize import (
     not_reproduced,
 )
 from .forwards import Forward
+from .optimizer_call import learning_rates
 from .report import Report, source_field
 from .stop import dispatch, guarded
 from .upstream import upstream
@@ -182,7 +183,7 @@ class Investigation:
             report.loss = report.loss_history[-1]
         optimizer = self._updater
         if optimizer is not None:
-            report.lr = [float(g["lr"]) for g in optimizer.param_groups if "lr" in g]
+            report.lr = learning_rates(optimizer)
         if finding is not None or report.max_abs is None:  # (a break_if's report may know its op already)
             report.max_abs, report.max_abs_of = self._max_abs(finding)
         birth = finding.birth if finding is not None else None

@@ -23,6 +23,11 @@ def param_ids(optimizer: torch.optim.Optimizer) -> set[int]:
     return {id(p) for group in optimizer.param_groups for p in group["params"]}
 
 
+def learning_rates(optimizer: Any) -> list[float]:
+    """Each parameter group's learning rate, for a report (a group with none, an optimizer's own kind, is left out)."""
+    return [float(g["lr"]) for g in optimizer.param_groups if "lr" in g]
+
+
 def stored_values(grad: torch.Tensor) -> torch.Tensor:
     """A sparse gradient (``nn.Embedding(sparse=True)``) by its stored values: NaN there is NaN in the update."""
     if grad.layout == torch.sparse_coo:

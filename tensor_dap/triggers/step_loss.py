@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Collection
 from typing import Any, Callable, Optional
 
-from .break_if import break_if
+from .break_if import Site, check
 from .loop_steps import summed
 from .optimizer_call import closure_of
 from .stop import guarded
@@ -39,6 +39,7 @@ class StepLoss:
         self._accumulating = False  # an optimizer has stepped: losses add up to the step's
         self._closure = False  # this step's loss comes from its closure, after the pre-step hook
         self._fired = False  # a loss before the first update was above the threshold on its own
+        self._each, self._stepped = Site(), Site()  # losses as backward() gets them; steps' losses, added up
 
     def backward(self, loss: Any, step: int) -> None:
         """A loss handed to ``backward()``: kept for the step's, or compared now (and, before the first update,
@@ -53,7 +54,7 @@ class StepLoss:
                 return  # (a loop updating by hand: none of these will be added up)
         self._losses.append(loss.detach() if hasattr(loss, "detach") else loss)
 
-    def before_update(self, _optimizer: Any, args: Any, kwargs: Any) -> None:
+    def before_update(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """The optimizer's pre-step hook (every optimizer's): the step's loss, compared before its update."""
         losses = list(self._losses)
         self._losses.clear()
@@ -61,7 +62,7 @@ class StepLoss:
         if self._closure or (not self._accumulating and self._fired):
             return  # (compared as they came)
         if losses:  # (the first update's single loss again: below the threshold, it starts the steps' history)
-            guarded(WHO, lambda: self._compare_step(added_up(losses), self._steps()))
+            guarded(WHO, lambda: self._compare_step(added_up(losses), self._steps(), optimizer))
 
     def after_update(self) -> None:
         if self._backwards and not self._closure:
@@ -70,12 +71,14 @@ class StepLoss:
         self._backwards, self._closure = 0, False
 
     def _compare(self, loss: Any, step: int) -> bool:
-        """One loss as ``backward()`` got it (``break_if`` keeps a history per line: this one's are such losses)."""
-        return break_if(loss, above=self.above, nan=False, step=step, on=self.on, ranks=self.ranks)
+        """One loss as ``backward()`` got it (its own history: such losses)."""
+        return check(loss, self._each, above=self.above, nan=False, step=step, on=self.on, ranks=self.ranks)
 
-    def _compare_step(self, loss: float, step: int) -> bool:
-        """A step's loss, its micro-batches added up (and a history of step losses: not mixed with the above)."""
-        return break_if(loss, above=self.above, nan=False, step=step, on=self.on, ranks=self.ranks)
+    def _compare_step(self, loss: float, step: int, optimizer: Any) -> bool:
+        """A step's loss, its micro-batches added up (a history of step losses, not mixed with the above), before
+        ``optimizer``'s update: a report carries its learning rates."""
+        return check(loss, self._stepped, above=self.above, nan=False, step=step, on=self.on, ranks=self.ranks,
+                     optimizer=optimizer)
 
 
 def added_up(losses: list[Any]) -> float:
