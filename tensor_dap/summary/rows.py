@@ -59,3 +59,30 @@ def rows_text(t: Any) -> str:
     listed = ", ".join(map(str, rows)) + (", …" if count > len(rows) else "")
     of = f"of {int(t.shape[0]):,}" if complete else "among the first rows read"
     return f"{plural(count, 'row')} {of} along dim 0 {'holds' if count == 1 else 'hold'} NaN/Inf: {listed}"
+
+
+def masked_rows_text(t: Any) -> str:
+    """``128 of 2,048 rows along the last dim are entirely -inf: index 0 of dim 2 (of 16)``: where a fully masked
+    softmax row is (an attention's query with no key left: here the first position of every sequence). Only the
+    dims whose indices are not all hit are named. Empty when none is, or for a tensor over ``CHUNK`` elements."""
+    import torch
+
+    if not isinstance(t, torch.Tensor) or t.dim() < 2 or t.layout != torch.strided or not t.is_floating_point() or \
+            t.device.type == "meta" or not 0 < t.numel() <= CHUNK:
+        return ""
+    with torch.no_grad():
+        bad = torch.isneginf(t).all(-1)
+        count = int(bad.sum())
+        if not count:
+            return ""
+        named = []
+        for d in range(bad.dim()):
+            hit = bad.any(dim=tuple(i for i in range(bad.dim()) if i != d)) if bad.dim() > 1 else bad
+            where = hit.nonzero().flatten()
+            if where.numel() < bad.shape[d]:
+                shown = ", ".join(str(int(i)) for i in where[:SHOWN]) + (", …" if where.numel() > SHOWN else "")
+                named.append(f"{'index' if where.numel() == 1 else 'indices'} {shown} of dim {d} "
+                             f"(of {bad.shape[d]})")
+    where_text = "; ".join(named) if named else "every index of every dim"
+    return (f"{count:,} of {bad.numel():,} rows along the last dim {'is' if count == 1 else 'are'} entirely -inf: "
+            f"{where_text}")

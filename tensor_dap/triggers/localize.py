@@ -24,7 +24,7 @@ import torch
 from ..debug.frames import SourceLine
 from ..nested import walk
 from ..summary import TensorSummary, describe
-from ..summary.rows import with_rows
+from ..summary.rows import masked_rows_text, with_rows
 from .loss_tap import double_backward_line
 from .birth import Birth, Born
 from .finite import kind_of
@@ -194,9 +194,9 @@ def from_birth(birth: Birth, model: torch.nn.Module | None, seen_at: str | None 
     elif birth.phase == "backward":
         note = f"{birth.op} turned finite gradients into {what} (the backward of {birth.forward_op or '?'})"
     elif birth.cause is not None:
-        cause = birth.cause
-        note = f"{birth.op} made NaN from inputs holding Inf (from {cause.op}" + \
-            (f" at {cause.line}" if cause.line else "") + ")"
+        note = f"{birth.op} made NaN from inputs holding Inf (from {_masks(birth.cause)})"
+        rows = masked_rows_text(birth.inputs[0][1]) if birth.inputs else ""
+        note += f"; {rows}" if rows else ""
     else:
         note = f"{birth.op} made {what} from finite inputs"
     if seen_at is not None and seen_at != birth.module:
@@ -212,6 +212,16 @@ def from_birth(birth: Birth, model: torch.nn.Module | None, seen_at: str | None 
     if birth.phase == "backward":
         culprit.update(grad_output=culprit["inputs"], grad_input=birth.output)
     return Finding(birth.phase, birth.module, birth.module_type, note, rows, culprit, birth)
+
+
+def _masks(cause: Birth) -> str:
+    """``masked_fill at a.py:86, after masked_fill at a.py:84``: the op that made the Inf, and the deliberate ones
+    before it (a padding mask over a causal one: together they leave a row with nothing)."""
+    said, seen = [], 0
+    while cause is not None and seen < 3:
+        said.append(f"{cause.op}" + (f" at {cause.line}" if cause.line else ""))
+        cause, seen = cause.cause if cause.deliberate else None, seen + 1
+    return ", after ".join(said)
 
 
 def _submodule(model: torch.nn.Module | None, path: str | None) -> torch.nn.Module | None:

@@ -244,18 +244,24 @@ class Tracker(TorchFunctionMode):
             found = before[1] if before is not None and t is before[0] else self._input_kind(t)
             if found is not None:
                 seen.append((found[0], found[1], t))
+        scalar = _scalar_kind(args, kwargs) is not None
+        cause = None
         for in_kind, birth, t in seen:
             if in_kind == "nan" or kind == "inf":  # NaN from a NaN, Inf from a non-finite: passed on
-                return birth or self._external(name, in_kind, t)
-        cause = None
-        if seen:  # a NaN made from Infs: e.g. softmax over a row that is entirely -inf
-            in_kind, birth, t = seen[0]
-            cause = birth or self._external(name, in_kind, t)
+                passed = birth or self._external(name, in_kind, t)
+                if not (kind == "inf" and scalar and passed.deliberate):
+                    return passed
+                cause = passed  # a second mask on a masked tensor (causal, then padding): its line is told too
+                break
+        else:
+            if seen:  # a NaN made from Infs: e.g. softmax over a row that is entirely -inf
+                in_kind, birth, t = seen[0]
+                cause = birth or self._external(name, in_kind, t)
         path, typ = self._module()
         first = next(iter(_tensors((args, kwargs))), None)
         return Birth(self._phase(), name, kind, path, typ, user_line(sys._getframe()),
                      inputs=self._named_inputs(args, kwargs), output=out, cause=cause,
-                     deliberate=cause is None and _scalar_kind(args, kwargs) is not None,
+                     deliberate=scalar if cause is None else scalar and kind == "inf" and cause.deliberate,
                      made_by=producers(getattr(first, "grad_fn", None)))
 
     def _module(self) -> tuple[str | None, str | None]:

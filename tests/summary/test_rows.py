@@ -36,3 +36,22 @@ def test_nothing_to_tell_is_said_as_nothing():
                 torch.empty(3, 2, device="meta"), torch.zeros(0, 4), "not a tensor"):
         assert nonfinite_rows(odd) is None and rows_text(odd) == ""
     assert nonfinite_rows(torch.tensor([1.0, float("inf"), 2.0])) == ([1], 1, True)  # a 1-d batch: its elements
+
+
+def test_fully_masked_rows_are_placed_by_the_dims_not_all_hit(monkeypatch):
+    """An attention's scores [batch, heads, query, key]: which queries have every key masked, and in which samples."""
+    from tensor_dap.summary.rows import masked_rows_text
+
+    scores = torch.randn(2, 3, 4, 5)
+    scores[1, :, 0] = float("-inf")  # sample 1, query 0: every head, every key
+    scores[0, 2, 1, :4] = float("-inf")  # one key left: not fully masked
+    assert masked_rows_text(scores) == \
+        "3 of 24 rows along the last dim are entirely -inf: index 1 of dim 0 (of 2); index 0 of dim 2 (of 4)"
+    scores[0, 0, 3] = float("-inf")
+    assert masked_rows_text(scores.transpose(0, 1).transpose(0, 1)) == (  # strides do not matter
+        "4 of 24 rows along the last dim are entirely -inf: indices 0, 3 of dim 2 (of 4)")
+    every = torch.full((2, 3), float("-inf"))
+    assert masked_rows_text(every) == "2 of 2 rows along the last dim are entirely -inf: every index of every dim"
+    assert masked_rows_text(torch.randn(3, 3)) == masked_rows_text(torch.full((4,), float("-inf"))) == ""
+    monkeypatch.setattr(rows, "CHUNK", 23)  # over the bound: not read
+    assert masked_rows_text(torch.full((4, 6), float("-inf"))) == ""

@@ -99,6 +99,40 @@ def test_the_masked_softmax_is_blamed_not_the_dropout_that_saw_it_first():
     assert "masked_fill" in report.notes[0]  # the -inf it came from
 
 
+class TwoMasks(torch.nn.Module):
+    """makemore's attention with a padding mask added: token 0 is the padding and also the start token, so query 0,
+    whose only causal key is the start, has nothing left."""
+
+    def __init__(self):
+        super().__init__()
+        self.qk = torch.nn.Linear(4, 8)
+        self.register_buffer("causal", torch.tril(torch.ones(5, 5)))
+
+    def forward(self, x, idx):
+        q, k = self.qk(x).split(4, dim=-1)
+        att = q @ k.transpose(-2, -1)
+        att = att.masked_fill(self.causal == 0, float("-inf"))  # CAUSAL
+        att = att.masked_fill((idx == 0)[:, None, :], float("-inf"))  # PADDING
+        return torch.softmax(att, dim=-1) @ x
+
+
+def test_a_row_emptied_by_two_masks_names_both_lines_and_the_rows():
+    model = TwoMasks()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    idx = torch.tensor([[0, 3, 4, 0, 0], [0, 2, 0, 0, 0]])
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False) as w:
+        w.step(lambda: (model(torch.randn(2, 5, 4), idx).sum().backward(), optimizer.step()))
+    report = info.value.report
+    assert (report.op, report.phase, report.module) == ("softmax", "forward", "")
+    with open(__file__, encoding="utf-8") as f:
+        lines = {tag: n for n, text in enumerate(f, 1) for tag in ("CAUSAL", "PADDING") if text.endswith(f"# {tag}\n")}
+    name = os.path.basename(__file__)
+    assert f"(from masked_fill at {name}:{lines['PADDING']}, after masked_fill at {name}:{lines['CAUSAL']})" \
+        in report.notes[0], report.notes
+    # query 0 of each sequence: every later query keeps a key (the second sequence's token 1)
+    assert "2 of 10 rows along the last dim are entirely -inf: index 0 of dim 1 (of 5)" in report.notes[0]
+
+
 def test_an_inf_the_lstm_saturates_on_is_blamed_on_the_batch_with_the_backward_that_made_the_nan():
     """The LSTM's gates take an Inf in the batch to 1 or 0 (the model's output and loss stay finite); the NaN first
     appears in its backward's weight gradient. The cause is the batch's sample, not the LSTM."""
