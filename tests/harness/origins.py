@@ -204,35 +204,25 @@ def build(bug: str, seed: int = 0):
             optimizer.step()
             return loss
         return model, optimizer, batch, train_step
-    if bug == "zero_norm":
-        model = CNN()
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-        data = [(torch.randn(6, 1, 5, 5, generator=gen), torch.randint(0, 3, (6,), generator=gen)) for _ in range(8)]
+    if bug in ("zero_norm", "inf_batch_rnn"):  # classifiers of (x, y) batches, one bug planted in x
+        if bug == "zero_norm":
+            model = CNN()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+            shape = (6, 1, 5, 5)
+        else:
+            model = SeqNet()
+            optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+            shape = (8, 5, 6)
+        data = [(torch.randn(shape, generator=gen), torch.randint(0, 3, shape[:1], generator=gen)) for _ in range(8)]
 
         def batch(step):
             x, y = data[step % len(data)]
             if step == BUG_STEP:
                 x = x.clone()
-                x[2] = 0.0  # a blank image: every feature map is zero, and so is its norm
-            return x, y
-
-        def train_step(x, y):
-            optimizer.zero_grad()
-            loss = F.cross_entropy(model(x), y)
-            loss.backward()
-            optimizer.step()
-            return loss
-        return model, optimizer, batch, train_step
-    if bug == "inf_batch_rnn":
-        model = SeqNet()
-        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-        data = [(torch.randn(8, 5, 6, generator=gen), torch.randint(0, 3, (8,), generator=gen)) for _ in range(8)]
-
-        def batch(step):
-            x, y = data[step % len(data)]
-            if step == BUG_STEP:
-                x = x.clone()
-                x[5, 2, 1] = float("inf")  # a corrupt record: the sensor's overflow value
+                if bug == "zero_norm":
+                    x[2] = 0.0  # a blank image: every feature map is zero, and so is its norm
+                else:
+                    x[5, 2, 1] = float("inf")  # a corrupt record: the sensor's overflow value
             return x, y
 
         def train_step(x, y):
