@@ -73,11 +73,15 @@ def def_line(line: int, function: Optional[str]) -> Optional[int]:
 @lru_cache(maxsize=4096)  # (an event's frame: one of a few functions, thousands of events)
 def named_frame(frame: Optional[tuple[str, int, str]]) -> Optional[tuple[str, int, str]]:
     """A function of the program as torch's Python events name it, by its ``def`` line and dotted name
-    (``MLP.forward``, not ``forward``); a comprehension or lambda inside one counts as that function
-    (get_batch's list comprehensions are get_batch)."""
+    (``MLP.forward``, not ``forward``); a comprehension inside one counts as that function (get_batch's list
+    comprehensions are get_batch), a lambda is its own, named after where it was written (makemore's
+    ``self.mlpf = lambda x: ...``, called by every forward, is ``Block.__init__.<lambda>``, not ``__init__``)."""
     if frame is None:
         return None
     file, line, function = frame
+    if line and function == "<lambda>":
+        found = enclosing_def(file, line)
+        return file, line, f"{found[1]}.<lambda>" if found else "<lambda>"
     if line and function != "<module>":
         found = enclosing_def(file, line)
         if found is not None:

@@ -221,6 +221,41 @@ def test_torch_time_is_told_by_the_program_s_own_functions(tmp_path):
     assert "<listcomp>" not in table and "Linear.forward" not in table  # torch's own modules are not the user's
 
 
+LAMBDA = '''
+import torch
+import tensor_dap
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(64, 64)
+        self.mlpf = lambda x: torch.tanh(self.fc(x))  # makemore's MLP forward, called by every forward
+
+    def forward(self, x):
+        return self.mlpf(x).sum()
+
+
+block = Block()
+for i in range(6):
+    block(torch.randn(256, 64)).backward()
+    tensor_dap.step()
+'''
+
+
+def test_a_lambda_called_by_forward_is_named_where_it_was_written_not_as_the_init_that_made_it(tmp_path):
+    (tmp_path / "train.py").write_text(LAMBDA)
+    r = tensor_dap("profile", "--mode", "torch", "train.py", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    table = r.stderr[r.stderr.index("torch time by your function"):]
+    line = next(i for i, text in enumerate(LAMBDA.splitlines(), 1) if "lambda x:" in text)
+    found = re.search(rf"^\s*[\d.]+ (?:s|ms|µs|ns)\s+train\.py:{line} Block\.__init__\.<lambda>\s+aten::(tanh|addmm)",
+                      table, re.M)
+    assert found, table
+    assert not re.search(r"Block\.__init__(?!\.<lambda>)", table), table  # __init__ itself ran no operator
+
+
 QUIET = '''
 import os, subprocess, sys
 import torch
