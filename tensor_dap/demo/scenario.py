@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ..folders import INCIDENTS
+
 
 @dataclass
 class Context:
@@ -16,7 +18,7 @@ class Context:
 
     @property
     def incidents(self) -> Path:
-        return self.root / ".tensor_dap" / "incidents"
+        return self.root / INCIDENTS
 
 
 @dataclass

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..folders import DEMO
 from ..format import short_error
 from . import artifacts, data_scenarios, model_scenarios
 from .artifacts import TRAIN_SCRIPT
@@ -64,7 +65,7 @@ def run(chosen: Sequence[Scenario], root: Path, console: Any) -> int:
     """Run ``chosen`` in order, narrating; the exit code is 0 only if every planted bug was caught."""
     from rich.text import Text
 
-    folder = root / ".tensor_dap" / "demo" / time.strftime("%Y%m%d-%H%M%S")
+    folder = root / DEMO / time.strftime("%Y%m%d-%H%M%S")
     folder.mkdir(parents=True, exist_ok=True)
     ctx = Context(root, folder)
     results: list[tuple[Scenario, Outcome, float]] = []

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..errors import UsageError
+from ..folders import PROFILES
 
-DEFAULT_PARENT = os.path.join(".tensor_dap", "profiles")
+DEFAULT_PARENT = PROFILES
 CPROFILE = "cprofile.prof"
 LINE = "line.lprof"
 TRACE = "torch.trace.json"

@@ -33,6 +33,7 @@ from typing import Any, Optional
 
 from ..dist import LaunchRank, launch_rank
 from ..console import note
+from ..folders import INCIDENTS
 from ..format import printable
 
 log = logging.getLogger("tensor_dap.triggers")
@@ -40,7 +41,6 @@ log = logging.getLogger("tensor_dap.triggers")
 GATHER_SECONDS = 10.0  # how long rank 0 waits for the other ranks' reports before summarizing
 STARTUP_SECONDS = 300.0  # before the first step: imports, data loading and init_process_group get this long
 SUGGEST_AFTER = 50  # steps measured before a suggested --hang-after is printed
-_DEFAULT_DIR = os.path.join(".tensor_dap", "incidents")
 
 
 def suggested(median_step: float) -> int:
@@ -58,7 +58,7 @@ class Watchdog:
             raise ValueError(f"hang_after={hang_after!r}: expected a positive number of seconds")
         self.hang_after = hang_after
         self.startup = max(startup, hang_after or 0.0)  # the allowance before the first step completes
-        self.root = os.path.abspath(root or _DEFAULT_DIR)
+        self.root = os.path.abspath(root or INCIDENTS)
         self.rank = rank or launch_rank()
         self.steps = 0
         self.reports: list[str] = []  # folders written, newest last

@@ -28,13 +28,14 @@ from typing import Any
 
 import torch
 
+from ..folders import INCIDENTS
 from ..format import first_line, short_error
 from ..libraries import is_user_file
 from ..loading import load_saved
 from ..nested import map_tensors
 from .report import Report, to_json, to_text
 
-DEFAULT_DIR = os.path.join(".tensor_dap", "incidents")
+DEFAULT_DIR = INCIDENTS
 STATE_FILE, OBJECTS_FILE, JSON_FILE, TEXT_FILE = "state.pt", "objects.pt", "report.json", "report.txt"
 FORMAT = 2  # state.pt: 1 was one full pickle (numpy RNG arrays, any argument objects)
 MAX_REPORT_CHARS = 16 * 2**20
