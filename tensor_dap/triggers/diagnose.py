@@ -336,13 +336,19 @@ def _made_by(birth: Birth, ops: set[str]) -> bool:
 
 def _probabilities(birth: Birth) -> bool:
     """The log's input is a softmax's output: values in [0, 1] that add up to 1 along the last dimension (or the
-    second, F.softmax(x, dim=1) of an image batch)."""
+    second, F.softmax(x, dim=1) of an image batch). The sums are taken over the first samples, as many as one bounded
+    piece holds (a guess needs no more; a tensor whose one sample is larger is not guessed at)."""
     x = next(iter(_tensors(birth.inputs)), None)
     if x is None or x.dim() == 0 or not x.is_floating_point() or not x.numel():
         return False
     with torch.no_grad():
         if finite.kind_of(x) is not None or float(x.min()) < 0 or float(x.max()) > 1:
             return False
+        if x.dim() > 1:
+            sample = x[0].numel()
+            if sample > finite.SLICE_ELEMENTS:
+                return False
+            x = x[:max(1, finite.SLICE_ELEMENTS // max(1, sample))]
         dims = [-1] if x.dim() == 1 else [-1, 1]
         return any(bool(((x.sum(d, dtype=torch.float32) - 1).abs() < 1e-3).all()) for d in dims)
 

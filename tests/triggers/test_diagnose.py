@@ -451,6 +451,25 @@ def test_a_log_of_a_softmax_is_told_to_take_log_softmax_and_a_log_of_other_zeros
     assert "log_softmax" in diagnose(backward, phase="backward", kind="nonfinite", max_abs=1.0, loss_history=[])
 
 
+def test_the_softmax_guess_sums_a_bounded_number_of_samples(monkeypatch):
+    """Summing a large image batch's probabilities along dim 1 made a temporary of its size over the channels: the
+    sums are taken over the first samples a bounded piece holds, and a larger single sample is not guessed at."""
+    from tensor_dap.triggers import finite
+
+    monkeypatch.setattr(finite, "SLICE_ELEMENTS", 100)
+    summed = []
+    real = torch.Tensor.sum
+    monkeypatch.setattr(torch.Tensor, "sum",  # sums along a dim (a whole sum is one number: no temporary)
+                        lambda t, *a, **k: (a or "dim" in k) and summed.append(t.shape[0]) or real(t, *a, **k))
+    images = torch.softmax(torch.randn(40, 5, 3, 3) * 100, dim=1)  # 45 elements a sample: two samples a piece
+    by_channel = Birth("forward", "log", "inf", inputs=[("input", images)], output=images.log())
+    assert "log_softmax" in diagnose(by_channel, phase="forward", kind="nonfinite", max_abs=1.0, loss_history=[])
+    assert summed and set(summed) == {2}, summed
+    wide = torch.softmax(torch.randn(2, 101), dim=-1)  # one sample over the piece
+    big = Birth("forward", "log", "inf", inputs=[("input", wide)], output=wide.log())
+    assert "log_softmax" not in diagnose(big, phase="forward", kind="nonfinite", max_abs=1.0, loss_history=[])
+
+
 @pytest.mark.parametrize("loop", [False, True], ids=["w.step", "unchanged-loop"])
 @pytest.mark.parametrize("which", ["p", "1-p"])
 def test_a_hand_written_bce_whose_sigmoid_saturated_is_told_to_take_the_log_from_the_logits(loop, which):
