@@ -73,6 +73,11 @@ DIAGNOSES = {
                   "population std, or skip batches of one",
     "exp": ("exp overflowed: subtract the maximum first (torch.logsumexp, softmax; F.softplus for log(1 + exp(x))) "
             "or clamp its input"),
+    # pure float16 training (model.half()) with Adam: its eps is added in float16
+    "eps_vanishes": "{optimizer}'s eps={eps:g} is 0 in {dtype}, so its update divides 0 by 0 where a gradient was 0 "
+                    "(an embedding row of a token not in the batch) and by 0 where one squared to 0: keep the "
+                    "parameters in float32 and compute in half precision under torch.autocast (float16 with a "
+                    "torch.amp.GradScaler, or bfloat16), or set eps=1e-4 or more",
     "fp16": "float16 overflow (its largest value is 65504): compute in bfloat16 "
             "(torch.autocast(dtype=torch.bfloat16)) or keep this op in float32",
     # a GradScaler skips a step whose gradients overflowed (and lowers its scale): it cannot help a forward

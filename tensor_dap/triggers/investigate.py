@@ -187,7 +187,9 @@ class Investigation:
         if finding is not None or report.max_abs is None:  # (a break_if's report may know its op already)
             report.max_abs, report.max_abs_of = self._max_abs(finding)
         birth = finding.birth if finding is not None else None
-        if finding is not None or report.diagnosis is None:
+        if finding is not None and finding.diagnosis:
+            report.diagnosis = finding.diagnosis
+        elif finding is not None or report.diagnosis is None:
             report.diagnosis = diagnose_report(report, birth)
 
     def _loss_history(self) -> list[float]:

@@ -29,7 +29,7 @@ from .loss_tap import double_backward_line
 from .birth import Birth, Born
 from .finite import kind_of
 from .origin import GRAD_AT_OUTPUTS, Tracker
-from .param_writer import OUTSIDE_UPDATE, update_ruled_out
+from .param_writer import OUTSIDE_UPDATE, update_diagnosis, update_ruled_out
 
 MAX_ROWS = 8  # tensors listed per report section
 
@@ -63,6 +63,7 @@ class Finding:
     # phase "optimizer": what wrote the non-finite parameter: "update" (the last one), "before watch" (it was so
     # before any watched update), "outside" (code between steps: ``param_writer``)
     writer: str = "update"
+    diagnosis: str | None = None  # known from the finding itself (``param_writer``): over the rules' guess
 
     @property
     def op(self) -> str | None:
@@ -167,7 +168,8 @@ def nonfinite_parameters(model: torch.nn.Module, *, first_step: bool = False, op
                     writer, why = "update", "the previous update wrote it"
                 return Finding("optimizer", path, type(mod).__name__,
                                f"parameter {pname!r} is non-finite before the step: {why}",
-                               _param_rows(mod), {"module": mod, "parameter": p}, writer=writer)
+                               _param_rows(mod), {"module": mod, "parameter": p}, writer=writer,
+                               diagnosis=update_diagnosis(optimizer, p) if writer == "update" and optimizer else None)
     return None
 
 

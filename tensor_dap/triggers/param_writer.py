@@ -6,7 +6,9 @@ next forward (a max-norm constraint ``w / w.norm()`` on a zero row, an EMA, ``lo
 checkpoint). An update is ``p - lr * u`` where ``u`` comes from finite gradients and the optimizer's
 state; with that state and the group's hyperparameters finite (and a non-zero ``eps`` where there is one,
 Adam's ``m / (sqrt(v) + eps)``), ``u`` is finite, and a finite step gives no NaN (an Inf can be an
-overflow of huge values, so only a NaN rules the update out). Read only when a trigger fires.
+overflow of huge values, so only a NaN rules the update out). An ``eps`` is non-zero in the parameter's own dtype
+or not at all: Adam's default 1e-8 is 0 in float16, where a gradient of 0 (an embedding row of a token not in the
+batch) makes ``0 / 0`` and one below ~2e-4 squares to 0 (``m / 0``). Read only when a trigger fires.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 import torch
 
+from .diagnose import DIAGNOSES
 from .finite import kind_of
 
 OUTSIDE_UPDATE = ("the last update cannot have written a NaN (the gradients it used were finite, and so are the "
@@ -29,13 +32,36 @@ def update_ruled_out(optimizer: Any, p: torch.Tensor) -> bool:
         group = next((g for g in optimizer.param_groups if any(q is p for q in g["params"])), None)
         if group is None or not bool(torch.isnan(p.detach()).any()):
             return False
-        if group.get("eps", 1) == 0:
+        if group.get("eps", 1) == 0 or vanishing_eps(optimizer, p) is not None:
             return False
         hyper = [v for k, v in group.items() if k != "params"]
         state = list(optimizer.state.get(p, {}).values())
         return all(_finite(v) for v in hyper + state)
     except Exception:  # noqa: BLE001 - an unusual optimizer: nothing can be said
         return False
+
+
+def vanishing_eps(optimizer: Any, p: torch.Tensor) -> float | None:
+    """The ``eps`` of ``p``'s group when it is non-zero but rounds to 0 in ``p``'s dtype, where the update computes
+    (not in a fused update, which computes in float32); else None."""
+    try:
+        group = next((g for g in optimizer.param_groups if any(q is p for q in g["params"])), None)
+        eps = group.get("eps") if group is not None else None
+        if not isinstance(eps, float) or eps == 0 or group.get("fused") or not p.is_floating_point():
+            return None
+        return eps if float(torch.tensor(eps, dtype=p.dtype)) == 0 else None
+    except Exception:  # noqa: BLE001 - an unusual optimizer: nothing can be said
+        return None
+
+
+def update_diagnosis(optimizer: Any, p: torch.Tensor) -> str | None:
+    """Why the update itself wrote the NaN in ``p``, with the fix, when a rule says so (an ``eps`` lost in ``p``'s
+    dtype); else None."""
+    eps = vanishing_eps(optimizer, p)
+    if eps is None:
+        return None
+    return DIAGNOSES["eps_vanishes"].format(eps=eps, dtype=str(p.dtype).replace("torch.", ""),
+                                            optimizer=type(optimizer).__name__)
 
 
 def _finite(value: Any) -> bool:

@@ -83,3 +83,36 @@ def test_what_rules_the_update_out():
     assert not update_ruled_out(adam, p)  # an Inf alone can be the update overflowing
     assert not update_ruled_out(adam, nn.Parameter(torch.full((2,), math.nan)))  # not this optimizer's
     assert not update_ruled_out(object(), p)  # not a torch.optim optimizer: nothing can be told
+
+
+def test_a_float16_model_with_adam_s_default_eps_is_the_update_writing_nan_and_says_why():
+    """model.half() for memory (LLMs-from-scratch's GPT, tried): Adam adds its eps=1e-8 in float16, where it is 0, so
+    the first update divides 0 by 0 for the embedding rows of tokens not in the batch. The state and hyperparameters
+    are all finite: the rule that an update cannot write a NaN from them holds only where eps survives the dtype."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(50, 8), nn.Linear(8, 50)).half()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-4)
+    tokens = torch.randint(0, 10, (4, 6))  # rows 10..49 of the embedding get a gradient of exactly 0
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False):
+        for _ in range(3):
+            loss = nn.functional.cross_entropy(model(tokens).flatten(0, 1).float(), tokens.flatten())
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    report = info.value.report
+    assert (report.phase, report.module, report.step) == ("optimizer", "0", 0)
+    assert report.headline == "the optimizer update made a parameter of 0 non-finite"
+    assert report.diagnosis.startswith("AdamW's eps=1e-08 is 0 in float16, so its update divides 0 by 0")
+    assert "torch.autocast" in report.diagnosis and "eps=1e-4" in report.diagnosis
+
+
+@pytest.mark.parametrize("dtype, eps, fused, lost", [
+    (torch.float16, 1e-8, False, True), (torch.float16, 1e-4, False, False), (torch.float32, 1e-8, False, False),
+    (torch.bfloat16, 1e-8, False, False), (torch.float16, 1e-8, True, False)])
+def test_an_eps_is_lost_only_where_it_rounds_to_zero_in_the_parameter_s_own_arithmetic(dtype, eps, fused, lost):
+    from tensor_dap.triggers.param_writer import vanishing_eps
+
+    p = nn.Parameter(torch.zeros(3, dtype=dtype))
+    optimizer = torch.optim.Adam([p], eps=eps)
+    optimizer.param_groups[0]["fused"] = fused  # (a fused update computes in float32; set as torch records it)
+    assert (vanishing_eps(optimizer, p) == eps) if lost else vanishing_eps(optimizer, p) is None
