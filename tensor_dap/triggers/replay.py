@@ -24,8 +24,7 @@ from ..state import restore_rng
 from .diagnose import diagnose_report
 from .incident import Bundle, read_bundle
 from .investigate import report_of
-from .birth import Birth
-from .localize import StopRerun, any_nonfinite, localize_rerun, nonfinite_parameters
+from .localize import Finding, StopRerun, any_nonfinite, localize_rerun, nonfinite_parameters
 from .forwards import Forward, replay_forwards
 from .report import Report
 from .stop import check_mode, dispatch
@@ -97,7 +96,7 @@ def replay(bundle: str | Bundle, model: torch.nn.Module, step_fn: Callable[..., 
         return None
     report = report_of(finding, step=bundle.step, headline=f"replay: {bundle.report.headline}")
     report.bundle, report.mode = bundle.path, bundle.mode
-    _carry_over(bundle.report, report, finding.birth)
+    _carry_over(bundle.report, report, finding)
     if (report.phase, report.module, report.op) != (bundle.report.phase, bundle.report.module, bundle.report.op):
         report.notes.append(f"the original report said {bundle.report.where or 'something else'}"
                             + (f", {bundle.report.origin}" if bundle.report.origin else ""))
@@ -105,7 +104,7 @@ def replay(bundle: str | Bundle, model: torch.nn.Module, step_fn: Callable[..., 
     return report
 
 
-def _carry_over(original: Report, report: Report, birth: Birth | None) -> None:
+def _carry_over(original: Report, report: Report, finding: Finding) -> None:
     """What the re-run cannot know and the bundle's report does, of the same step: the losses before it, the
     learning rates (whose presence also says the replay call takes the optimizer), how the run clipped its gradients,
     and the diagnosis they allow."""
@@ -113,7 +112,7 @@ def _carry_over(original: Report, report: Report, birth: Birth | None) -> None:
     report.clip_norm_seen = original.clip_norm_seen
     if report.loss is None:
         report.loss = original.loss
-    report.diagnosis = diagnose_report(report, birth) or report.diagnosis
+    report.diagnosis = finding.diagnosis or diagnose_report(report, finding.birth) or report.diagnosis
     if report.phase == original.phase == "loss" and report.op is None and original.op:
         # A bundle of an unchanged loop keeps the number its loss function gave, not the function: the op that
         # made it non-finite is the one the run found (re-running the closure or the step function, or read from

@@ -85,7 +85,7 @@ def test_what_rules_the_update_out():
     assert not update_ruled_out(object(), p)  # not a torch.optim optimizer: nothing can be told
 
 
-def test_a_float16_model_with_adam_s_default_eps_is_the_update_writing_nan_and_says_why():
+def test_a_float16_model_with_adam_s_default_eps_is_the_update_writing_nan_and_says_why(tmp_path):
     """model.half() for memory (LLMs-from-scratch's GPT, tried): Adam adds its eps=1e-8 in float16, where it is 0, so
     the first update divides 0 by 0 for the embedding rows of tokens not in the batch. The state and hyperparameters
     are all finite: the rule that an update cannot write a NaN from them holds only where eps survives the dtype."""
@@ -93,7 +93,7 @@ def test_a_float16_model_with_adam_s_default_eps_is_the_update_writing_nan_and_s
     model = nn.Sequential(nn.Embedding(50, 8), nn.Linear(8, 50)).half()
     optimizer = torch.optim.AdamW(model.parameters(), lr=5e-4)
     tokens = torch.randint(0, 10, (4, 6))  # rows 10..49 of the embedding get a gradient of exactly 0
-    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False):
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=str(tmp_path)):
         for _ in range(3):
             loss = nn.functional.cross_entropy(model(tokens).flatten(0, 1).float(), tokens.flatten())
             loss.backward()
@@ -104,6 +104,9 @@ def test_a_float16_model_with_adam_s_default_eps_is_the_update_writing_nan_and_s
     assert report.headline == "the optimizer update made a parameter of 0 non-finite"
     assert report.diagnosis.startswith("AdamW's eps=1e-08 is 0 in float16, so its update divides 0 by 0")
     assert "torch.autocast" in report.diagnosis and "eps=1e-4" in report.diagnosis
+    with pytest.raises(NonFiniteError) as again:  # the bundle's step, in another session: the same verdict
+        tensor_dap.replay(report.bundle, model, optimizer=optimizer, on="raise")
+    assert again.value.report.diagnosis == report.diagnosis
 
 
 @pytest.mark.parametrize("dtype, eps, fused, lost", [
