@@ -28,6 +28,8 @@ from .stop import check_mode, dispatch
 SPIKE_WARMUP = 10  # calls before `spike` may fire: the average needs a history first
 SPIKE_DECAY = 0.9  # exponential moving average; ~10 recent steps dominate
 HISTORY = 8  # losses a report lists (as a watch's report does)
+NO_BUNDLE = ("no incident bundle: nothing of the step is kept outside a watch (tensor_dap.watch(model, optimizer), "
+             "or tensor-dap run --break-on-nan, keeps each step to replay)")
 
 
 @dataclass
@@ -120,6 +122,7 @@ def _enrich(report: Report, history: list[float], birth: Any, optimizer: Any) ->
     report.loss_history = history
     if optimizer is not None:
         report.lr = learning_rates(optimizer)
+    report.notes.append(NO_BUNDLE)
     report.diagnosis = diagnose_report(report, birth) or report.diagnosis
 
 

@@ -139,6 +139,7 @@ def test_loss_above_reads_the_loss_at_backward_and_sees_through_a_grad_scaler(tm
     assert re.search(r"loss: 7\.97e5 \(last 4: [\d.]+, [\d.]+, [\d.]+, 7\.97e5\)", plain.stderr), plain.stderr
     assert "the training diverged" in plain.stderr
     assert "\n  lr: 0.01\n" in plain.stderr  # the optimizer's, read in its pre-step hook, as a watch's report has it
+    assert "note: no incident bundle: nothing of the step is kept outside a watch" in plain.stderr  # and what does
     scaled = _run([*TENSOR_DAP, "--loss-above", "100", TRAIN, "scaled"], tmp_path)
     assert HEADLINE.search(scaled.stderr).group(1) == loss.group(1)
 
