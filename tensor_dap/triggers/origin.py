@@ -76,6 +76,7 @@ class Tracker(TorchFunctionMode):
         self._nodes: dict[Any, tuple[str | None, str | None, str, SourceLine | None]] = {}
         self._tagged: set[Any] = set()  # nodes recorded from a module's output (``_tag``), not by a tracked op
         self._fed_nodes: dict[Any, Birth] = {}  # nodes of an op given a NaN/Inf (``_fed``): their NaN goes back to it
+        self._finite_inputs: set[tuple[int, int]] = set()  # (id, version) of the step's tensors read finite
         self._handles: list[Any] = []
         self._busy = False  # our own checks must not be tracked as the user's ops
         self.broken = False  # an internal failure: localization falls back to module hooks
@@ -138,6 +139,7 @@ class Tracker(TorchFunctionMode):
         self._nodes.clear()
         self._tagged.clear()
         self._fed_nodes.clear()
+        self._finite_inputs.clear()
         self._lineage.clear()
 
     # ------------------------------------------------------------ queries
@@ -305,7 +307,11 @@ class Tracker(TorchFunctionMode):
             known = self.lineage(t)
             if known is not None:
                 first = root(known[1])
-            elif id(t) in self.inputs and (kind := kind_of(t)) is not None:
+            elif id(t) in self.inputs and (id(t), t._version) not in self._finite_inputs:
+                kind = kind_of(t)  # (a finite batch is read once, not again by each op that takes it)
+                if kind is None:
+                    self._finite_inputs.add((id(t), t._version))
+                    continue
                 first = self._external(name, kind, t)
             else:
                 continue

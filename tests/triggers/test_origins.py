@@ -133,6 +133,33 @@ def test_a_row_emptied_by_two_masks_names_both_lines_and_the_rows():
     assert "2 of 10 rows along the last dim are entirely -inf: index 0 of dim 1 (of 5)" in report.notes[0]
 
 
+def test_a_finite_batch_taken_by_many_ops_is_read_once_by_the_re_run(monkeypatch):
+    """Every op's nodes note a non-finite input they were given; a finite batch (a dense skip connection takes it at
+    every layer) is read once for that, not once per op."""
+    from tensor_dap.triggers import origin
+
+    class Skips(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(6))
+
+        def forward(self, x):
+            h = torch.zeros_like(x)
+            for layer in self.layers:
+                h = torch.tanh(layer(h) + x)  # the batch, at every layer
+            return torch.log(h - h)  # -inf: the bug the re-run is for
+
+    model, reads = Skips(), []
+    real = origin.kind_of
+    monkeypatch.setattr(origin, "kind_of", lambda t: reads.append(t is batch) or real(t))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    batch = torch.randn(3, 4)
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False) as w:
+        w.step(lambda: (model(batch).sum().backward(), optimizer.step()))
+    assert (info.value.report.op, info.value.report.phase) == ("log", "forward")
+    assert reads.count(True) == 1, reads
+
+
 def test_an_inf_the_lstm_saturates_on_is_blamed_on_the_batch_with_the_backward_that_made_the_nan():
     """The LSTM's gates take an Inf in the batch to 1 or 0 (the model's output and loss stay finite); the NaN first
     appears in its backward's weight gradient. The cause is the batch's sample, not the LSTM."""
