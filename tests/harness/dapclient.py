@@ -259,8 +259,11 @@ class DapClient:
     # ---------------------------------------------------------------- waiting
     def _diagnostics(self) -> str:
         events = [f"{m.get('event')} {json.dumps(m.get('body'))[:160]}" for m in self._recent]
-        return ("\nlast events:\n  " + "\n  ".join(events or ["<none>"])
-                + "\noutput tail:\n" + self._joined()[-1500:])
+        # one tail per category: stdout and stderr arrive through separate pipes, so their events interleave at
+        # any write (print's pieces included), and one joined tail would split a line of either
+        categories = list(dict.fromkeys(cat for cat, _ in self._output))
+        tails = "".join(f"\n{cat} tail:\n{self._joined(cat)[-1500:]}" for cat in categories)
+        return "\nlast events:\n  " + "\n  ".join(events or ["<none>"]) + (tails or "\noutput: <none>")
 
     def _wait(self, ready: Callable[[], Any], timeout: float | None, what: str,
               grace: float | None = None) -> Any:
