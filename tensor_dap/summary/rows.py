@@ -56,9 +56,14 @@ def rows_text(t: Any) -> str:
     if not found or not found[1]:
         return ""
     rows, count, complete = found
-    listed = ", ".join(map(str, rows)) + (", …" if count > len(rows) else "")
+    listed = _listed(rows, count)
     of = f"of {int(t.shape[0]):,}" if complete else "among the first rows read"
     return f"{plural(count, 'row')} {of} along dim 0 {'holds' if count == 1 else 'hold'} NaN/Inf: {listed}"
+
+
+def _listed(shown: list[int], count: int) -> str:
+    """``3, 9, …``: the indices shown, with an ellipsis when ``count`` has more."""
+    return ", ".join(map(str, shown)) + (", …" if count > len(shown) else "")
 
 
 def masked_rows_text(t: Any) -> str:
@@ -80,7 +85,7 @@ def masked_rows_text(t: Any) -> str:
             hit = bad.any(dim=tuple(i for i in range(bad.dim()) if i != d)) if bad.dim() > 1 else bad
             where = hit.nonzero().flatten()
             if where.numel() < bad.shape[d]:
-                shown = ", ".join(str(int(i)) for i in where[:SHOWN]) + (", …" if where.numel() > SHOWN else "")
+                shown = _listed([int(i) for i in where[:SHOWN]], int(where.numel()))
                 named.append(f"{'index' if where.numel() == 1 else 'indices'} {shown} of dim {d} "
                              f"(of {bad.shape[d]})")
     where_text = "; ".join(named) if named else "every index of every dim"

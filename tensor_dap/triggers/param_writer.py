@@ -29,10 +29,10 @@ def update_ruled_out(optimizer: Any, p: torch.Tensor) -> bool:
     """True when ``optimizer``'s update cannot have made the NaN in ``p`` (see above); False when it can, or when
     that cannot be told (an optimizer that is not torch.optim's, ``p`` not among its parameters)."""
     try:
-        group = next((g for g in optimizer.param_groups if any(q is p for q in g["params"])), None)
+        group = _group_of(optimizer, p)
         if group is None or not bool(torch.isnan(p.detach()).any()):
             return False
-        if group.get("eps", 1) == 0 or vanishing_eps(optimizer, p) is not None:
+        if group.get("eps", 1) == 0 or _vanishing(group, p) is not None:
             return False
         hyper = [v for k, v in group.items() if k != "params"]
         state = list(optimizer.state.get(p, {}).values())
@@ -45,13 +45,22 @@ def vanishing_eps(optimizer: Any, p: torch.Tensor) -> float | None:
     """The ``eps`` of ``p``'s group when it is non-zero but rounds to 0 in ``p``'s dtype, where the update computes
     (not in a fused update, which computes in float32); else None."""
     try:
-        group = next((g for g in optimizer.param_groups if any(q is p for q in g["params"])), None)
-        eps = group.get("eps") if group is not None else None
-        if not isinstance(eps, float) or eps == 0 or group.get("fused") or not p.is_floating_point():
-            return None
-        return eps if float(torch.tensor(eps, dtype=p.dtype)) == 0 else None
+        group = _group_of(optimizer, p)
+        return _vanishing(group, p) if group is not None else None
     except Exception:  # noqa: BLE001 - an unusual optimizer: nothing can be said
         return None
+
+
+def _group_of(optimizer: Any, p: torch.Tensor) -> Any:
+    """The parameter group holding ``p`` (by identity), or None."""
+    return next((g for g in optimizer.param_groups if any(q is p for q in g["params"])), None)
+
+
+def _vanishing(group: Any, p: torch.Tensor) -> float | None:
+    eps = group.get("eps")
+    if not isinstance(eps, float) or eps == 0 or group.get("fused") or not p.is_floating_point():
+        return None
+    return eps if float(torch.tensor(eps, dtype=p.dtype)) == 0 else None
 
 
 def update_diagnosis(optimizer: Any, p: torch.Tensor) -> str | None:
