@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from . import finite
+from . import ctc, finite
 from .birth import Birth
 
 FP16_MAX = 65504.0
@@ -87,6 +87,10 @@ DIAGNOSES = {
     "no_targets": "every target of this batch is the ignore_index (-100 by default: a batch of padding only), and "
                   "the mean over zero targets is 0/0: skip batches with no real targets, or sum the loss and divide "
                   "by max(1, number of targets)",
+    "ctc": "CTC's loss is infinite for a sample that its input is too short to align to{samples}: a target of L "
+           "labels needs L frames, plus one for each label repeated next to itself, and its gradient is NaN whatever "
+           "multiplies it: drop or trim such samples, shorten the model's downsampling, or pass zero_infinity=True "
+           "to nn.CTCLoss (F.ctc_loss) to give them zero loss and gradient",
     "input": "the batch itself holds NaN/Inf: check the data pipeline (assert torch.isfinite(batch).all() where it "
              "is made) or skip such batches",
     "input_no_grad": "a tensor the loss takes without gradient holds NaN/Inf: the batch or its targets, or a value "
@@ -149,6 +153,9 @@ def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: floa
         return DIAGNOSES["masked_softmax"]
     if op == "multi_head_attention_forward" and birth.kind == "nan" and _all_keys_masked(birth):
         return DIAGNOSES["masked_attention"]  # nn.MultiheadAttention: its softmax is inside, seen as one op
+    if op in ctc.OPS:  # +Inf forward, NaN from its backward (a loss filtered afterwards): what the node saved
+        args = list(birth.saved.items()) if birth.forward_op else birth.inputs
+        return DIAGNOSES["ctc"].format(samples=ctc.explain(args))
     if op in _NLL and birth.kind == "nan" and _all_ignored(birth):
         return DIAGNOSES["no_targets"]
     if _half_overflow(birth, op):

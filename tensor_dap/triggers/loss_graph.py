@@ -31,7 +31,7 @@ import torch
 
 from ..summary.rows import with_rows
 from .ops import first_input, forward_name, producers, saved_values, sequence_nr
-from . import finite
+from . import ctc, finite
 from .birth import Birth
 from .finite import kind_of
 
@@ -119,9 +119,10 @@ def _computation(loss: torch.Tensor, model_nodes: Collection[Any], reached: list
 
 
 # Ops whose backward can make NaN/Inf from finite gradients and inputs: sqrt's at 0 (a distance between equal
-# points), a division's by 0, log's at 0, pow's with an exponent below 1 at 0, acos/asin at ±1.
+# points), a division's by 0, log's at 0, pow's with an exponent below 1 at 0, acos/asin at ±1; CTC's for a sample
+# it cannot align (its infinite loss filtered out afterwards: the gradient is NaN whatever multiplies it).
 _UNSAFE_BACKWARD = {"sqrt", "rsqrt", "pow", "div", "reciprocal", "log", "log2", "log10", "log1p", "xlogy", "acos",
-                    "asin", "atanh", "erfinv", "logit", "cdist", "pdist", "dist"}
+                    "asin", "atanh", "erfinv", "logit", "cdist", "pdist", "dist", *ctc.OPS}
 
 
 def unsafe_backward(loss: torch.Tensor, model_nodes: Collection[Any] = ()) -> list[str]:
@@ -148,11 +149,14 @@ def _birth_at(node: Any) -> Birth | None:
     one of its saved inputs is non-finite and no op of the graph made it (the batch, a target, a buffer), that
     input, first used by ``node``'s op."""
     saved = saved_values(node)
-    result = saved.pop("result", None)
+    results = [saved.pop(key) for key in sorted(saved) if key.startswith("result")]  # result; result0, result1...
+    result = results[0] if results else None  # the op's first output (ctc_loss: each sample's loss)
     op = forward_name(node.name())
     if op in _LOSSES:  # the scores and the targets, in the op's order (class indices too: the diagnosis reads them)
         inputs = [(name, saved[key]) for name, key in (("input", "self"), ("target", "target"))
                   if isinstance(saved.get(key), torch.Tensor)]
+    elif op in ctc.OPS:  # its lengths as tensors (saved as ints): the diagnosis names the samples too short
+        inputs = [(name, v) for name, v in ctc.arguments(list(saved.items())).items()]
     else:
         inputs = [("input" if name == "self" else name, v) for name, v in saved.items()
                   if isinstance(v, torch.Tensor) and v.is_floating_point()]
