@@ -89,8 +89,8 @@ DIAGNOSES = {
                   "by max(1, number of targets)",
     "ctc": "CTC's loss is infinite for a sample that its input is too short to align to{samples}: a target of L "
            "labels needs L frames, plus one for each label repeated next to itself, and its gradient is NaN whatever "
-           "multiplies it: drop or trim such samples, shorten the model's downsampling, or pass zero_infinity=True "
-           "to nn.CTCLoss (F.ctc_loss) to give them zero loss and gradient",
+           "multiplies it: keep more frames (less downsampling), or drop or trim such samples; zero_infinity=True in "
+           "nn.CTCLoss (F.ctc_loss) gives them zero loss and gradient, so the run goes on but they teach nothing",
     "input": "the batch itself holds NaN/Inf: check the data pipeline (assert torch.isfinite(batch).all() where it "
              "is made) or skip such batches",
     "input_no_grad": "a tensor the loss takes without gradient holds NaN/Inf: the batch or its targets, or a value "
