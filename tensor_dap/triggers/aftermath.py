@@ -23,7 +23,8 @@ INTERVAL = 5.0  # seconds between two "still non-finite" lines
 FLAT_STEPS = 32  # steps in a row with one exact loss value: no loss computed from changing batches does that
 
 
-def _say(text: str) -> None:
+def say(text: str) -> None:
+    """One yellow line on stderr (and the log), never raising."""
     log.warning("%s", text)
     try:
         from rich.text import Text
@@ -86,7 +87,7 @@ class Aftermath:
         self._last = time.monotonic()
 
     def _say(self, text: str) -> None:
-        _say(self.rank + text)
+        say(self.rank + text)
 
     def _say_at_end(self, text: str) -> None:
         """A line of the end of the run, named after the watch that says it."""

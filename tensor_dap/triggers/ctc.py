@@ -15,6 +15,8 @@ from typing import Any, NamedTuple
 
 import torch
 
+from ..format import plural
+
 OPS = {"ctc_loss", "_ctc_loss", "_cudnn_ctc_loss", "cudnn_ctc_loss"}  # (cuDNN's on a GPU)
 MAX_TARGETS = 1 << 22  # target elements read at most (a larger batch of targets is not looked at)
 NAMED = 3  # samples named in the diagnosis at most
@@ -53,36 +55,43 @@ def unalignable(targets: torch.Tensor, input_lengths: torch.Tensor, target_lengt
     with torch.no_grad():
         frames = input_lengths.detach().reshape(-1).long().cpu()
         lengths = target_lengths.detach().reshape(-1).long().cpu()
-        if frames.numel() != lengths.numel() or targets.numel() > MAX_TARGETS or (lengths < 0).any():
+        targets = targets.detach().cpu()
+        if frames.numel() != lengths.numel() or targets.numel() > MAX_TARGETS or (lengths < 0).any() or \
+                not _fits(targets, lengths):
             return []
-        repeats = _repeats(targets.detach().cpu(), lengths)
-        if repeats is None:
-            return []
-        needed = lengths + repeats
+        needed = needed_frames(targets, lengths)
         short = (frames < needed).nonzero().reshape(-1).tolist()
         return [Unalignable(i, int(lengths[i]), int(needed[i]), int(frames[i])) for i in short]
 
 
-def _repeats(targets: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor | None:
-    """How many labels of each sample's target equal the label before them: padded (N, S) targets, or the
-    samples' targets one after another (1-D). None for a shape ``ctc_loss`` does not take."""
-    same_as_previous: torch.Tensor
-    if targets.dim() == 2 and targets.shape[0] == lengths.numel():
-        if lengths.numel() and int(lengths.max()) > targets.shape[1]:
-            return None
+def _fits(targets: torch.Tensor, lengths: torch.Tensor) -> bool:
+    """The lengths stay inside the targets (read: a report's check, not the tap's)."""
+    if targets.dim() == 2:
+        return targets.shape[0] == lengths.numel() and (not lengths.numel() or int(lengths.max()) <= targets.shape[1])
+    return targets.dim() == 1 and int(lengths.sum()) <= targets.numel()
+
+
+def needed_frames(targets: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """The frames each sample's target needs at least: its labels, plus one for each label equal to the one before
+    it. Padded (N, S) targets, or the samples' targets one after another (1-D). Nothing is read to the host (on an
+    accelerator this waits for nothing); a shape ``ctc_loss`` does not take raises ValueError."""
+    n = lengths.numel()
+    if targets.dim() == 2 and targets.shape[0] == n:
         same = targets[:, 1:] == targets[:, :-1]  # position j + 1 repeats position j
-        inside = torch.arange(same.shape[1])[None, :] < (lengths[:, None] - 1)
-        return (same & inside).sum(1)
-    if targets.dim() == 1 and int(lengths.sum()) <= targets.numel():
-        ends = lengths.cumsum(0)
-        flat = targets[: int(ends[-1])] if ends.numel() else targets[:0]
-        same_as_previous = flat[1:] == flat[:-1]
-        position = torch.arange(1, flat.numel())
-        owner = torch.searchsorted(ends, position, right=True)  # the sample each position belongs to
-        first = position == (ends - lengths)[owner.clamp(max=lengths.numel() - 1)]  # a sample's first label
-        counted = owner[same_as_previous & ~first]
-        return torch.bincount(counted, minlength=lengths.numel())[: lengths.numel()]
-    return None
+        inside = torch.arange(same.shape[1], device=targets.device)[None, :] < (lengths[:, None] - 1)
+        return lengths + (same & inside).sum(1)
+    if targets.dim() != 1 or not n:
+        if n:
+            raise ValueError(f"targets of shape {tuple(targets.shape)} for {n} samples")
+        return lengths.clone()
+    ends = lengths.cumsum(0)
+    position = torch.arange(1, targets.numel(), device=targets.device)
+    owner = torch.searchsorted(ends, position, right=True)  # the sample each position belongs to (n: past the last)
+    inside = owner < n
+    owner = owner.clamp(max=n - 1)
+    first = position == (ends - lengths)[owner]  # a sample's first label repeats nothing
+    counted = (targets[1:] == targets[:-1]) & inside & ~first
+    return lengths + torch.zeros_like(lengths).scatter_add_(0, owner, counted.long())
 
 
 def explain(named: list[tuple[str, Any]]) -> str:
@@ -97,8 +106,11 @@ def explain(named: list[tuple[str, Any]]) -> str:
         return ""
     if not short:
         return ""
-    total = args["target_lengths"].numel()
-    shown = "; ".join(f"sample {s.sample}: {s.labels} label{'s' * (s.labels != 1)} need {s.needed} frames, its "
-                      f"input_lengths gives {s.frames}" for s in short[:NAMED])
-    more = f"; {len(short) - NAMED} more" if len(short) > NAMED else ""
-    return f" ({len(short)} of {total} samples: {shown}{more})"
+    return f" ({len(short)} of {args['target_lengths'].numel()} samples: {listed(short)})"
+
+
+def listed(short: list[Unalignable]) -> str:
+    """``sample 3: 25 labels need 25 frames, its input_lengths gives 20; ...``, the first ``NAMED`` of them."""
+    shown = "; ".join(f"sample {s.sample}: {plural(s.labels, 'label')} need{'s' * (s.labels == 1)} {s.needed} "
+                      f"frames, its input_lengths gives {s.frames}" for s in short[:NAMED])
+    return shown + (f"; {len(short) - NAMED} more" if len(short) > NAMED else "")

@@ -12,7 +12,8 @@ nothing has used them yet (a loop that updates its parameters by hand does so af
 (``create_graph=True``: a WGAN-GP gradient penalty), whose double backward the unchanged loop's
 re-run cannot reproduce (``double_backward_line``); and so is the clipping of gradients
 (``clip_grad_norm_``, ``clip_grad_value_``), only to note that the program clips (``clipping``): a
-diverging run that clips already needs another fix than clipping.
+diverging run that clips already needs another fix than clipping; and ``F.ctc_loss``, only to count the
+samples ``zero_infinity=True`` drops (``ctc_zeroed``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any, Callable
 import torch
 
 from ..debug.frames import CallSites, Site, SourceLine, site_line
+from . import ctc_zeroed
 
 Listener = Callable[[torch.Tensor], None]
 
@@ -43,6 +45,7 @@ _clipping: list[str | None] = [None]  # how the program last clipped its gradien
 CLIP_NORMS_KEPT = 32
 # the total norms of the program's last clips by norm, as tensors (nothing read until a stop's report asks)
 _clip_norms: deque[torch.Tensor] = deque(maxlen=CLIP_NORMS_KEPT)
+_ctc: list[ctc_zeroed.Tally | None] = [None]  # what ctc_loss(zero_infinity=True) dropped while anyone listened
 
 
 def listen(fn: Listener, *, done: bool = False) -> Callable[[], None]:
@@ -120,6 +123,18 @@ def _install() -> None:
         _restore.append((scaler, "scale", scale))
         scaler.scale = traced_scale
     _trace_clipping()
+    _count_ctc()
+
+
+def _count_ctc() -> None:
+    """Count the samples ``ctc_loss(zero_infinity=True)`` drops (``ctc_zeroed``): said as the last listener leaves."""
+    import torch.nn.functional as F
+
+    from .aftermath import say
+
+    _ctc[0] = tally = ctc_zeroed.Tally(say)
+    _restore.append((F, "ctc_loss", F.ctc_loss))
+    F.ctc_loss = ctc_zeroed.counting(F.ctc_loss, tally)
 
 
 def _trace_clipping() -> None:
@@ -204,6 +219,9 @@ def _uninstall() -> None:
     for owner, name, original in reversed(_restore):
         setattr(owner, name, original)
     _restore.clear()
+    tally, _ctc[0] = _ctc[0], None
+    if tally is not None and (line := tally.summary()):
+        tally.say(line)
     _scaled.clear()
     _scaling[0] = False
     _double[0] = None

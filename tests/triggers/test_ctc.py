@@ -146,3 +146,81 @@ def test_an_infinite_sample_filtered_out_of_the_loss_still_makes_ctcs_gradient_n
 
 def test_zero_infinity_is_no_alarm():
     _train("loop", zero_infinity=True, steps=4)  # the long sample's loss and gradient are zeroed: nothing fires
+
+
+# ---------------------------------------------------------------- zero_infinity=True: the samples it drops, counted
+
+
+def _loop_with_zero_infinity(steps: int, long_at: set[int]) -> list[float]:
+    """A striding model trained with CTCLoss(zero_infinity=True): the steps in ``long_at`` have one target too long."""
+    torch.manual_seed(0)
+    model = Striding()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    criterion = nn.CTCLoss(zero_infinity=True)
+    losses = []
+    for step in range(steps):
+        x, targets, target_lengths = _batch(step, long_at=step if step in long_at else -1)
+        log_probs = model(x)
+        input_lengths = torch.full((4,), log_probs.shape[1], dtype=torch.long)
+        loss = criterion(log_probs.transpose(0, 1), targets, input_lengths, target_lengths)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_samples_zero_infinity_drops_are_said_once_then_counted_at_the_end(capfd):
+    plain = _loop_with_zero_infinity(6, {1, 4})
+    original = F.ctc_loss
+    with tensor_dap.watch(nn.Linear(1, 1), on="raise", capture=False):  # the tap needs a listener, not this model
+        assert F.ctc_loss is not original
+        watched = _loop_with_zero_infinity(6, {1, 4})
+        during = capfd.readouterr().err
+    end = capfd.readouterr().err
+    assert F.ctc_loss is original  # put back as the watch closed
+    assert watched == plain  # the loss itself is untouched
+    assert during.count("ctc_loss(zero_infinity=True)") == 1, during
+    assert "gave zero loss and gradient to 1 of 4 samples of a batch (sample 2: 30 labels need" in during
+    assert "its input_lengths gives 20" in during and "they teach nothing" in during
+    assert "to 2 of the 24 samples it was given while watched (8.33 %, in 6 calls)" in " ".join(end.split()), end
+
+
+def test_a_run_that_drops_nothing_says_nothing(capfd):
+    with tensor_dap.watch(nn.Linear(1, 1), on="raise", capture=False):
+        _loop_with_zero_infinity(3, set())
+    assert "ctc_loss" not in capfd.readouterr().err
+
+
+def test_an_accelerators_count_is_read_every_so_many_calls(monkeypatch):
+    """Off the CPU nothing is read at a call: the count stays on the device until READ_EVERY calls have added to it
+    (the CPU stands in for the device here; ``needed_frames`` on meta tensors shows it reads nothing)."""
+    from tensor_dap.triggers import ctc_zeroed
+
+    monkeypatch.setattr(ctc_zeroed, "READ_CPU_NOW", False)
+    monkeypatch.setattr(ctc_zeroed, "READ_EVERY", 3)
+    said: list[str] = []
+    tally = ctc_zeroed.Tally(said.append)
+    targets, long_lengths = torch.ones(2, 9, dtype=torch.long), torch.tensor([9, 2])
+    for _ in range(2):
+        tally.add(targets, torch.tensor([5, 5]), long_lengths)  # sample 0: 9 labels of one kind need 17 frames
+    assert (tally.dropped, said) == (0, [])  # still on the "device"
+    tally.add(targets, (5, 5), [9, 2])  # lengths as ints, as F.ctc_loss takes them too
+    assert tally.dropped == 3 and len(said) == 1 and "to 3 samples in its last 3 calls" in said[0]
+    assert "3 of the 6 samples" in tally.summary()
+    meta = ctc.needed_frames(torch.ones(20, dtype=torch.long, device="meta"), torch.tensor([5, 15]).to("meta"))
+    assert meta.device.type == "meta" and meta.shape == (2,)
+
+
+def test_the_tap_never_breaks_the_loss():
+    from tensor_dap.triggers import ctc_zeroed
+
+    said: list[str] = []
+    tally = ctc_zeroed.Tally(said.append)
+    wrapped = ctc_zeroed.counting(F.ctc_loss, tally)
+    tally.add(torch.ones(3, 3, 3), object(), None)  # nothing ctc_loss takes: not counted, no error
+    log_probs = torch.randn(6, 2, 4).log_softmax(-1)
+    args = (log_probs, torch.tensor([[1, 2], [3, 3]]), torch.tensor([6, 2]), torch.tensor([2, 2]))
+    assert torch.equal(wrapped(*args, zero_infinity=True), F.ctc_loss(*args, zero_infinity=True))
+    assert torch.equal(wrapped(*args), F.ctc_loss(*args))  # zero_infinity=False: not counted (its Inf is caught)
+    assert (tally.calls, tally.dropped, tally.samples) == (1, 1, 2)  # sample 1: 3 3 needs 3 frames, has 2
