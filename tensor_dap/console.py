@@ -6,9 +6,11 @@ follows one rule: colours on a real terminal, plain text when piped or when NO_C
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from typing import IO, Optional
+from collections.abc import Iterator
+from typing import IO, Any, Optional
 
 from rich.console import Console
 
@@ -35,4 +37,31 @@ def note(text: str, *, style: str = "yellow") -> None:
     """One message for whoever reads stderr (a terminal, a batch log, torchrun's merged output), never wrapped."""
     from rich.text import Text
 
-    make_console(stderr=True).print(Text(text, style=style), soft_wrap=True)
+    say(Text(text, style=style), soft_wrap=True)
+
+
+def say(renderable: Any, **options: Any) -> None:
+    """Print ``renderable`` on stderr while the program runs: above its tqdm progress bars, if it shows any."""
+    with above_progress_bars(sys.stderr):
+        make_console(stderr=True).print(renderable, **options)
+
+
+@contextlib.contextmanager
+def above_progress_bars(file: IO[str]) -> Iterator[None]:
+    """Clear the program's tqdm bars drawn on ``file`` (or on stdout/stderr), and draw them again after: a line
+    printed mid-run starts on its own line, not glued to the end of a bar. Nothing when tqdm is not imported or
+    shows no bar; a tqdm that refuses is left alone."""
+    tqdm_class = getattr(sys.modules.get("tqdm.std"), "tqdm", None)
+    paused: Any = None
+    try:
+        if tqdm_class is not None and len(tqdm_class._instances):
+            paused = tqdm_class.external_write_mode(file=file)
+            paused.__enter__()
+    except Exception:  # noqa: BLE001 - a tqdm of another make: print as if it were not there
+        paused = None
+    try:
+        yield
+    finally:
+        if paused is not None:
+            with contextlib.suppress(Exception):
+                paused.__exit__(None, None, None)

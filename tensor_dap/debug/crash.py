@@ -117,11 +117,11 @@ def _fold(run: list[Any]) -> list[str]:
 
 def print_report(exc: BaseException, tb: Any = None) -> None:
     """Print the report to stderr; on any failure of ours, Python's own traceback instead."""
-    from ..console import make_console
+    from ..console import say
     from .views import crash
 
     try:
-        make_console(stderr=True).print(crash(build_report(exc, tb)), crop=False)  # tracebacks are never cut
+        say(crash(build_report(exc, tb)), crop=False)  # tracebacks are never cut
     except Exception:
         traceback.print_exception(type(exc), exc, tb if tb is not None else exc.__traceback__)
 

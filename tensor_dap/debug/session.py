@@ -26,12 +26,11 @@ def _note(text: str, header: str | None) -> None:
     """A message for whoever reads stderr (a batch log, the IDE's debug console)."""
     from rich.text import Text
 
-    from ..console import make_console
+    from ..console import say
 
-    console = make_console(stderr=True)
     if header:
-        console.print(Text(header), soft_wrap=True)
-    console.print(Text(text, style="yellow"), soft_wrap=True)  # a log line: never wrapped
+        say(Text(header), soft_wrap=True)
+    say(Text(text, style="yellow"), soft_wrap=True)  # a log line: never wrapped
 
 
 def set_trace(frame: Any = None, *, header: str | None = None, hide_library: bool = False) -> None:

@@ -24,14 +24,12 @@ FLAT_STEPS = 32  # steps in a row with one exact loss value: no loss computed fr
 
 
 def say(text: str) -> None:
-    """One yellow line on stderr (and the log), never raising."""
+    """One yellow line on stderr (above the program's progress bars) and in the log, never raising."""
     log.warning("%s", text)
     try:
-        from rich.text import Text
+        from ..console import note
 
-        from ..console import make_console
-
-        make_console(stderr=True).print(Text(printable(text), style="yellow"), soft_wrap=True)
+        note(printable(text))
     except Exception as exc:  # noqa: BLE001 - a broken terminal must not break training
         log.debug("could not print: %r", exc)
 

@@ -248,9 +248,9 @@ def emit(report: Report, *, show: bool = True) -> None:
     if not show:
         return
     try:
-        from ..console import make_console
+        from ..console import say
 
         with rng_kept(numpy=False, torch=False):  # rich draws link ids from `random`: the user's stream is kept
-            make_console(stderr=True).print(to_rich(report))
+            say(to_rich(report))
     except Exception as exc:  # noqa: BLE001 - a broken terminal must not break training
         logger.debug("could not print the trigger panel: %r", exc)
