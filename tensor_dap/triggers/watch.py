@@ -33,7 +33,7 @@ import torch
 from ..dist import called, current_rank, unwrap
 from ..errors import STOPS
 from ..state import Buffers, RngUse, capture_rng, hyper
-from . import active
+from . import active, eval_mode
 from .aftermath import FLAT_STEPS, Aftermath
 from .capture import Source, StepContext, Window, add_to_window, loss_of, open_window, same_value
 from .crashed import CrashExplanation
@@ -96,6 +96,7 @@ class watch(Investigation, LoopSteps, CrashExplanation):
         self._window: Window | None | bool = None  # False: no window until the next read (too large)
         self._stepper = optimizer  # the optimizer that steps (found by the hook when not given)
         self._latched = False
+        self._eval_said = False  # an update in eval mode was looked at (said, where the mode changes anything)
         self._history: deque[Any] = deque(maxlen=LOSS_HISTORY)
         self._aftermath = Aftermath(type(self._inner).__name__)
         self._watched = 0  # steps seen, for the end-of-run count
@@ -377,6 +378,9 @@ class watch(Investigation, LoopSteps, CrashExplanation):
             self._read_and_fire(index, ctx)
         elif found is False:
             self._latched = False  # clean again: the next failure is news
+        if not self._inner.training and not self._eval_said:  # model.eval() with no model.train() after it
+            self._eval_said = True
+            self._guard(eval_mode.say_once, self._inner, index)
 
     def _unstepped(self, index: int, ctx: StepContext | None) -> None:
         """A step ended without an update: a GradScaler skipped it, or gradients accumulate. Its gradients may

@@ -1,0 +1,65 @@
+"""A model updated while in eval mode: ``model.eval()`` for a validation, and no ``model.train()`` after it.
+
+Nothing crashes and the loss still falls: dropout is off and batch norm normalizes with its running
+statistics and stops updating them, so the model trains unlike it was designed to (and overfits, or
+drifts from the statistics it is evaluated with). ``watch`` looks at the root module's mode at each
+update (one attribute); the first update in eval mode is said once, naming the layers that behave
+differently, and only where the model has such layers (a model of Linear layers alone acts the same
+in both modes). A submodule put in eval mode on purpose (a frozen batch norm in a fine-tuned backbone)
+leaves the root in train mode and is not said.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from torch import nn
+
+from ..format import plural
+from .aftermath import say
+
+MAX_MODULES = 100_000  # modules looked at, at most (once, when the model is first seen updating in eval mode)
+
+
+def mode_dependent(model: nn.Module) -> Counter[str]:
+    """The layers of ``model`` in eval mode that act differently in train mode, counted by class name."""
+    found: Counter[str] = Counter()
+    for i, module in enumerate(model.modules()):
+        if i >= MAX_MODULES:
+            break
+        if not module.training and _differs(module):
+            found[type(module).__name__] += 1
+    return found
+
+
+def _differs(module: nn.Module) -> bool:
+    if isinstance(module, nn.modules.dropout._DropoutNd):
+        return module.p > 0
+    if isinstance(module, nn.modules.batchnorm._NormBase):  # batch norm; instance norm only with running stats
+        return module.track_running_stats
+    if isinstance(module, nn.MultiheadAttention):
+        return module.dropout > 0
+    return False
+
+
+def line(model_name: str, step: int, layers: Counter[str]) -> str:
+    """What the user reads, once: ``its 2 Dropout and 1 BatchNorm1d act as in evaluation ...``."""
+    kinds = [f"{n} {name}" for name, n in layers.most_common(4)]
+    if len(layers) > 4:
+        kinds.append(f"{plural(len(layers) - 4, 'more kind')} of layer")
+    named = kinds[0] if len(kinds) == 1 else f"{', '.join(kinds[:-1])} and {kinds[-1]}"
+    effects = []
+    if any("Dropout" in name or name == "MultiheadAttention" for name in layers):
+        effects.append("dropout is off")
+    if any("Norm" in name for name in layers):
+        effects.append("batch norm uses its running statistics and stops updating them")
+    return (f"tensor_dap: {model_name} is in eval mode at the update of step {step}, so its {named} act as in "
+            f"evaluation while it trains ({'; '.join(effects)}): model.eval() for a validation with no model.train() "
+            f"after it? Call model.train() before training steps (said once)")
+
+
+def say_once(model: nn.Module, step: int) -> None:
+    """Say the line when ``model``, updated in eval mode at ``step``, has layers the mode changes."""
+    layers = mode_dependent(model)
+    if layers:
+        say(line(type(model).__name__, step, layers))
