@@ -23,6 +23,12 @@ import torch
 from ..format import plural
 from . import ctc
 
+try:
+    from torch.compiler import is_compiling as _is_compiling  # True while dynamo traces: no graph break of ours
+except ImportError:  # a torch without it
+    def _is_compiling() -> bool:
+        return False
+
 READ_EVERY = 64  # calls between two reads of an accelerator's count
 READ_CPU_NOW = True  # a CPU count is read at each call (no sync there); tests set False to let the CPU act a device
 _ZERO_INFINITY = 6  # its position in ctc_loss(log_probs, targets, input_lengths, target_lengths, blank, reduction, ...)
@@ -110,7 +116,7 @@ def counting(original: Callable[..., Any], tally: Tally) -> Callable[..., Any]:
     @functools.wraps(original)
     def ctc_loss(*args: Any, **kwargs: Any) -> Any:
         zero = args[_ZERO_INFINITY] if len(args) > _ZERO_INFINITY else kwargs.get("zero_infinity", False)
-        if zero is True:
+        if zero is True and not _is_compiling():  # (torch.compile traces its own copy: not counted there)
             named = dict(zip(("log_probs", "targets", "input_lengths", "target_lengths"), args))
             named.update(kwargs)
             tally.add(named.get("targets"), named.get("input_lengths"), named.get("target_lengths"))
