@@ -87,22 +87,24 @@ class Aftermath:
     def _say(self, text: str) -> None:
         say(self.rank + text)
 
-    def _say_at_end(self, text: str) -> None:
-        """A line of the end of the run, named after the watch that says it."""
+    def at_end(self, text: str | None) -> None:
+        """A line of the end of the run, named after the watch that says it (none for None)."""
+        if text is None:
+            return
         self._say(f"tensor_dap.watch{f'({self.model})' if self.model else ''}: {text}")
 
     def summary(self, steps: int) -> None:
         """The end of the run: how many steps were non-finite."""
         if self.count:
             were = "was" if self.count == 1 else "were"
-            self._say_at_end(f"{self.count} of the {steps} steps watched {were} non-finite (the first at step "
+            self.at_end(f"{self.count} of the {steps} steps watched {were} non-finite (the first at step "
                              f"{self.first})")
 
     def flat(self, history: list[Any]) -> None:
         """The end of the run: a loss with one exact value over its last ``FLAT_STEPS`` steps is said."""
         note = flat_loss(history)
         if note is not None:
-            self._say_at_end(note)
+            self.at_end(note)
 
 
 def flat_loss(history: list[Any]) -> str | None:

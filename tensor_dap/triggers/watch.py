@@ -40,6 +40,7 @@ from .crashed import CrashExplanation
 from .investigate import Investigation
 from .localize import StopRerun
 from .loss_tap import listen
+from .unoptimized import Unoptimized
 from .optimizer_call import MIN_SCALE, SCALER_PROBE_STEPS, closure_of, scaler_calling
 from .loop import LoopCapture
 from .loop_steps import LoopSteps
@@ -96,6 +97,7 @@ class watch(Investigation, LoopSteps, CrashExplanation):
         self._window: Window | None | bool = None  # False: no window until the next read (too large)
         self._stepper = optimizer  # the optimizer that steps (found by the hook when not given)
         self._latched = False
+        self._unoptimized = Unoptimized()
         self._eval_said = False  # an update in eval mode was looked at (said, where the mode changes anything)
         self._history: deque[Any] = deque(maxlen=LOSS_HISTORY)
         self._aftermath = Aftermath(type(self._inner).__name__)
@@ -183,6 +185,7 @@ class watch(Investigation, LoopSteps, CrashExplanation):
             # a step that raised in the optimizer's hook did not end: it counts too
             self._aftermath.summary(self._watched + (self._aftermath.through >= self.step_count))
             self._guard(self._aftermath.flat, list(self._history))
+            self._guard(self._aftermath.at_end, self._guard(self._unoptimized.at_end))
 
     def begin_forward(self, module: torch.nn.Module, args: Any) -> None:
         """Capture the model's forward already running (a watch attached from inside it: ``attach``, from
@@ -293,6 +296,8 @@ class watch(Investigation, LoopSteps, CrashExplanation):
         if self._untap_done is not None and self._optimizer_found(optimizer):
             return None  # the backward() before it checked this step and ended it
         if self._scaler_probes < SCALER_PROBE_STEPS:
+            if not self._scaler_probes:  # the first update: parameters with a gradient the optimizer does not hold
+                self._guard(self._unoptimized.first_update, self._inner, optimizer)
             self._scaler_probes += 1
             if self.scaler is None:
                 self.scaler = scaler_calling(optimizer)

@@ -1,0 +1,64 @@
+"""Parameters that get gradients and never change: in no param group of the optimizer that steps the model.
+
+An optimizer made before a layer was replaced (``model.fc = nn.Linear(...)`` after ``Adam(model.parameters())``),
+or given part of the model (``SGD(model.head.parameters())``) while the rest still requires grad: the loss
+falls (the optimized part learns), nothing crashes, and the other parameters stay as they were, their
+gradients computed for nothing. At the first update ``watch`` sees, the model's parameters that have a gradient
+and are in none of the optimizer's groups are noted, with a sample of their values (another optimizer may
+update them: a GAN's, a second optimizer for the head); at the end of the run, those whose sample never
+changed are said. Nothing is added to later steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+SAMPLE = 4096  # elements of each suspect parameter kept (spread over it), to tell at the end whether it changed
+MAX_SUSPECTS = 4096  # parameters followed at most
+NAMED = 4
+
+
+class Unoptimized:
+    """The parameters noted at the first update, and the line for the end of the run."""
+
+    def __init__(self) -> None:
+        self._kept: list[tuple[str, torch.Tensor, torch.Tensor]] = []  # (name, parameter, its sample then)
+        self._optimizer = ""
+
+    def first_update(self, model: torch.nn.Module, optimizer: Any) -> None:
+        """Note the model's parameters with a gradient that ``optimizer`` does not hold (none without one)."""
+        if optimizer is None or not hasattr(optimizer, "param_groups"):
+            return
+        held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        self._optimizer = type(optimizer).__name__
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if len(self._kept) >= MAX_SUSPECTS:
+                    break
+                if p.requires_grad and p.grad is not None and id(p) not in held:
+                    self._kept.append((name, p, _sample(p)))
+
+    def at_end(self) -> str | None:
+        """The parameters that had a gradient and are unchanged since the first update; None when there are none."""
+        with torch.no_grad():
+            still = [name for name, p, then in self._kept if torch.equal(_sample(p), then)]
+        self._kept = []
+        if not still:
+            return None
+        names = ", ".join(still[:NAMED]) + (f" and {len(still) - NAMED} more" if len(still) > NAMED else "")
+        one = len(still) == 1
+        return (f"{len(still)} parameter{'' if one else 's'} ({names}) got gradients and never changed: "
+                f"{'it is' if one else 'they are'} in no param group of {self._optimizer}, the optimizer that "
+                f"updates the model. A layer replaced after the optimizer was made, or an optimizer given part of "
+                f"the model? Make the optimizer from the final model's parameters; to freeze "
+                f"{'it' if one else 'them'} on purpose, set requires_grad_(False) (their gradients cost a backward "
+                f"for nothing)")
+
+
+def _sample(p: torch.Tensor) -> torch.Tensor:
+    """Up to ``SAMPLE`` elements spread over ``p`` (a copy): what tells whether it changed, in bounded bytes."""
+    flat = p.detach().reshape(-1)
+    step = max(1, flat.numel() // SAMPLE)
+    return flat[::step][:SAMPLE].clone()
