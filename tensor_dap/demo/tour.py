@@ -14,7 +14,7 @@ from typing import Any
 from ..errors import UsageError
 from ..folders import DEMO
 from ..format import short_error
-from . import artifacts, data_scenarios, model_scenarios
+from . import artifacts, data_scenarios, model_scenarios, silent_scenarios
 from .artifacts import TRAIN_SCRIPT
 from .scenario import Context, Outcome, Scenario
 from .train import BUG_STEP
@@ -34,6 +34,10 @@ SCENARIOS = (
              model_scenarios.slow_loader),
     Scenario("checkpoint", "a checkpoint saved from nn.DataParallel (module. prefix)", "tensor_dap.compare_state_dict",
              model_scenarios.checkpoint),
+    Scenario("stale-optimizer", "a new head put on the model after the optimizer was made (the loss still falls)",
+             "tensor_dap.watch, at the end of the run", silent_scenarios.stale_optimizer),
+    Scenario("eval-mode", "training goes on in eval mode after a validation (dropout off; the loss still falls)",
+             "tensor_dap.watch, at the first such update", silent_scenarios.eval_mode),
     Scenario("monitor", "the training curves of a healthy run, for TensorBoard", "tensor_dap.Monitor",
              artifacts.monitor, planted=False),
     Scenario("profile", "where the time goes, per function and per line",

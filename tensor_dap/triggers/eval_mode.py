@@ -53,7 +53,8 @@ def line(model_name: str, step: int, layers: Counter[str]) -> str:
         effects.append("dropout is off")
     if any("Norm" in name for name in layers):
         effects.append("batch norm uses its running statistics and stops updating them")
-    return (f"tensor_dap: {model_name} is in eval mode at the update of step {step}, so its {named} act as in "
+    acts = "acts" if sum(layers.values()) == 1 else "act"
+    return (f"tensor_dap: {model_name} is in eval mode at the update of step {step}, so its {named} {acts} as in "
             f"evaluation while it trains ({'; '.join(effects)}): model.eval() for a validation with no model.train() "
             f"after it? Call model.train() before training steps (said once)")
 

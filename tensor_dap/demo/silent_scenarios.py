@@ -1,0 +1,74 @@
+"""The planted bugs that never crash: the loss falls while part of the model does not train as written.
+
+A head replaced after the optimizer was made (it never learns) and a validation's ``model.eval()`` left on (the
+rest of the run trains without dropout). ``watch`` says each in one line, which these scenarios take from the
+``tensor_dap.triggers`` log where every such line also goes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from .scenario import Context, Outcome
+from .train import CLASSES, HIDDEN, DemoNet, train
+
+STEPS = 12
+
+
+@contextmanager
+def _lines() -> Iterator[list[str]]:
+    """The lines watch says while the block runs."""
+    said: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            said.append(record.getMessage())
+
+    logger, handler = logging.getLogger("tensor_dap.triggers"), Keep(logging.WARNING)
+    logger.addHandler(handler)
+    try:
+        yield said
+    finally:
+        logger.removeHandler(handler)
+
+
+def stale_optimizer(ctx: Context) -> Outcome:
+    """A new head put on the model after ``SGD(model.parameters())`` took the old one's parameters."""
+    import torch
+    from torch import nn
+
+    from ..triggers.watch import watch
+
+    model = DemoNet()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model.head = nn.Linear(HIDDEN, CLASSES)  # BUG: the optimizer still holds the old head's parameters
+    with _lines() as said, watch(model, optimizer, on="raise", capture=False):
+        losses = train(model, optimizer, STEPS, bug=False)
+    line = next((s for s in said if "never changed" in s), "")
+    caught = "head.weight, head.bias" in line
+    found = "head.weight, head.bias never changed: in no param group of SGD" if caught else "nothing said"
+    return Outcome(caught, [found, f"while the loss fell from {losses[0]:.3f} to {losses[-1]:.3f}"])
+
+
+def eval_mode(ctx: Context) -> Outcome:
+    """``model.eval()`` for a validation halfway, and no ``model.train()`` after it."""
+    import torch
+    from torch import nn
+
+    from ..triggers.watch import watch
+
+    model = DemoNet()
+    model.encoder.append(nn.Dropout(0.2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with _lines() as said, watch(model, optimizer, on="raise", capture=False):
+        train(model, optimizer, STEPS // 2, bug=False)
+        model.eval()  # a validation ...
+        with torch.no_grad():
+            model(torch.randn(8, 16))
+        losses = train(model, optimizer, STEPS // 2, bug=False)  # BUG: ... and training goes on in eval mode
+    line = next((s for s in said if "is in eval mode" in s), "")
+    caught = f"at the update of step {STEPS // 2}" in line and "1 Dropout acts" in line
+    found = f"in eval mode from step {STEPS // 2}: its Dropout is off" if caught else "nothing said"
+    return Outcome(caught, [found, f"while the loss fell to {losses[-1]:.3f}"])
