@@ -33,14 +33,14 @@ import torch
 from ..dist import called, current_rank, unwrap
 from ..errors import STOPS
 from ..state import Buffers, RngUse, capture_rng, hyper
-from . import active, eval_mode
+from . import active
 from .aftermath import FLAT_STEPS, Aftermath
 from .capture import Source, StepContext, Window, add_to_window, loss_of, open_window, same_value
 from .crashed import CrashExplanation
 from .investigate import Investigation
 from .localize import StopRerun
 from .loss_tap import listen
-from .unoptimized import Unoptimized
+from .silent import SilentChecks
 from .optimizer_call import MIN_SCALE, SCALER_PROBE_STEPS, closure_of, scaler_calling
 from .loop import LoopCapture
 from .loop_steps import LoopSteps
@@ -97,8 +97,7 @@ class watch(Investigation, LoopSteps, CrashExplanation):
         self._window: Window | None | bool = None  # False: no window until the next read (too large)
         self._stepper = optimizer  # the optimizer that steps (found by the hook when not given)
         self._latched = False
-        self._unoptimized = Unoptimized()
-        self._eval_said = False  # an update in eval mode was looked at (said, where the mode changes anything)
+        self._silent = SilentChecks()  # what a loop gets wrong without an error: eval mode, stale optimizer...
         self._history: deque[Any] = deque(maxlen=LOSS_HISTORY)
         self._aftermath = Aftermath(type(self._inner).__name__)
         self._watched = 0  # steps seen, for the end-of-run count
@@ -185,7 +184,7 @@ class watch(Investigation, LoopSteps, CrashExplanation):
             # a step that raised in the optimizer's hook did not end: it counts too
             self._aftermath.summary(self._watched + (self._aftermath.through >= self.step_count))
             self._guard(self._aftermath.flat, list(self._history))
-            self._guard(self._aftermath.at_end, self._guard(self._unoptimized.at_end))
+            self._guard(self._aftermath.at_end, self._guard(self._silent.at_end))
 
     def begin_forward(self, module: torch.nn.Module, args: Any) -> None:
         """Capture the model's forward already running (a watch attached from inside it: ``attach``, from
@@ -296,8 +295,8 @@ class watch(Investigation, LoopSteps, CrashExplanation):
         if self._untap_done is not None and self._optimizer_found(optimizer):
             return None  # the backward() before it checked this step and ended it
         if self._scaler_probes < SCALER_PROBE_STEPS:
-            if not self._scaler_probes:  # the first update: parameters with a gradient the optimizer does not hold
-                self._guard(self._unoptimized.first_update, self._inner, optimizer)
+            self._guard(self._silent.early_update, self._scaler_probes, self._inner, optimizer, self._params,
+                        self.step_count)
             self._scaler_probes += 1
             if self.scaler is None:
                 self.scaler = scaler_calling(optimizer)
@@ -383,9 +382,8 @@ class watch(Investigation, LoopSteps, CrashExplanation):
             self._read_and_fire(index, ctx)
         elif found is False:
             self._latched = False  # clean again: the next failure is news
-        if not self._inner.training and not self._eval_said:  # model.eval() with no model.train() after it
-            self._eval_said = True
-            self._guard(eval_mode.say_once, self._inner, index)
+        if not self._inner.training and not self._silent.eval_said:  # model.eval() with no model.train() after it
+            self._guard(self._silent.in_eval_mode, self._inner, index)
 
     def _unstepped(self, index: int, ctx: StepContext | None) -> None:
         """A step ended without an update: a GradScaler skipped it, or gradients accumulate. Its gradients may
