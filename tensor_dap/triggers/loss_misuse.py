@@ -1,0 +1,60 @@
+"""A loss given what it computes itself: probabilities to ``cross_entropy``, a sigmoid's output to ``..._with_logits``.
+
+``F.cross_entropy`` takes a log-softmax of its input and ``binary_cross_entropy_with_logits`` a sigmoid of
+its: a model that already ends in ``nn.Softmax`` or ``torch.sigmoid`` squashes its scores twice, the
+gradients shrink and learning stalls, with no error. ``nll_loss`` fed a softmax's output (not its log)
+minimizes ``-p`` instead of ``-log p``. All three show in the loss's autograd graph, a few nodes from its
+root: ``watch`` reads it once, at the first ``backward()`` it sees (``loss_tap``), and says what it found.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from .ops import forward_name, producers
+
+NODES = 64  # nodes of the loss's graph looked at, nearest its root first (the loss's own ops are there)
+
+# (the loss's op, the op that made its input) -> what to say
+RULES = {
+    ("log_softmax", "softmax"): (
+        "the loss takes log_softmax of a softmax's output, as F.cross_entropy (nn.CrossEntropyLoss) does when "
+        "given probabilities: it applies the softmax itself, so the scores are squashed twice, the gradients shrink "
+        "and learning stalls; hand it the logits (drop the model's final softmax)"),
+    ("nll_loss", "softmax"): (
+        "nll_loss is given a softmax's output: it expects log-probabilities, so it minimizes -p instead of -log p; "
+        "take log_softmax instead of softmax, or cross_entropy of the logits"),
+    ("binary_cross_entropy_with_logits", "sigmoid"): (
+        "binary_cross_entropy_with_logits is given a sigmoid's output: it applies the sigmoid itself, so the "
+        "scores are squashed twice and learning stalls; hand it the logits (drop the sigmoid), or use "
+        "binary_cross_entropy on probabilities"),
+}
+
+
+def misuse(loss: Any) -> str | None:
+    """What the graph of ``loss`` shows a loss was given that it computes itself, or None. Never raises."""
+    try:
+        return _walk(loss)
+    except Exception:  # noqa: BLE001 - a graph of an odd kind: nothing said
+        return None
+
+
+def _walk(loss: Any) -> str | None:
+    root = getattr(loss, "grad_fn", None)
+    if root is None:
+        return None
+    todo, seen = deque([root]), {root}
+    while todo and len(seen) <= NODES:
+        node = todo.popleft()
+        op = forward_name(node.name())
+        if any(loss_op == op for loss_op, _ in RULES):
+            made = producers(node, 2)
+            rule = RULES.get((op, made[1])) if len(made) > 1 else None
+            if rule is not None:
+                return rule
+        for child, _ in getattr(node, "next_functions", ()):
+            if child is not None and child not in seen:
+                seen.add(child)
+                todo.append(child)
+    return None

@@ -1,0 +1,73 @@
+"""A loss given what it computes itself (a softmax's output to cross_entropy, a sigmoid's to ..._with_logits)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import tensor_dap
+from tensor_dap.triggers import loss_misuse, loss_tap
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _scores(n: int = 16, classes: int = 4) -> torch.Tensor:
+    torch.manual_seed(0)
+    return nn.Linear(8, classes)(torch.randn(n, 8))
+
+
+TARGETS = torch.arange(16) % 4
+
+
+@pytest.mark.parametrize("loss, said", [
+    (lambda s: F.cross_entropy(F.softmax(s, dim=1), TARGETS), "log_softmax of a softmax's output"),
+    (lambda s: nn.CrossEntropyLoss()(nn.Softmax(dim=-1)(s).view(16, 4), TARGETS), "log_softmax of a softmax"),
+    (lambda s: F.nll_loss(F.softmax(s, dim=1), TARGETS), "nll_loss is given a softmax's output"),
+    (lambda s: F.binary_cross_entropy_with_logits(torch.sigmoid(s), torch.rand(16, 4)),
+     "binary_cross_entropy_with_logits is given a sigmoid's output"),
+    (lambda s: 0.5 * F.mse_loss(s, torch.zeros(16, 4)) + F.cross_entropy(F.softmax(s, 1), TARGETS),
+     "log_softmax of a softmax's output"),  # one term of several
+])
+def test_a_loss_given_what_it_computes_itself_is_named(loss, said):
+    assert said in (loss_misuse.misuse(loss(_scores())) or "")
+
+
+@pytest.mark.parametrize("loss", [
+    lambda s: F.cross_entropy(s, TARGETS),
+    lambda s: F.nll_loss(F.log_softmax(s, dim=1), TARGETS),
+    lambda s: F.binary_cross_entropy(torch.sigmoid(s), torch.rand(16, 4)),  # DCGAN's discriminator: right
+    lambda s: F.binary_cross_entropy_with_logits(s, torch.rand(16, 4)),
+    lambda s: F.kl_div(F.log_softmax(s, 1), F.softmax(s.detach() * 2, 1), reduction="batchmean"),  # distillation
+    lambda s: F.cross_entropy(F.softmax(s, 1) / 0.1, TARGETS),  # scaled again: not the plain mistake
+])
+def test_right_uses_are_not_named(loss):
+    assert loss_misuse.misuse(loss(_scores())) is None
+
+
+def test_watch_says_it_once_from_the_first_backward(capfd):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4), nn.Softmax(dim=1))  # a softmax at the end
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    with tensor_dap.watch(model, optimizer, on="raise"):
+        listening = []
+        for _ in range(3):
+            loss = F.cross_entropy(model(torch.randn(16, 8)), TARGETS)
+            optimizer.zero_grad()
+            listening.append(len(loss_tap._listeners))
+            loss.backward()
+            listening.append(len(loss_tap._listeners))
+            optimizer.step()
+    said = " ".join(capfd.readouterr().err.split())
+    assert said.count("log_softmax of a softmax's output") == 1, said
+    assert "hand it the logits (drop the model's final softmax) (said once)" in said
+    assert listening[1] == listening[0] - 1  # the graph is read at the first backward() only: its listener is gone
+
+
+def test_a_graph_that_cannot_be_read_says_nothing():
+    class Odd:
+        grad_fn = object()  # no name(), no next_functions
+
+    assert loss_misuse.misuse(Odd()) is None
+    assert loss_misuse.misuse(torch.tensor(1.0)) is None
