@@ -21,7 +21,7 @@ from ..nested import walk
 from ..state import restore_rng
 from .birth import Birth, Born
 from .loss_graph import unsafe_backward
-from .ops import forward_name
+from .ops import forward_name, graph_nodes
 from .finite import kind_of
 from .origin import GRAD_AT_OUTPUTS
 
@@ -211,17 +211,7 @@ def reentrant_checkpoint(outputs: list[torch.Tensor]) -> bool:
     node_type = getattr(getattr(module, "CheckpointFunction", None), "_backward_cls", None)
     if node_type is None:
         return False
-    todo = [t.grad_fn for t in outputs if t.grad_fn is not None]
-    seen = set(todo)
-    while todo and len(seen) <= REENTRANT_NODES:
-        node = todo.pop()
-        if isinstance(node, node_type):
-            return True
-        for child, _ in getattr(node, "next_functions", ()):
-            if child is not None and child not in seen:
-                seen.add(child)
-                todo.append(child)
-    return False
+    return any(isinstance(node, node_type) for node in graph_nodes([t.grad_fn for t in outputs], REENTRANT_NODES))
 
 
 # An op re-run by replay_forwards that has no user frame of its own (a torch layer called by the loop)

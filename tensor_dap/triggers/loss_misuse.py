@@ -9,10 +9,9 @@ root: ``watch`` reads it once, at the first ``backward()`` it sees (``loss_tap``
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Any
 
-from .ops import forward_name, producers
+from .ops import forward_name, graph_nodes, producers
 
 NODES = 64  # nodes of the loss's graph looked at, nearest its root first (the loss's own ops are there)
 
@@ -31,6 +30,8 @@ RULES = {
         "binary_cross_entropy on probabilities"),
 }
 
+_LOSS_OPS = {op for op, _ in RULES}
+
 
 def misuse(loss: Any) -> str | None:
     """What the graph of ``loss`` shows a loss was given that it computes itself, or None. Never raises."""
@@ -41,20 +42,11 @@ def misuse(loss: Any) -> str | None:
 
 
 def _walk(loss: Any) -> str | None:
-    root = getattr(loss, "grad_fn", None)
-    if root is None:
-        return None
-    todo, seen = deque([root]), {root}
-    while todo and len(seen) <= NODES:
-        node = todo.popleft()
+    for node in graph_nodes([getattr(loss, "grad_fn", None)], NODES):
         op = forward_name(node.name())
-        if any(loss_op == op for loss_op, _ in RULES):
+        if op in _LOSS_OPS:
             made = producers(node, 2)
             rule = RULES.get((op, made[1])) if len(made) > 1 else None
             if rule is not None:
                 return rule
-        for child, _ in getattr(node, "next_functions", ()):
-            if child is not None and child not in seen:
-                seen.add(child)
-                todo.append(child)
     return None

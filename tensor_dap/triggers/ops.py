@@ -7,6 +7,8 @@ a custom ``autograd.Function``'s node ``ClampGradBackward`` comes from ``ClampGr
 from __future__ import annotations
 
 import re
+from collections import deque
+from collections.abc import Iterator
 from typing import Any
 
 from ..debug.frames import SourceLine, is_library
@@ -69,6 +71,19 @@ def producers(node: Any, depth: int = 2) -> tuple[str, ...]:
     except Exception:  # noqa: BLE001 - a node of an odd kind: what was read stands
         pass
     return tuple(out)
+
+
+def graph_nodes(roots: Any, limit: int) -> Iterator[Any]:
+    """The autograd nodes behind ``roots``, each once, nearest the roots first, ``limit`` of them at most."""
+    todo = deque(r for r in roots if r is not None)
+    seen = set(todo)
+    while todo and len(seen) <= limit:
+        node = todo.popleft()
+        yield node
+        for child, _ in getattr(node, "next_functions", ()):
+            if child is not None and child not in seen:
+                seen.add(child)
+                todo.append(child)
 
 
 def first_input(node: Any) -> Any:
