@@ -8,6 +8,7 @@ and gradients carried into the next step (``zero_grad``); at the end of the run,
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -16,6 +17,7 @@ from . import eval_mode
 from .aftermath import say
 from .loss_misuse import misuse
 from .loss_tap import listen
+from .stop import guarded
 from .unoptimized import Unoptimized
 from .zero_grad import CHECKS, MissingZeroGrad
 
@@ -27,7 +29,7 @@ class SilentChecks:
         self.eval_said = False  # an update in eval mode was looked at (said, where the mode changes anything)
         self._unoptimized = Unoptimized()
         self._zero_grad = MissingZeroGrad(say)
-        self._stop_misuse: Any = listen(self._first_loss)
+        self._stop_misuse: Any = listen(functools.partial(guarded, "tensor_dap.watch", self._first_loss))
 
     def _first_loss(self, loss: torch.Tensor) -> None:
         """The first loss handed to backward() while watched: its graph, read once (before backward frees it)."""

@@ -13,11 +13,13 @@ those checks nothing listens.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 import torch
 
 from .loss_tap import listen
+from .stop import guarded
 
 CHECKS = 3  # updates followed
 VALUES = 64  # of the gradient's first elements compared
@@ -48,7 +50,8 @@ class MissingZeroGrad:
             values = grad.detach().reshape(-1)[:VALUES].clone()  # (on a device: nothing read now)
         self._noted = (param, grad, grad._version, values, update)
         if not self._stops:
-            self._stops = [listen(self._before), listen(self._after, done=True)]
+            before, after = (functools.partial(guarded, "tensor_dap.watch", fn) for fn in (self._before, self._after))
+            self._stops = [listen(before), listen(after, done=True)]
 
     def _before(self, loss: Any) -> None:
         """A backward() begins: the noted gradient untouched since the update makes it a suspect, else it was reset."""

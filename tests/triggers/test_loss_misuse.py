@@ -71,3 +71,21 @@ def test_a_graph_that_cannot_be_read_says_nothing():
 
     assert loss_misuse.misuse(Odd()) is None
     assert loss_misuse.misuse(torch.tensor(1.0)) is None
+
+
+def test_a_check_that_fails_never_breaks_the_backward(monkeypatch, caplog):
+    from tensor_dap.triggers import silent, zero_grad
+
+    def broken(*_args):
+        raise RuntimeError("a bug of ours")
+
+    monkeypatch.setattr(silent, "misuse", broken)
+    monkeypatch.setattr(zero_grad, "_untouched", broken)
+    torch.manual_seed(0)
+    model = nn.Linear(8, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with tensor_dap.watch(model, optimizer, on="raise"):
+        for _ in range(4):  # no optimizer.zero_grad(): the zero_grad check looks, and fails, too
+            F.cross_entropy(model(torch.randn(16, 8)), TARGETS).backward()
+            optimizer.step()
+    assert "internal error, check skipped: RuntimeError: a bug of ours" in caplog.text
