@@ -4,7 +4,7 @@
 gradient so far: the run trains (badly, with momentum it cannot have wanted) and nothing fails. Gradient
 accumulation resets them after each update, so a gradient still there, untouched, when a ``backward()`` that
 reaches the model begins is this bug. At the first ``CHECKS`` updates the watch notes one parameter's gradient
-(the tensor, its version counter and a copy of a few of its values) and listens to the next ``backward()`` calls
+(the tensor, its version counter and a copy of 64 of its values) and listens to the next ``backward()`` calls
 (``loss_tap``): one that begins with that gradient untouched and writes into it added to it. A ``backward()`` that
 does not reach the model (a GAN's other model, before this one's ``zero_grad()``) leaves it alone and is passed
 over; a reset through ``.data`` (old code: ``p.grad.data.zero_()``) keeps the version but not the values. After
@@ -22,7 +22,7 @@ from .loss_tap import listen
 from .stop import guarded
 
 CHECKS = 3  # updates followed
-VALUES = 64  # of the gradient's first elements compared
+VALUES = 64  # of the gradient's elements compared, spread over it
 
 
 class MissingZeroGrad:
@@ -41,13 +41,15 @@ class MissingZeroGrad:
         if self.checks >= CHECKS:
             return
         self.checks += 1
-        param = next((p for p in params if p.grad is not None and p.grad.layout == torch.strided and p.grad.numel()),
-                     None)
+        # the last parameter with a gradient: usually the output layer's, dense (an embedding's first rows are often
+        # all 0: a token not in the batch)
+        param = next((p for p in reversed(params) if p.grad is not None and p.grad.layout == torch.strided
+                      and p.grad.numel()), None)
         if param is None:
             return
         grad = param.grad
         with torch.no_grad():
-            values = grad.detach().reshape(-1)[:VALUES].clone()  # (on a device: nothing read now)
+            values = _sample(grad).clone()  # (on a device: nothing read now)
         self._noted = (param, grad, grad._version, values, update)
         if not self._stops:
             before, after = (functools.partial(guarded, "tensor_dap.watch", fn) for fn in (self._before, self._after))
@@ -92,7 +94,13 @@ def _untouched(param: torch.Tensor, grad: torch.Tensor, version: int, values: to
     not all 0: zeros look the same reset or not). The values are read only once the rest holds: a program that
     resets its gradients never waits for a device here."""
     try:
-        return param.grad is grad and grad._version == version and \
-            torch.equal(grad.detach().reshape(-1)[:VALUES], values) and bool(values.any())
+        return param.grad is grad and grad._version == version and torch.equal(_sample(grad), values) and \
+            bool(values.any())
     except Exception:  # noqa: BLE001 - a gradient we cannot read again: not told
         return False
+
+
+def _sample(grad: torch.Tensor) -> torch.Tensor:
+    """``VALUES`` elements spread over the gradient (a view: nothing copied)."""
+    flat = grad.detach().reshape(-1)
+    return flat[:: max(1, flat.numel() // VALUES)][:VALUES]

@@ -93,3 +93,17 @@ def test_nothing_listens_after_the_first_updates():
             listening.append(len(loss_tap._listeners))
     assert listening[0] > listening[-1]  # the check's two listeners left after its updates
     assert not loss_tap._listeners  # and the watch's own with it
+
+
+def test_a_model_whose_first_gradient_is_mostly_zero_is_told_too(capfd):
+    """A language model's embedding comes first, and its rows for tokens not in the batch get no gradient (found on
+    LLMs-from-scratch's GPT with its zero_grad() removed): the gradient looked at must be one that moves."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(1000, 8), nn.Flatten(), nn.Linear(32, 4))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with tensor_dap.watch(model, optimizer, on="raise"):
+        for _ in range(4):
+            tokens = torch.randint(900, 1000, (16, 4))  # the first 900 rows: no gradient
+            F.cross_entropy(model(tokens), torch.randint(0, 4, (16,))).backward()
+            optimizer.step()
+    assert "no optimizer.zero_grad() between steps?" in _said(capfd)
