@@ -1,14 +1,18 @@
-"""A loss given what it computes itself: probabilities to ``cross_entropy``, a sigmoid's output to ``..._with_logits``.
+"""A loss misused without an error: given what it computes itself, or a target of another shape.
 
 ``F.cross_entropy`` takes a log-softmax of its input and ``binary_cross_entropy_with_logits`` a sigmoid of
 its: a model that already ends in ``nn.Softmax`` or ``torch.sigmoid`` squashes its scores twice, the
 gradients shrink and learning stalls, with no error. ``nll_loss`` fed a softmax's output (not its log)
-minimizes ``-p`` instead of ``-log p``. All three show in the loss's autograd graph, a few nodes from its
-root: ``watch`` reads it once, at the first ``backward()`` it sees (``loss_tap``), and says what it found.
+minimizes ``-p`` instead of ``-log p``. ``mse_loss`` (and the smooth L1 and Huber losses) of a prediction
+of shape ``[N, 1]`` and a target of shape ``[N]`` broadcasts both to ``[N, N]``: every prediction is
+compared with every target (torch warns once; many scripts silence warnings). All show in the loss's
+autograd graph, a few nodes from its root: ``watch`` reads it once, at the first ``backward()`` it sees
+(``loss_tap``), and says what it found.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .ops import forward_name, graph_nodes, producers
@@ -49,4 +53,25 @@ def _walk(loss: Any) -> str | None:
             rule = RULES.get((op, made[1])) if len(made) > 1 else None
             if rule is not None:
                 return rule
+        if op in _ELEMENTWISE:
+            said = _broadcast(op, node)
+            if said is not None:
+                return said
     return None
+
+
+_ELEMENTWISE = {"mse_loss", "smooth_l1_loss", "huber_loss"}  # losses that broadcast their input to the target's
+
+
+def _broadcast(op: str, node: Any) -> str | None:
+    """The loss's input was broadcast (an ``expand`` node made it) to a shape with more elements than it had."""
+    inputs = [child for child, _ in node.next_functions if child is not None and child.name() == "ExpandBackward0"]
+    if not inputs:
+        return None
+    before = tuple(inputs[0]._saved_self_sym_sizes)
+    after = tuple(node._saved_self.shape)
+    if math.prod(after) <= math.prod(before):
+        return None
+    return (f"{op} compares a prediction of shape {list(before)} with a target of another shape: both were broadcast "
+            f"to {list(after)}, so each prediction is compared with targets that are not its own and the loss still "
+            f"falls (torch warns of it once); make the two shapes equal (output.squeeze(-1), or target.unsqueeze(-1))")

@@ -1,4 +1,5 @@
-"""A loss given what it computes itself (a softmax's output to cross_entropy, a sigmoid's to ..._with_logits)."""
+"""A loss misused without an error: given what it computes itself (a softmax's output to cross_entropy, a
+sigmoid's to ..._with_logits), or a prediction broadcast against a target of another shape."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from torch import nn
 import tensor_dap
 from tensor_dap.triggers import loss_misuse, loss_tap
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.filterwarnings("ignore:Using a target size")]  # (torch's own)
 
 
 def _scores(n: int = 16, classes: int = 4) -> torch.Tensor:
@@ -29,6 +30,11 @@ TARGETS = torch.arange(16) % 4
      "binary_cross_entropy_with_logits is given a sigmoid's output"),
     (lambda s: 0.5 * F.mse_loss(s, torch.zeros(16, 4)) + F.cross_entropy(F.softmax(s, 1), TARGETS),
      "log_softmax of a softmax's output"),  # one term of several
+    (lambda s: F.mse_loss(s[:, :1], torch.zeros(16)),  # a regression's [N, 1] output against a target of [N]
+     "mse_loss compares a prediction of shape [16, 1] with a target of another shape: both were broadcast to "
+     "[16, 16]"),
+    (lambda s: nn.HuberLoss()(torch.zeros(16), s[:, :1] * 2), "huber_loss compares a prediction of shape [16, 1]"),
+    (lambda s: F.smooth_l1_loss(s[:, :1], torch.zeros(16, 3)), "both were broadcast to [16, 3]"),
 ])
 def test_a_loss_given_what_it_computes_itself_is_named(loss, said):
     assert said in (loss_misuse.misuse(loss(_scores())) or "")
@@ -41,6 +47,9 @@ def test_a_loss_given_what_it_computes_itself_is_named(loss, said):
     lambda s: F.binary_cross_entropy_with_logits(s, torch.rand(16, 4)),
     lambda s: F.kl_div(F.log_softmax(s, 1), F.softmax(s.detach() * 2, 1), reduction="batchmean"),  # distillation
     lambda s: F.cross_entropy(F.softmax(s, 1) / 0.1, TARGETS),  # scaled again: not the plain mistake
+    lambda s: F.mse_loss(s, torch.zeros(16, 4)),
+    lambda s: F.mse_loss(s[:, :1].squeeze(1), torch.zeros(16)),
+    lambda s: F.mse_loss(s, torch.zeros(4)),  # a target broadcast to the prediction: no more elements
 ])
 def test_right_uses_are_not_named(loss):
     assert loss_misuse.misuse(loss(_scores())) is None
