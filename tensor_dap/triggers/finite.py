@@ -82,3 +82,13 @@ def slices(t: torch.Tensor, limit: int) -> Iterator[torch.Tensor]:
     step = max(1, limit // max(1, row))
     for i in range(0, t.shape[0], step):
         yield t[i:i + step]
+
+
+def spread(t: torch.Tensor, n: int) -> torch.Tensor:
+    """A copy of at most ``n`` of ``t``'s elements, evenly spread over it in its logical order: what tells later
+    whether a tensor changed, in bounded bytes whatever its size or strides (no flattened copy of it is made).
+    Nothing is read to the host."""
+    t = t.detach()
+    numel = t.numel()
+    index = torch.arange(0, numel, max(1, numel // n), device=t.device)[:n]
+    return torch.take(t, index)

@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from .finite import spread
+
 SAMPLE = 4096  # elements of each suspect parameter kept (spread over it), to tell at the end whether it changed
 MAX_SUSPECTS = 4096  # parameters followed at most
 NAMED = 4
@@ -38,12 +40,12 @@ class Unoptimized:
                 if len(self._kept) >= MAX_SUSPECTS:
                     break
                 if p.requires_grad and p.grad is not None and id(p) not in held:
-                    self._kept.append((name, p, _sample(p)))
+                    self._kept.append((name, p, spread(p, SAMPLE)))
 
     def at_end(self) -> str | None:
         """The parameters that had a gradient and are unchanged since the first update; None when there are none."""
         with torch.no_grad():
-            still = [name for name, p, then in self._kept if torch.equal(_sample(p), then)]
+            still = [name for name, p, then in self._kept if torch.equal(spread(p, SAMPLE), then)]
         self._kept = []
         if not still:
             return None
@@ -56,9 +58,3 @@ class Unoptimized:
                 f"{'it' if one else 'them'} on purpose, set requires_grad_(False) (their gradients cost a backward "
                 f"for nothing)")
 
-
-def _sample(p: torch.Tensor) -> torch.Tensor:
-    """Up to ``SAMPLE`` elements spread over ``p`` (a copy): what tells whether it changed, in bounded bytes."""
-    flat = p.detach().reshape(-1)
-    step = max(1, flat.numel() // SAMPLE)
-    return flat[::step][:SAMPLE].clone()

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import torch
 
+from .finite import spread
 from .loss_tap import listen
 from .stop import guarded
 
@@ -31,7 +32,7 @@ class MissingZeroGrad:
     def __init__(self, say: Callable[[str], None]) -> None:
         self.say = say
         self.checks = 0
-        # (the parameter, its gradient then, that gradient's version and first values, the update's step)
+        # (the parameter, its gradient then, that gradient's version and a spread of its values, the update's step)
         self._noted: tuple[torch.Tensor, torch.Tensor, int, torch.Tensor, int] | None = None
         self._stops: list[Callable[[], None]] = []
         self._suspect = False
@@ -49,7 +50,7 @@ class MissingZeroGrad:
             return
         grad = param.grad
         with torch.no_grad():
-            values = _sample(grad).clone()  # (on a device: nothing read now)
+            values = spread(grad, VALUES)  # (on a device: nothing read now)
         self._noted = (param, grad, grad._version, values, update)
         if not self._stops:
             before, after = (functools.partial(guarded, "tensor_dap.watch", fn) for fn in (self._before, self._after))
@@ -94,13 +95,8 @@ def _untouched(param: torch.Tensor, grad: torch.Tensor, version: int, values: to
     not all 0: zeros look the same reset or not). The values are read only once the rest holds: a program that
     resets its gradients never waits for a device here."""
     try:
-        return param.grad is grad and grad._version == version and torch.equal(_sample(grad), values) and \
+        return param.grad is grad and grad._version == version and torch.equal(spread(grad, VALUES), values) and \
             bool(values.any())
     except Exception:  # noqa: BLE001 - a gradient we cannot read again: not told
         return False
 
-
-def _sample(grad: torch.Tensor) -> torch.Tensor:
-    """``VALUES`` elements spread over the gradient (a view: nothing copied)."""
-    flat = grad.detach().reshape(-1)
-    return flat[:: max(1, flat.numel() // VALUES)][:VALUES]

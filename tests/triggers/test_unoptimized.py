@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import tensor_dap
-from tensor_dap.triggers import unoptimized
+from tensor_dap.triggers import finite, unoptimized
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -75,6 +75,10 @@ def test_a_model_its_optimizer_holds_whole_is_not_said(capfd):
 
 def test_what_is_kept_of_a_parameter_is_bounded():
     big = nn.Parameter(torch.randn(1000, 1000))
-    sample = unoptimized._sample(big)
+    sample = finite.spread(big, unoptimized.SAMPLE)
     assert sample.numel() <= unoptimized.SAMPLE
     assert sample.data_ptr() != big.data_ptr()  # a copy: the parameter changing would show
+    flat = big.detach().reshape(-1)
+    assert torch.equal(sample, flat[:: flat.numel() // unoptimized.SAMPLE][: unoptimized.SAMPLE])  # spread over it
+    transposed = big.detach().t()  # strides of another order: no flattened copy, the same logical order
+    assert torch.equal(finite.spread(transposed, 10), transposed.reshape(-1)[::100000][:10])
