@@ -59,9 +59,14 @@ def unalignable(targets: torch.Tensor, input_lengths: torch.Tensor, target_lengt
         if frames.numel() != lengths.numel() or targets.numel() > MAX_TARGETS or (lengths < 0).any() or \
                 not _fits(targets, lengths):
             return []
-        needed = needed_frames(targets, lengths)
-        short = (frames < needed).nonzero().reshape(-1).tolist()
-        return [Unalignable(i, int(lengths[i]), int(needed[i]), int(frames[i])) for i in short]
+        return short_samples(frames, lengths, needed_frames(targets, lengths))
+
+
+def short_samples(frames: torch.Tensor, lengths: torch.Tensor, needed: torch.Tensor) -> list[Unalignable]:
+    """The samples with fewer ``frames`` than ``needed``, in order (read to the host)."""
+    frames, lengths, needed = frames.cpu(), lengths.cpu(), needed.cpu()
+    short = (frames < needed).nonzero().reshape(-1).tolist()
+    return [Unalignable(i, int(lengths[i]), int(needed[i]), int(frames[i])) for i in short]
 
 
 def _fits(targets: torch.Tensor, lengths: torch.Tensor) -> bool:

@@ -62,14 +62,15 @@ class Tally:
             lengths = torch.as_tensor(target_lengths).detach().reshape(-1).to(device, torch.long)
             if frames.numel() != lengths.numel():
                 return
-            short = frames < ctc.needed_frames(targets.detach(), lengths)
+            needed = ctc.needed_frames(targets.detach(), lengths)
+            short = frames < needed
             self.calls += 1
             self.samples += lengths.numel()
             if device.type == "cpu" and READ_CPU_NOW:
                 count = int(short.sum())
                 self.dropped += count
                 if count and not self._said:
-                    self._first(short, frames, lengths, targets)
+                    self._first(ctc.short_samples(frames, lengths, needed), lengths.numel())
                 return
             count_on_device = short.sum()
             self._pending = count_on_device if self._pending is None else self._pending + count_on_device
@@ -88,12 +89,10 @@ class Tally:
             self.say(f"tensor_dap: ctc_loss(zero_infinity=True) gave zero loss and gradient to "
                      f"{plural(count, 'sample')} in its last {plural(calls, 'call')}: {_WHY}")
 
-    def _first(self, short: torch.Tensor, frames: torch.Tensor, lengths: torch.Tensor, targets: torch.Tensor) -> None:
+    def _first(self, short: list[ctc.Unalignable], samples: int) -> None:
         self._said = True
-        named = ctc.unalignable(targets, frames, lengths)
-        detail = f" ({ctc.listed(named)})" if named else ""
         self.say(f"tensor_dap: ctc_loss(zero_infinity=True) gave zero loss and gradient to "
-                 f"{int(short.sum())} of {short.numel()} samples of a batch{detail}: {_WHY}")
+                 f"{len(short)} of {samples} samples of a batch ({ctc.listed(short)}): {_WHY}")
 
     def summary(self) -> str | None:
         """The end of the run: how many samples were dropped in all; None when none was."""
