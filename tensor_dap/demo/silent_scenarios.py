@@ -1,8 +1,9 @@
 """The planted bugs that never crash: the loss falls while part of the model does not train as written.
 
-A head replaced after the optimizer was made (it never learns) and a validation's ``model.eval()`` left on (the
-rest of the run trains without dropout). ``watch`` says each in one line, which these scenarios take from the
-``tensor_dap.triggers`` log where every such line also goes.
+A head replaced after the optimizer was made (it never learns), a validation's ``model.eval()`` left on (the
+rest of the run trains without dropout) and a head built inside ``forward`` (new random weights at every
+call). ``watch`` says each in one line, which these scenarios take from the ``tensor_dap.triggers`` log where
+every such line also goes.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from .scenario import Context, Outcome
 from .train import CLASSES, HIDDEN, DemoNet, train
@@ -34,19 +36,25 @@ def _lines() -> Iterator[list[str]]:
         logger.removeHandler(handler)
 
 
+def _trained(model: Any, optimizer: Any, said_with: str) -> tuple[str, list[float]]:
+    """Train ``STEPS`` clean steps under a watch: the first line it said containing ``said_with``, and the losses."""
+    from ..triggers.watch import watch
+
+    with _lines() as said, watch(model, optimizer, on="raise", capture=False):
+        losses = train(model, optimizer, STEPS, bug=False)
+    return next((s for s in said if said_with in s), ""), losses
+
+
 def stale_optimizer(ctx: Context) -> Outcome:
     """A new head put on the model after ``SGD(model.parameters())`` took the old one's parameters."""
     import torch
     from torch import nn
 
-    from ..triggers.watch import watch
 
     model = DemoNet()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     model.head = nn.Linear(HIDDEN, CLASSES)  # BUG: the optimizer still holds the old head's parameters
-    with _lines() as said, watch(model, optimizer, on="raise", capture=False):
-        losses = train(model, optimizer, STEPS, bug=False)
-    line = next((s for s in said if "never changed" in s), "")
+    line, losses = _trained(model, optimizer, "never changed")
     caught = "head.weight, head.bias" in line
     found = "head.weight, head.bias never changed: in no param group of SGD" if caught else "nothing said"
     return Outcome(caught, [found, f"while the loss fell from {losses[0]:.3f} to {losses[-1]:.3f}"])
@@ -72,3 +80,21 @@ def eval_mode(ctx: Context) -> Outcome:
     caught = f"at the update of step {STEPS // 2}" in line and "1 Dropout acts" in line
     found = f"in eval mode from step {STEPS // 2}: its Dropout is off" if caught else "nothing said"
     return Outcome(caught, [found, f"while the loss fell to {losses[-1]:.3f}"])
+
+
+def layer_in_forward(ctx: Context) -> Outcome:
+    """A head built inside ``forward``: ``nn.Linear(...)(h)`` makes new random weights at every call."""
+    import torch
+    from torch import nn
+
+
+    class HeadInForward(DemoNet):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return nn.Linear(HIDDEN, CLASSES)(self.encoder(x))  # BUG: a new head at every call
+
+    model = HeadInForward()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    line, losses = _trained(model, optimizer, "built anew")
+    caught = "Linear ×1 at silent_scenarios.py:" in line
+    found = "a Linear built anew in every forward, named at its line" if caught else "nothing said"
+    return Outcome(caught, [found, f"while the loss went from {losses[0]:.3f} to {losses[-1]:.3f}"])

@@ -38,6 +38,8 @@ SCENARIOS = (
              "tensor_dap.watch, at the end of the run", silent_scenarios.stale_optimizer),
     Scenario("eval-mode", "training goes on in eval mode after a validation (dropout off; the loss still falls)",
              "tensor_dap.watch, at the first such update", silent_scenarios.eval_mode),
+    Scenario("layer-in-forward", "a head built inside forward: new random weights at every call",
+             "tensor_dap.watch, at the second step", silent_scenarios.layer_in_forward),
     Scenario("monitor", "the training curves of a healthy run, for TensorBoard", "tensor_dap.Monitor",
              artifacts.monitor, planted=False),
     Scenario("profile", "where the time goes, per function and per line",

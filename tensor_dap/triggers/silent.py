@@ -2,14 +2,15 @@
 
 Each is looked at where it costs nothing a step: the model's mode at each update (one attribute,
 ``eval_mode``); the graph of the first loss handed to ``backward()`` (a loss given what it computes itself,
-``loss_misuse``); at the first updates only, the parameters the optimizer does not hold (``unoptimized``)
+``loss_misuse``; parameters the model does not hold, ``stray_params``, and then the second loss's); at the first
+updates only, the parameters the optimizer does not hold (``unoptimized``)
 and gradients carried into the next step (``zero_grad``); at the end of the run, what those found.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -18,6 +19,7 @@ from .aftermath import say
 from .loss_misuse import misuse
 from .loss_tap import listen
 from .stop import guarded
+from .stray_params import StrayParams
 from .unoptimized import Unoptimized
 from .zero_grad import CHECKS, MissingZeroGrad
 
@@ -25,18 +27,29 @@ from .zero_grad import CHECKS, MissingZeroGrad
 class SilentChecks:
     """One watch's: its model updated in eval mode, parameters it never updates, no zero_grad between steps."""
 
-    def __init__(self) -> None:
+    def __init__(self, model: torch.nn.Module) -> None:
         self.eval_said = False  # an update in eval mode was looked at (said, where the mode changes anything)
         self._unoptimized = Unoptimized()
+        self._strays = StrayParams(model, say)
         self._zero_grad = MissingZeroGrad(say)
-        self._stop_misuse: Any = listen(functools.partial(guarded, "tensor_dap.watch", self._first_loss))
+        self._losses = 0
+        self._stop_misuse: Any = listen(functools.partial(guarded, "tensor_dap.watch", self._loss))
 
-    def _first_loss(self, loss: torch.Tensor) -> None:
-        """The first loss handed to backward() while watched: its graph, read once (before backward frees it)."""
-        self._stop_listening()
-        text = misuse(loss)
-        if text is not None:
-            say(f"tensor_dap: {text} (said once)")
+    def _loss(self, loss: torch.Tensor) -> None:
+        """A loss handed to backward() while watched: the first's graph read once (before backward frees it), and
+        the second's when the first held parameters the model does not."""
+        self._losses += 1
+        if self._losses > 1:
+            self._stop_listening()
+            self._strays.second_loss(loss)
+            return
+        try:
+            text = misuse(loss)
+            if text is not None:
+                say(f"tensor_dap: {text} (said once)")
+        finally:
+            if not self._strays.first_loss(loss):
+                self._stop_listening()
 
     def _stop_listening(self) -> None:
         stop, self._stop_misuse = self._stop_misuse, None
@@ -56,8 +69,10 @@ class SilentChecks:
         self.eval_said = True
         eval_mode.say_once(model, step)
 
-    def at_end(self) -> str | None:
-        """The end of the run: the line about parameters never updated, if any; nothing listens after."""
+    def at_end(self, line: Callable[[str | None], None]) -> None:
+        """The end of the run: the lines about parameters never updated, if any, each handed to ``line``; nothing
+        listens after."""
         self._zero_grad.close()
         self._stop_listening()
-        return self._unoptimized.at_end()
+        line(self._unoptimized.at_end())
+        line(self._strays.at_end())

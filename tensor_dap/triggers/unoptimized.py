@@ -22,11 +22,35 @@ MAX_SUSPECTS = 4096  # parameters followed at most
 NAMED = 4
 
 
+class Followed:
+    """Parameters followed from when they were noted to the end of the run: a bounded sample of each, kept."""
+
+    def __init__(self) -> None:
+        self._kept: list[tuple[str, torch.Tensor, torch.Tensor]] = []  # (name, parameter, its sample then)
+
+    def add(self, name: str, p: torch.Tensor) -> None:
+        if len(self._kept) < MAX_SUSPECTS:
+            with torch.no_grad():
+                self._kept.append((name, p, spread(p, SAMPLE)))
+
+    def unchanged(self) -> list[str]:
+        """The names of those whose sample is what it was; nothing is followed after."""
+        with torch.no_grad():
+            still = [name for name, p, then in self._kept if torch.equal(spread(p, SAMPLE), then)]
+        self._kept = []
+        return still
+
+
+def listed(names: list[str]) -> str:
+    """The first names, and how many more."""
+    return ", ".join(names[:NAMED]) + (f" and {len(names) - NAMED} more" if len(names) > NAMED else "")
+
+
 class Unoptimized:
     """The parameters noted at the first update, and the line for the end of the run."""
 
     def __init__(self) -> None:
-        self._kept: list[tuple[str, torch.Tensor, torch.Tensor]] = []  # (name, parameter, its sample then)
+        self._followed = Followed()
         self._optimizer = ""
 
     def first_update(self, model: torch.nn.Module, optimizer: Any) -> None:
@@ -35,21 +59,16 @@ class Unoptimized:
             return
         held = {id(p) for group in optimizer.param_groups for p in group["params"]}
         self._optimizer = type(optimizer).__name__
-        with torch.no_grad():
-            for name, p in model.named_parameters():
-                if len(self._kept) >= MAX_SUSPECTS:
-                    break
-                if p.requires_grad and p.grad is not None and id(p) not in held:
-                    self._kept.append((name, p, spread(p, SAMPLE)))
+        for name, p in model.named_parameters():
+            if p.requires_grad and p.grad is not None and id(p) not in held:
+                self._followed.add(name, p)
 
     def at_end(self) -> str | None:
         """The parameters that had a gradient and are unchanged since the first update; None when there are none."""
-        with torch.no_grad():
-            still = [name for name, p, then in self._kept if torch.equal(spread(p, SAMPLE), then)]
-        self._kept = []
+        still = self._followed.unchanged()
         if not still:
             return None
-        names = ", ".join(still[:NAMED]) + (f" and {len(still) - NAMED} more" if len(still) > NAMED else "")
+        names = listed(still)
         one = len(still) == 1
         return (f"{len(still)} parameter{'' if one else 's'} ({names}) got gradients and never changed: "
                 f"{'it is' if one else 'they are'} in no param group of {self._optimizer}, the optimizer that "
