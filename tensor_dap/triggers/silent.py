@@ -3,8 +3,8 @@
 Each is looked at where it costs nothing a step: the model's mode at each update (one attribute,
 ``eval_mode``); the graph of the first loss handed to ``backward()`` (a loss given what it computes itself,
 ``loss_misuse``; parameters the model does not hold, ``stray_params``, and then the second loss's); at the first
-updates only, the parameters the optimizer does not hold (``unoptimized``)
-and gradients carried into the next step (``zero_grad``); at the end of the run, what those found.
+updates only, the parameters the optimizer does not hold (``unoptimized``), updates that find no gradient
+(``step_order``) and gradients carried into the next step (``zero_grad``); at the end of the run, what those found.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from . import eval_mode
 from .aftermath import say
 from .loss_misuse import misuse
 from .loss_tap import listen
+from .step_order import GradlessUpdates
 from .stop import guarded
 from .stray_params import StrayParams
 from .unoptimized import Unoptimized
@@ -32,6 +33,7 @@ class SilentChecks:
         self._unoptimized = Unoptimized()
         self._strays = StrayParams(model, say)
         self._zero_grad = MissingZeroGrad(say)
+        self._gradless = GradlessUpdates(say)
         self._losses = 0
         self._stop_misuse: Any = listen(functools.partial(guarded, "tensor_dap.watch", self._loss))
 
@@ -57,10 +59,12 @@ class SilentChecks:
             stop()
 
     def early_update(self, update: int, model: torch.nn.Module, optimizer: Any, params: list[torch.Tensor],
-                     step: int) -> None:
-        """The ``update``-th update the watch sees (0 the first) is about to run, as ``step``."""
+                     step: int, closure: bool) -> None:
+        """The ``update``-th update the watch sees (0 the first) is about to run, as ``step`` (``closure``: one that
+        computes its gradients inside ``step()``)."""
         if update == 0:
             self._unoptimized.first_update(model, optimizer)
+        self._gradless.updating(update, model, optimizer, params, closure)
         if update < CHECKS:
             self._zero_grad.updating(params, step)
 

@@ -296,7 +296,7 @@ class watch(Investigation, LoopSteps, CrashExplanation):
             return None  # the backward() before it checked this step and ended it
         if self._scaler_probes < SCALER_PROBE_STEPS:
             self._guard(self._silent.early_update, self._scaler_probes, self._inner, optimizer, self._params,
-                        self.step_count)
+                        self.step_count, closure_of(args, kwargs) is not None)
             self._scaler_probes += 1
             if self.scaler is None:
                 self.scaler = scaler_calling(optimizer)
