@@ -28,7 +28,7 @@ from typing import Any, Callable
 import torch
 
 from ..debug.frames import CallSites, Site, SourceLine, site_line
-from . import ctc_zeroed
+from . import ctc_zeroed, inplace_crash
 
 Listener = Callable[[torch.Tensor], None]
 
@@ -93,7 +93,11 @@ def _install() -> None:
             return original(tensors, *args, **kwargs)
         for fn in _calling:
             fn(loss)
-        result = original(tensors, *args, **kwargs)
+        try:
+            result = original(tensors, *args, **kwargs)
+        except RuntimeError as error:  # a tensor it needs changed in place: an update in between?
+            inplace_crash.annotate(loss, error)
+            raise
         for fn in _finishing:
             fn(loss)
         return result

@@ -21,7 +21,7 @@ from .loss_tap import listen
 from .step_order import GradlessUpdates
 from .stop import guarded
 from .stray_params import StrayParams
-from .unoptimized import Unoptimized
+from .unoptimized import Followed, Unoptimized
 from .zero_grad import CHECKS, MissingZeroGrad
 
 
@@ -30,8 +30,9 @@ class SilentChecks:
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.eval_said = False  # an update in eval mode was looked at (said, where the mode changes anything)
-        self._unoptimized = Unoptimized()
-        self._strays = StrayParams(model, say)
+        self._followed = Followed(), Followed()
+        self._unoptimized = Unoptimized(self._followed[0])
+        self._strays = StrayParams(model, say, self._followed[1])
         self._zero_grad = MissingZeroGrad(say)
         self._gradless = GradlessUpdates(say)
         self._losses = 0
@@ -64,6 +65,8 @@ class SilentChecks:
         computes its gradients inside ``step()``)."""
         if update == 0:
             self._unoptimized.first_update(model, optimizer)
+        for followed in self._followed:
+            followed.updates += 1
         self._gradless.updating(update, model, optimizer, params, closure)
         if update < CHECKS:
             self._zero_grad.updating(params, step)

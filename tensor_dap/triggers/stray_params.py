@@ -19,6 +19,7 @@ from typing import Any, Callable
 from torch import nn
 
 from ..debug.frames import SourceLine, is_library
+from . import active
 from .ops import graph_nodes
 from .unoptimized import Followed, listed
 
@@ -92,12 +93,12 @@ def _containers(model: nn.Module) -> dict[int, tuple[str, str]]:
 class StrayParams:
     """One watch's: the parameters outside its model that its loss depends on."""
 
-    def __init__(self, model: nn.Module, say: Callable[[str], None]) -> None:
+    def __init__(self, model: nn.Module, say: Callable[[str], None], followed: Followed) -> None:
         self._model = model
         self._say = say
         self._first: list[nn.Parameter] = []  # held from the first loss to the second, a step at most
         self._registrations: _Registrations | None = None
-        self._followed = Followed()
+        self._followed = followed
         self._owners: dict[str, str] = {}  # a followed parameter's name -> the plain list or dict holding it
 
     def first_loss(self, loss: Any) -> bool:
@@ -151,6 +152,10 @@ class StrayParams:
 
     def _follow(self, params: list[nn.Parameter]) -> None:
         self._first = []
+        if not params:
+            return
+        watched = {id(p) for w in active.watches() for p in getattr(w, "_inner", nn.Module()).parameters()}
+        params = [p for p in params if id(p) not in watched]  # a GAN's other watched model: its own watch's
         if not params:
             return
         held = _containers(self._model)

@@ -20,23 +20,28 @@ from .finite import spread
 SAMPLE = 4096  # elements of each suspect parameter kept (spread over it), to tell at the end whether it changed
 MAX_SUSPECTS = 4096  # parameters followed at most
 NAMED = 4
+UPDATES_AFTER = 2  # updates of the watched model after a parameter was noted before its sample says anything
 
 
 class Followed:
-    """Parameters followed from when they were noted to the end of the run: a bounded sample of each, kept."""
+    """Parameters followed from when they were noted to the end of the run: a bounded sample of each, kept, and how
+    many updates of the watched model came after (a run that crashed, or ended, before those had a chance to
+    change them says nothing)."""
 
     def __init__(self) -> None:
-        self._kept: list[tuple[str, torch.Tensor, torch.Tensor]] = []  # (name, parameter, its sample then)
+        self._kept: list[tuple[str, torch.Tensor, torch.Tensor, int]] = []  # (name, parameter, its sample, updates)
+        self.updates = 0  # of the watched model so far (counted while it looks for a GradScaler: enough here)
 
     def add(self, name: str, p: torch.Tensor) -> None:
         if len(self._kept) < MAX_SUSPECTS:
             with torch.no_grad():
-                self._kept.append((name, p, spread(p, SAMPLE)))
+                self._kept.append((name, p, spread(p, SAMPLE), self.updates))
 
     def unchanged(self) -> list[str]:
-        """The names of those whose sample is what it was; nothing is followed after."""
+        """The names of those whose sample is what it was ``UPDATES_AFTER`` updates later; nothing is followed after."""
         with torch.no_grad():
-            still = [name for name, p, then in self._kept if torch.equal(spread(p, SAMPLE), then)]
+            still = [name for name, p, then, at in self._kept
+                     if self.updates - at >= UPDATES_AFTER and torch.equal(spread(p, SAMPLE), then)]
         self._kept = []
         return still
 
@@ -49,8 +54,8 @@ def listed(names: list[str]) -> str:
 class Unoptimized:
     """The parameters noted at the first update, and the line for the end of the run."""
 
-    def __init__(self) -> None:
-        self._followed = Followed()
+    def __init__(self, followed: Followed) -> None:
+        self._followed = followed
         self._optimizer = ""
 
     def first_update(self, model: torch.nn.Module, optimizer: Any) -> None:

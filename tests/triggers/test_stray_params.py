@@ -147,10 +147,43 @@ def test_a_model_holding_all_its_layers_is_not_said(capfd):
     assert "the loss depends on" not in err, err
 
 
-def test_a_single_step_run_follows_what_it_found_to_the_end(capfd):
-    model = PlainList()
-    _train(model, steps=1)
-    assert "PlainList.blocks is a plain Python list" in _err(capfd)
+@pytest.mark.parametrize("steps", [1, 2, 3])
+def test_a_run_says_it_only_once_updates_had_a_chance_to_change_them(capfd, steps):
+    _train(PlainList(), steps=steps)  # followed from the second loss on; two updates after that are needed
+    assert ("PlainList.blocks is a plain Python list" in _err(capfd)) == (steps >= 3)
+
+
+def test_a_gan_crashing_before_its_discriminator_steps_again_says_nothing_of_it(capfd):
+    torch.manual_seed(0)
+    gen, disc = nn.Sequential(nn.Linear(4, 8)), nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    opt_g, opt_d = torch.optim.Adam(gen.parameters()), torch.optim.Adam(disc.parameters())
+    ones = torch.ones(8, 1)
+    with pytest.raises(RuntimeError, match="inplace"), tensor_dap.watch(gen, opt_g, on="raise"):
+        fake = gen(torch.randn(8, 4))
+        d_loss = F.binary_cross_entropy_with_logits(disc(fake.detach()), 0 * ones)
+        g_loss = F.binary_cross_entropy_with_logits(disc(fake), ones)  # its backward needs disc's weights ...
+        opt_d.zero_grad()
+        d_loss.backward()
+        opt_d.step()  # ... which this update changes in place
+        opt_g.zero_grad()
+        g_loss.backward()
+    assert "never changed" not in _err(capfd)
+
+
+def test_a_second_watched_model_is_left_to_its_own_watch(capfd):
+    torch.manual_seed(0)
+    gen, disc = nn.Sequential(nn.Linear(4, 8)), nn.Sequential(nn.Linear(8, 1))
+    opt_g = torch.optim.Adam(gen.parameters())
+    frozen = torch.optim.SGD(disc.parameters(), lr=0.0)  # the discriminator never changes: its watch's business
+    with tensor_dap.watch(disc, frozen, on="raise"), tensor_dap.watch(gen, opt_g, on="raise"):
+        for _ in range(4):
+            loss = disc(gen(torch.randn(8, 4))).mean()
+            opt_g.zero_grad()
+            frozen.zero_grad()
+            loss.backward()
+            opt_g.step()
+            frozen.step()
+    assert "the loss depends on" not in _err(capfd)
 
 
 def test_the_registration_hook_lives_one_step_only():
