@@ -7,6 +7,12 @@ update (one attribute); the first update in eval mode is said once, naming the l
 differently, and only where the model has such layers (a model of Linear layers alone acts the same
 in both modes). A submodule put in eval mode on purpose (a frozen batch norm in a fine-tuned backbone)
 leaves the root in train mode and is not said.
+
+The converse, an evaluation without ``model.eval()``: the unchanged loop's capture sees each forward of the
+model under ``torch.no_grad()`` (it lets them through untouched); ``EVAL_FORWARDS`` of them in a row in train mode,
+with no training forward between (a GAN's generator making a batch for its discriminator under ``no_grad`` runs
+one between two training forwards), is a validation with dropout on whose batches move batch norm's running
+statistics, said once.
 """
 
 from __future__ import annotations
@@ -19,15 +25,17 @@ from ..format import plural
 from .aftermath import say
 
 MAX_MODULES = 100_000  # modules looked at, at most (once, when the model is first seen updating in eval mode)
+EVAL_FORWARDS = 3  # forwards under no_grad in train mode in a row, with no training forward between: an evaluation
 
 
-def mode_dependent(model: nn.Module) -> Counter[str]:
-    """The layers of ``model`` in eval mode that act differently in train mode, counted by class name."""
+def mode_dependent(model: nn.Module, training: bool = False) -> Counter[str]:
+    """The layers of ``model`` in eval mode (``training``: in train mode) that act differently in the other mode,
+    counted by class name."""
     found: Counter[str] = Counter()
     for i, module in enumerate(model.modules()):
         if i >= MAX_MODULES:
             break
-        if not module.training and _differs(module):
+        if module.training == training and _differs(module):
             found[type(module).__name__] += 1
     return found
 
@@ -64,3 +72,34 @@ def say_once(model: nn.Module, step: int) -> None:
     layers = mode_dependent(model)
     if layers:
         say(line(type(model).__name__, step, layers))
+
+
+class EvaluatedInTrainMode:
+    """Counts the model's forwards under ``no_grad`` in train mode since its last training forward (``count``, reset by
+    the capture); says once when ``EVAL_FORWARDS`` were and the model has layers the mode changes."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self.count = 0
+        self.done = False
+
+    def forward(self) -> None:
+        if self.done or not self.model.training:
+            return
+        self.count += 1
+        if self.count < EVAL_FORWARDS:
+            return
+        self.done = True
+        layers = mode_dependent(self.model, training=True)
+        if not layers:
+            return
+        kinds = ", ".join(f"{n} {name}" for name, n in layers.most_common(4))
+        effects = []
+        if any("Dropout" in name or name == "MultiheadAttention" for name in layers):
+            effects.append("dropout drops activations")
+        if any("Norm" in name for name in layers):
+            effects.append("batch norm normalizes with each batch's statistics and moves its running statistics "
+                           "toward these batches")
+        say(f"tensor_dap: {type(self.model).__name__} ran {EVAL_FORWARDS} forwards in a row under torch.no_grad() in "
+            f"train mode, so its {kinds} act as in training ({'; '.join(effects)}): an evaluation without "
+            f"model.eval()? Call model.eval() before it and model.train() after (said once)")

@@ -31,6 +31,7 @@ from ..dynamo import compiler_loaded, compiling, eager, eager_around
 from ..state import BufferSnapshot, Buffers, RngUse
 from ..summary.held import held_bytes
 from .active import open_watches
+from .eval_mode import EvaluatedInTrainMode
 from .forwards import Forward, loss_value, output_tensors
 from .loss_graph import read as read_loss
 
@@ -107,6 +108,7 @@ class LoopCapture:
         self._depth = 0  # inside the model's call: a nested call of the root module is part of it
         self._calls = CallSites()  # where the model is called from
         self._backwards = CallSites()  # where backward() is called from
+        self.evaluations = EvaluatedInTrainMode(model)  # forwards under no_grad since the last training forward
         self._wrap()
 
     def remove(self) -> None:
@@ -259,8 +261,11 @@ class LoopCapture:
         marked = eager_around(capture, inner) if untraced is not None else capture
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            if self._depth or not self.enabled or not _grad_enabled():
-                return inner(*args, **kwargs)  # a nested call of the root; a re-run; evaluation under no_grad
+            if self._depth or not self.enabled:
+                return inner(*args, **kwargs)  # a nested call of the root; a re-run
+            if not _grad_enabled():
+                self.evaluations.forward()  # evaluation under no_grad: in train mode?
+                return inner(*args, **kwargs)
             return (marked if _tracing() else capture)(*args, **kwargs)
 
         self._call = call
@@ -325,7 +330,7 @@ class LoopCapture:
             self._open = True
             self._backward_seen = self.updated = False
             self.dropped = self._line = None
-            self._unused, self._held = 1, 0
+            self._unused, self._held, self.evaluations.count = 1, 0, 0
             self.forwards = forwards = []
             self.losses = []
             self.start = self.buffers.save()
