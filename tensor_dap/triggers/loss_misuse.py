@@ -5,7 +5,9 @@ its: a model that already ends in ``nn.Softmax`` or ``torch.sigmoid`` squashes i
 gradients shrink and learning stalls, with no error. ``nll_loss`` fed a softmax's output (not its log)
 minimizes ``-p`` instead of ``-log p``. ``mse_loss`` (and the smooth L1 and Huber losses) of a prediction
 of shape ``[N, 1]`` and a target of shape ``[N]`` broadcasts both to ``[N, N]``: every prediction is
-compared with every target (torch warns once; many scripts silence warnings). All show in the loss's
+compared with every target (torch warns once; many scripts silence warnings). ``nll_loss`` of a ``log_softmax``
+taken over another dim than its classes' (``dim=0``, the batch; or ``nn.LogSoftmax()`` with no dim on a 3-D
+input, which torch normalizes over dim 0) normalizes each class over the batch. All show in the loss's
 autograd graph, a few nodes from its root: ``watch`` reads it once, at the first ``backward()`` it sees
 (``loss_tap``), and says what it found.
 """
@@ -15,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .ops import forward_name, graph_nodes, producers
+from .ops import first_input, forward_name, graph_nodes, producers
 
 NODES = 64  # nodes of the loss's graph looked at, nearest its root first (the loss's own ops are there)
 
@@ -57,7 +59,42 @@ def _walk(loss: Any) -> str | None:
             said = _broadcast(op, node)
             if said is not None:
                 return said
+        if op in _NLL:
+            said = _class_dim(node)
+            if said is not None:
+                return said
     return None
+
+
+_NLL = {"nll_loss", "nll_loss2_d"}  # (NllLoss2DBackward0: an input of 4 dims)
+_VIEWS = {"ViewBackward0", "ReshapeAliasBackward0", "UnsafeViewBackward0"}
+
+
+def _class_dim(node: Any) -> str | None:
+    """The ``log_softmax`` feeding ``nll_loss`` (directly, or through a view that merges its leading dims) was taken
+    over another dim than the one holding the classes."""
+    given = node._saved_self
+    child, viewed = first_input(node), False
+    while child is not None and child.name() in _VIEWS:
+        child, viewed = first_input(child), True
+    if child is None or child.name() != "LogSoftmaxBackward0":
+        return None
+    result = child._saved_result
+    dim = child._saved_dim
+    dim = (dim - (1 << 64) if dim >= 1 << 63 else dim) % max(result.dim(), 1)  # a negative dim is read as unsigned
+    if viewed:  # the classes are the last dim of the log_softmax's output, kept by a view of shape [N, C]
+        if given.dim() != 2 or result.dim() < 2 or result.shape[-1] != given.shape[1]:
+            return None
+        classes = result.dim() - 1
+    else:
+        classes = 1 if result.dim() >= 2 else 0
+    if dim == classes:
+        return None
+    across = "the batch" if dim == 0 else f"dim {dim}"
+    return (f"nll_loss is given a log_softmax taken over dim {dim} of a {list(result.shape)} tensor, but its classes "
+            f"are dim {classes}: each class is normalized across {across}, not each sample over its classes, and the "
+            f"loss still falls; take log_softmax(x, dim={classes}) (nn.LogSoftmax and nn.Softmax need their dim: with "
+            f"none, a 3-D input is normalized over dim 0)")
 
 
 _ELEMENTWISE = {"mse_loss", "smooth_l1_loss", "huber_loss"}  # losses that broadcast their input to the target's

@@ -11,7 +11,8 @@ from torch import nn
 import tensor_dap
 from tensor_dap.triggers import loss_misuse, loss_tap
 
-pytestmark = [pytest.mark.timeout(60), pytest.mark.filterwarnings("ignore:Using a target size")]  # (torch's own)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.filterwarnings("ignore:Using a target size"),  # (torch's own)
+              pytest.mark.filterwarnings("ignore:Implicit dimension choice")]
 
 
 def _scores(n: int = 16, classes: int = 4) -> torch.Tensor:
@@ -35,6 +36,12 @@ TARGETS = torch.arange(16) % 4
      "[16, 16]"),
     (lambda s: nn.HuberLoss()(torch.zeros(16), s[:, :1] * 2), "huber_loss compares a prediction of shape [16, 1]"),
     (lambda s: F.smooth_l1_loss(s[:, :1], torch.zeros(16, 3)), "both were broadcast to [16, 3]"),
+    (lambda s: F.nll_loss(F.log_softmax(s, dim=0), TARGETS),  # normalized over the batch
+     "nll_loss is given a log_softmax taken over dim 0 of a [16, 4] tensor, but its classes are dim 1"),
+    (lambda s: F.nll_loss(nn.LogSoftmax()(s.view(2, 8, 4)).view(-1, 4), TARGETS),  # no dim: 3-D takes dim 0
+     "log_softmax taken over dim 0 of a [2, 8, 4] tensor, but its classes are dim 2"),
+    (lambda s: F.nll_loss(F.log_softmax(s.view(2, 8, 4), dim=1).reshape(16, 4), TARGETS),
+     "log_softmax taken over dim 1 of a [2, 8, 4] tensor, but its classes are dim 2"),
 ])
 def test_a_loss_given_what_it_computes_itself_is_named(loss, said):
     assert said in (loss_misuse.misuse(loss(_scores())) or "")
@@ -50,6 +57,9 @@ def test_a_loss_given_what_it_computes_itself_is_named(loss, said):
     lambda s: F.mse_loss(s, torch.zeros(16, 4)),
     lambda s: F.mse_loss(s[:, :1].squeeze(1), torch.zeros(16)),
     lambda s: F.mse_loss(s, torch.zeros(4)),  # a target broadcast to the prediction: no more elements
+    lambda s: F.nll_loss(F.log_softmax(s, dim=-1), TARGETS),  # a negative dim (torch keeps it unsigned)
+    lambda s: F.nll_loss(F.log_softmax(s.view(2, 8, 4), dim=-1).view(-1, 4), TARGETS),  # a sequence model's
+    lambda s: F.nll_loss(F.log_softmax(s.view(2, 8, 4), dim=1), TARGETS[:8].view(2, 4)),  # classes: dim 1 of 3
 ])
 def test_right_uses_are_not_named(loss):
     assert loss_misuse.misuse(loss(_scores())) is None
