@@ -14,6 +14,7 @@ end of the run and said there if it never changed (another optimizer may update 
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any, Callable
 
 from torch import nn
@@ -23,19 +24,24 @@ from . import active
 from .ops import graph_nodes
 from .unoptimized import Followed, listed
 
-NODES = 200_000  # autograd nodes read at most, once or twice a run
+NODES = 200_000  # autograd nodes read at most, once or twice a run ...
+SECONDS = 0.25  # ... and for this long at most (an RL episode's graph holds its every forward)
 RECORDED = 4096  # parameter registrations recorded at most in the step after the first
 MODULES = 10_000  # modules looked through for a plain list or dict of layers
 _MODULE_ATTRS = frozenset(vars(nn.Module()))  # what every module holds itself: its registries and hooks
 
 
-def graph_params(loss: Any, limit: int = NODES) -> list[nn.Parameter]:
-    """The ``nn.Parameter`` leaves the graph of ``loss`` accumulates gradients into (``limit`` nodes read)."""
+def graph_params(loss: Any, limit: int = NODES, seconds: float = SECONDS) -> list[nn.Parameter]:
+    """The ``nn.Parameter`` leaves the graph of ``loss`` accumulates gradients into (``limit`` nodes read, for
+    ``seconds`` at most)."""
     found = []
-    for node in graph_nodes([getattr(loss, "grad_fn", None)], limit):
+    deadline = time.monotonic() + seconds
+    for count, node in enumerate(graph_nodes([getattr(loss, "grad_fn", None)], limit)):
         variable = getattr(node, "variable", None)
         if isinstance(variable, nn.Parameter):
             found.append(variable)
+        if count % 1024 == 1023 and time.monotonic() > deadline:
+            break
     return found
 
 

@@ -204,3 +204,7 @@ def test_the_graph_read_is_bounded():
     loss = layers(torch.randn(1, 2)).sum()
     assert len(stray_params.graph_params(loss)) == 100
     assert len(stray_params.graph_params(loss, limit=10)) < 100  # a huge graph is read up to its budget
+    long = nn.Sequential(*[nn.Linear(2, 2) for _ in range(600)])
+    loss = long(torch.randn(1, 2)).sum()
+    assert len(stray_params.graph_params(loss)) == 1200
+    assert len(stray_params.graph_params(loss, seconds=0.0)) < 1200  # ... and of time
