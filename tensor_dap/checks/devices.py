@@ -15,6 +15,7 @@ from ..kinds import is_module, torch_attr
 from ..nested import walk
 from ..summary.held import held_bytes
 from .result import PROBLEM, WARNING, CheckResult, Finding, names, never_raises, result
+from .unregistered import unregistered_findings
 
 COLUMNS = ("device", "what", "tensors", "bytes", "names")
 
@@ -125,7 +126,7 @@ def check_devices(model: Any, *tensors: Any, **named: Any) -> CheckResult:
             for (device, what), items in sorted(groups.items(), key=lambda kv: (kv[0][0] != home, kv[0]))]
     findings: list[Finding] = []
     if home is not None:
-        findings += _model_findings(model_tensors, home)
+        findings += _model_findings(model_tensors, home) + unregistered_findings(model, home)
         rnn = torch_attr("torch.nn.RNNBase")
         recurrent = isinstance(rnn, type) and any(isinstance(m, rnn) for m in model.modules())
         findings += _input_findings(inputs, home, _float_dtype(model_tensors), recurrent)

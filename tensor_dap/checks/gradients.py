@@ -14,6 +14,7 @@ from ..format import fmt_num, plural
 from ..kinds import is_module
 from ..probe.grads import EXPLODING, VANISHING, GradRow, grad_report
 from .result import INFO, PROBLEM, WARNING, CheckResult, Finding, names, never_raises, result
+from .unregistered import unregistered_findings
 
 COLUMNS = ("parameter", "shape", "grad_norm", "flag")
 
@@ -88,6 +89,7 @@ def check_gradients(model: Any, *, vanishing: float = VANISHING, exploding: floa
                                     "unused in forward, or its output was detached (.detach(), .item(), "
                                     "torch.no_grad, a numpy round-trip): freeze it with requires_grad_(False) "
                                     "if that is intended"))
+    findings += unregistered_findings(model)
     if not rows:
         findings.append(Finding(WARNING, "(model)", "no trainable parameters",
                                 f"{report.frozen} frozen" if report.frozen else ""))

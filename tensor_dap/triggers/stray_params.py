@@ -20,6 +20,7 @@ from typing import Any, Callable
 from torch import nn
 
 from ..debug.frames import SourceLine, is_library
+from ..probe.unregistered import unregistered
 from . import active
 from .ops import graph_nodes
 from .unoptimized import Followed, listed
@@ -27,8 +28,6 @@ from .unoptimized import Followed, listed
 NODES = 200_000  # autograd nodes read at most, once or twice a run ...
 SECONDS = 0.25  # ... and for this long at most (an RL episode's graph holds its every forward)
 RECORDED = 4096  # parameter registrations recorded at most in the step after the first
-MODULES = 10_000  # modules looked through for a plain list or dict of layers
-_MODULE_ATTRS = frozenset(vars(nn.Module()))  # what every module holds itself: its registries and hooks
 
 
 def graph_params(loss: Any, limit: int = NODES, seconds: float = SECONDS) -> list[nn.Parameter]:
@@ -74,26 +73,6 @@ class _Registrations:
 
     def close(self) -> None:
         self._handle.remove()
-
-
-def _containers(model: nn.Module) -> dict[int, tuple[str, str]]:
-    """id(parameter) -> (its name, what holds it) for layers a module keeps in a plain list, tuple or dict."""
-    found: dict[int, tuple[str, str]] = {}
-    for count, (path, module) in enumerate(model.named_modules()):
-        if count >= MODULES:
-            break
-        for attr, value in vars(module).items():
-            if attr in _MODULE_ATTRS or not isinstance(value, (list, tuple, dict)):
-                continue
-            holder = f"{path or type(model).__name__}.{attr}"
-            owner = f"{holder} is a plain Python {type(value).__name__}"
-            items = value.items() if isinstance(value, dict) else enumerate(value)
-            for key, item in list(items)[:MODULES]:
-                named = [("", item)] if isinstance(item, nn.Parameter) else (
-                    item.named_parameters() if isinstance(item, nn.Module) else [])
-                for pname, p in named:
-                    found.setdefault(id(p), (f"{holder}[{key!r}]{'.' + pname if pname else ''}", owner))
-    return found
 
 
 class StrayParams:
@@ -164,7 +143,8 @@ class StrayParams:
         params = [p for p in params if id(p) not in watched]  # a GAN's other watched model: its own watch's
         if not params:
             return
-        held = _containers(self._model)
+        held = {id(p): (name, f"{group.holder} is a plain Python {group.kind}")
+                for group in unregistered(self._model) for name, p in group.params}
         order = {i: n for n, i in enumerate(held)}  # in the containers' order, the rest after
         for p in sorted(params, key=lambda p: order.get(id(p), len(order))):
             name, owner = held.get(id(p), (f"a {type(p).__name__} of shape {list(p.shape)}", ""))

@@ -317,3 +317,48 @@ def test_shapes_clean_transformer_no_false_alarms():
     for batch in (1, 2, 4, 8):
         r = check_shapes(TinyGPT(), torch.randint(0, 50, (batch, 8)))
         assert r.verdict == "ok" and not r.findings, (batch, r.findings)
+
+
+class ListedBlocks(nn.Module):
+    """Blocks kept in a plain list (and a dict of heads): torch registers neither."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(4, 8)
+        self.blocks = [nn.Linear(8, 8) for _ in range(2)]
+        self.heads = {"a": nn.Linear(8, 2)}
+        self.sizes = [8, 8]  # a plain list of numbers: not layers
+
+    def forward(self, x):
+        x = self.inp(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.heads["a"](x)
+
+
+def test_layers_in_a_plain_list_or_dict_are_named_by_both_model_checks():
+    model = ListedBlocks()
+    model(torch.randn(2, 4)).sum().backward()
+    found = {f.subject: f for f in check_gradients(model).findings}
+    assert set(found) >= {"ListedBlocks.blocks", "ListedBlocks.heads"} and "ListedBlocks.sizes" not in found
+    assert found["ListedBlocks.blocks"].level == "warning"
+    assert found["ListedBlocks.blocks"].message.startswith("a plain Python list holding 4 parameters: "
+                                                           "model.parameters() (so the optimizer)")
+    assert "nn.ModuleList" in found["ListedBlocks.blocks"].advice
+    assert found["ListedBlocks.heads"].message.startswith("a plain Python dict holding 2 parameters")
+
+    moved = ListedBlocks().to("meta")  # .to() moves the registered layers only
+    result = check_devices(moved, torch.randn(2, 4, device="meta"))
+    finding = next(f for f in result.findings if f.subject == "ListedBlocks.blocks")
+    assert finding.level == "problem" and "on cpu while the model is on meta (.to() does not move them)" in \
+        finding.message
+    assert result.verdict == "problem"
+
+
+def test_registered_containers_are_not_named():
+    model = nn.Sequential(nn.Linear(4, 8), nn.ModuleList([nn.Linear(8, 8)]), nn.ModuleDict({"a": nn.Linear(8, 2)}),
+                          nn.LSTM(8, 8))  # an RNN keeps its registered weights in a list of its own too
+    model.aliases = list(model[1])  # a plain list of layers registered elsewhere: nothing left out
+    model[0](torch.randn(2, 4)).sum().backward()
+    assert not any("plain Python" in f.message for f in check_gradients(model).findings)
+    assert not any("plain Python" in f.message for f in check_devices(model, torch.randn(2, 4)).findings)

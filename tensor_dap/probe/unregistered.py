@@ -1,0 +1,47 @@
+"""Layers a model keeps where torch does not look: a plain Python list, tuple or dict of modules (or parameters)
+held as a module's attribute, instead of ``nn.ModuleList`` / ``nn.ModuleDict`` / ``nn.ParameterList``.
+
+``model.parameters()`` (so the optimizer), ``state_dict()`` and ``.to()`` leave their layers out: they never
+train, are not saved, and stay on the CPU when the model moves to a GPU. Read from the modules' own attributes
+(bounded), nothing changed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from torch import nn
+
+MODULES = 10_000  # modules looked through, at most
+ITEMS = 10_000  # items of one container looked at, at most
+_MODULE_ATTRS = frozenset(vars(nn.Module()))  # what every module holds itself: its registries and hooks
+
+
+class Unregistered(NamedTuple):
+    holder: str  # the attribute holding them, as ``Net.blocks`` or ``encoder.layers``
+    kind: str  # "list", "tuple" or "dict"
+    params: list[tuple[str, nn.Parameter]]  # (``Net.blocks[0].weight``, the parameter)
+
+
+def unregistered(model: nn.Module) -> list[Unregistered]:
+    """Each plain container of layers or parameters a module of ``model`` holds, with the parameters inside that the
+    model does not register some other way (an RNN keeps its own in a list, ``_flat_weights``)."""
+    registered = {id(p) for p in model.parameters()}
+    found: list[Unregistered] = []
+    for count, (path, module) in enumerate(model.named_modules()):
+        if count >= MODULES:
+            break
+        for attr, value in vars(module).items():
+            if attr in _MODULE_ATTRS or not isinstance(value, (list, tuple, dict)):
+                continue
+            holder = f"{path or type(model).__name__}.{attr}"
+            items: Any = value.items() if isinstance(value, dict) else enumerate(value)
+            params = []
+            for key, item in list(items)[:ITEMS]:
+                named = [("", item)] if isinstance(item, nn.Parameter) else (
+                    item.named_parameters() if isinstance(item, nn.Module) else [])
+                params += [(f"{holder}[{key!r}]{'.' + name if name else ''}", p) for name, p in named
+                           if id(p) not in registered]
+            if params:
+                found.append(Unregistered(holder, type(value).__name__, params))
+    return found
