@@ -2,9 +2,10 @@
 
 Each is looked at where it costs nothing a step: the model's mode at each update (one attribute,
 ``eval_mode``); the graph of the first loss handed to ``backward()`` (a loss given what it computes itself,
-``loss_misuse``; parameters the model does not hold, ``stray_params``, and then the second loss's); at the first
-updates only, the parameters the optimizer does not hold (``unoptimized``), updates that find no gradient
-(``step_order``) and gradients carried into the next step (``zero_grad``); at the end of the run, what those found.
+``loss_misuse``; parameters the model does not hold, ``stray_params``, and then the second loss's; the targets of
+the first few, ``one_class_batches``); at the first updates only, the parameters the optimizer does not hold
+(``unoptimized``), updates that find no gradient (``step_order``) and gradients carried into the next step
+(``zero_grad``); at the end of the run, what those found.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from .aftermath import say
 from .loss_misuse import misuse
 from .loss_tap import listen
 from .step_order import GradlessUpdates
+from .one_class_batches import OneClassBatches
 from .stop import guarded
 from .stray_params import StrayParams
 from .unoptimized import Followed, Unoptimized
@@ -35,23 +37,29 @@ class SilentChecks:
         self._strays = StrayParams(model, say, self._followed[1])
         self._zero_grad = MissingZeroGrad(say)
         self._gradless = GradlessUpdates(say)
+        self._batches = OneClassBatches(say)
         self._losses = 0
+        self._wants_strays, self._wants_targets = False, True  # the losses still wanted
         self._stop_misuse: Any = listen(functools.partial(guarded, "tensor_dap.watch", self._loss))
 
     def _loss(self, loss: torch.Tensor) -> None:
-        """A loss handed to backward() while watched: the first's graph read once (before backward frees it), and
-        the second's when the first held parameters the model does not."""
+        """A loss handed to backward() while watched: the first's graph read once (before backward frees it), the
+        second's when the first held parameters the model does not, the first few's targets (``one_class_batches``)."""
         self._losses += 1
-        if self._losses > 1:
-            self._stop_listening()
-            self._strays.second_loss(loss)
-            return
         try:
-            text = misuse(loss)
-            if text is not None:
-                say(f"tensor_dap: {text} (said once)")
+            if self._losses == 1:
+                try:
+                    text = misuse(loss)
+                    if text is not None:
+                        say(f"tensor_dap: {text} (said once)")
+                finally:
+                    self._wants_strays = self._strays.first_loss(loss)
+            elif self._wants_strays:
+                self._wants_strays = False
+                self._strays.second_loss(loss)
         finally:
-            if not self._strays.first_loss(loss):
+            self._wants_targets = self._wants_targets and not self._batches.loss(loss)
+            if not (self._wants_strays or self._wants_targets):
                 self._stop_listening()
 
     def _stop_listening(self) -> None:
