@@ -3,14 +3,14 @@ torch does not register (``probe.unregistered``)."""
 
 from __future__ import annotations
 
-from torch import nn
+from typing import Any
 
 from ..format import plural
 from ..probe.unregistered import unregistered
 from .result import PROBLEM, WARNING, Finding
 
 
-def unregistered_findings(model: nn.Module, home: str | None = None) -> list[Finding]:
+def unregistered_findings(model: Any, home: str | None = None) -> list[Finding]:
     """One finding per plain container of layers; a problem where they sit on another device than ``home``."""
     found = []
     for group in unregistered(model):

@@ -8,31 +8,41 @@ train, are not saved, and stay on the CPU when the model moves to a GPU. Read fr
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
-
-from torch import nn
 
 MODULES = 10_000  # modules looked through, at most
 ITEMS = 10_000  # items of one container looked at, at most
-_MODULE_ATTRS = frozenset(vars(nn.Module()))  # what every module holds itself: its registries and hooks
+
+
+@functools.lru_cache(maxsize=1)
+def _module_attrs() -> frozenset[str]:
+    """What every module holds itself: its registries and hooks (torch imported when first asked: the doctor
+    imports the checks on a machine whose torch may be broken)."""
+    from torch import nn
+
+    return frozenset(vars(nn.Module()))
 
 
 class Unregistered(NamedTuple):
     holder: str  # the attribute holding them, as ``Net.blocks`` or ``encoder.layers``
     kind: str  # "list", "tuple" or "dict"
-    params: list[tuple[str, nn.Parameter]]  # (``Net.blocks[0].weight``, the parameter)
+    params: list[tuple[str, Any]]  # (``Net.blocks[0].weight``, the parameter)
 
 
-def unregistered(model: nn.Module) -> list[Unregistered]:
+def unregistered(model: Any) -> list[Unregistered]:
     """Each plain container of layers or parameters a module of ``model`` holds, with the parameters inside that the
     model does not register some other way (an RNN keeps its own in a list, ``_flat_weights``)."""
+    from torch import nn
+
     registered = {id(p) for p in model.parameters()}
+    module_attrs = _module_attrs()
     found: list[Unregistered] = []
     for count, (path, module) in enumerate(model.named_modules()):
         if count >= MODULES:
             break
         for attr, value in vars(module).items():
-            if attr in _MODULE_ATTRS or not isinstance(value, (list, tuple, dict)):
+            if attr in module_attrs or not isinstance(value, (list, tuple, dict)):
                 continue
             holder = f"{path or type(model).__name__}.{attr}"
             items: Any = value.items() if isinstance(value, dict) else enumerate(value)

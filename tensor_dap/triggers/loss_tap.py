@@ -42,6 +42,7 @@ _scaling = [False]  # a GradScaler has scaled a loss while anyone listened
 _double: list[Site] = [None]  # where torch.autograd.grad(create_graph=True) was last called while anyone listened
 _grad_sites = CallSites()
 _clipping: list[str | None] = [None]  # how the program last clipped its gradients while anyone listened
+_clips = [0]  # clips seen while anyone listened (what ``clip_order`` compares with the backward() calls)
 CLIP_NORMS_KEPT = 32
 # the total norms of the program's last clips by norm, as tensors (nothing read until a stop's report asks)
 _clip_norms: deque[torch.Tensor] = deque(maxlen=CLIP_NORMS_KEPT)
@@ -177,6 +178,7 @@ def _noting_value_clip(group: Callable[..., Any], code: Any) -> Callable[..., An
         if caller.f_code is code and _listeners:
             bound = caller.f_locals.get("clip_value")
             _clipping[0] = f"value {bound:.4g}" if isinstance(bound, (int, float)) else "value"
+            _clips[0] += 1
         return group(*args, **kwargs)
 
     return grouped
@@ -196,6 +198,7 @@ def _noting_clip(clip: Callable[..., Any], kind: str, returns_norm: bool) -> Cal
         noted = _listeners and not (isinstance(bound, (int, float)) and not math.isfinite(bound))
         if noted:
             _clipping[0] = f"{kind} {bound:.4g}" if isinstance(bound, (int, float)) else kind
+            _clips[0] += 1
         result = clip(*args, **kwargs)
         norm = result if returns_norm else args[2] if len(args) > 2 else kwargs.get("total_norm")
         if noted and kind == "norm" and isinstance(norm, torch.Tensor) and norm.numel() == 1:
@@ -237,6 +240,11 @@ def double_backward_line() -> SourceLine | None:
     """The user's line that last took gradients with ``create_graph=True`` while anyone listened, if one did."""
     site = _double[0]
     return site_line(site) if site is not None else None
+
+
+def clips() -> int:
+    """How many times the program clipped its gradients since listening began."""
+    return _clips[0]
 
 
 def clipping() -> str | None:

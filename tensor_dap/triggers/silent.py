@@ -4,8 +4,8 @@ Each is looked at where it costs nothing a step: the model's mode at each update
 ``eval_mode``); the graph of the first loss handed to ``backward()`` (a loss given what it computes itself,
 ``loss_misuse``; parameters the model does not hold, ``stray_params``, and then the second loss's; the targets of
 the first few, ``one_class_batches``); at the first updates only, the parameters the optimizer does not hold
-(``unoptimized``), updates that find no gradient (``step_order``) and gradients carried into the next step
-(``zero_grad``); at the end of the run, what those found.
+(``unoptimized``), updates that find no gradient (``step_order``) or unclipped gradients (``clip_order``) and
+gradients carried into the next step (``zero_grad``); at the end of the run, what those found.
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ import torch
 
 from . import eval_mode
 from .aftermath import say
+from .clip_order import ClipOrder
 from .loss_misuse import misuse
 from .loss_tap import listen
-from .step_order import GradlessUpdates
 from .one_class_batches import OneClassBatches
+from .step_order import GradlessUpdates
 from .stop import guarded
 from .stray_params import StrayParams
 from .unoptimized import Followed, Unoptimized
@@ -37,6 +38,7 @@ class SilentChecks:
         self._strays = StrayParams(model, say, self._followed[1])
         self._zero_grad = MissingZeroGrad(say)
         self._gradless = GradlessUpdates(say)
+        self._clip_order = ClipOrder(say)
         self._batches = OneClassBatches(say)
         self._losses = 0
         self._wants_strays, self._wants_targets = False, True  # the losses still wanted
@@ -76,6 +78,7 @@ class SilentChecks:
         for followed in self._followed:
             followed.updates += 1
         self._gradless.updating(update, model, optimizer, params, closure)
+        self._clip_order.updating(update)
         if update < CHECKS:
             self._zero_grad.updating(params, step)
 
@@ -88,6 +91,7 @@ class SilentChecks:
         """The end of the run: the lines about parameters never updated, if any, each handed to ``line``; nothing
         listens after."""
         self._zero_grad.close()
+        self._clip_order.close()
         self._stop_listening()
         line(self._unoptimized.at_end())
         line(self._strays.at_end())
