@@ -4,14 +4,17 @@
 gradients no update uses: the run goes on unclipped, and a divergence that clipping was meant to stop happens
 anyway. While the first ``UPDATES`` updates run, ``watch`` notes how many clips ``loss_tap`` had seen when each
 ``backward()`` returned; an update with no clip since the last ``backward()``, in a program that clips, is out of
-order. Said once when ``LATE`` of those updates were. Gradient accumulation (several ``backward()`` calls, then
-one clip and the update) is in order.
+order (when the program's last clip was handed this model's parameters: a GAN may clip its other model only).
+Said once when ``LATE`` of those updates were. Gradient accumulation (several ``backward()`` calls, then one clip
+and the update) is in order.
 """
 
 from __future__ import annotations
 
 import functools
 from typing import Any, Callable
+
+import torch
 
 from . import loss_tap
 from .stop import guarded
@@ -33,12 +36,13 @@ class ClipOrder:
     def _returned(self, loss: Any) -> None:
         self._at_backward = loss_tap.clips()
 
-    def updating(self, update: int) -> None:
-        """The ``update``-th update (0 the first) is about to run."""
+    def updating(self, update: int, params: list[torch.Tensor]) -> None:
+        """The ``update``-th update (0 the first) of the model holding ``params`` is about to run."""
         if self._stop is None:
             return
         clips = loss_tap.clips()
-        if clips > self._start and self._at_backward is not None and clips == self._at_backward:
+        if clips > self._start and self._at_backward is not None and clips == self._at_backward \
+                and _clips_these(params):
             self._late += 1
         if update + 1 < UPDATES:
             return
@@ -54,3 +58,16 @@ class ClipOrder:
         stop, self._stop = self._stop, None
         if stop is not None:
             stop()
+
+
+def _clips_these(params: list[torch.Tensor]) -> bool:
+    """Whether the program's last clip was handed some of ``params`` or their gradients (a GAN may clip its other model
+    only)."""
+    clipped = loss_tap.last_clipped()
+    if clipped is None:
+        return False
+    clipped = [clipped] if isinstance(clipped, torch.Tensor) else clipped
+    if not isinstance(clipped, (list, tuple)):
+        return False
+    ours = {id(p) for p in params} | {id(p.grad) for p in params if p.grad is not None}
+    return any(id(t) in ours for t in clipped)

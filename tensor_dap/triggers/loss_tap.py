@@ -42,7 +42,8 @@ _scaling = [False]  # a GradScaler has scaled a loss while anyone listened
 _double: list[Site] = [None]  # where torch.autograd.grad(create_graph=True) was last called while anyone listened
 _grad_sites = CallSites()
 _clipping: list[str | None] = [None]  # how the program last clipped its gradients while anyone listened
-_clips = [0]  # clips seen while anyone listened (what ``clip_order`` compares with the backward() calls)
+_clips = [0]  # clips seen while anyone listened (what ``clip_order`` compares with the backward() calls) ...
+_clipped: list[Any] = [None]  # ... and the parameters (or their gradients) the last one was handed (None: not known)
 CLIP_NORMS_KEPT = 32
 # the total norms of the program's last clips by norm, as tensors (nothing read until a stop's report asks)
 _clip_norms: deque[torch.Tensor] = deque(maxlen=CLIP_NORMS_KEPT)
@@ -179,6 +180,10 @@ def _noting_value_clip(group: Callable[..., Any], code: Any) -> Callable[..., An
             bound = caller.f_locals.get("clip_value")
             _clipping[0] = f"value {bound:.4g}" if isinstance(bound, (int, float)) else "value"
             _clips[0] += 1
+            params = caller.f_locals.get("parameters")  # a list when it came through ``traced``; else maybe spent
+            tensors = args[0] if args else None  # ([its gradients],): the same objects while they are not reset
+            _clipped[0] = params if isinstance(params, (list, tuple, torch.Tensor)) else \
+                tensors[0] if isinstance(tensors, list) and tensors else None
         return group(*args, **kwargs)
 
     return grouped
@@ -199,6 +204,9 @@ def _noting_clip(clip: Callable[..., Any], kind: str, returns_norm: bool) -> Cal
         if noted:
             _clipping[0] = f"{kind} {bound:.4g}" if isinstance(bound, (int, float)) else kind
             _clips[0] += 1
+            if args and not isinstance(args[0], (list, tuple, torch.Tensor)):  # model.parameters(): read once, kept
+                args = (list(args[0]), *args[1:])
+            _clipped[0] = args[0] if args else kwargs.get("parameters")  # (a reference: nothing copied)
         result = clip(*args, **kwargs)
         norm = result if returns_norm else args[2] if len(args) > 2 else kwargs.get("total_norm")
         if noted and kind == "norm" and isinstance(norm, torch.Tensor) and norm.numel() == 1:
@@ -243,8 +251,14 @@ def double_backward_line() -> SourceLine | None:
 
 
 def clips() -> int:
-    """How many times the program clipped its gradients since listening began."""
+    """How many times the program clipped its gradients while anyone listened."""
     return _clips[0]
+
+
+def last_clipped() -> Any:
+    """The parameters (or their gradients: a list, or one tensor) the program's last clip was handed; None when not
+    known."""
+    return _clipped[0]
 
 
 def clipping() -> str | None:

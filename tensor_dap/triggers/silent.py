@@ -78,7 +78,7 @@ class SilentChecks:
         for followed in self._followed:
             followed.updates += 1
         self._gradless.updating(update, model, optimizer, params, closure)
-        self._clip_order.updating(update)
+        self._clip_order.updating(update, params)
         if update < CHECKS:
             self._zero_grad.updating(params, step)
 

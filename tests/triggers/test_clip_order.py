@@ -86,3 +86,20 @@ def test_a_closure_that_clips_inside_step_is_not_said(capfd):
         for _ in range(5):
             optimizer.step(closure)
     assert "does not run between" not in _err(capfd)
+
+
+def test_a_gan_clipping_its_other_model_only_is_not_said_for_this_one(capfd):
+    torch.manual_seed(0)
+    gen, disc = nn.Sequential(nn.Linear(4, 8)), nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    opt_g, opt_d = torch.optim.Adam(gen.parameters()), torch.optim.Adam(disc.parameters())
+    with tensor_dap.watch(gen, opt_g, on="raise"), tensor_dap.watch(disc, opt_d, on="raise"):
+        for _ in range(5):
+            fake = gen(torch.randn(8, 4))
+            opt_d.zero_grad()
+            (disc(fake.detach()).mean() - disc(torch.randn(8, 8)).mean()).backward()
+            nn.utils.clip_grad_norm_(disc.parameters(), 0.01)  # WGAN-style: the critic only, in order
+            opt_d.step()
+            opt_g.zero_grad()
+            (-disc(fake).mean()).backward()  # the generator's backward() comes after the critic's last clip
+            opt_g.step()
+    assert "does not run between" not in _err(capfd)
