@@ -11,13 +11,12 @@ and the update) is in order.
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Callable
 
 import torch
 
 from . import loss_tap
-from .stop import guarded
+from .stop import listen_guarded
 
 UPDATES = 3  # the first updates looked at
 LATE = 2  # of them with no clip since the last backward(): said
@@ -31,7 +30,7 @@ class ClipOrder:
         self._start = loss_tap.clips()  # clips the program made before this watch
         self._at_backward: int | None = None  # clips seen when the last backward() returned
         self._late = 0
-        self._stop: Any = loss_tap.listen(functools.partial(guarded, "tensor_dap.watch", self._returned), done=True)
+        self._stop: Any = listen_guarded(self._returned, done=True)
 
     def _returned(self, loss: Any) -> None:
         self._at_backward = loss_tap.clips()

@@ -10,7 +10,6 @@ gradients carried into the next step (``zero_grad``); at the end of the run, wha
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Callable
 
 import torch
@@ -19,10 +18,9 @@ from . import eval_mode
 from .aftermath import say
 from .clip_order import ClipOrder
 from .loss_misuse import misuse
-from .loss_tap import listen
 from .one_class_batches import OneClassBatches
 from .step_order import GradlessUpdates
-from .stop import guarded
+from .stop import listen_guarded
 from .stray_params import StrayParams
 from .unoptimized import Followed, Unoptimized
 from .zero_grad import CHECKS, MissingZeroGrad
@@ -42,7 +40,7 @@ class SilentChecks:
         self._batches = OneClassBatches(say)
         self._losses = 0
         self._wants_strays, self._wants_targets = False, True  # the losses still wanted
-        self._stop_misuse: Any = listen(functools.partial(guarded, "tensor_dap.watch", self._loss))
+        self._stop_misuse: Any = listen_guarded(self._loss)
 
     def _loss(self, loss: torch.Tensor) -> None:
         """A loss handed to backward() while watched: the first's graph read once (before backward frees it), the

@@ -8,6 +8,7 @@ under ``torch.distributed`` only the ranks in ``ranks`` may stop, the others log
 from __future__ import annotations
 
 import bdb
+import functools
 import linecache
 import sys
 from collections.abc import Collection
@@ -20,6 +21,7 @@ from ..dist import may_stop
 from ..errors import STOPS, TriggerError
 from ..format import printable
 from ..libraries import is_user_file, library_of
+from .loss_tap import listen
 from .report import Report, emit, logger, to_text
 
 MODES = ("auto", "break", "raise", "log")
@@ -35,6 +37,11 @@ def guarded(who: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     except Exception as exc:  # noqa: BLE001 - tensor_dap's failure must not stop training
         logger.warning("%s: internal error, check skipped: %s: %s", who, type(exc).__name__, exc)
         return None
+
+
+def listen_guarded(fn: Callable[[Any], None], *, done: bool = False) -> Callable[[], None]:
+    """``loss_tap.listen`` for one of ``watch``'s checks: a failure of ``fn`` is a warning, never the program's."""
+    return listen(functools.partial(guarded, "tensor_dap.watch", fn), done=done)
 
 
 def check_mode(on: str) -> str:

@@ -13,14 +13,12 @@ those checks nothing listens.
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Callable
 
 import torch
 
 from .finite import spread
-from .loss_tap import listen
-from .stop import guarded
+from .stop import listen_guarded
 
 CHECKS = 3  # updates followed
 VALUES = 64  # of the gradient's elements compared, spread over it
@@ -53,8 +51,7 @@ class MissingZeroGrad:
             values = spread(grad, VALUES)  # (on a device: nothing read now)
         self._noted = (param, grad, grad._version, values, update)
         if not self._stops:
-            before, after = (functools.partial(guarded, "tensor_dap.watch", fn) for fn in (self._before, self._after))
-            self._stops = [listen(before), listen(after, done=True)]
+            self._stops = [listen_guarded(self._before), listen_guarded(self._after, done=True)]
 
     def _before(self, loss: Any) -> None:
         """A backward() begins: the noted gradient untouched since the update makes it a suspect, else it was reset."""
