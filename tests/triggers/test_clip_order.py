@@ -25,8 +25,8 @@ def _run(order: str, steps: int = 6) -> None:
                 loss.backward()
                 optimizer.step()
                 nn.utils.clip_grad_value_(model.parameters(), 0.1)
-            elif order == "before backward":  # (the first step has no gradient to clip yet)
-                optimizer.zero_grad(set_to_none=False)
+            elif order.startswith("before backward"):  # (the first step has no gradient to clip yet)
+                optimizer.zero_grad(set_to_none=order.endswith("none"))
                 nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 loss.backward()
                 optimizer.step()
@@ -52,7 +52,8 @@ def _err(capfd) -> str:
     return " ".join(capfd.readouterr().err.split())
 
 
-@pytest.mark.parametrize("order, kind", [("after step", "clip_grad_value_"), ("before backward", "clip_grad_norm_")])
+@pytest.mark.parametrize("order, kind", [("after step", "clip_grad_value_"), ("before backward", "clip_grad_norm_"),
+                                         ("before backward, gradients none", "clip_grad_norm_")])
 def test_clipping_the_update_does_not_use_is_said_once(capfd, order, kind):
     _run(order)
     err = _err(capfd)
