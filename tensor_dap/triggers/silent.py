@@ -19,6 +19,7 @@ from .aftermath import say
 from .clip_order import ClipOrder
 from .loss_misuse import misuse
 from .one_class_batches import OneClassBatches
+from .optimizer_call import SCALER_PROBE_STEPS
 from .step_order import GradlessUpdates
 from .stop import listen_guarded
 from .stray_params import StrayParams
@@ -29,7 +30,8 @@ from .zero_grad import CHECKS, MissingZeroGrad
 class SilentChecks:
     """One watch's: its model updated in eval mode, parameters it never updates, no zero_grad between steps."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, line: Callable[[str | None], None]) -> None:
+        self._line = line  # says a line of the watch's (nothing for None): parameters that never changed
         self.eval_said = False  # an update in eval mode was looked at (said, where the mode changes anything)
         self._followed = Followed(), Followed()
         self._unoptimized = Unoptimized(self._followed[0])
@@ -79,17 +81,23 @@ class SilentChecks:
         self._clip_order.updating(update, params)
         if update < CHECKS:
             self._zero_grad.updating(params, step)
+        if update == SCALER_PROBE_STEPS - 1:  # the last update looked at: a long run need not wait for its end
+            self._unchanged(final=False)
 
     def in_eval_mode(self, model: torch.nn.Module, step: int) -> None:
         """``model`` is updated in eval mode at ``step``: said once."""
         self.eval_said = True
         eval_mode.say_once(model, step)
 
-    def at_end(self, line: Callable[[str | None], None]) -> None:
-        """The end of the run: the lines about parameters never updated, if any, each handed to ``line``; nothing
-        listens after."""
+    def at_end(self) -> None:
+        """The end of the run: the lines about parameters never updated, if not said yet; nothing listens after."""
         self._zero_grad.close()
         self._clip_order.close()
         self._stop_listening()
-        line(self._unoptimized.at_end())
-        line(self._strays.at_end())
+        self._unchanged(final=True)
+
+    def _unchanged(self, final: bool) -> None:
+        """Say the parameters followed since the first updates that never changed (each said once: those
+        followed are let go)."""
+        self._line(self._unoptimized.unchanged())
+        self._line(self._strays.unchanged(final))

@@ -107,26 +107,30 @@ class StrayParams:
             self._say(f"tensor_dap: {_built_text(built)} (said once)")
         self._follow([p for p in self._first if id(p) in now and id(p) not in made])
 
-    def at_end(self) -> str | None:
-        """The line for the stray parameters that never changed; None when there are none."""
-        if self._registrations is not None:  # one step only: no second loss came
+    def unchanged(self, final: bool = True) -> str | None:
+        """The line for the stray parameters that never changed; None when there are none (or, before the run's end,
+        while the second loss is still awaited)."""
+        if self._registrations is not None:  # no second loss came (yet)
+            if not final:
+                return None
             self._close()
             self._follow(self._first)
         still = self._followed.unchanged()
         if not still:
             return None
         owners = list(dict.fromkeys(self._owners[name] for name in still if name in self._owners))
-        names = listed(still)
         one = len(still) == 1
-        what = f"{len(still)} parameter{'' if one else 's'} ({names}) the loss depends on {'is' if one else 'are'}"
+        what = (f"{len(still)} parameter{'' if one else 's'} ({listed(still)}) the loss depends on "
+                f"{'is' if one else 'are'}")
+        over = f"never changed over {self._followed.over} updates"
         if owners:
-            return (f"{what} outside the model's parameters and never changed: {'; '.join(owners)}, whose layers "
+            return (f"{what} outside the model's parameters and {over}: {'; '.join(owners)}, whose layers "
                     f"model.parameters() (the optimizer's), state_dict() and .to() leave out; use nn.ModuleList / "
                     f"nn.ModuleDict (nn.ParameterList for parameters)")
-        return (f"{what} not the model's and never changed: no optimizer updates "
-                f"{'it' if one else 'them'}. Register {'it' if one else 'them'} on the model (a module's attribute) "
-                f"or hand {'it' if one else 'them'} to the optimizer; to keep {'it' if one else 'them'} fixed, "
-                f"requires_grad_(False) (their gradients cost a backward for nothing)")
+        it = "it" if one else "them"
+        return (f"{what} not the model's and {over}: no optimizer updates {it}. Register {it} on the model (a "
+                f"module's attribute) or hand {it} to the optimizer; to keep {it} fixed, requires_grad_(False) (their "
+                f"gradients cost a backward for nothing)")
 
     def _close(self) -> dict[int, tuple[str, SourceLine | None, nn.Module]]:
         registrations, self._registrations = self._registrations, None

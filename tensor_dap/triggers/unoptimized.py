@@ -31,6 +31,7 @@ class Followed:
     def __init__(self) -> None:
         self._kept: list[tuple[str, torch.Tensor, torch.Tensor, int]] = []  # (name, parameter, its sample, updates)
         self.updates = 0  # of the watched model so far (counted while it looks for a GradScaler: enough here)
+        self.over = 0  # the updates the parameters ``unchanged`` named last went through unchanged
 
     def add(self, name: str, p: torch.Tensor) -> None:
         if len(self._kept) < MAX_SUSPECTS:
@@ -40,10 +41,11 @@ class Followed:
     def unchanged(self) -> list[str]:
         """The names of those whose sample is what it was ``UPDATES_AFTER`` updates later; nothing is followed after."""
         with torch.no_grad():
-            still = [name for name, p, then, at in self._kept
+            still = [(name, at) for name, p, then, at in self._kept
                      if self.updates - at >= UPDATES_AFTER and torch.equal(spread(p, SAMPLE), then)]
         self._kept = []
-        return still
+        self.over = self.updates - min((at for _, at in still), default=self.updates)  # updates they outlasted
+        return [name for name, _ in still]
 
 
 def listed(names: list[str]) -> str:
@@ -68,14 +70,15 @@ class Unoptimized:
             if p.requires_grad and p.grad is not None and id(p) not in held:
                 self._followed.add(name, p)
 
-    def at_end(self) -> str | None:
+    def unchanged(self) -> str | None:
         """The parameters that had a gradient and are unchanged since the first update; None when there are none."""
         still = self._followed.unchanged()
         if not still:
             return None
         names = listed(still)
         one = len(still) == 1
-        return (f"{len(still)} parameter{'' if one else 's'} ({names}) got gradients and never changed: "
+        return (f"{len(still)} parameter{'' if one else 's'} ({names}) got gradients and never changed over "
+                f"{self._followed.over} updates: "
                 f"{'it is' if one else 'they are'} in no param group of {self._optimizer}, the optimizer that "
                 f"updates the model. A layer replaced after the optimizer was made, or an optimizer given part of "
                 f"the model? Make the optimizer from the final model's parameters; to freeze "

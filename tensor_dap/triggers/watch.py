@@ -97,9 +97,9 @@ class watch(Investigation, LoopSteps, CrashExplanation):
         self._window: Window | None | bool = None  # False: no window until the next read (too large)
         self._stepper = optimizer  # the optimizer that steps (found by the hook when not given)
         self._latched = False
-        self._silent = SilentChecks(self._inner)  # what a loop gets wrong with no error: eval mode, stale optimizer
         self._history: deque[Any] = deque(maxlen=LOSS_HISTORY)
         self._aftermath = Aftermath(type(self._inner).__name__)
+        self._silent = SilentChecks(self._inner, self._aftermath.at_end)  # what a loop gets wrong with no error
         self._watched = 0  # steps seen, for the end-of-run count
         self._scaler_probes = 0
         # RNG states cost microseconds to copy; a step that does not draw from a stream leaves it as
@@ -184,7 +184,7 @@ class watch(Investigation, LoopSteps, CrashExplanation):
             # a step that raised in the optimizer's hook did not end: it counts too
             self._aftermath.summary(self._watched + (self._aftermath.through >= self.step_count))
             self._guard(self._aftermath.flat, list(self._history))
-            self._guard(self._silent.at_end, self._aftermath.at_end)
+            self._guard(self._silent.at_end)
 
     def begin_forward(self, module: torch.nn.Module, args: Any) -> None:
         """Capture the model's forward already running (a watch attached from inside it: ``attach``, from

@@ -121,7 +121,8 @@ def test_layers_in_a_plain_list_are_said_at_the_end_with_the_list(capfd):
     assert torch.equal(model.blocks[0].weight, before)  # what the line says: never trained
     assert ("tensor_dap.watch(PlainList): 4 parameters (PlainList.blocks[0].weight, PlainList.blocks[0].bias, "
             "PlainList.blocks[1].weight, PlainList.blocks[1].bias) the loss depends on are outside the model's "
-            "parameters and never changed: PlainList.blocks is a plain Python list, whose layers") in err, err
+            "parameters and never changed over 3 updates: PlainList.blocks is a plain Python list, whose layers"
+            ) in err, err
     assert "nn.ModuleList" in err
     assert "built anew" not in err  # the same layers every step
 
@@ -130,7 +131,8 @@ def test_a_parameter_outside_the_model_that_nothing_updates_is_said(capfd):
     temperature = nn.Parameter(torch.ones(()))
     _train(nn.Sequential(nn.Linear(8, 4)), extra=[temperature])
     err = _err(capfd)
-    assert ("1 parameter (a Parameter of shape []) the loss depends on is not the model's and never changed: "
+    assert ("1 parameter (a Parameter of shape []) the loss depends on is not the model's and never changed over 3 "
+            "updates: "
             "no optimizer updates it") in err, err
 
 

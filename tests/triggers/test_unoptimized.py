@@ -44,7 +44,8 @@ def test_a_head_replaced_after_the_optimizer_was_made_is_named(capfd):
     _train(model, [optimizer], optimizer)
     err = _end_lines(capfd)
     assert torch.equal(model[2].weight, before)  # what the line says: it never changed
-    assert ("tensor_dap.watch(Sequential): 2 parameters (2.weight, 2.bias) got gradients and never changed: they "
+    assert ("tensor_dap.watch(Sequential): 2 parameters (2.weight, 2.bias) got gradients and never changed over 6 "
+            "updates: they "
             "are in no param group of Adam") in err, err
     assert "set requires_grad_(False)" in err
 
@@ -82,3 +83,20 @@ def test_what_is_kept_of_a_parameter_is_bounded():
     assert torch.equal(sample, flat[:: flat.numel() // unoptimized.SAMPLE][: unoptimized.SAMPLE])  # spread over it
     transposed = big.detach().t()  # strides of another order: no flattened copy, the same logical order
     assert torch.equal(finite.spread(transposed, 10), transposed.reshape(-1)[::100000][:10])
+
+
+def test_a_long_run_is_told_at_its_twentieth_update_not_at_its_end(capfd):
+    model = _model()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    model[2] = nn.Linear(16, 2)
+    gen = torch.Generator().manual_seed(1)
+    said_by_step = {}
+    with tensor_dap.watch(model, optimizer, on="raise"):
+        for step in range(24):
+            loss = F.cross_entropy(model(torch.randn(16, 8, generator=gen)), torch.randint(0, 2, (16,), generator=gen))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            said_by_step[step] = "never changed over" in capfd.readouterr().err
+    assert [s for s, said in said_by_step.items() if said] == [19]  # at the 20th update, and only then
+    assert "never changed" not in _end_lines(capfd)  # not again at the end
