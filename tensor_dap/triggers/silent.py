@@ -4,8 +4,9 @@ Each is looked at where it costs nothing a step: the model's mode at each update
 ``eval_mode``); the graph of the first loss handed to ``backward()`` (a loss given what it computes itself,
 ``loss_misuse``; parameters the model does not hold, ``stray_params``, and then the second loss's; the targets of
 the first few, ``one_class_batches``); at the first updates only, the parameters the optimizer does not hold
-(``unoptimized``), updates that find no gradient (``step_order``) or unclipped gradients (``clip_order``) and
-gradients carried into the next step (``zero_grad``); at the end of the run, what those found.
+(``unoptimized``), updates that find no gradient (``step_order``) or unclipped gradients (``clip_order``),
+gradients carried into the next step (``zero_grad``) and units a constant initialization keeps identical
+(``symmetric``); at the 20th update or the end of the run, what those found.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import eval_mode
+from . import eval_mode, symmetric
 from .aftermath import say
 from .clip_order import ClipOrder
 from .loss_misuse import misuse
@@ -81,6 +82,8 @@ class SilentChecks:
         self._clip_order.updating(update, params)
         if update < CHECKS:
             self._zero_grad.updating(params, step)
+        if update == symmetric.AT:
+            symmetric.say_once(model, say)
         if update == SCALER_PROBE_STEPS - 1:  # the last update looked at: a long run need not wait for its end
             self._unchanged(final=False)
 
