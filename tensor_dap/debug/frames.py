@@ -8,9 +8,11 @@ localization names the first user frame as the source line of an op.
 
 from __future__ import annotations
 
+import io
 import linecache
 import os
 import sys
+import tokenize
 from types import FrameType
 from typing import Any, Callable, NamedTuple, Optional, Union
 
@@ -50,6 +52,20 @@ class SourceLine(NamedTuple):
             return linecache.getline(self.file, self.line).strip()
         except Exception:  # noqa: BLE001 - an unreadable file just has no text
             return ""
+
+    @property
+    def code(self) -> str:
+        """The line's code, its trailing comment left out (where the line tokenizes alone)."""
+        text = self.text
+        if "#" not in text:
+            return text
+        try:
+            for token in tokenize.generate_tokens(io.StringIO(text).readline):
+                if token.type == tokenize.COMMENT:
+                    return text[:token.start[1]].rstrip()
+        except (tokenize.TokenError, SyntaxError):  # a line inside a bracket left open above: as it is
+            pass
+        return text
 
     def __str__(self) -> str:
         return f"{os.path.basename(self.file)}:{self.line}"

@@ -161,7 +161,7 @@ def _built_text(built: dict[tuple[str, SourceLine | None], set[int]]) -> str:
     """What the layers built inside a step are: each kind with its line and how many were built there."""
     parts = []
     for (kind, line), modules in sorted(built.items(), key=lambda item: (-len(item[1]), item[0][1] or ()))[:4]:
-        at = f" at {line} `{line.text}`" if line is not None else ""
+        at = f" at {line} `{line.code}`" if line is not None else ""
         parts.append(f"{kind} ×{len(modules)}{at}")
     return (f"the loss depends on layers built anew in every step ({'; '.join(parts)}): each starts from new random "
             f"weights that no optimizer holds, so they never train (and state_dict() leaves them out); build the "

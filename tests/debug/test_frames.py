@@ -8,7 +8,7 @@ import types
 
 import torch
 
-from tensor_dap.debug.frames import CallSites, site_line, user_line
+from tensor_dap.debug.frames import CallSites, SourceLine, site_line, user_line
 
 
 def _compile(source: str, filename: str) -> types.FunctionType:
@@ -96,3 +96,12 @@ def test_a_trigger_s_traceback_ends_on_the_users_line():
     except ValueError:
         text = collapsed_traceback(*sys.exc_info()[1:])
     assert "tensor_dap/triggers/" in text.split("ValueError")[0]  # the frame that raised stays
+
+
+def test_a_lines_code_leaves_its_trailing_comment_out(tmp_path):
+    source = tmp_path / "model.py"
+    source.write_text('out = layer(x)  # [batch, dim]\ntext = "a # not a comment"  # a comment\n'
+                      'call(a,  # the bracket closes below\n      b)\nplain = 1\n')
+    assert [SourceLine(str(source), n).code for n in range(1, 6)] == [
+        "out = layer(x)", 'text = "a # not a comment"', "call(a,", "b)", "plain = 1"]
+    assert SourceLine(str(source), 1).text == "out = layer(x)  # [batch, dim]"  # the line itself keeps it
