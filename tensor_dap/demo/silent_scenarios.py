@@ -50,7 +50,6 @@ def stale_optimizer(ctx: Context) -> Outcome:
     import torch
     from torch import nn
 
-
     model = DemoNet()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     model.head = nn.Linear(HIDDEN, CLASSES)  # BUG: the optimizer still holds the old head's parameters
@@ -86,7 +85,6 @@ def layer_in_forward(ctx: Context) -> Outcome:
     """A head built inside ``forward``: ``nn.Linear(...)(h)`` makes new random weights at every call."""
     import torch
     from torch import nn
-
 
     class HeadInForward(DemoNet):
         def forward(self, x: torch.Tensor) -> torch.Tensor:

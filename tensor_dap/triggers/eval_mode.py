@@ -50,17 +50,24 @@ def _differs(module: nn.Module) -> bool:
     return False
 
 
+def _effects(layers: Counter[str], *, dropout: str, norm: str) -> list[str]:
+    """What the mode changes in ``layers`` (``mode_dependent``'s), told as ``dropout`` and ``norm`` say it."""
+    effects = []
+    if any("Dropout" in name or name == "MultiheadAttention" for name in layers):
+        effects.append(dropout)
+    if any("Norm" in name for name in layers):
+        effects.append(norm)
+    return effects
+
+
 def line(model_name: str, step: int, layers: Counter[str]) -> str:
     """What the user reads, once: ``its 2 Dropout and 1 BatchNorm1d act as in evaluation ...``."""
     kinds = [f"{n} {name}" for name, n in layers.most_common(4)]
     if len(layers) > 4:
         kinds.append(f"{plural(len(layers) - 4, 'more kind')} of layer")
     named = kinds[0] if len(kinds) == 1 else f"{', '.join(kinds[:-1])} and {kinds[-1]}"
-    effects = []
-    if any("Dropout" in name or name == "MultiheadAttention" for name in layers):
-        effects.append("dropout is off")
-    if any("Norm" in name for name in layers):
-        effects.append("batch norm uses its running statistics and stops updating them")
+    effects = _effects(layers, dropout="dropout is off",
+                       norm="batch norm uses its running statistics and stops updating them")
     acts = "acts" if sum(layers.values()) == 1 else "act"
     return (f"tensor_dap: {model_name} is in eval mode at the update of step {step}, so its {named} {acts} as in "
             f"evaluation while it trains ({'; '.join(effects)}): model.eval() for a validation with no model.train() "
@@ -94,12 +101,9 @@ class EvaluatedInTrainMode:
         if not layers:
             return
         kinds = ", ".join(f"{n} {name}" for name, n in layers.most_common(4))
-        effects = []
-        if any("Dropout" in name or name == "MultiheadAttention" for name in layers):
-            effects.append("dropout drops activations")
-        if any("Norm" in name for name in layers):
-            effects.append("batch norm normalizes with each batch's statistics and moves its running statistics "
-                           "toward these batches")
+        effects = _effects(layers, dropout="dropout drops activations",
+                           norm="batch norm normalizes with each batch's statistics and moves its running statistics "
+                                "toward these batches")
         say(f"tensor_dap: {type(self.model).__name__} ran {EVAL_FORWARDS} forwards in a row under torch.no_grad() in "
             f"train mode, so its {kinds} act as in training ({'; '.join(effects)}): an evaluation without "
             f"model.eval()? Call model.eval() before it and model.train() after (said once)")

@@ -34,9 +34,9 @@ class SilentChecks:
     def __init__(self, model: torch.nn.Module, line: Callable[[str | None], None]) -> None:
         self._line = line  # says a line of the watch's (nothing for None): parameters that never changed
         self.eval_said = False  # an update in eval mode was looked at (said, where the mode changes anything)
-        self._followed = Followed(), Followed()
-        self._unoptimized = Unoptimized(self._followed[0])
-        self._strays = StrayParams(model, say, self._followed[1])
+        self._updates = 0  # the updates seen so far (up to the last early_update looks at)
+        self._unoptimized = Unoptimized(Followed(lambda: self._updates))
+        self._strays = StrayParams(model, say, Followed(lambda: self._updates))
         self._zero_grad = MissingZeroGrad(say)
         self._gradless = GradlessUpdates(say)
         self._clip_order = ClipOrder(say)
@@ -76,8 +76,7 @@ class SilentChecks:
         computes its gradients inside ``step()``)."""
         if update == 0:
             self._unoptimized.first_update(model, optimizer)
-        for followed in self._followed:
-            followed.updates += 1
+        self._updates = update + 1
         self._gradless.updating(update, model, optimizer, params, closure)
         self._clip_order.updating(update, params)
         if update < CHECKS:

@@ -7,8 +7,9 @@ parameters that ``model.parameters()`` leaves out (and with it the optimizer, ``
 they never train, the rest of the model learns around them, and nothing errors. ``watch`` reads the first
 loss's graph once for parameters the model does not hold. Only when it finds some, the module constructions of
 the next step are recorded (torch's global parameter-registration hook, for that one step) to tell a layer
-built in ``forward``, said with its line at the second ``backward()``, from one kept elsewhere, followed to the
-end of the run and said there if it never changed (another optimizer may update it: a GAN's discriminator).
+built in ``forward``, said with its line at the second ``backward()``, from one kept elsewhere, followed and said
+at the 20th update (or the end of a shorter run) if it never changed (another optimizer may update it: a GAN's
+discriminator).
 """
 
 from __future__ import annotations

@@ -5,13 +5,13 @@ or given part of the model (``SGD(model.head.parameters())``) while the rest sti
 falls (the optimized part learns), nothing crashes, and the other parameters stay as they were, their
 gradients computed for nothing. At the first update ``watch`` sees, the model's parameters that have a gradient
 and are in none of the optimizer's groups are noted, with a sample of their values (another optimizer may
-update them: a GAN's, a second optimizer for the head); at the end of the run, those whose sample never
-changed are said. Nothing is added to later steps.
+update them: a GAN's, a second optimizer for the head); at the 20th update (or the end of a shorter run), those
+whose sample never changed are said. Nothing is added to later steps.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -24,27 +24,28 @@ UPDATES_AFTER = 2  # updates of the watched model after a parameter was noted be
 
 
 class Followed:
-    """Parameters followed from when they were noted to the end of the run: a bounded sample of each, kept, and how
-    many updates of the watched model came after (a run that crashed, or ended, before those had a chance to
+    """Parameters followed from when they were noted until they are looked at again: a bounded sample of each, kept,
+    and how many updates of the watched model came after (a run that crashed, or ended, before those had a chance to
     change them says nothing)."""
 
-    def __init__(self) -> None:
+    def __init__(self, updates: Callable[[], int]) -> None:
         self._kept: list[tuple[str, torch.Tensor, torch.Tensor, int]] = []  # (name, parameter, its sample, updates)
-        self.updates = 0  # of the watched model so far (counted while it looks for a GradScaler: enough here)
+        self._updates = updates  # the watched model's updates so far (counted while it looks for a GradScaler)
         self.over = 0  # the updates the parameters ``unchanged`` named last went through unchanged
 
     def add(self, name: str, p: torch.Tensor) -> None:
         if len(self._kept) < MAX_SUSPECTS:
             with torch.no_grad():
-                self._kept.append((name, p, spread(p, SAMPLE), self.updates))
+                self._kept.append((name, p, spread(p, SAMPLE), self._updates()))
 
     def unchanged(self) -> list[str]:
         """The names of those whose sample is what it was ``UPDATES_AFTER`` updates later; nothing is followed after."""
+        now = self._updates()
         with torch.no_grad():
             still = [(name, at) for name, p, then, at in self._kept
-                     if self.updates - at >= UPDATES_AFTER and torch.equal(spread(p, SAMPLE), then)]
+                     if now - at >= UPDATES_AFTER and torch.equal(spread(p, SAMPLE), then)]
         self._kept = []
-        self.over = self.updates - min((at for _, at in still), default=self.updates)  # updates they outlasted
+        self.over = now - min((at for _, at in still), default=now)  # updates they outlasted
         return [name for name, _ in still]
 
 
@@ -54,7 +55,7 @@ def listed(names: list[str]) -> str:
 
 
 class Unoptimized:
-    """The parameters noted at the first update, and the line for the end of the run."""
+    """The parameters noted at the first update, and the line said when they are looked at again."""
 
     def __init__(self, followed: Followed) -> None:
         self._followed = followed

@@ -96,4 +96,3 @@ def _untouched(param: torch.Tensor, grad: torch.Tensor, version: int, values: to
             bool(values.any())
     except Exception:  # noqa: BLE001 - a gradient we cannot read again: not told
         return False
-
