@@ -9,6 +9,7 @@ train, are not saved, and stay on the CPU when the model moves to a GPU. Read fr
 from __future__ import annotations
 
 import functools
+import itertools
 from typing import Any, NamedTuple
 
 MODULES = 10_000  # modules looked through, at most
@@ -47,7 +48,7 @@ def unregistered(model: Any) -> list[Unregistered]:
             holder = f"{path or type(model).__name__}.{attr}"
             items: Any = value.items() if isinstance(value, dict) else enumerate(value)
             params = []
-            for key, item in list(items)[:ITEMS]:
+            for key, item in itertools.islice(items, ITEMS):  # a list of a million samples: its first only
                 named = [("", item)] if isinstance(item, nn.Parameter) else (
                     item.named_parameters() if isinstance(item, nn.Module) else [])
                 params += [(f"{holder}[{key!r}]{'.' + name if name else ''}", p) for name, p in named

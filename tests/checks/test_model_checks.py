@@ -362,3 +362,14 @@ def test_registered_containers_are_not_named():
     model[0](torch.randn(2, 4)).sum().backward()
     assert not any("plain Python" in f.message for f in check_gradients(model).findings)
     assert not any("plain Python" in f.message for f in check_devices(model, torch.randn(2, 4)).findings)
+
+
+def test_a_huge_plain_list_on_the_model_is_read_up_to_its_budget():
+    from tensor_dap.probe import unregistered
+
+    model = ListedBlocks()
+    model.samples = list(range(5_000_000))  # a dataset kept on the model: numbers, not layers
+    model.more = [nn.Linear(2, 2) for _ in range(unregistered.ITEMS + 5)]
+    found = {g.holder: g for g in unregistered.unregistered(model)}
+    assert "ListedBlocks.samples" not in found
+    assert len(found["ListedBlocks.more"].params) == 2 * unregistered.ITEMS  # the first ITEMS layers' only
