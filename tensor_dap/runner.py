@@ -18,6 +18,11 @@ from typing import Any, Optional
 from .errors import UsageError
 
 OnCrash = Callable[[BaseException], int]
+# The program's code objects live as long as the process, as under python itself (whose __main__ outlives the
+# script): torch's profiler names Python frames by pointers into their code objects and reads them after the
+# run, and names of code freed by then came back as garbage (pytorch/pytorch#136040), losing the whole window.
+# A module's code object holds every function compiled from its file (co_consts), so one per run is enough.
+_KEPT_CODE: list[Any] = []
 
 
 class ScriptNotFound(UsageError):
@@ -79,7 +84,7 @@ def run(target: Target, argv: Sequence[str], on_crash: Optional[OnCrash] = None,
     sys.path.insert(0, folder)
     try:
         if target.module:  # alter_sys: sys.argv[0] becomes the module's file, as with python -m
-            runpy.run_module(target.module, run_name="__main__", alter_sys=True)
+            _run_module(target.module)
         else:
             _run_script(target.path or "")
         return 0
@@ -104,6 +109,18 @@ def run(target: Target, argv: Sequence[str], on_crash: Optional[OnCrash] = None,
             sys.path.pop(0)
 
 
+def _run_module(name: str) -> None:
+    """``runpy.run_module(name, run_name="__main__", alter_sys=True)``, keeping the module's code object: runpy's
+    own two steps (stable since Python 3.4), or run_module itself where they are gone."""
+    details, run_code = getattr(runpy, "_get_module_details", None), getattr(runpy, "_run_module_code", None)
+    if details is None or run_code is None:
+        runpy.run_module(name, run_name="__main__", alter_sys=True)
+        return
+    _, spec, code = details(name)
+    _KEPT_CODE.append(code)
+    run_code(code, None, "__main__", spec)
+
+
 def _run_script(path: str) -> None:
     """Run a script file as ``__main__``: what runpy.run_path does, minus resetting ``sys.argv[0]`` to the path
     (python keeps it as typed while ``__file__`` is absolute). Zip applications still go to runpy."""
@@ -116,6 +133,7 @@ def _run_script(path: str) -> None:
         return
     with io.open_code(path) as f:
         code = compile(f.read(), path, "exec", dont_inherit=True)
+    _KEPT_CODE.append(code)
     main = types.ModuleType("__main__")
     main.__dict__.update(__file__=path, __cached__=None, __loader__=None, __package__=None, __spec__=None)
     saved = sys.modules.get("__main__")

@@ -58,3 +58,34 @@ def test_missing_targets_are_usage_errors(tmp_path, monkeypatch):
         runner.script_target(None)
     with pytest.raises(UsageError, match="no module named 'nope_not_here'"):
         runner.module_target("nope_not_here")
+
+
+KEEPS_ITS_CODE = '''
+import sys, weakref, sink
+def step():
+    return sys._getframe().f_code
+sink.refs += [weakref.ref(sys._getframe().f_code), weakref.ref(step())]
+if "--crash" in sys.argv:
+    raise ValueError("boom")
+'''
+
+
+@pytest.mark.parametrize("how", ["script", "module", "crash"])
+def test_the_programs_code_outlives_its_run(tmp_path, monkeypatch, how):
+    """torch's profiler reads Python frame names from their code objects after the program has ended: code freed
+    by then came back as garbage (pytorch/pytorch#136040) and lost a window's every event, in about one loaded run
+    in forty. The module's code (and every function in it) lives on, as python's own __main__ does."""
+    import gc
+    import types
+
+    sink = types.ModuleType("sink")
+    sink.refs = []
+    monkeypatch.setitem(sys.modules, "sink", sink)
+    monkeypatch.chdir(tmp_path)
+    _script(tmp_path, KEEPS_ITS_CODE, "keeps_code.py")
+    target = runner.module_target("keeps_code") if how == "module" else runner.script_target("keeps_code.py")
+    code = runner.run(target, ["--crash"] if how == "crash" else [], on_crash=lambda exc: 5)
+    assert code == (5 if how == "crash" else 0)
+    gc.collect()
+    assert len(sink.refs) == 2 and all(ref() is not None for ref in sink.refs), sink.refs
+    assert {ref().co_name for ref in sink.refs} == {"<module>", "step"}

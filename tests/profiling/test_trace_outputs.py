@@ -157,8 +157,8 @@ def test_memory_sites_are_lines_of_the_program(train_script, tmp_path):
     assert data["outside_program_bytes"] > 0  # tensor_dap's and the interpreter's own live bytes, counted apart
     assert "outside the program's lines" in " ".join(r.stderr.split())
     torch_sites = data["torch_cpu"]["sites"]  # autograd's allocations: the backward of the function that ran the model
-    assert any(s.get("backward") and s["function"] == "train_step" for s in torch_sites), torch_sites
-    assert any(not s.get("backward") and s["function"] == "train_step" for s in torch_sites), torch_sites
+    assert any(s.get("backward") and s["function"] == "train_step" for s in torch_sites), (torch_sites, r.stderr)
+    assert any(not s.get("backward") and s["function"] == "train_step" for s in torch_sites), (torch_sites, r.stderr)
     assert "train_step (backward)" in r.stderr
 
 
