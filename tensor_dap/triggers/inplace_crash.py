@@ -7,37 +7,43 @@ tensor. The usual cause is an ``optimizer.step()`` in between: a GAN stepping it
 generator's ``backward()`` through it, or a loop calling ``step()`` before ``backward()``. While ``watch`` listens
 to ``backward()``, such an error is matched against the parameters the failing loss's graph holds (its shape, or
 the transpose torch saved, and its version counter now), which are named with the watched model and optimizer that
-hold them. The explanation is added to the error (a note under its message; on Python < 3.11 a line before it).
+hold them. When it is an activation instead (``nn.ReLU(inplace=True)`` after a sigmoid, ``x += y`` on a tensor an
+op saved), the unchanged loop's forward that made the loss is run again watching every op's version counters
+(``inplace_origin``): the op that changed it and its line are named, or, when the model's forward changes nothing,
+the code between the model's output and ``backward()`` is. The explanation is added to the error (a note under
+its message; on Python < 3.11 a line before it).
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import sys
 from typing import Any
 
 from torch import nn
 
-from ..debug.frames import user_frame
+from ..debug.frames import stand_in, user_frame
+from ..nested import map_tensors
+from ..state import restore_rng
 from . import active
+from .inplace_origin import Mutation, Wanted, find
+from .ops import forward_name
 from .optimizer_call import param_ids
 from .stray_params import graph_params
 
 log = logging.getLogger("tensor_dap.triggers")
 
-_SHAPE = re.compile(r"\[torch\.\w+ \[([\d, ]*)\]\]")
-_VERSION = re.compile(r"is at version (\d+); expected version (\d+)")
-
-
 def explain(loss: Any, error: BaseException) -> str | None:
-    """The parameter that ``error`` (from ``backward()`` on ``loss``) is about and what changed it, or None."""
-    text = str(error)
-    shape, version = _SHAPE.search(text), _VERSION.search(text)
-    if "modified by an inplace operation" not in text or shape is None or version is None:
+    """The tensor that ``error`` (from ``backward()`` on ``loss``) is about and what changed it, or None."""
+    wanted = Wanted.parse(str(error))
+    if wanted is None:
         return None
-    size = tuple(int(n) for n in shape.group(1).replace(" ", "").split(",") if n)
-    now, then = int(version.group(1)), int(version.group(2))
+    return _parameter(loss, wanted) or _activation(loss, wanted)
+
+
+def _parameter(loss: Any, wanted: Wanted) -> str | None:
+    """A parameter of the loss's graph with the error's shape (or its transpose) and version: an update changed it."""
+    size, now, then = wanted.shape, wanted.now, wanted.expected
     params = graph_params(loss)
     found = [p for p in params if p._version == now and size in (tuple(p.shape), tuple(p.shape)[::-1])]
     if not found:
@@ -53,6 +59,62 @@ def explain(loss: Any, error: BaseException) -> str | None:
         text += ("; in a GAN, run the generator's backward() before the discriminator's step(), or compute the "
                  "generator's loss from a new forward through the discriminator after its step")
     return text
+
+
+def _activation(loss: Any, wanted: Wanted) -> str | None:
+    """The op that changed the tensor, found by re-running the unchanged loop's forward that made ``loss``."""
+    mutation: Mutation | None = None
+    ran = False
+
+    def run(model: nn.Module, f: Any) -> None:
+        nonlocal mutation
+        mutation = find(lambda: _forward_again(model, f), wanted)
+
+    for w in active.watches():
+        if hasattr(w, "rerun_forward") and w.rerun_forward(loss, run):
+            ran = True
+            if mutation is not None:
+                break
+    what = _what(wanted, mutation)
+    if mutation is not None:
+        where = f" at {_quoted(mutation.line)}" if mutation.line is not None else ""
+        return (f"the tensor backward() needs is {what}, changed in place by {mutation.op}{where} before backward() "
+                f"used it (its version went from {wanted.expected} to {wanted.now}; found by re-running this step's "
+                f"forward): {mutation.fix}")
+    if not ran:
+        return None
+    return (f"the tensor backward() needs is {what}, changed in place before backward() used it (its version went "
+            f"from {wanted.expected} to {wanted.now}). Re-running this step's forward changes nothing in place, so "
+            "the op is in the code between the model's output and backward() (an x += ..., x[...] = ..., a method "
+            "ending in _, or inplace=True there): make it out of place")
+
+
+def _what(wanted: Wanted, mutation: Mutation | None) -> str:
+    shape = list(wanted.shape)
+    if wanted.node is None:
+        return f"a tensor {shape} that no op of the graph made (an input or a buffer)"
+    made_by = (mutation.made_by if mutation is not None else None) or forward_name(wanted.node)
+    at = f" at {_quoted(mutation.made_at)}" if mutation is not None and mutation.made_at is not None else ""
+    return f"the output of {made_by} {shape}{at}"
+
+
+def _quoted(line: Any) -> str:
+    return f"{line} (`{line.code}`)" if line.code else str(line)
+
+
+def _forward_again(model: nn.Module, f: Any) -> Any:
+    """The step's forward on copies of its inputs (one it changes in place must not be changed twice)."""
+    args, kwargs = map_tensors((f.args, f.kwargs), _copy)
+    restore_rng(f.rng)  # the step's dropout masks: the same ops run on the same values
+    return model(*args, **kwargs)
+
+
+def _copy(t: Any) -> Any:
+    return t.detach().clone().requires_grad_(t.requires_grad)
+
+
+# the user's line above a re-run forward is the line that called the model in the step
+stand_in(_forward_again.__code__, lambda frame: getattr(frame.f_locals.get("f"), "call", None))
 
 
 def _named(param: nn.Parameter) -> tuple[str, Any]:

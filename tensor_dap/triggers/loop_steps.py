@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..state import kept
 from .capture import StepContext, loss_of
 from .forwards import loss_value, replay_forwards
 from .loss_tap import listen, scaling
@@ -250,6 +251,22 @@ class LoopSteps:
         self._unstepped(self.step_count, self._loop_context())
         self.step_count += 1
         self._watched += 1
+
+    def rerun_forward(self, loss: torch.Tensor, run: Callable[[torch.nn.Module, Any], Any]) -> bool:
+        """``run(model, forward)`` on the unchanged loop's forward whose loss is ``loss``, with this watch's
+        captures off and its buffers, gradients and RNG states put back after; False when no forward of this
+        step made ``loss`` (``w.step``, another model's loss)."""
+        loop = self._loop
+        f = next((g for g in reversed(loop.forwards) if g.loss_tensor is loss), None) if loop is not None else None
+        if f is None or self._rerunning:
+            return False
+        with kept(self._params, self._buffers, params_too=False):
+            self._rerunning, loop.enabled = True, False
+            try:
+                run(loop.model, f)
+            finally:
+                self._rerunning, loop.enabled = False, True
+        return True
 
 
 def summed(losses: list[torch.Tensor]) -> torch.Tensor:

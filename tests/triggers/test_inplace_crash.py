@@ -74,11 +74,99 @@ def test_step_before_backward_on_one_model_is_told_without_the_gan_advice(capfd)
     assert "GAN" not in text
 
 
-def test_an_activation_changed_in_place_is_left_to_torchs_own_message(capfd):
+def test_an_activation_changed_in_place_outside_the_model_is_said_to_be_there(capfd):
+    """The unchanged loop re-runs the model's forward only: when that changes nothing in place, the op is in the
+    loss computation, and the note says so rather than naming a line it did not see."""
     layer = nn.Linear(4, 4)
     with pytest.raises(RuntimeError, match="inplace") as caught, tensor_dap.watch(layer, on="raise"):
         out = torch.sigmoid(layer(torch.randn(2, 4)))
-        out.add_(1)  # sigmoid saved its output: not a parameter, nothing to add
+        out.add_(1)  # sigmoid saved its output: not a parameter, and not in the model
         out.sum().backward()
+    text = _explanation(caught.value, capfd)
+    assert "the tensor backward() needs is the output of sigmoid [2, 4], changed in place before backward()" in text
+    assert "Re-running this step's forward changes nothing in place" in text
+    assert "between the model's output and backward()" in text
+
+
+def test_w_step_leaves_an_activation_to_torchs_own_message(capfd):
+    """``w.step`` re-runs whole steps, not forwards: nothing is re-run inside a crashing backward()."""
+    layer = nn.Linear(4, 4)
+
+    def step(x):
+        out = torch.sigmoid(layer(x))
+        out.add_(1)
+        out.sum().backward()
+
+    with pytest.raises(RuntimeError, match="inplace") as caught, tensor_dap.watch(layer, on="raise") as w:
+        w.step(step, torch.randn(2, 4))
     assert not getattr(caught.value, "__notes__", None)
     assert "tensor_dap: the tensor backward() needs" not in capfd.readouterr().err
+
+
+class Gated(nn.Module):
+    """A small attention-like block with the in-place bug chosen by ``bug``."""
+
+    def __init__(self, bug: str):
+        super().__init__()
+        self.bug = bug
+        self.proj = nn.Linear(8, 8)
+        self.norm = nn.BatchNorm1d(8)
+        self.drop = nn.Dropout(0.5)
+        self.act = nn.ReLU(inplace=True)
+        self.out = nn.Linear(8, 3)
+
+    def forward(self, x):
+        h = self.drop(self.norm(self.proj(x)))
+        if self.bug == "relu-after-sigmoid":
+            h = torch.sigmoid(h)
+            h = self.act(h)  # LINE relu-after-sigmoid
+        elif self.bug == "masked-softmax":
+            scores = torch.softmax(h @ h.T, dim=-1)
+            scores.masked_fill_(torch.eye(len(x), dtype=torch.bool), 0.0)  # LINE masked-softmax
+            h = scores @ h
+        elif self.bug == "view":
+            h = torch.exp(h)
+            h.view(-1)[:4].zero_()  # LINE view
+        elif self.bug == "batch":
+            h = self.proj(x)  # saves x for its weight's gradient
+            x /= 2  # LINE batch
+        return self.out(h)
+
+
+def _line_of(marker: str) -> int:
+    import inspect
+
+    lines, start = inspect.getsourcelines(Gated.forward)
+    return start + next(i for i, text in enumerate(lines) if f"# LINE {marker}" in text)
+
+
+@pytest.mark.parametrize("bug, what, op, fix", [
+    ("relu-after-sigmoid", "the output of sigmoid [6, 8]", "relu (inplace=True)", "without inplace=True"),
+    ("masked-softmax", "the output of softmax [6, 6]", "masked_fill_", "use masked_fill and keep its result"),
+    ("view", "the output of exp [6, 8]", "zero_", "x = x.clone()"),
+    ("batch", "a tensor [6, 8] that no op of the graph made (an input or a buffer)", "div_", "x = x / y"),
+])
+def test_an_activation_changed_in_place_in_the_model_is_named_with_its_line(capfd, bug, what, op, fix):
+    """Re-running the step's forward watching every op's version counters finds the op that changed the tensor
+    torch names only by its node and shape, with another forward in the same step; the program's state
+    (BatchNorm's statistics, the RNG, the batch) is as the crash left it."""
+    torch.manual_seed(0)
+    model = Gated(bug)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with tensor_dap.watch(model, optimizer, on="raise"):
+        optimizer.zero_grad()
+        model(torch.randn(6, 8)).sum()  # a forward of the same step whose loss is never backward()'d
+        x = torch.randn(6, 8)
+        loss = F.cross_entropy(model(x), torch.zeros(6, dtype=torch.long))
+        state = (torch.get_rng_state(), model.norm.running_mean.clone(), x.clone())
+        with pytest.raises(RuntimeError, match="inplace") as caught:
+            loss.backward()
+    text = _explanation(caught.value, capfd)
+    here = f"test_inplace_crash.py:{_line_of(bug)}"
+    assert f"the tensor backward() needs is {what}" in text, text
+    assert f"changed in place by {op} at {here}" in text, text
+    assert fix in text, text
+    if bug in ("relu-after-sigmoid", "masked-softmax", "view"):  # the line that made it, quoted
+        assert f"{what} at test_inplace_crash.py:{_line_of(bug) - 1} (`" in text, text
+    assert torch.equal(torch.get_rng_state(), state[0]) and torch.equal(model.norm.running_mean, state[1])
+    assert torch.equal(x, state[2])  # the re-run changed a copy of the batch, not the batch again
