@@ -32,6 +32,21 @@ class CrashReport:
     tensors: tuple[tuple[str, TensorSummary], ...]
     explanation: ShapeExplanation | None
     more_tensors: int = 0  # tensors of that frame left out past MAX_TENSORS
+    hint: str = ""  # what tensor_dap can find out about this error if run another way
+
+
+# torch's in-place error names only a node and a shape; a watch re-runs the forward to name the op and its line
+INPLACE_HINT = ("tensor_dap: run it under a watch (tensor-dap run --guard, or `with tensor_dap.watch(model, "
+                "optimizer):` around the loop) and this error names the tensor, the op that changed it in place and "
+                "its line")
+
+
+def hint_for(exc: BaseException) -> str:
+    """A way to learn more about ``exc`` that tensor_dap has and this run did not use ('' when none)."""
+    notes = " ".join(str(n) for n in getattr(exc, "__notes__", ()) or ())
+    if "modified by an inplace operation" in str(exc) and "tensor_dap:" not in notes:
+        return INPLACE_HINT
+    return ""
 
 
 def _trim(tb: Any) -> Any:
@@ -62,7 +77,8 @@ def build_report(exc: BaseException, tb: Any = None) -> CrashReport:
         explanation = explain(exc, tb)
     except Exception:
         explanation = None
-    return CrashReport(traceback=text, frame=where, tensors=rows, explanation=explanation, more_tensors=more)
+    return CrashReport(traceback=text, frame=where, tensors=rows, explanation=explanation, more_tensors=more,
+                       hint=hint_for(exc))
 
 
 def collapsed_traceback(exc: BaseException, tb: Any) -> str:

@@ -268,6 +268,8 @@ def explanation(ex: Any) -> Any:
 def crash(report: Any) -> Any:
     """The crash report: traceback, the failing frame's tensors, the shape explanation."""
     parts: list[Any] = [_log_text(report.traceback.rstrip("\n"))]
+    if getattr(report, "hint", ""):
+        parts.append(Text(report.hint, style="yellow"))
     if report.tensors:
         parts.append(Text(""))
         parts.append(Text(f"tensors in {report.frame}", style="bold"))

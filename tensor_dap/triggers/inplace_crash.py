@@ -68,7 +68,7 @@ def _activation(loss: Any, wanted: Wanted) -> str | None:
 
     def run(model: nn.Module, f: Any) -> None:
         nonlocal mutation
-        mutation = find(lambda: _forward_again(model, f), wanted)
+        mutation = find(lambda: _forward_again(model, f), wanted, model)
 
     for w in active.watches():
         if hasattr(w, "rerun_forward") and w.rerun_forward(loss, run):
@@ -77,7 +77,7 @@ def _activation(loss: Any, wanted: Wanted) -> str | None:
                 break
     what = _what(wanted, mutation)
     if mutation is not None:
-        where = f" at {_quoted(mutation.line)}" if mutation.line is not None else ""
+        where = _place(mutation.module, mutation.line)
         return (f"the tensor backward() needs is {what}, changed in place by {mutation.op}{where} before backward() "
                 f"used it (its version went from {wanted.expected} to {wanted.now}; found by re-running this step's "
                 f"forward): {mutation.fix}")
@@ -94,12 +94,14 @@ def _what(wanted: Wanted, mutation: Mutation | None) -> str:
     if wanted.node is None:
         return f"a tensor {shape} that no op of the graph made (an input or a buffer)"
     made_by = (mutation.made_by if mutation is not None else None) or forward_name(wanted.node)
-    at = f" at {_quoted(mutation.made_at)}" if mutation is not None and mutation.made_at is not None else ""
+    at = _place(mutation.made_in, mutation.made_at) if mutation is not None else ""
     return f"the output of {made_by} {shape}{at}"
 
 
-def _quoted(line: Any) -> str:
-    return f"{line} (`{line.code}`)" if line.code else str(line)
+def _place(module: str | None, line: Any) -> str:
+    """" in blocks.0.act (ReLU) at model.py:12 (`h = self.act(h)`)": the line is the user's code running it."""
+    quoted = f"{line} (`{line.code}`)" if line is not None and line.code else str(line or "")
+    return (f" in {module}" if module else "") + (f" at {quoted}" if quoted else "")
 
 
 def _forward_again(model: nn.Module, f: Any) -> Any:

@@ -10,9 +10,11 @@ Only the failing step's re-run pays for it (the program is crashing anyway).
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -60,6 +62,8 @@ class Mutation:
     line: SourceLine | None
     made_by: str | None  # the op that made the tensor, when it ran in the re-run
     made_at: SourceLine | None
+    module: str | None = None  # the innermost module running the change: "blocks.0.act (ReLU)"
+    made_in: str | None = None  # the innermost module running the op that made the tensor
 
     @property
     def fix(self) -> str:
@@ -87,7 +91,8 @@ class _Watcher(TorchFunctionMode):
         super().__init__()
         self.wanted = wanted
         self.found: Mutation | None = None
-        self._made: dict[int, tuple[Any, str, Any]] = {}
+        self._made: dict[int, tuple[Any, str, Any, str | None]] = {}
+        self.modules: list[str] = []  # the modules running now, innermost last (``_module_stack``)
 
     def __torch_function__(self, func: Callable[..., Any], types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -102,7 +107,7 @@ class _Watcher(TorchFunctionMode):
             if t._version != version and (version == self.wanted.expected or self.wanted.node is None):
                 self._check(func, kwargs, ((t, node), (base, base_node)))
         if isinstance(result, torch.Tensor) and result.grad_fn is not None and len(self._made) < MADE_MAX:
-            self._made[id(result)] = (weakref.ref(result), _name(func), call_site(sys._getframe(1)))
+            self._made[id(result)] = (weakref.ref(result), _name(func), call_site(sys._getframe(1)), self._module())
         return result
 
     def _check(self, func: Any, kwargs: dict[str, Any], candidates: tuple[tuple[Any, Any], ...]) -> None:
@@ -119,8 +124,13 @@ class _Watcher(TorchFunctionMode):
             entry = self._made.get(id(candidate))
             maker = entry if entry is not None and entry[0]() is candidate else None
             self.found = Mutation(_spelled(func, kwargs), site_line(call_site(sys._getframe(2))),
-                                  maker[1] if maker else None, site_line(maker[2]) if maker else None)
+                                  maker[1] if maker else None, site_line(maker[2]) if maker else None,
+                                  self._module(), maker[3] if maker else None)
             return
+
+
+    def _module(self) -> str | None:
+        return next((m for m in reversed(self.modules) if m), None)  # ("": the root, or not of the model)
 
 
 def _op_of(node: str) -> str:
@@ -154,9 +164,32 @@ def _spelled(func: Any, kwargs: dict[str, Any]) -> str:
     return name
 
 
-def find(run: Callable[[], Any], wanted: Wanted) -> Mutation | None:
-    """Run ``run`` (the step's forward, re-run) watching for the mutation; None when it made none."""
+def find(run: Callable[[], Any], wanted: Wanted, model: torch.nn.Module) -> Mutation | None:
+    """Run ``run`` (the step's forward of ``model``, re-run) watching for the mutation; None when it made none."""
     watcher = _Watcher(wanted)
-    with torch.enable_grad(), watcher:
+    with torch.enable_grad(), _module_stack(model, watcher.modules), watcher:
         run()
     return watcher.found
+
+
+@contextlib.contextmanager
+def _module_stack(model: torch.nn.Module, stack: list[str]) -> Iterator[None]:
+    """``stack`` holds the modules of ``model`` running, named as the NaN reports name them, while inside."""
+    # the root is left unnamed: the line named is in it
+    names = {id(m): f"{name} ({type(m).__name__})" if name else "" for name, m in model.named_modules()}
+    from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+    def entered(module: torch.nn.Module, *_: Any) -> None:
+        name = names.get(id(module))
+        stack.append(name or "")
+
+    def left(module: torch.nn.Module, *_: Any) -> None:
+        if stack:
+            stack.pop()
+
+    handles = [register_module_forward_pre_hook(entered), register_module_forward_hook(left, always_call=True)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()

@@ -194,3 +194,39 @@ def test_post_mortem_starts_in_the_users_frame_when_torch_raised():
         _quit(child)
     finally:
         child.close(force=True)
+
+
+INPLACE = '''
+import torch
+from torch import nn
+import tensor_dap
+
+model = nn.Sequential(nn.Linear(4, 8), nn.Sigmoid(), nn.ReLU(inplace=True), nn.Linear(8, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(2):
+    loss = model(torch.randn(3, 4)).sum()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+'''
+
+
+@pytest.mark.timeout(120)
+def test_an_inplace_error_says_how_to_have_its_line_named(tmp_path):
+    """Run plainly, torch's "modified by an inplace operation" gets the hint that a watch names the op and line;
+    run with --guard, the note names them and the hint is not repeated."""
+    script = tmp_path / "inplace.py"
+    script.write_text(INPLACE)
+    plain = _run("-m", "tensor_dap", "run", str(script))
+    assert plain.returncode == 1
+    err = " ".join(plain.stderr.split())
+    assert "modified by an inplace operation" in err
+    assert "tensor_dap: run it under a watch (tensor-dap run --guard" in err
+    guarded = _run("-m", "tensor_dap", "run", "--guard", str(script))
+    assert guarded.returncode == 1
+    err = " ".join(guarded.stderr.split())
+    assert "the tensor backward() needs is the output of sigmoid [3, 8]" in err, err
+    assert "the output of sigmoid [3, 8] in 1 (Sigmoid) at inplace.py:9" in err, err  # the model's call: no line in it
+    assert ("changed in place by relu (inplace=True) in 2 (ReLU) at inplace.py:9 "
+            "(`loss = model(torch.randn(3, 4)).sum()`)") in err
+    assert "run it under a watch" not in err

@@ -141,7 +141,7 @@ def _line_of(marker: str) -> int:
 
 
 @pytest.mark.parametrize("bug, what, op, fix", [
-    ("relu-after-sigmoid", "the output of sigmoid [6, 8]", "relu (inplace=True)", "without inplace=True"),
+    ("relu-after-sigmoid", "the output of sigmoid [6, 8]", "relu (inplace=True) in act (ReLU)", "without inplace=True"),
     ("masked-softmax", "the output of softmax [6, 6]", "masked_fill_", "use masked_fill and keep its result"),
     ("view", "the output of exp [6, 8]", "zero_", "x = x.clone()"),
     ("batch", "a tensor [6, 8] that no op of the graph made (an input or a buffer)", "div_", "x = x / y"),
