@@ -8,10 +8,10 @@ generator's ``backward()`` through it, or a loop calling ``step()`` before ``bac
 to ``backward()``, such an error is matched against the parameters the failing loss's graph holds (its shape, or
 the transpose torch saved, and its version counter now), which are named with the watched model and optimizer that
 hold them. When it is an activation instead (``nn.ReLU(inplace=True)`` after a sigmoid, ``x += y`` on a tensor an
-op saved), the unchanged loop's forward that made the loss is run again watching every op's version counters
-(``inplace_origin``): the op that changed it and its line are named, or, when the model's forward changes nothing,
-the code between the model's output and ``backward()`` is. The explanation is added to the error (a note under
-its message; on Python < 3.11 a line before it).
+op saved), the unchanged loop's forward that made the loss (or the ``w.step`` running) is run again watching
+every op's version counters (``inplace_origin``): the op that changed it and its line are named, or, when the
+model's forward changes nothing, the code between the model's output and ``backward()`` is. The explanation is
+added to the error (a note under its message; on Python < 3.11 a line before it).
 """
 
 from __future__ import annotations
@@ -62,26 +62,31 @@ def _parameter(loss: Any, wanted: Wanted) -> str | None:
 
 
 def _activation(loss: Any, wanted: Wanted) -> str | None:
-    """The op that changed the tensor, found by re-running the unchanged loop's forward that made ``loss``."""
+    """The op that changed the tensor, found by re-running the unchanged loop's forward that made ``loss``, or the
+    ``w.step`` running now."""
     mutation: Mutation | None = None
-    ran = False
+    rerun = ""  # what was run again: "this step's forward" (unchanged loop) or "this step" (w.step)
 
-    def run(model: nn.Module, f: Any) -> None:
-        nonlocal mutation
-        mutation = find(lambda: _forward_again(model, f), wanted, model)
+    def forward(model: nn.Module, f: Any) -> None:
+        nonlocal mutation, rerun
+        rerun, mutation = "this step's forward", find(lambda: _forward_again(model, f), wanted, model)
+
+    def step(ctx: Any) -> None:
+        nonlocal mutation, rerun
+        rerun, mutation = "this step", find(lambda: _step_again(ctx), wanted, model)
 
     for w in active.watches():
-        if hasattr(w, "rerun_forward") and w.rerun_forward(loss, run):
-            ran = True
+        model = getattr(w, "_inner", None)
+        if hasattr(w, "rerun_for") and isinstance(model, nn.Module) and w.rerun_for(loss, forward, step):
             if mutation is not None:
                 break
     what = _what(wanted, mutation)
     if mutation is not None:
         where = _place(mutation.module, mutation.line)
         return (f"the tensor backward() needs is {what}, changed in place by {mutation.op}{where} before backward() "
-                f"used it (its version went from {wanted.expected} to {wanted.now}; found by re-running this step's "
-                f"forward): {mutation.fix}")
-    if not ran:
+                f"used it (its version went from {wanted.expected} to {wanted.now}; found by re-running {rerun}): "
+                f"{mutation.fix}")
+    if rerun != "this step's forward":  # (a re-run of the whole step that finds nothing: left to torch's message)
         return None
     return (f"the tensor backward() needs is {what}, changed in place before backward() used it (its version went "
             f"from {wanted.expected} to {wanted.now}). Re-running this step's forward changes nothing in place, so "
@@ -109,6 +114,17 @@ def _forward_again(model: nn.Module, f: Any) -> Any:
     args, kwargs = map_tensors((f.args, f.kwargs), _copy)
     restore_rng(f.rng)  # the step's dropout masks: the same ops run on the same values
     return model(*args, **kwargs)
+
+
+def _step_again(ctx: Any) -> None:
+    """A ``w.step``'s function once more, on copies of its inputs: its backward() fails again (or the update is
+    refused: ``StopRerun``), after the op that changed the tensor has run."""
+    args, kwargs = map_tensors((ctx.args, ctx.kwargs), _copy)
+    restore_rng(ctx.rng)
+    try:
+        ctx.fn(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - the same error again, or the refused update (StopRerun): the op has run
+        pass
 
 
 def _copy(t: Any) -> Any:

@@ -252,20 +252,26 @@ class LoopSteps:
         self.step_count += 1
         self._watched += 1
 
-    def rerun_forward(self, loss: torch.Tensor, run: Callable[[torch.nn.Module, Any], Any]) -> bool:
-        """``run(model, forward)`` on the unchanged loop's forward whose loss is ``loss``, with this watch's
-        captures off and its buffers, gradients and RNG states put back after; False when no forward of this
-        step made ``loss`` (``w.step``, another model's loss)."""
-        loop = self._loop
+    def rerun_for(self, loss: torch.Tensor, forward: Callable[[torch.nn.Module, Any], Any],
+                  step: Callable[[StepContext], Any]) -> bool:
+        """Run again what made ``loss``: ``forward(model, f)`` on the unchanged loop's forward whose loss it is, or
+        ``step(ctx)`` on the ``w.step`` running now; with this watch's captures off, its update refused
+        (``_before_update``), and its buffers, gradients and RNG states (and parameters, where no optimizer was seen
+        updating them) put back after. False when neither made ``loss`` or a re-run is already running."""
+        loop, ctx = self._loop, self._ctx
         f = next((g for g in reversed(loop.forwards) if g.loss_tensor is loss), None) if loop is not None else None
-        if f is None or self._rerunning:
+        if self._rerunning or (f is None and ctx is None):
             return False
-        with kept(self._params, self._buffers, params_too=False):
-            self._rerunning, loop.enabled = True, False
+        with kept(self._params, self._buffers, params_too=f is None and self._mode != "optimizer"):
+            self._rerunning = True
+            if loop is not None:
+                loop.enabled = False
             try:
-                run(loop.model, f)
+                forward(loop.model, f) if f is not None else step(ctx)
             finally:
-                self._rerunning, loop.enabled = False, True
+                self._rerunning = False
+                if loop is not None:
+                    loop.enabled = True
         return True
 
 

@@ -88,19 +88,33 @@ def test_an_activation_changed_in_place_outside_the_model_is_said_to_be_there(ca
     assert "between the model's output and backward()" in text
 
 
-def test_w_step_leaves_an_activation_to_torchs_own_message(capfd):
-    """``w.step`` re-runs whole steps, not forwards: nothing is re-run inside a crashing backward()."""
+def test_w_step_reruns_the_whole_step_and_finds_the_op_in_the_loss_computation(capfd):
+    """``w.step`` re-runs the step function (the loss computation with it) on copies of its inputs, the update
+    refused: an in-place op outside the model is named with its line, and the update has not run twice."""
+    torch.manual_seed(0)
     layer = nn.Linear(4, 4)
+    optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
+    before = layer.weight.detach().clone()
 
     def step(x):
         out = torch.sigmoid(layer(x))
-        out.add_(1)
+        out.add_(1)  # LINE w.step
+        optimizer.zero_grad()
         out.sum().backward()
+        optimizer.step()
 
-    with pytest.raises(RuntimeError, match="inplace") as caught, tensor_dap.watch(layer, on="raise") as w:
+    with pytest.raises(RuntimeError, match="inplace") as caught, tensor_dap.watch(layer, optimizer, on="raise") as w:
         w.step(step, torch.randn(2, 4))
-    assert not getattr(caught.value, "__notes__", None)
-    assert "tensor_dap: the tensor backward() needs" not in capfd.readouterr().err
+    text = _explanation(caught.value, capfd)
+    import inspect
+
+    lines, start = inspect.getsourcelines(step)
+    line = start + next(i for i, t in enumerate(lines) if "# LINE w.step" in t)
+    assert (f"the tensor backward() needs is the output of sigmoid [2, 4] at test_inplace_crash.py:{line - 1} "
+            f"(`out = torch.sigmoid(layer(x))`), changed in place by add_ at test_inplace_crash.py:{line} "
+            "(`out.add_(1)`)") in text, text
+    assert "found by re-running this step)" in text
+    assert torch.equal(layer.weight, before) and layer.weight.grad is None
 
 
 class Gated(nn.Module):
