@@ -38,7 +38,9 @@ def explain(loss: Any, error: BaseException) -> str | None:
     wanted = Wanted.parse(str(error))
     if wanted is None:
         return None
-    return _parameter(loss, wanted) or _activation(loss, wanted)
+    if wanted.made_by_view_or_leaf:  # a parameter is saved as it is or as a view (its transpose): never an op's output
+        return _parameter(loss, wanted) or _activation(loss, wanted)
+    return _activation(loss, wanted)
 
 
 def _parameter(loss: Any, wanted: Wanted) -> str | None:

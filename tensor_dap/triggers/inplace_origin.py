@@ -27,6 +27,11 @@ _NODE = re.compile(r"which is output (\d+) of (\w+),")
 _SHAPE = re.compile(r"\[torch\.\w+ \[([\d, ]*)\]\]")
 _VERSION = re.compile(r"is at version (\d+); expected version (\d+)")
 _SUFFIX = re.compile(r"Backward\d*$")
+# nodes of ops that only view their input: what torch names when it saved a parameter's transpose ("output 0 of
+# TBackward0", "of AsStrided")
+_VIEWS = {"T", "AsStrided", "View", "UnsafeView", "Permute", "Transpose", "Expand", "Select", "Slice", "Unsqueeze",
+          "Squeeze", "Alias", "Reshape", "ReshapeAlias", "Narrow", "Diagonal", "Unbind", "Split", "SplitWithSizes",
+          "Unfold", "ViewAsReal", "ViewAsComplex", "Detach"}
 MADE_MAX = 200_000  # tensors whose making op is remembered in one re-run, at most
 _SPELLED = {"__iadd__": "+=", "__isub__": "-=", "__imul__": "*=", "__itruediv__": "/=", "__ifloordiv__": "//=",
             "__ipow__": "**=", "__iand__": "&=", "__ior__": "|=", "__setitem__": "an assignment `[...] =`"}
@@ -42,6 +47,11 @@ class Wanted:
     shape: tuple[int, ...]
     expected: int
     now: int
+
+    @property
+    def made_by_view_or_leaf(self) -> bool:
+        """Whether the tensor may be a parameter (or its transpose): no node, or a node that only views."""
+        return self.node is None or _op_of(self.node) in _VIEWS
 
     @classmethod
     def parse(cls, text: str) -> Wanted | None:

@@ -184,3 +184,27 @@ def test_an_activation_changed_in_place_in_the_model_is_named_with_its_line(capf
         assert f"{what} at test_inplace_crash.py:{_line_of(bug) - 1} (`" in text, text
     assert torch.equal(torch.get_rng_state(), state[0]) and torch.equal(model.norm.running_mean, state[1])
     assert torch.equal(x, state[2])  # the re-run changed a copy of the batch, not the batch again
+
+
+def test_an_activation_shaped_like_a_parameter_is_not_taken_for_it(capfd):
+    """A [16, 16] tanh output changed in place while fc1's [16, 16] weight sits at the same version: torch names an
+    op's node (Tanh), which a parameter (saved as it is, or as its transpose's view) never is."""
+    torch.manual_seed(0)
+    fc1, fc2 = nn.Linear(16, 16), nn.Linear(16, 2)
+    model = nn.Sequential(fc1, nn.Tanh(), fc2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def forward(x):
+        h = torch.tanh(fc1(x))
+        h += 1  # BUG
+        return fc2(h)
+
+    model.forward = forward
+    with pytest.raises(RuntimeError, match="inplace") as caught, tensor_dap.watch(model, optimizer, on="raise"):
+        loss = F.cross_entropy(model(torch.randn(16, 16)), torch.zeros(16, dtype=torch.long))
+        assert fc1.weight._version == 1  # (its initialization's in-place fill): the version torch names now
+        optimizer.zero_grad()
+        loss.backward()
+    text = _explanation(caught.value, capfd)
+    assert "the tensor backward() needs is the output of tanh [16, 16]" in text, text
+    assert "parameter" not in text and "changed in place by add_" in text
