@@ -3,12 +3,14 @@
 A head replaced after the optimizer was made (it never learns), a validation's ``model.eval()`` left on (the
 rest of the run trains without dropout) and a head built inside ``forward`` (new random weights at every
 call). ``watch`` says each in one line, which these scenarios take from the ``tensor_dap.triggers`` log where
-every such line also goes.
+every such line also goes. One more does crash, but with a message that names no line of the program (an
+in-place ReLU after a sigmoid): watch's note under it names the op, its module and its line.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -96,3 +98,35 @@ def layer_in_forward(ctx: Context) -> Outcome:
     caught = "Linear ×1 at silent_scenarios.py:" in line
     found = "a Linear built anew in every forward, named at its line" if caught else "nothing said"
     return Outcome(caught, [found, f"while the loss went from {losses[0]:.3f} to {losses[-1]:.3f}"])
+
+
+def inplace(ctx: Context) -> Outcome:
+    """``nn.ReLU(inplace=True)`` after a sigmoid, whose backward needs its output: ``backward()`` fails with torch's
+    message, which names only a node and a shape; watch's note under it names the op, its module and its line."""
+    import torch
+    from torch import nn
+
+    from ..triggers.watch import watch
+
+    class SigmoidThenInplaceReLU(DemoNet):
+        def __init__(self) -> None:
+            super().__init__()
+            self.act = nn.ReLU(inplace=True)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = torch.sigmoid(self.encoder(x))
+            return self.head(self.act(h))  # BUG: changes sigmoid's output, which its backward needs
+
+    model = SigmoidThenInplaceReLU()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    torch_said = "backward() did not fail"
+    with _lines() as said:
+        try:
+            with watch(model, optimizer, on="raise", capture=False):
+                train(model, optimizer, STEPS, bug=False)
+        except RuntimeError as exc:
+            torch_said = "torch said: " + " ".join(str(exc).split(":")[1].split("Hint")[0].split()).rstrip(".")
+    line = next((s for s in said if "changed in place" in s), "")
+    named = re.search(r"changed in place by relu \(inplace=True\) in act \(ReLU\) at silent_scenarios\.py:\d+", line)
+    found = f"sigmoid's output {named.group(0)}, under torch's error" if named else "nothing said"
+    return Outcome(named is not None, [found, torch_said])

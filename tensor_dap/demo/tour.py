@@ -40,6 +40,8 @@ SCENARIOS = (
              "tensor_dap.watch, at the first such update", silent_scenarios.eval_mode),
     Scenario("layer-in-forward", "a head built inside forward: new random weights at every call",
              "tensor_dap.watch, at the second step", silent_scenarios.layer_in_forward),
+    Scenario("inplace", "nn.ReLU(inplace=True) after a sigmoid: backward() fails naming only a node and a shape",
+             "tensor_dap.watch, in a note under the error", silent_scenarios.inplace),
     Scenario("monitor", "the training curves of a healthy run, for TensorBoard", "tensor_dap.Monitor",
              artifacts.monitor, planted=False),
     Scenario("profile", "where the time goes, per function and per line",

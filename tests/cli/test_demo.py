@@ -33,7 +33,7 @@ def test_every_planted_bug_is_caught_and_said(whole_tour):
     r, root, took = whole_tour
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out = r.stdout
-    assert "10 of 10 planted bugs caught, 2 of 2 files written" in out
+    assert "11 of 11 planted bugs caught, 2 of 2 files written" in out
     for scenario in tour.SCENARIOS:
         assert re.search(rf"^{re.escape(scenario.name)}\s+✓ ", out, re.M), scenario.name
     assert took < 60  # the promise on 2 CPU cores (about 14 s measured)
@@ -50,6 +50,9 @@ def test_each_scenario_names_what_the_tool_found(whole_tour):
     assert "saved from a DataParallel/DistributedDataParallel wrapper" in out
     assert "head.weight, head.bias never changed: in no param group of SGD" in out  # the loss fell all the same
     assert "in eval mode from step 6: its Dropout is off" in out
+    assert re.search(r"sigmoid's output changed in place by relu \(inplace=True\) in act \(ReLU\) at "
+                     r"silent_scenarios\.py:\d+, under torch's error", out)
+    assert "torch said: [torch.FloatTensor [32, 32]], which is output 0 of Sigmoid" in out
 
 
 def test_the_files_it_names_open_with_their_own_tools(whole_tour):
