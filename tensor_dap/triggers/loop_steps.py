@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..dist import no_collectives
 from ..state import kept
 from .capture import StepContext, loss_of
 from .forwards import loss_value, replay_forwards
@@ -262,7 +263,8 @@ class LoopSteps:
         f = next((g for g in reversed(loop.forwards) if g.loss_tensor is loss), None) if loop is not None else None
         if self._rerunning or (f is None and ctx is None):
             return False
-        with kept(self._params, self._buffers, params_too=f is None and self._mode != "optimizer"):
+        with kept(self._params, self._buffers, params_too=f is None and self._mode != "optimizer"), \
+                no_collectives(self.model):  # each rank re-runs alone
             self._rerunning = True
             if loop is not None:
                 loop.enabled = False

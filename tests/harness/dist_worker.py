@@ -25,13 +25,38 @@ def worker(rank: int, world: int, init_file: str, out: str, mode: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=30))
     try:
-        result = train(rank, mode)
+        result = inplace(rank) if mode == "inplace" else train(rank, mode)
         with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
             json.dump(result, f)
         gc.collect()  # the DDP model and its reducer go before their process group does
         dist.barrier()  # no rank tears down while another still talks to it
     finally:
         dist.destroy_process_group()
+
+
+def inplace(rank: int) -> dict:
+    """Both ranks' models change sigmoid's output in place (an nn.ReLU(inplace=True)) at step 2: each rank's
+    backward() fails, and its note comes from a re-run of the forward that must not talk to the other rank."""
+    import tensor_dap
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.Sigmoid(),
+                              torch.nn.ReLU(inplace=True), torch.nn.Linear(8, 1))
+    ddp = DistributedDataParallel(net)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    result = {"rank": rank, "note": None, "steps": 0}
+    try:
+        with tensor_dap.watch(ddp, optimizer, on="raise", capture=False):
+            for step in range(4):
+                net[3].inplace = step == 2
+                loss = ddp(torch.randn(6, 4)).pow(2).mean()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                result["steps"] = step + 1
+    except RuntimeError as exc:
+        result["note"] = " ".join(getattr(exc, "__notes__", []))
+    return result
 
 
 def train(rank: int, mode: str) -> dict:

@@ -47,3 +47,13 @@ def test_only_allowed_ranks_stop_and_the_others_log_and_continue(tmp_path):
         assert result["error"] is None and result["steps"] == 8  # both finished: no deadlock
         assert [rep["rank"] for rep in result["reports"]] == [r]
     assert any("may not stop" in n for n in ranks[1]["reports"][0]["notes"])
+
+
+def test_an_inplace_error_on_every_rank_is_explained_by_a_local_rerun(tmp_path):
+    """Under DistributedDataParallel (with a BatchNorm's buffers to broadcast) both ranks explain their error and
+    the job ends. (The re-run runs with DDP's broadcast off, as watch's other re-runs: a rank crashing alone is
+    not tested, since its peer then waits in its own next collective whatever the re-run does.)"""
+    ranks = run_job(tmp_path, "inplace")
+    for result in ranks:
+        assert result["steps"] == 2, result
+        assert "changed in place by relu (inplace=True) in 3 (ReLU)" in (result["note"] or ""), result
