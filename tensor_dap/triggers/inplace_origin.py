@@ -1,7 +1,7 @@
 """Which line changed in place a tensor that ``backward()`` needs, when it is an activation, not a parameter.
 
 torch's error names only the node that made the tensor, its shape and two version numbers
-(``[torch.FloatTensor [64, 32]], which is output 0 of SigmoidBackward0, is at version 1; expected version 0``);
+(``[torch.FloatTensor [64, 32]], which is output 0 of Sigmoid, is at version 1; expected version 0``);
 anomaly mode then points at the op that saved it, never at what changed it. Re-running the step's forward under a
 ``TorchFunctionMode`` that reads the version counter of every tensor an op is handed finds the op that moved it
 from the expected version: ``nn.ReLU(inplace=True)`` after a sigmoid, ``x += y``, ``x[:, 0] = 0``, ``masked_fill_``.
@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
+from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.overrides import TorchFunctionMode
 
 from ..debug.frames import SourceLine, call_site, site_line
 
-_NODE = re.compile(r"which is output (\d+) of (\w+),")
+_NODE = re.compile(r"which is output \d+ of (\w+),")
 _SHAPE = re.compile(r"\[torch\.\w+ \[([\d, ]*)\]\]")
 _VERSION = re.compile(r"is at version (\d+); expected version (\d+)")
 _SUFFIX = re.compile(r"Backward\d*$")
@@ -43,7 +44,6 @@ class Wanted:
     """The saved tensor torch's error is about: the node that made it (None for a leaf), its shape and versions."""
 
     node: str | None
-    output: int
     shape: tuple[int, ...]
     expected: int
     now: int
@@ -59,9 +59,8 @@ class Wanted:
         if "modified by an inplace operation" not in text or shape is None or version is None:
             return None
         node = _NODE.search(text)
-        return cls(node.group(2) if node else None, int(node.group(1)) if node else 0,
-                   tuple(int(n) for n in shape.group(1).replace(" ", "").split(",") if n),
-                   int(version.group(2)), int(version.group(1)))
+        size = tuple(int(n) for n in shape.group(1).replace(" ", "").split(",") if n)
+        return cls(node.group(1) if node else None, size, int(version.group(2)), int(version.group(1)))
 
 
 @dataclass(frozen=True)
@@ -108,9 +107,7 @@ class _Watcher(TorchFunctionMode):
         kwargs = kwargs or {}
         if self.found is not None:
             return func(*args, **kwargs)
-        before = [(t, t._version, t.grad_fn, t._base) for t in _tensors(args, kwargs)]
-        before = [(t, version, node, base, base.grad_fn if base is not None else None)
-                  for t, version, node, base in before]
+        before = [(t, t._version, t.grad_fn, t._base, _node_of(t._base)) for t in _tensors(args, kwargs)]
         result = func(*args, **kwargs)
         for t, version, node, base, base_node in before:
             # a tensor made in the re-run starts at version 0 as in the step; an input (a copy) is any version
@@ -138,9 +135,12 @@ class _Watcher(TorchFunctionMode):
                                   self._module(), maker[3] if maker else None)
             return
 
-
     def _module(self) -> str | None:
         return next((m for m in reversed(self.modules) if m), None)  # ("": the root, or not of the model)
+
+
+def _node_of(t: torch.Tensor | None) -> Any:
+    return t.grad_fn if t is not None else None
 
 
 def _op_of(node: str) -> str:
@@ -187,7 +187,6 @@ def _module_stack(model: torch.nn.Module, stack: list[str]) -> Iterator[None]:
     """``stack`` holds the modules of ``model`` running, named as the NaN reports name them, while inside."""
     # the root is left unnamed: the line named is in it
     names = {id(m): f"{name} ({type(m).__name__})" if name else "" for name, m in model.named_modules()}
-    from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
     def entered(module: torch.nn.Module, *_: Any) -> None:
         name = names.get(id(module))
