@@ -67,6 +67,11 @@ def module_target(name: str) -> Target:
         sys.path.pop(0)
     if spec is None:
         raise ScriptNotFound(f"no module named {name!r}")
+    folders = list(spec.submodule_search_locations or ())
+    if folders and not any(os.path.exists(os.path.join(d, "__main__.py")) or os.path.isdir(os.path.join(d, "__main__"))
+                           for d in folders):  # looked for on disk: importing the package would run its code now
+        raise ScriptNotFound(f"{name!r} is a package with no __main__ module, so it cannot be run with -m "
+                             f"(run one of its modules: -m {name}.<module>)")
     return Target(module=name)
 
 

@@ -58,6 +58,10 @@ def test_missing_targets_are_usage_errors(tmp_path, monkeypatch):
         runner.script_target(None)
     with pytest.raises(UsageError, match="no module named 'nope_not_here'"):
         runner.module_target("nope_not_here")
+    (tmp_path / "no_main").mkdir()
+    (tmp_path / "no_main" / "__init__.py").write_text("raise SystemExit('imported: the check must not run it')\n")
+    with pytest.raises(UsageError, match="'no_main' is a package with no __main__ module"):
+        runner.module_target("no_main")
 
 
 KEEPS_ITS_CODE = '''
