@@ -40,6 +40,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "code from the file, so only for files you trust")
 
 
+def _looks_saved(path: str) -> bool:
+    """Whether the file starts as torch.save writes: a zip archive, or (before 1.6, and with
+    ``_use_new_zipfile_serialization=False``) a pickle's protocol byte."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError:
+        return True  # unreadable: the load's own error says why
+    return head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"
+
+
 def run(args: argparse.Namespace) -> int:
     import os
     import sys
@@ -57,7 +68,9 @@ def run(args: argparse.Namespace) -> int:
             obj = _load(args.file, args.trust)
         except Exception as exc:  # noqa: BLE001 - a corrupt, truncated or hostile file: one line, exit 1
             progress.stop()
-            if not args.trust and "weights only load failed" in str(exc).lower():
+            if not _looks_saved(args.file):
+                why = "it is neither a zip archive (torch.save) nor a pickle (torch.save before torch 1.6)"
+            elif not args.trust and "weights only load failed" in str(exc).lower():
                 why = ("it holds Python objects, not only tensors (a whole model saved with torch.save(model)?); "
                        "loading them runs code from the file: add --trust if you trust it")
             else:

@@ -66,6 +66,8 @@ def test_broken_files_are_one_line_exit_1(tmp_path):
         assert r.returncode == 1, (name, r.returncode, r.stderr)
         assert r.stderr.startswith("tensor-dap: error: cannot load") and len(r.stderr.strip().splitlines()) == 1
         assert "Traceback" not in r.stderr and "\x1b" not in r.stderr
+        if name in ("empty.pt", "junk.pt"):  # not a file torch.save wrote: said so, not "holds Python objects"
+            assert "it is neither a zip archive (torch.save) nor a pickle" in r.stderr, r.stderr
     r = inspect(tmp_path)  # a directory: a usage mistake
     assert r.returncode == 2 and r.stderr.startswith("tensor-dap: error: no such file")
 
