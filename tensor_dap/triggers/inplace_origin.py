@@ -113,8 +113,11 @@ class _Watcher(TorchFunctionMode):
             # a tensor made in the re-run starts at version 0 as in the step; an input (a copy) is any version
             if t._version != version and (version == self.wanted.expected or self.wanted.node is None):
                 self._check(func, kwargs, ((t, node), (base, base_node)))
-        if isinstance(result, torch.Tensor) and result.grad_fn is not None and len(self._made) < MADE_MAX:
-            self._made[id(result)] = (weakref.ref(result), _name(func), call_site(sys._getframe(1)), self._module())
+        made = [t for t in _tensors((result,), {}) if t.grad_fn is not None]  # (an LSTM's output is in a tuple)
+        if made and len(self._made) < MADE_MAX:
+            entry = (_name(func), call_site(sys._getframe(1)), self._module())
+            for t in made:
+                self._made[id(t)] = (weakref.ref(t), *entry)
         return result
 
     def _check(self, func: Any, kwargs: dict[str, Any], candidates: tuple[tuple[Any, Any], ...]) -> None:

@@ -128,6 +128,7 @@ class Gated(nn.Module):
         self.drop = nn.Dropout(0.5)
         self.act = nn.ReLU(inplace=True)
         self.out = nn.Linear(8, 3)
+        self.rnn = nn.LSTM(8, 8)
 
     def forward(self, x):
         h = self.drop(self.norm(self.proj(x)))
@@ -141,6 +142,10 @@ class Gated(nn.Module):
         elif self.bug == "view":
             h = torch.exp(h)
             h.view(-1)[:4].zero_()  # LINE view
+        elif self.bug == "lstm":
+            out, _ = self.rnn(h.unsqueeze(0))
+            out.clamp_(-0.5, 0.5)  # LINE lstm
+            h = out.squeeze(0)
         elif self.bug == "batch":
             h = self.proj(x)  # saves x for its weight's gradient
             x /= 2  # LINE batch
@@ -159,6 +164,7 @@ def _line_of(marker: str) -> int:
     ("masked-softmax", "the output of softmax [6, 6]", "masked_fill_", "use masked_fill and keep its result"),
     ("view", "the output of exp [6, 8]", "zero_", "x = x.clone()"),
     ("batch", "a tensor [6, 8] that no op of the graph made (an input or a buffer)", "div_", "x = x / y"),
+    ("lstm", "the output of lstm [1, 6, 8] in rnn (LSTM)", "clamp_", "use clamp and keep its result"),
 ])
 def test_an_activation_changed_in_place_in_the_model_is_named_with_its_line(capfd, bug, what, op, fix):
     """Re-running the step's forward watching every op's version counters finds the op that changed the tensor
@@ -180,7 +186,7 @@ def test_an_activation_changed_in_place_in_the_model_is_named_with_its_line(capf
     assert f"the tensor backward() needs is {what}" in text, text
     assert f"changed in place by {op} at {here}" in text, text
     assert fix in text, text
-    if bug in ("relu-after-sigmoid", "masked-softmax", "view"):  # the line that made it, quoted
+    if bug in ("relu-after-sigmoid", "masked-softmax", "view", "lstm"):  # the line that made it, quoted
         assert f"{what} at test_inplace_crash.py:{_line_of(bug) - 1} (`" in text, text
     assert torch.equal(torch.get_rng_state(), state[0]) and torch.equal(model.norm.running_mean, state[1])
     assert torch.equal(x, state[2])  # the re-run changed a copy of the batch, not the batch again
