@@ -35,18 +35,20 @@ class CrashReport:
     hint: str = ""  # what tensor_dap can find out about this error if run another way
 
 
-# torch's in-place error names only a node and a shape; a watch re-runs the forward to name the op and its line
-INPLACE_HINT = ("tensor_dap: run it under a watch (tensor-dap run --guard, or `with tensor_dap.watch(model, "
-                "optimizer):` around the loop) and this error names the tensor, the op that changed it in place and "
-                "its line")
+# backward()'s errors that name no line of the program, and what a watch names for them (triggers.backward_errors)
+_NAMED_UNDER_WATCH = {"modified by an inplace operation": "the tensor, the op that changed it in place and its line",
+                      "backward through the graph a second time": "the tensor that carries the freed graph and the "
+                                                                  "line that handed it to the model"}
 
 
 def hint_for(exc: BaseException) -> str:
     """A way to learn more about ``exc`` that tensor_dap has and this run did not use ('' when none)."""
     notes = " ".join(str(n) for n in getattr(exc, "__notes__", ()) or ())
-    if "modified by an inplace operation" in str(exc) and "tensor_dap:" not in notes:
-        return INPLACE_HINT
-    return ""
+    named = next((what for text, what in _NAMED_UNDER_WATCH.items() if text in str(exc)), None)
+    if named is None or "tensor_dap:" in notes:
+        return ""
+    return ("tensor_dap: run it under a watch (tensor-dap run --guard, or `with tensor_dap.watch(model, optimizer):` "
+            f"around the loop) and this error names {named}")
 
 
 def _trim(tb: Any) -> Any:

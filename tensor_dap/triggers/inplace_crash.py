@@ -10,13 +10,12 @@ the transpose torch saved, and its version counter now), which are named with th
 hold them. When it is an activation instead (``nn.ReLU(inplace=True)`` after a sigmoid, ``x += y`` on a tensor an
 op saved), the unchanged loop's forward that made the loss (or the ``w.step`` running) is run again watching
 every op's version counters (``inplace_origin``): the op that changed it and its line are named, or, when the
-model's forward changes nothing, the code between the model's output and ``backward()`` is. The explanation is
-added to the error (a note under its message; on Python < 3.11 a line before it).
+model's forward changes nothing, the code between the model's output and ``backward()`` is (``backward_errors``
+adds the note).
 """
 
 from __future__ import annotations
 
-import logging
 import sys
 from typing import Any
 
@@ -30,8 +29,6 @@ from .inplace_origin import Mutation, Wanted, find
 from .ops import forward_name
 from .optimizer_call import param_ids
 from .stray_params import graph_params
-
-log = logging.getLogger("tensor_dap.triggers")
 
 def explain(loss: Any, error: BaseException) -> str | None:
     """The tensor that ``error`` (from ``backward()`` on ``loss``) is about and what changed it, or None."""
@@ -163,20 +160,3 @@ def _called(model: nn.Module) -> str:
             if value is model:
                 return f"self.{key}"
     return type(model).__name__
-
-
-def annotate(loss: Any, error: BaseException) -> None:
-    """Add the explanation to ``error`` when there is one; never raises."""
-    try:
-        text = explain(loss, error)
-        if text is None:
-            return
-        log.warning("tensor_dap: %s", text)
-        if hasattr(error, "add_note"):
-            error.add_note(f"tensor_dap: {text}")
-        else:
-            from .aftermath import say
-
-            say(f"tensor_dap: {text}")
-    except Exception:  # noqa: BLE001 - an explanation must not replace the program's own error
-        pass

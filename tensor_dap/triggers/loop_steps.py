@@ -253,6 +253,13 @@ class LoopSteps:
         self.step_count += 1
         self._watched += 1
 
+    def step_inputs(self) -> list[tuple[Any, Any]]:
+        """(the arguments, the line that called the model) of each forward of this step (the unchanged loop's), or
+        of the ``w.step`` running (no line)."""
+        if self._loop is not None:
+            return [((f.args, f.kwargs), f.call) for f in self._loop.forwards]
+        return [((self._ctx.args, self._ctx.kwargs), None)] if self._ctx is not None else []
+
     def rerun_for(self, loss: torch.Tensor, forward: Callable[[torch.nn.Module, Any], Any],
                   step: Callable[[StepContext], Any]) -> bool:
         """Run again what made ``loss``: ``forward(model, f)`` on the unchanged loop's forward whose loss it is, or

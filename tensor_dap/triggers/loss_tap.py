@@ -28,7 +28,7 @@ from typing import Any, Callable
 import torch
 
 from ..debug.frames import CallSites, Site, SourceLine, site_line
-from . import ctc_zeroed, inplace_crash
+from . import backward_errors, ctc_zeroed
 
 Listener = Callable[[torch.Tensor], None]
 
@@ -97,8 +97,8 @@ def _install() -> None:
             fn(loss)
         try:
             result = original(tensors, *args, **kwargs)
-        except RuntimeError as error:  # a tensor it needs changed in place: an update in between?
-            inplace_crash.annotate(loss, error)
+        except RuntimeError as error:  # a tensor changed in place, a graph already freed: which, where
+            backward_errors.annotate(loss, error)
             raise
         for fn in _finishing:
             fn(loss)

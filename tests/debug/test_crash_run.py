@@ -230,3 +230,28 @@ def test_an_inplace_error_says_how_to_have_its_line_named(tmp_path):
     assert ("changed in place by relu (inplace=True) in 2 (ReLU) at inplace.py:9 "
             "(`loss = model(torch.randn(3, 4)).sum()`)") in err
     assert "run it under a watch" not in err
+
+
+CARRIED = '''
+import torch
+from torch import nn
+
+rnn, hidden = nn.RNN(4, 4), torch.zeros(1, 2, 4)
+for step in range(2):
+    out, hidden = rnn(torch.randn(3, 2, 4), hidden)
+    out.sum().backward()
+'''
+
+
+@pytest.mark.timeout(120)
+def test_a_freed_graph_error_says_how_to_have_its_carrier_named(tmp_path):
+    """The same for "backward through the graph a second time": plainly, the hint; with --guard, the note names
+    the hidden state the loop carries without detach()."""
+    script = tmp_path / "carried.py"
+    script.write_text(CARRIED)
+    plain = " ".join(_run("-m", "tensor_dap", "run", str(script)).stderr.split())
+    assert "this error names the tensor that carries the freed graph" in plain, plain
+    guarded = " ".join(_run("-m", "tensor_dap", "run", "--guard", str(script)).stderr.split())
+    assert ("tensor_dap: `hidden` [1, 2, 4], handed to the model at carried.py:7 "
+            "(`out, hidden = rnn(torch.randn(3, 2, 4), hidden)`) still carries the graph") in guarded, guarded
+    assert "run it under a watch" not in guarded
