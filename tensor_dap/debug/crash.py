@@ -38,7 +38,10 @@ class CrashReport:
 # backward()'s errors that name no line of the program, and what a watch names for them (triggers.backward_errors)
 _NAMED_UNDER_WATCH = {"modified by an inplace operation": "the tensor, the op that changed it in place and its line",
                       "backward through the graph a second time": "the tensor that carries the freed graph and the "
-                                                                  "line that handed it to the model"}
+                                                                  "line that handed it to the model",
+                      "does not require grad and does not have a grad_fn": "which of the usual causes it is (a frozen "
+                                                                           "model, a forward with gradients off, a "
+                                                                           "loss taken off the graph)"}
 
 
 def hint_for(exc: BaseException) -> str:

@@ -1,7 +1,8 @@
 """Notes under the errors ``backward()`` raises with a message that names no line of the program.
 
 torch's "modified by an inplace operation" names a node and a shape (``inplace_crash``); "Trying to backward
-through the graph a second time" suggests ``retain_graph=True`` (``freed_graph``). While a watch listens to
+through the graph a second time" suggests ``retain_graph=True`` (``freed_graph``); "element 0 of tensors does not
+require grad" says only that the loss has no graph (``no_graph``). While a watch listens to
 ``backward()``, the error gets a note saying which tensor and which line (a note under its message; on Python
 < 3.11 a line before it), and the same line goes to the ``tensor_dap.triggers`` log.
 """
@@ -11,16 +12,19 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from . import active, freed_graph, inplace_crash
+from . import active, freed_graph, inplace_crash, no_graph
 
 log = logging.getLogger("tensor_dap.triggers")
 
 
 def explain(loss: Any, error: BaseException) -> str | None:
     """The note for ``error`` raised by ``backward()`` on ``loss``, or None."""
-    if freed_graph.SECOND_TIME in str(error):
+    text = str(error)
+    if freed_graph.SECOND_TIME in text:
         inputs = [found for w in active.watches() if hasattr(w, "step_inputs") for found in w.step_inputs()]
         return freed_graph.explain(inputs)
+    if no_graph.NO_GRAPH in text:
+        return no_graph.explain(loss, active.watches())
     return inplace_crash.explain(loss, error)
 
 
