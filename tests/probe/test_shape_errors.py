@@ -303,3 +303,38 @@ def test_conditional_operands_take_the_branch_a_plain_flag_picks_and_never_call_
     assert Flag.calls == 0  # the user's __bool__ is the user's code; a tensor's reads its data
     unknown = [o.expr for o in ex.frames[0].operands if o.kind == "unknown"]
     assert unknown == ["wide if flag else narrow", "narrow if mask else wide"]
+
+
+def test_a_class_past_the_scores_names_the_targets_range_and_the_number_of_classes():
+    """cross_entropy's "Target 3 is out of bounds" names the value only; the hint says the targets' range (its
+    ignore_index left out) against the scores' classes."""
+    import torch.nn.functional as F
+
+    scores, target = torch.randn(6, 3), torch.tensor([0, 1, 2, 3, -100, 0])
+    ex = _explain(lambda: F.cross_entropy(scores, target))
+    assert ex.kind == "out of range"
+    inner = ex.frames[0]
+    assert inner.hint.startswith("`target` holds classes 0–3 but `input` scores 3 classes (0–2)"), inner.hint
+    assert "labels numbered from 1?" in inner.hint
+
+
+def test_an_id_past_an_embedding_names_the_ids_range_and_the_tables_rows():
+    emb = nn.Embedding(20, 8)
+    tokens = torch.tensor([[0, 5, 24], [3, 19, 1]])
+    ex = _explain(lambda: emb(tokens))
+    assert ex.kind == "out of range"
+    outer = ex.frames[-1]
+    assert outer.filename == __file__
+    assert outer.hint.startswith("`tokens` holds ids 0–24 but `emb` is an Embedding of 20 rows (ids 0–19)"), outer.hint
+    assert any(f.hint.startswith("`input` holds ids 0–24 but `weight` has 20 rows") for f in ex.frames[:-1])
+
+
+def test_ids_not_readable_or_too_many_give_no_range():
+    """Ids off the CPU (after a device-side assert nothing is readable; meta stands in) or past the read bound are
+    not read: no range is made up, and the crash report's cost stays bounded."""
+    from tensor_dap.probe.shape_errors.ranges import MAX_READ, _bounds
+
+    assert _bounds(torch.zeros(2, 3, dtype=torch.long, device="meta")) is None
+    assert _bounds(torch.zeros(1, dtype=torch.long).expand(MAX_READ + 1)) is None  # (a view: nothing allocated)
+    assert _bounds(torch.tensor([-100, 4, 2])) == (2, 4)  # cross_entropy's ignore_index left out
+    assert _bounds(torch.tensor([-100])) is None

@@ -11,6 +11,7 @@ from ...summary.modules import named_tensors
 from . import pure, static
 from .evaluator import Evaluator
 from .model import Operand
+from .ranges import range_hint
 from .static import is_module, is_tensor
 
 _ELEMENTWISE = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow,
@@ -110,6 +111,8 @@ def mismatch_hint(ev: Evaluator, node: ast.AST, operands: list[Operand], kind: s
         return _state_dict_hint(ev, node) or _view_hint(ev, node, tensors, message) or _norm_hint(message)
     if kind == "batch of one":
         return _batch_of_one_hint(tensors, message)
+    if kind == "out of range":
+        return range_hint(ev, node)
     return ""
 
 

@@ -6,6 +6,8 @@ import re
 from dataclasses import dataclass
 
 _KINDS = (
+    # an id past an Embedding's rows, a class past the scores' (cross_entropy, nll_loss on the CPU)
+    ("out of range", re.compile(r"Target -?\d+ is out of bounds|index out of range in self")),
     # batch/instance norm in training mode on one value per channel: a batch of one, or a 1x1 feature map
     ("batch of one", re.compile(r"Expected more than 1 (?:value per channel|spatial element) when training")),
     ("matmul", re.compile(r"cannot be multiplied|mat1 and mat2|self and mat2|same reduction dim|"
@@ -23,8 +25,8 @@ _KINDS = (
                         r"too many indices|dimensions? (?:of|but)|expected .* dims?\b|got \d+D", re.IGNORECASE)),
 )
 def classify(exc: BaseException) -> str | None:
-    """'batch of one', 'matmul', 'broadcast', 'not contiguous', 'size mismatch', 'dims', or None when ``exc``
-    is not a shape error."""
+    """'out of range', 'batch of one', 'matmul', 'broadcast', 'not contiguous', 'size mismatch', 'dims', or None
+    when ``exc`` is not a shape error."""
     if not isinstance(exc, (RuntimeError, ValueError, IndexError, TypeError)):
         return None
     text = str(exc)

@@ -1,0 +1,72 @@
+"""Ids and classes out of range: ``IndexError: Target 3 is out of bounds`` (cross_entropy, nll_loss) and ``index out
+of range in self`` (an Embedding). torch names the value, never the table or the number of classes it missed."""
+
+from __future__ import annotations
+
+import ast
+import math
+from typing import Any
+
+from . import static
+from .evaluator import Evaluator
+from .static import is_module, is_tensor
+
+MAX_READ = 50_000_000  # elements of the ids read for their range, at most (the crash report's bounded cost)
+IGNORE_INDEX = -100  # cross_entropy's default: targets holding it are skipped, not out of range
+
+
+def range_hint(ev: Evaluator, node: ast.AST) -> str:
+    """"`y` holds classes 0–3 but `model(x)` gives 3 (0–2): ..." for the failing call ``node``; '' when unknown."""
+    if not isinstance(node, ast.Call):
+        return ""
+    nodes = [*node.args, *(k.value for k in node.keywords)]
+    ids = [(n, v) for n, v in ((n, ev.value_of(n)) for n in nodes) if is_tensor(v) and _integer(v)]
+    if not ids:
+        return ""
+    ids_node, values = ids[-1]
+    bounds = _bounds(values)
+    if bounds is None:
+        return ""
+    low, high = bounds
+    text = ast.unparse(ids_node)
+    callee, name = ev.value_of(node.func), _name(node.func)
+    rows = getattr(callee, "num_embeddings", None) if is_module(callee) else None
+    table = f"`{ast.unparse(node.func)}` is an Embedding of {rows} rows"
+    floats = [(n, tuple(static.tensor_attribute(v, "shape"))) for n, v in ((n, ev.value_of(n)) for n in nodes)
+              if is_tensor(v) and not _integer(v)]
+    if rows is None and name == "embedding" and floats and len(floats[0][1]) == 2:  # F.embedding(input, weight)
+        rows = floats[0][1][0]
+        table = f"`{ast.unparse(floats[0][0])}` has {rows} rows"
+    if isinstance(rows, int):
+        return (f"`{text}` holds ids {low}–{high} but {table} (ids 0–{rows - 1}): the vocabulary is larger than "
+                "the table (num_embeddings must be the vocabulary's size, from the same tokenizer)")
+    if not ("cross_entropy" in name or "nll_loss" in name) or not floats or not floats[0][1]:
+        return ""
+    scores, shape = floats[0]
+    classes = shape[1] if len(shape) >= 2 else shape[0]
+    return (f"`{text}` holds classes {low}–{high} but `{ast.unparse(scores)}` scores {classes} classes "
+            f"(0–{classes - 1}): targets must run from 0 to the number of classes - 1 (labels numbered from 1? "
+            "a head with too few outputs?)")
+
+
+def _name(func: ast.AST) -> str:
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
+def _integer(t: Any) -> bool:
+    dtype = static.tensor_attribute(t, "dtype")
+    return not (dtype.is_floating_point or dtype.is_complex) and str(dtype) != "torch.bool"
+
+
+def _bounds(t: Any) -> tuple[int, int] | None:
+    """The smallest and largest id (cross_entropy's ignore_index left out); None for a tensor not read here."""
+    device = static.tensor_attribute(t, "device")
+    if device.type != "cpu" or math.prod(static.tensor_attribute(t, "shape")) > MAX_READ:
+        return None  # on an accelerator a failed kernel leaves nothing readable; past the bound, not read
+    import torch
+
+    with torch.no_grad():
+        kept = t[t != IGNORE_INDEX] if t.numel() else t
+        if not kept.numel():
+            return None
+        return int(kept.min()), int(kept.max())
