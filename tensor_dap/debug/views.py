@@ -239,9 +239,14 @@ def _log_text(text: str, style: str = "") -> Text:
     return Text(text, style=style, no_wrap=True, overflow="ignore")
 
 
+# the explained errors that are not about shapes
+_TITLES = {"devices": "Device mismatch", "out of range": "Out of range"}
+
+
 def explanation(ex: Any) -> Any:
     """A ShapeExplanation: per frame, the failing line, its operands' shapes, and the mismatch."""
-    parts: list[Any] = [_log_text(f"Shape error ({ex.kind}): {ex.error}", style=_ALARM)]
+    title = _TITLES.get(ex.kind, f"Shape error ({ex.kind})")
+    parts: list[Any] = [_log_text(f"{title}: {ex.error}", style=_ALARM)]
     for i, fe in enumerate(ex.frames):
         where = "at" if i == 0 else "called from"
         parts.append(_log_text(f"{where} {fe.filename}:{fe.lineno} in {fe.function}", style="bold"))

@@ -255,3 +255,13 @@ def test_a_freed_graph_error_says_how_to_have_its_carrier_named(tmp_path):
     assert ("tensor_dap: `hidden` [1, 2, 4], handed to the model at carried.py:7 "
             "(`out, hidden = rnn(torch.randn(3, 2, 4), hidden)`) still carries the graph") in guarded, guarded
     assert "run it under a watch" not in guarded
+
+
+@pytest.mark.timeout(60)
+def test_errors_that_are_not_about_shapes_are_titled_for_what_they_are(tmp_path):
+    script = tmp_path / "classes.py"
+    script.write_text("import torch\nimport torch.nn.functional as F\n"
+                      "scores, y = torch.randn(4, 3), torch.tensor([0, 1, 2, 3])\nF.cross_entropy(scores, y)\n")
+    err = " ".join(_run("-m", "tensor_dap", "run", str(script)).stderr.split())
+    assert "Out of range: IndexError: Target 3 is out of bounds." in err and "Shape error" not in err
+    assert "`y` holds classes 0–3 but `scores` scores 3 classes (0–2)" in err, err

@@ -338,3 +338,18 @@ def test_ids_not_readable_or_too_many_give_no_range():
     assert _bounds(torch.zeros(1, dtype=torch.long).expand(MAX_READ + 1)) is None  # (a view: nothing allocated)
     assert _bounds(torch.tensor([-100, 4, 2])) == (2, 4)  # cross_entropy's ignore_index left out
     assert _bounds(torch.tensor([-100])) is None
+
+
+def test_operands_on_two_devices_are_named_with_their_devices():
+    """torch names two devices, not which operand is where: the hint does, a module by its parameters' devices.
+    (meta stands in for a GPU here: the same error family, from torch's device check.)"""
+    model = nn.Linear(4, 2)
+    x = torch.randn(3, 4, device="meta")
+    ex = _explain(lambda: model(x))
+    assert ex.kind == "devices"
+    outer = ex.frames[-1]
+    assert outer.filename == __file__
+    assert outer.hint.startswith("`x` is on meta but `model`'s parameters are on cpu: put the model and each batch "
+                                 "on one device"), outer.hint
+    assert classify(RuntimeError("Expected all tensors to be on the same device, but found at least two devices, "
+                                 "cuda:0 and cpu!")) == "devices"

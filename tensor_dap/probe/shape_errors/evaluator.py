@@ -64,15 +64,16 @@ def _meta(value: Any) -> Any:
     return value  # plain: checked by meta
 
 
-def device_text(value: Any) -> str:
-    """The device of a real tensor, read through torch's C getter; '' for anything else."""
+def device_text(value: Any, *, real: bool = False) -> str:
+    """The device of a tensor, read through torch's C getter; '' for anything else, and for a meta tensor unless
+    ``real`` (a value the frame holds, not a meta copy made here: a program's own meta tensor is on meta)."""
     if not is_tensor(value):
         return ""
     try:
         device = static.tensor_attribute(value, "device")
     except AttributeError:
         return ""
-    return "" if device.type == "meta" else str(device)
+    return "" if device.type == "meta" and not real else str(device)
 
 
 class Evaluator:
@@ -137,7 +138,7 @@ class Evaluator:
             for scope in (self.locals, self.globals, vars(builtins)):
                 value = dict.get(scope, node.id, static.MISSING) if static.inherits(scope, dict) else static.MISSING
                 if value is not static.MISSING:
-                    return value, device_text(value)
+                    return value, device_text(value, real=True)
             raise Unknown()
         if isinstance(node, (ast.Tuple, ast.List)):
             items = self.ev_all(node.elts)
@@ -150,7 +151,7 @@ class Evaluator:
             if is_tensor(base) and node.attr in _DERIVED:
                 return self._op(node, lambda: getattr(meta(base), node.attr), [node.value])
             value = self._attribute(base, node.attr)
-            return value, device_text(value) or self.device_of(node.value)
+            return value, device_text(value, real=True) or self.device_of(node.value)
         if isinstance(node, ast.Subscript):
             base, index = self.ev_all([node.value, node.slice])
             if is_tensor(base):

@@ -8,6 +8,9 @@ from dataclasses import dataclass
 _KINDS = (
     # an id past an Embedding's rows, a class past the scores' (cross_entropy, nll_loss on the CPU)
     ("out of range", re.compile(r"Target -?\d+ is out of bounds|index out of range in self")),
+    ("devices", re.compile(r"Expected all tensors to be on the same device|is not on the expected device|"
+                           r"Input and parameter tensors are not at the same device|"
+                           r"should be either on cpu or on the same device", re.IGNORECASE)),
     # batch/instance norm in training mode on one value per channel: a batch of one, or a 1x1 feature map
     ("batch of one", re.compile(r"Expected more than 1 (?:value per channel|spatial element) when training")),
     ("matmul", re.compile(r"cannot be multiplied|mat1 and mat2|self and mat2|same reduction dim|"
@@ -25,7 +28,7 @@ _KINDS = (
                         r"too many indices|dimensions? (?:of|but)|expected .* dims?\b|got \d+D", re.IGNORECASE)),
 )
 def classify(exc: BaseException) -> str | None:
-    """'out of range', 'batch of one', 'matmul', 'broadcast', 'not contiguous', 'size mismatch', 'dims', or None
+    """'out of range', 'devices', 'batch of one', 'matmul', 'broadcast', 'not contiguous', 'size mismatch', 'dims', or None
     when ``exc`` is not a shape error."""
     if not isinstance(exc, (RuntimeError, ValueError, IndexError, TypeError)):
         return None
