@@ -28,8 +28,8 @@ _KINDS = (
                         r"too many indices|dimensions? (?:of|but)|expected .* dims?\b|got \d+D", re.IGNORECASE)),
 )
 def classify(exc: BaseException) -> str | None:
-    """'out of range', 'devices', 'batch of one', 'matmul', 'broadcast', 'not contiguous', 'size mismatch', 'dims', or None
-    when ``exc`` is not a shape error."""
+    """'out of range', 'devices', 'batch of one', 'matmul', 'broadcast', 'not contiguous', 'size mismatch',
+    'dims', or None when ``exc`` is none of these."""
     if not isinstance(exc, (RuntimeError, ValueError, IndexError, TypeError)):
         return None
     text = str(exc)
