@@ -353,3 +353,30 @@ def test_operands_on_two_devices_are_named_with_their_devices():
                                  "on one device"), outer.hint
     assert classify(RuntimeError("Expected all tensors to be on the same device, but found at least two devices, "
                                  "cuda:0 and cpu!")) == "devices"
+
+
+def test_a_float64_batch_into_a_float32_model_names_which_operand_has_which_dtype():
+    """numpy's float64 reaching a float32 Linear: "mat1 and mat2 must have the same dtype" is a dtype error, not a
+    matmul shape error, and the hint names each side."""
+    import numpy as np
+
+    model = nn.Linear(4, 2)
+    x = torch.from_numpy(np.ones((3, 4)))
+    ex = _explain(lambda: model(x))
+    assert ex.kind == "dtypes"
+    assert ex.frames[-1].hint.startswith("`x` is float64 but `model`'s parameters are float32: make them one dtype "
+                                         "(a numpy array is float64"), ex.frames[-1].hint
+
+
+@pytest.mark.parametrize("call, said", [
+    ("cross_entropy", "`target` is float32, but class indices must be integers (`target.long()`)"),
+    ("embedding", "`ids` is float32, but an Embedding's ids must be integers (`ids.long()`)"),
+])
+def test_float_ids_and_class_targets_are_said_to_need_integers(call, said):
+    import torch.nn.functional as F
+
+    scores, target, table, ids = torch.randn(4, 3), torch.tensor([0.0, 1.0, 2.0, 1.0]), nn.Embedding(5, 2), \
+        torch.tensor([1.0, 2.0])
+    ex = _explain((lambda: F.cross_entropy(scores, target)) if call == "cross_entropy" else (lambda: table(ids)))
+    assert ex.kind == "dtypes"
+    assert any(f.hint.startswith(said) for f in ex.frames), [f.hint for f in ex.frames]

@@ -11,7 +11,7 @@ from ...summary.modules import named_tensors
 from . import pure, static
 from .evaluator import Evaluator
 from .model import Operand
-from .devices import device_hint
+from .placement import placement_hint
 from .ranges import range_hint
 from .static import is_module, is_tensor
 
@@ -114,8 +114,8 @@ def mismatch_hint(ev: Evaluator, node: ast.AST, operands: list[Operand], kind: s
         return _batch_of_one_hint(tensors, message)
     if kind == "out of range":
         return range_hint(ev, node)
-    if kind == "devices":
-        return device_hint(ev, node, operands)
+    if kind in ("devices", "dtypes"):
+        return placement_hint(ev, node, operands, "device" if kind == "devices" else "dtype", message)
     return ""
 
 

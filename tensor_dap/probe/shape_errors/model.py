@@ -8,6 +8,9 @@ from dataclasses import dataclass
 _KINDS = (
     # an id past an Embedding's rows, a class past the scores' (cross_entropy, nll_loss on the CPU)
     ("out of range", re.compile(r"Target -?\d+ is out of bounds|index out of range in self")),
+    ("dtypes", re.compile(r"must have the same dtype|expected scalar type \w+ but found \w+|"
+                          r"Found dtype \w+ but expected \w+|expected target dtype to be|"
+                          r"to have one of the following scalar types", re.IGNORECASE)),
     ("devices", re.compile(r"Expected all tensors to be on the same device|is not on the expected device|"
                            r"Input and parameter tensors are not at the same device|"
                            r"should be either on cpu or on the same device", re.IGNORECASE)),
@@ -28,7 +31,7 @@ _KINDS = (
                         r"too many indices|dimensions? (?:of|but)|expected .* dims?\b|got \d+D", re.IGNORECASE)),
 )
 def classify(exc: BaseException) -> str | None:
-    """'out of range', 'devices', 'batch of one', 'matmul', 'broadcast', 'not contiguous', 'size mismatch',
+    """'out of range', 'dtypes', 'devices', 'batch of one', 'matmul', 'broadcast', 'not contiguous', 'size mismatch',
     'dims', or None when ``exc`` is none of these."""
     if not isinstance(exc, (RuntimeError, ValueError, IndexError, TypeError)):
         return None
