@@ -380,3 +380,15 @@ def test_float_ids_and_class_targets_are_said_to_need_integers(call, said):
     ex = _explain((lambda: F.cross_entropy(scores, target)) if call == "cross_entropy" else (lambda: table(ids)))
     assert ex.kind == "dtypes"
     assert any(f.hint.startswith(said) for f in ex.frames), [f.hint for f in ex.frames]
+
+
+def test_scores_and_targets_of_different_batch_sizes_point_at_the_flatten():
+    """A flatten that halves the features per row doubles the rows: cross_entropy then names two batch sizes."""
+    import torch.nn.functional as F
+
+    h, y = torch.randn(8, 4, 13, 13), torch.zeros(8, dtype=torch.long)
+    head = nn.Linear(338, 10)
+    ex = _explain(lambda: F.cross_entropy(head(h.view(-1, 338)), y))
+    assert ex.kind == "batch size"
+    assert ex.frames[-1].hint.startswith("the scores have 16 rows but the targets 8: the batch dim changed"), ex.frames
+    assert "x.flatten(1)" in ex.frames[-1].hint

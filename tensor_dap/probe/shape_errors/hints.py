@@ -114,12 +114,27 @@ def mismatch_hint(ev: Evaluator, node: ast.AST, operands: list[Operand], kind: s
         return _batch_of_one_hint(tensors, message)
     if kind == "out of range":
         return range_hint(ev, node)
+    if kind == "batch size":
+        return _batch_size_hint(message)
     if kind in ("devices", "dtypes"):
         return placement_hint(ev, node, operands, "device" if kind == "devices" else "dtype", message)
     return ""
 
 
 _TORCH_SIZE = re.compile(r"torch\.Size\(\[([\d, ]*)\]\)")
+
+
+_BATCH_SIZES = re.compile(r"input batch_size \((\d+)\) to match target batch_size \((\d+)\)")
+
+
+def _batch_size_hint(message: str) -> str:
+    found = _BATCH_SIZES.search(message)
+    if found is None:
+        return ""
+    scores, targets = found.groups()
+    return (f"the scores have {scores} rows but the targets {targets}: the batch dim changed between the batch and "
+            "the loss, usually a view(-1, n) or reshape(-1, n) whose n is not the features per sample (write "
+            "x.flatten(1) or x.view(x.size(0), -1)), or targets of another batch")
 
 
 def _batch_of_one_hint(tensors: list[Operand], message: str) -> str:

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 _KINDS = (
     # an id past an Embedding's rows, a class past the scores' (cross_entropy, nll_loss on the CPU)
     ("out of range", re.compile(r"Target -?\d+ is out of bounds|index out of range in self")),
+    # a loss's scores and targets with different batch sizes: the batch dim changed on the way (a view(-1, n))
+    ("batch size", re.compile(r"Expected input batch_size \(\d+\) to match target batch_size \(\d+\)")),
     ("dtypes", re.compile(r"must have the same dtype|expected scalar type \w+ but found \w+|"
                           r"Found dtype \w+ but expected \w+|expected target dtype to be|"
                           r"to have one of the following scalar types", re.IGNORECASE)),
@@ -31,7 +33,7 @@ _KINDS = (
                         r"too many indices|dimensions? (?:of|but)|expected .* dims?\b|got \d+D", re.IGNORECASE)),
 )
 def classify(exc: BaseException) -> str | None:
-    """'out of range', 'dtypes', 'devices', 'batch of one', 'matmul', 'broadcast', 'not contiguous', 'size mismatch',
+    """'out of range', 'batch size', 'dtypes', 'devices', 'batch of one', 'matmul', 'broadcast', 'not contiguous', 'size mismatch',
     'dims', or None when ``exc`` is none of these."""
     if not isinstance(exc, (RuntimeError, ValueError, IndexError, TypeError)):
         return None
