@@ -33,8 +33,8 @@ _KINDS = (
                         r"too many indices|dimensions? (?:of|but)|expected .* dims?\b|got \d+D", re.IGNORECASE)),
 )
 def classify(exc: BaseException) -> str | None:
-    """'out of range', 'batch size', 'dtypes', 'devices', 'batch of one', 'matmul', 'broadcast', 'not contiguous', 'size mismatch',
-    'dims', or None when ``exc`` is none of these."""
+    """The family of ``exc`` (the first word of each ``_KINDS`` entry: 'out of range', 'batch size', 'dtypes',
+    'devices', 'batch of one', 'matmul', ...), or None when it is none of these."""
     if not isinstance(exc, (RuntimeError, ValueError, IndexError, TypeError)):
         return None
     text = str(exc)
