@@ -241,7 +241,7 @@ def _log_text(text: str, style: str = "") -> Text:
 
 # the explained errors that are not about shapes
 _TITLES = {"batch size": "Batch size mismatch", "devices": "Device mismatch", "dtypes": "Dtype mismatch",
-           "out of range": "Out of range"}
+           "not scalar": "Loss not scalar", "out of range": "Out of range"}
 
 
 def explanation(ex: Any) -> Any:

@@ -392,3 +392,14 @@ def test_scores_and_targets_of_different_batch_sizes_point_at_the_flatten():
     assert ex.kind == "batch size"
     assert ex.frames[-1].hint.startswith("the scores have 16 rows but the targets 8: the batch dim changed"), ex.frames
     assert "x.flatten(1)" in ex.frames[-1].hint
+
+
+def test_backward_on_a_loss_of_many_values_says_its_shape_and_the_reduction_that_made_it():
+    import torch.nn.functional as F
+
+    pred = nn.Linear(4, 1)(torch.randn(8, 4))
+    loss = F.mse_loss(pred, torch.randn(8, 1), reduction="none")
+    ex = _explain(lambda: loss.backward())
+    assert ex.kind == "not scalar"
+    assert ex.frames[-1].hint.startswith("loss [8, 1] is not one number (made by MseLoss with reduction='none'): "
+                                         "backward() needs a scalar loss (loss.mean(), or .sum())"), ex.frames

@@ -116,12 +116,27 @@ def mismatch_hint(ev: Evaluator, node: ast.AST, operands: list[Operand], kind: s
         return range_hint(ev, node)
     if kind == "batch size":
         return _batch_size_hint(message)
+    if kind == "not scalar":
+        return _not_scalar_hint(ev, node, tensors)
     if kind in ("devices", "dtypes"):
         return placement_hint(ev, node, operands, "device" if kind == "devices" else "dtype", message)
     return ""
 
 
 _TORCH_SIZE = re.compile(r"torch\.Size\(\[([\d, ]*)\]\)")
+
+
+def _not_scalar_hint(ev: Evaluator, node: ast.AST, tensors: list[Operand]) -> str:
+    """backward() on a loss of many values: its shape, and the loss op's reduction='none' when that made it."""
+    loss = next((o for o in tensors if o.shape), None)
+    if loss is None or not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+        return ""
+    value = ev.value_of(node.func.value)
+    reduction = getattr(getattr(value, "grad_fn", None), "_saved_reduction", None) if is_tensor(value) else None
+    why = f" (made by {type(value.grad_fn).__name__[:-len('Backward0')]} with reduction='none')" \
+        if reduction == 0 and type(value.grad_fn).__name__.endswith("Backward0") else ""
+    return (f"{loss.expr} {fmt_shape(loss.shape)} is not one number{why}: backward() needs a scalar loss "
+            f"({loss.expr}.mean(), or .sum()); to weight samples, reduce after weighting")
 
 
 _BATCH_SIZES = re.compile(r"input batch_size \((\d+)\) to match target batch_size \((\d+)\)")

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 _KINDS = (
     # an id past an Embedding's rows, a class past the scores' (cross_entropy, nll_loss on the CPU)
     ("out of range", re.compile(r"Target -?\d+ is out of bounds|index out of range in self")),
+    # backward() on a loss of many values (reduction='none', a missing .mean())
+    ("not scalar", re.compile(r"grad can be implicitly created only for (?:real )?scalar outputs")),
     # a loss's scores and targets with different batch sizes: the batch dim changed on the way (a view(-1, n))
     ("batch size", re.compile(r"Expected input batch_size \(\d+\) to match target batch_size \(\d+\)")),
     ("dtypes", re.compile(r"must have the same dtype|expected scalar type \w+ but found \w+|"
