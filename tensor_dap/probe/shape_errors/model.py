@@ -34,6 +34,8 @@ _KINDS = (
                         r"\d+D (?:or \d+D )?(?:\w+ )?tensor expected|"
                         r"too many indices|dimensions? (?:of|but)|expected .* dims?\b|got \d+D", re.IGNORECASE)),
 )
+
+
 def classify(exc: BaseException) -> str | None:
     """The family of ``exc`` (the first word of each ``_KINDS`` entry: 'out of range', 'batch size', 'dtypes',
     'devices', 'batch of one', 'matmul', ...), or None when it is none of these."""
