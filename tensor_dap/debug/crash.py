@@ -46,8 +46,11 @@ _NAMED_UNDER_WATCH = {"modified by an inplace operation": "the tensor, the op th
 
 def hint_for(exc: BaseException) -> str:
     """A way to learn more about ``exc`` that tensor_dap has and this run did not use ('' when none)."""
-    notes = " ".join(str(n) for n in getattr(exc, "__notes__", ()) or ())
-    named = next((what for text, what in _NAMED_UNDER_WATCH.items() if text in str(exc)), None)
+    try:
+        text, notes = str(exc), " ".join(str(n) for n in getattr(exc, "__notes__", ()) or ())
+    except Exception:  # noqa: BLE001 - an exception whose text cannot be read has no hint
+        return ""
+    named = next((what for pattern, what in _NAMED_UNDER_WATCH.items() if pattern in text), None)
     if named is None or "tensor_dap:" in notes:
         return ""
     return ("tensor_dap: run it under a watch (tensor-dap run --guard, or `with tensor_dap.watch(model, optimizer):` "
