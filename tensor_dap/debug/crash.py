@@ -17,6 +17,7 @@ from typing import Any
 
 from ..errors import TriggerError
 from ..libraries import library_of
+from . import torch_errors
 from .frames import failing_frame, is_runner
 from ..probe.shape_errors import ShapeExplanation, explain
 from ..summary import TensorSummary
@@ -36,12 +37,11 @@ class CrashReport:
 
 
 # backward()'s errors that name no line of the program, and what a watch names for them (triggers.backward_errors)
-_NAMED_UNDER_WATCH = {"modified by an inplace operation": "the tensor, the op that changed it in place and its line",
-                      "backward through the graph a second time": "the tensor that carries the freed graph and the "
-                                                                  "line that handed it to the model",
-                      "does not require grad and does not have a grad_fn": "which of the usual causes it is (a frozen "
-                                                                           "model, a forward with gradients off, a "
-                                                                           "loss taken off the graph)"}
+_NAMED_UNDER_WATCH = {torch_errors.INPLACE: "the tensor, the op that changed it in place and its line",
+                      torch_errors.SECOND_TIME: "the tensor that carries the freed graph and the line that handed it "
+                                                "to the model",
+                      torch_errors.NO_GRAPH: "which of the usual causes it is (a frozen model, a forward with "
+                                             "gradients off, a loss taken off the graph)"}
 
 
 def hint_for(exc: BaseException) -> str:

@@ -14,7 +14,7 @@ import os
 import sys
 import tokenize
 from types import FrameType
-from typing import Any, Callable, NamedTuple, Optional, Union
+from typing import Any, Callable, Iterator, NamedTuple, Optional, Union
 
 from ..libraries import is_framework, is_user_file, library_of
 from ..runner import is_runner_frame
@@ -36,6 +36,28 @@ def user_frame(frame: Optional[FrameType]) -> Optional[FrameType]:
     while frame is not None and is_library(frame.f_code.co_filename):
         frame = frame.f_back
     return frame
+
+
+def held_as(obj: Any, frame: Optional[FrameType], *, outward: bool = False) -> Iterator[tuple[str, Any]]:
+    """The names the program has for ``obj`` in the user's frame at or above ``frame`` (``outward``: and in every
+    user frame above that one), innermost first: (a variable, None), (``self.disc``, None) for an attribute of the
+    frame's ``self``, or (a variable, the tuple or list) holding it among a few items (an LSTM's ``hidden``)."""
+    frame = user_frame(frame)
+    while frame is not None:
+        for scope in (frame.f_locals, frame.f_globals):
+            for key, value in list(scope.items()):
+                if key.startswith("_"):
+                    continue
+                if value is obj:
+                    yield key, None
+                elif isinstance(value, (tuple, list)) and len(value) <= 8 and any(v is obj for v in value):
+                    yield key, value
+        for key, value in list(getattr(frame.f_locals.get("self"), "__dict__", {}).items()):
+            if value is obj:
+                yield f"self.{key}", None
+        if not outward:
+            return
+        frame = user_frame(frame.f_back)
 
 
 class SourceLine(NamedTuple):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from ..debug import torch_errors
 from . import active, freed_graph, inplace_crash, no_graph
 
 log = logging.getLogger("tensor_dap.triggers")
@@ -20,10 +21,10 @@ log = logging.getLogger("tensor_dap.triggers")
 def explain(loss: Any, error: BaseException) -> str | None:
     """The note for ``error`` raised by ``backward()`` on ``loss``, or None."""
     text = str(error)
-    if freed_graph.SECOND_TIME in text:
+    if torch_errors.SECOND_TIME in text:
         inputs = [found for w in active.watches() if hasattr(w, "step_inputs") for found in w.step_inputs()]
         return freed_graph.explain(inputs)
-    if no_graph.NO_GRAPH in text:
+    if torch_errors.NO_GRAPH in text:
         return no_graph.explain(loss, active.watches())
     return inplace_crash.explain(loss, error)
 

@@ -20,11 +20,10 @@ from typing import Any
 
 import torch
 
-from ..debug.frames import SourceLine, user_frame
+from ..debug.frames import SourceLine, held_as
 from ..nested import walk
 from .ops import graph_nodes
 
-SECOND_TIME = "Trying to backward through the graph a second time"
 NODES = 5000  # of each carrier's graph, nearest the carrier first
 BUDGET_S = 0.25  # for the whole search
 
@@ -69,17 +68,8 @@ def _said(t: torch.Tensor, path: str, line: SourceLine | None) -> str:
 def _name_of(t: torch.Tensor) -> str | None:
     """The name the program's frames have for ``t`` (or the tuple holding it: an LSTM's ``hidden``), innermost
     first."""
-    frame = user_frame(sys._getframe(1))
-    while frame is not None:
-        for scope in (frame.f_locals, frame.f_globals):
-            for key, value in list(scope.items()):
-                if key.startswith("_"):
-                    continue
-                if value is t:
-                    return f"`{key}`"
-                if isinstance(value, (tuple, list)) and len(value) <= 8 and any(v is t for v in value):
-                    return f"`{key}` (a {type(value).__name__} of {len(value)})"
-        frame = user_frame(frame.f_back)
+    for name, within in held_as(t, sys._getframe(1), outward=True):
+        return f"`{name}`" if within is None else f"`{name}` (a {type(within).__name__} of {len(within)})"
     return None
 
 

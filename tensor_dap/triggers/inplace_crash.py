@@ -21,7 +21,7 @@ from typing import Any
 
 from torch import nn
 
-from ..debug.frames import stand_in, user_frame
+from ..debug.frames import held_as, stand_in
 from ..nested import map_tensors
 from ..state import restore_rng
 from . import active
@@ -149,14 +149,4 @@ def _named(param: nn.Parameter) -> tuple[str, Any]:
 
 def _called(model: nn.Module) -> str:
     """The name the user's code has for ``model`` (``D``, ``self.disc``), else its class's name."""
-    frame = user_frame(sys._getframe(1))
-    if frame is not None:
-        for scope in (frame.f_locals, frame.f_globals):
-            for key, value in list(scope.items()):
-                if value is model and not key.startswith("_"):
-                    return key
-        owner = frame.f_locals.get("self")
-        for key, value in list(getattr(owner, "__dict__", {}).items()):
-            if value is model:
-                return f"self.{key}"
-    return type(model).__name__
+    return next((name for name, within in held_as(model, sys._getframe(1)) if within is None), type(model).__name__)

@@ -22,7 +22,9 @@ import torch
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.overrides import TorchFunctionMode
 
+from ..debug import torch_errors
 from ..debug.frames import SourceLine, call_site, site_line
+from .origin import op_tensors
 
 _NODE = re.compile(r"which is output \d+ of (\w+),")
 _SHAPE = re.compile(r"\[torch\.\w+ \[([\d, ]*)\]\]")
@@ -56,7 +58,7 @@ class Wanted:
     @classmethod
     def parse(cls, text: str) -> Wanted | None:
         shape, version = _SHAPE.search(text), _VERSION.search(text)
-        if "modified by an inplace operation" not in text or shape is None or version is None:
+        if torch_errors.INPLACE not in text or shape is None or version is None:
             return None
         node = _NODE.search(text)
         size = tuple(int(n) for n in shape.group(1).replace(" ", "").split(",") if n)
@@ -107,13 +109,13 @@ class _Watcher(TorchFunctionMode):
         kwargs = kwargs or {}
         if self.found is not None:
             return func(*args, **kwargs)
-        before = [(t, t._version, t.grad_fn, t._base, _node_of(t._base)) for t in _tensors(args, kwargs)]
+        before = [(t, t._version, t.grad_fn, t._base, _node_of(t._base)) for t in op_tensors((args, kwargs))]
         result = func(*args, **kwargs)
         for t, version, node, base, base_node in before:
             # a tensor made in the re-run starts at version 0 as in the step; an input (a copy) is any version
             if t._version != version and (version == self.wanted.expected or self.wanted.node is None):
                 self._check(func, kwargs, ((t, node), (base, base_node)))
-        made = [t for t in _tensors((result,), {}) if t.grad_fn is not None]  # (an LSTM's output is in a tuple)
+        made = [t for t in op_tensors(result) if t.grad_fn is not None]  # (an LSTM's output is in a tuple)
         if made and len(self._made) < MADE_MAX:
             entry = (_name(func), call_site(sys._getframe(1)), self._module())
             for t in made:
@@ -149,17 +151,6 @@ def _node_of(t: torch.Tensor | None) -> Any:
 def _op_of(node: str) -> str:
     """torch names a saved output's node without its suffix ("output 0 of Sigmoid" for SigmoidBackward0)."""
     return _SUFFIX.sub("", node)
-
-
-def _tensors(args: Any, kwargs: dict[str, Any]) -> list[torch.Tensor]:
-    """The tensors an op is handed at its top level (and in a list or tuple there): those it can change in place."""
-    found = []
-    for value in (*args, *kwargs.values()):
-        if isinstance(value, torch.Tensor):
-            found.append(value)
-        elif isinstance(value, (list, tuple)) and len(value) < 64:
-            found.extend(v for v in value if isinstance(v, torch.Tensor))
-    return found
 
 
 def _name(func: Any) -> str:

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..dist import current_rank, no_collectives
+from ..dist import current_rank
 from ..errors import NonFiniteError, TriggerError
 from ..format import short_error
 from ..state import capture_rng, cloned, kept, load_optimizer_state, optimizer_kept, restore_rng, set_hyper
@@ -264,23 +264,12 @@ class Investigation:
                 p.grad = None
 
         # Checked after the step: an update outside torch.optim may run again in the re-run.
-        with kept(self._params, self._buffers, params_too=not ctx.checked) as saved_rng, self._scaler_kept():
+        with kept(self._params, self._buffers, params_too=not ctx.checked) as saved_rng, self._scaler_kept(), \
+                self._alone(), warnings.catch_warnings():
             start_rng = {**saved_rng, **ctx.rng}  # host RNGs the step does not use are unchanged since its start
-            self._rerunning = True
-            loop = self._loop
-            capturing = loop is not None and loop.enabled
-            if capturing:
-                loop.enabled = False  # the unchanged loop's capture keeps none of the re-run
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")  # e.g. "full backward hook is firing..." on the first layer
-                    with no_collectives(self.model):  # each rank re-runs alone
-                        return localize_rerun(self._inner, lambda: ctx.fn(*ctx.args, **ctx.kwargs),
-                                              input_bad=input_bad, reset=reset, inputs=inputs)
-            finally:
-                self._rerunning = False
-                if capturing:
-                    loop.enabled = True
+            warnings.simplefilter("ignore")  # e.g. "full backward hook is firing..." on the first layer
+            return localize_rerun(self._inner, lambda: ctx.fn(*ctx.args, **ctx.kwargs),
+                                  input_bad=input_bad, reset=reset, inputs=inputs)
 
     @contextlib.contextmanager
     def _scaler_kept(self) -> Iterator[None]:

@@ -19,10 +19,12 @@ checked as its ``backward()`` returns instead, until the update ends (``join_ste
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
 import operator
+from collections.abc import Iterator
 from typing import Any, Callable
 
 import torch
@@ -270,18 +272,27 @@ class LoopSteps:
         f = next((g for g in reversed(loop.forwards) if g.loss_tensor is loss), None) if loop is not None else None
         if self._rerunning or (f is None and ctx is None):
             return False
-        with kept(self._params, self._buffers, params_too=f is None and self._mode != "optimizer"), \
-                no_collectives(self.model):  # each rank re-runs alone
-            self._rerunning = True
-            if loop is not None:
-                loop.enabled = False
-            try:
-                forward(loop.model, f) if f is not None else step(ctx)
-            finally:
-                self._rerunning = False
-                if loop is not None:
-                    loop.enabled = True
+        with kept(self._params, self._buffers, params_too=f is None and self._mode != "optimizer"), self._alone():
+            forward(loop.model, f) if f is not None else step(ctx)
         return True
+
+    @contextlib.contextmanager
+    def _alone(self) -> Iterator[None]:
+        """While watch runs the program's code again itself: ``_rerunning`` (its update is refused:
+        ``_before_update``), the unchanged loop's capture off (it keeps none of the re-run) and DDP's collectives
+        off (each rank re-runs alone)."""
+        loop = self._loop
+        capturing = loop is not None and loop.enabled
+        self._rerunning = True
+        if capturing:
+            loop.enabled = False
+        try:
+            with no_collectives(self.model):
+                yield
+        finally:
+            self._rerunning = False
+            if capturing:
+                loop.enabled = True
 
 
 def summed(losses: list[torch.Tensor]) -> torch.Tensor:

@@ -15,8 +15,6 @@ from typing import Any
 import torch
 from torch import nn
 
-NO_GRAPH = "does not require grad and does not have a grad_fn"
-
 
 def explain(loss: Any, watches: list[Any]) -> str | None:
     """The note for a ``loss`` with no graph, from what the open ``watches`` saw; None when they saw nothing."""

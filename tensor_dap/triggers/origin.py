@@ -43,7 +43,8 @@ _BACKWARD = ("backward", "grad")  # Tensor.backward, torch.autograd.backward / g
 GRAD_AT_OUTPUTS = "grad at the model's output"  # the input of a loss-phase birth seen in the loss's backward
 
 
-def _tensors(obj: Any) -> list[torch.Tensor]:
+def op_tensors(obj: Any) -> list[torch.Tensor]:
+    """The tensors in an op's arguments or outputs (nested up to 4 deep), ``MAX_TENSORS`` of them at most."""
     if isinstance(obj, torch.Tensor):
         return [obj]
     return [t for _, t in islice(walk(obj, max_depth=4), MAX_TENSORS)]
@@ -84,7 +85,7 @@ class Tracker(TorchFunctionMode):
     # ------------------------------------------------------------ set-up from localize
     def add_inputs(self, obj: Any) -> None:
         """Tensors handed to the step or to the model: their non-finite values are the batch's fault."""
-        self.inputs.update(id(t) for t in _tensors(obj))
+        self.inputs.update(id(t) for t in op_tensors(obj))
 
     def enter(self, module: torch.nn.Module) -> None:
         self.stack.append(module)
@@ -104,10 +105,10 @@ class Tracker(TorchFunctionMode):
         output through the nodes made after its inputs' (older ones were there before it ran), and through the
         ones its submodules tagged. Every op of a block that a reentrant checkpoint re-runs inside backward() is
         such a node (the tracker does not see ops there): a ``sqrt`` between two submodules is the block's."""
-        todo = [t.grad_fn for t in _tensors(output) if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+        todo = [t.grad_fn for t in op_tensors(output) if isinstance(t, torch.Tensor) and t.grad_fn is not None]
         if all(n in self._nodes and n not in self._tagged for n in todo):
             return  # made by tracked ops, recorded with what is behind them: the common case, no walk of the inputs
-        floor = max((sequence_nr(t.grad_fn) for t in _tensors(inputs)
+        floor = max((sequence_nr(t.grad_fn) for t in op_tensors(inputs)
                      if isinstance(t, torch.Tensor) and t.grad_fn is not None), default=-1)
         origin = (self.names.get(id(module)), type(module).__name__, None, None)
         seen: set[Any] = set()
@@ -156,7 +157,7 @@ class Tracker(TorchFunctionMode):
         report it; (True, None): non-finite with no known lineage (an op this mode cannot see).
         """
         unknown = False
-        for t in _tensors(obj):
+        for t in op_tensors(obj):
             kind = kind_of(t)
             if kind is None:
                 continue
@@ -207,7 +208,7 @@ class Tracker(TorchFunctionMode):
         matters, birth = self.verdict(loss)
         if not matters or birth is not None:
             return birth
-        bad = next((t for t in _tensors(loss) if kind_of(t) is not None), None)
+        bad = next((t for t in op_tensors(loss) if kind_of(t) is not None), None)
         return Birth("loss", None, kind_of(bad) or "nan", line=user_line(sys._getframe()), inputs=[("loss", bad)],
                      output=bad, note="backward() starts from a non-finite loss that no tracked op produced")
 
@@ -222,7 +223,7 @@ class Tracker(TorchFunctionMode):
         return (kind, None) if kind is not None else None
 
     def _after(self, name: str, args: Any, kwargs: Any, out: Any, before: Any) -> None:
-        outs = [t for t in _tensors(out) if isinstance(t, torch.Tensor)]
+        outs = [t for t in op_tensors(out) if isinstance(t, torch.Tensor)]
         if before is not None and not any(t is before[0] for t in outs):
             outs.append(before[0])  # x[i] = v returns None: the target is the output
         origin, fed = None, None
@@ -242,7 +243,7 @@ class Tracker(TorchFunctionMode):
     def _classify(self, name: str, kind: str, out: torch.Tensor, args: Any, kwargs: Any, before: Any) -> Birth:
         """The birth ``out`` descends from: an input's (propagated) or a new one made by this op."""
         seen: list[tuple[str, Birth | None, torch.Tensor]] = []
-        for t in _tensors((args, kwargs)):
+        for t in op_tensors((args, kwargs)):
             found = before[1] if before is not None and t is before[0] else self._input_kind(t)
             if found is not None:
                 seen.append((found[0], found[1], t))
@@ -260,7 +261,7 @@ class Tracker(TorchFunctionMode):
                 in_kind, birth, t = seen[0]
                 cause = birth or self._external(name, in_kind, t)
         path, typ = self._module()
-        first = next(iter(_tensors((args, kwargs))), None)
+        first = next(iter(op_tensors((args, kwargs))), None)
         return Birth(self._phase(), name, kind, path, typ, user_line(sys._getframe()),
                      inputs=self._named_inputs(args, kwargs), output=out, cause=cause,
                      deliberate=scalar if cause is None else scalar and kind == "inf" and cause.deliberate,
@@ -303,7 +304,7 @@ class Tracker(TorchFunctionMode):
     def _fed(self, name: str, args: Any, kwargs: Any) -> Birth | None:
         """The accidental NaN/Inf among an op's inputs, whatever its output: an op that saturates on it (an LSTM's
         gates on an Inf in the batch) stays finite in the forward, and its backward makes NaN from it there."""
-        for t in _tensors((args, kwargs)):
+        for t in op_tensors((args, kwargs)):
             known = self.lineage(t)
             if known is not None:
                 first = root(known[1])

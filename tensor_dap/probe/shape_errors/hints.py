@@ -13,6 +13,7 @@ from .evaluator import Evaluator
 from .model import Operand
 from .placement import placement_hint
 from .ranges import range_hint
+from .source import callee_name
 from .static import is_module, is_tensor
 
 _ELEMENTWISE = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow,
@@ -193,9 +194,7 @@ def _operation_hint(ev: Evaluator, node: ast.AST, operands: list[Operand]) -> st
         if isinstance(node.op, _ELEMENTWISE):
             return _broadcast_hint(tensors[0], tensors[1])
     if isinstance(node, ast.Call):
-        name = node.func.attr if isinstance(node.func, ast.Attribute) else \
-            node.func.id if isinstance(node.func, ast.Name) else ""
-        callee = ev.value_of(node.func)
+        name, callee = callee_name(node.func), ev.value_of(node.func)
         if is_module(callee) and tensors:
             return _module_hint(callee, ast.unparse(node.func), tensors[0])
         if name in _MATMUL_CALLS and len(tensors) >= 2:
@@ -207,10 +206,8 @@ def _call_value(ev: Evaluator, node: ast.AST) -> tuple[str, Any, list[Any]]:
     """(method or function name, the object it is called on, evaluated positional arguments)."""
     if not isinstance(node, ast.Call):
         return "", None, []
-    args = [ev.value_of(a) for a in node.args]
-    if isinstance(node.func, ast.Attribute):
-        return node.func.attr, ev.value_of(node.func.value), args
-    return (node.func.id if isinstance(node.func, ast.Name) else ""), None, args
+    on = ev.value_of(node.func.value) if isinstance(node.func, ast.Attribute) else None
+    return callee_name(node.func), on, [ev.value_of(a) for a in node.args]
 
 
 def _state_dict_hint(ev: Evaluator, node: ast.AST) -> str:

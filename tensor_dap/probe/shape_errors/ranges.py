@@ -9,6 +9,7 @@ from typing import Any
 
 from . import static
 from .evaluator import Evaluator
+from .source import callee_name
 from .static import is_module, is_tensor
 
 MAX_READ = 50_000_000  # elements of the ids read for their range, at most (the crash report's bounded cost)
@@ -29,7 +30,7 @@ def range_hint(ev: Evaluator, node: ast.AST) -> str:
         return ""
     low, high = bounds
     text = ast.unparse(ids_node)
-    callee, name = ev.value_of(node.func), _name(node.func)
+    callee, name = ev.value_of(node.func), callee_name(node.func)
     rows = getattr(callee, "num_embeddings", None) if is_module(callee) else None
     table = f"`{ast.unparse(node.func)}` is an Embedding of {rows} rows"
     floats = [(n, tuple(static.tensor_attribute(v, "shape"))) for n, v in ((n, ev.value_of(n)) for n in nodes)
@@ -47,10 +48,6 @@ def range_hint(ev: Evaluator, node: ast.AST) -> str:
     return (f"`{text}` holds classes {low}–{high} but `{ast.unparse(scores)}` scores {classes} classes "
             f"(0–{classes - 1}): targets must run from 0 to the number of classes - 1 (labels numbered from 1? "
             "a head with too few outputs?)")
-
-
-def _name(func: ast.AST) -> str:
-    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
 
 
 def _integer(t: Any) -> bool:

@@ -81,3 +81,7 @@ def find_node(stmt: ast.stmt, pos: tuple[int, int, int, int]) -> ast.AST | None:
     return None
 
 
+def callee_name(func: ast.AST) -> str:
+    """The name a call is made by: ``cross_entropy`` in ``F.cross_entropy(...)``, ``relu`` in ``relu(...)``; '' for
+    anything else (``model.layers[0](...)``)."""
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
