@@ -39,7 +39,7 @@ class CrashReport:
 # backward()'s errors that name no line of the program, and what a watch names for them (triggers.backward_errors)
 _NAMED_UNDER_WATCH = {torch_errors.INPLACE: "the tensor, the op that changed it in place and its line",
                       torch_errors.SECOND_TIME: "the tensor that carries the freed graph and the line that handed it "
-                                                "to the model",
+                                                "to the model, or the loss whose earlier backward() freed it",
                       torch_errors.NO_GRAPH: "which of the usual causes it is (a frozen model, a forward with "
                                              "gradients off, a loss taken off the graph)"}
 

@@ -18,21 +18,22 @@ from . import active, freed_graph, inplace_crash, no_graph
 log = logging.getLogger("tensor_dap.triggers")
 
 
-def explain(loss: Any, error: BaseException) -> str | None:
-    """The note for ``error`` raised by ``backward()`` on ``loss``, or None."""
+def explain(loss: Any, error: BaseException, previous: Any = None) -> str | None:
+    """The note for ``error`` raised by ``backward()`` on ``loss``, or None. ``previous``: the loss the last
+    backward() that returned went through (None: not known)."""
     text = str(error)
     if torch_errors.SECOND_TIME in text:
         inputs = [found for w in active.watches() if hasattr(w, "step_inputs") for found in w.step_inputs()]
-        return freed_graph.explain(inputs)
+        return freed_graph.explain(inputs, loss, previous)
     if torch_errors.NO_GRAPH in text:
         return no_graph.explain(loss, active.watches())
     return inplace_crash.explain(loss, error)
 
 
-def annotate(loss: Any, error: BaseException) -> None:
+def annotate(loss: Any, error: BaseException, previous: Any = None) -> None:
     """Add the explanation to ``error`` when there is one; never raises."""
     try:
-        text = explain(loss, error)
+        text = explain(loss, error, previous)
         if text is None:
             return
         log.warning("tensor_dap: %s", text)

@@ -7,7 +7,9 @@ chains to the previous one), or a GAN's generated batch fed to the discriminator
 (whose ``backward()`` frees the generator's graph before the generator's own loss reaches it). While ``watch``
 listens, the inputs of this step's forwards that have a graph (a ``grad_fn``) are looked at: one whose graph holds
 a node whose saved tensors are gone is named, by the name the program's frame has for it, with the line that
-handed it to the model.
+handed it to the model. When none does, the failing loss's own graph is: the same loss handed to backward() a
+second time, or two losses sharing a trunk (a multi-task model) each handed to its own backward(), whose first
+frees the shared part; the other loss is named when the program's frame holds it.
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ import ast
 import re
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 
-from ..debug.frames import SourceLine, held_as
+from ..debug.frames import SourceLine, held_as, user_frame
 from ..nested import walk
 from .ops import graph_nodes
 
@@ -28,31 +31,90 @@ NODES = 5000  # of each carrier's graph, nearest the carrier first
 BUDGET_S = 0.25  # for the whole search
 
 
-def explain(inputs: list[tuple[Any, SourceLine | None]]) -> str | None:
-    """``inputs``: (a forward's arguments, the line that called the model) of this step; the note, or None."""
+def explain(inputs: list[tuple[Any, SourceLine | None]], loss: Any = None, previous: Any = None) -> str | None:
+    """``inputs``: (a forward's arguments, the line that called the model) of this step; ``loss``: the tensor
+    handed to the failing backward(); ``previous``: the loss the last backward() that returned went through. The
+    note, or None."""
     deadline = time.monotonic() + BUDGET_S
     for args, line in inputs:
         for path, t in walk(args, limit=256):
             if isinstance(t, torch.Tensor) and t.grad_fn is not None and _freed(t.grad_fn, deadline):
                 return _said(t, path, line)
+    if not isinstance(loss, torch.Tensor) or loss.grad_fn is None:
+        return None
+    if previous is loss:
+        return _again(loss)
+    for name, other in _losses_beside(loss, previous):
+        node = _shared_node(loss, other, deadline)
+        if node is not None:
+            return _shared(loss, name, node)
     return None
 
 
 def _freed(root: Any, deadline: float) -> bool:
     """Whether the graph behind ``root`` holds a node whose saved tensors a backward() already freed."""
-    for node in graph_nodes([root], NODES):
+    return any(_spent(node) for node in _nodes([root], deadline))
+
+
+def _nodes(roots: list[Any], deadline: float) -> Iterator[Any]:
+    for node in graph_nodes(roots, NODES):
         if time.monotonic() > deadline:
-            return False
-        for name in dir(node):
-            if name.startswith("_saved_") and not name.endswith("_raw"):
-                try:
-                    getattr(node, name)
-                except RuntimeError as exc:
-                    if "freed" in str(exc) or "second time" in str(exc):
-                        return True
-                except Exception:  # noqa: BLE001 - an attribute torch cannot give back: not a sign of anything
-                    pass
+            return
+        yield node
+
+
+def _spent(node: Any) -> bool:
+    """Whether a backward() freed what ``node`` saved."""
+    for name in dir(node):
+        if name.startswith("_saved_") and not name.endswith("_raw"):
+            try:
+                getattr(node, name)
+            except RuntimeError as exc:
+                if "freed" in str(exc) or "second time" in str(exc):
+                    return True
+            except Exception:  # noqa: BLE001 - an attribute torch cannot give back: not a sign of anything
+                pass
     return False
+
+
+def _losses_beside(loss: torch.Tensor, previous: Any) -> Iterator[tuple[str | None, torch.Tensor]]:
+    """Other one-value tensors with a graph: the last loss backward() went through, then the program's variables."""
+    if isinstance(previous, torch.Tensor) and previous.grad_fn is not None:
+        yield _name_of(previous), previous
+    frame = user_frame(sys._getframe(1))
+    while frame is not None:
+        for key, value in list(frame.f_locals.items()):
+            if (isinstance(value, torch.Tensor) and value is not loss and value is not previous
+                    and value.grad_fn is not None and value.numel() == 1 and not key.startswith("_")):
+                yield f"`{key}`", value
+        frame = user_frame(frame.f_back)
+
+
+def _shared_node(loss: torch.Tensor, other: torch.Tensor, deadline: float) -> Any:
+    """The node nearest ``loss`` that ``other``'s graph holds too, where a backward() freed what it saved: the part
+    of the graph an earlier backward() through ``other`` freed (the failing one freed what it ran before it)."""
+    theirs = set(_nodes([other.grad_fn], deadline))
+    return next((node for node in _nodes([loss.grad_fn], deadline) if node in theirs and _spent(node)), None)
+
+
+def _again(loss: torch.Tensor) -> str:
+    name = _name_of(loss)
+    plain = name.split("`")[1] if name else "loss"
+    return (f"{name or 'this loss'} was already handed to backward(), which freed its graph: a loss goes to "
+            f"backward() once. To log it, read `{plain}.item()`; a loss computed once before the loop must be "
+            "computed again in each step. retain_graph=True would let the second backward() run and add the same "
+            "gradients twice")
+
+
+def _shared(loss: torch.Tensor, other: str | None, node: Any) -> str:
+    name = _name_of(loss)
+    both = (f"`({other.split('`')[1]} + {name.split('`')[1]}).backward()`" if other and name
+            else "`(loss_a + loss_b).backward()`")
+    earlier = f"{other}, and the backward() of {other} before it" if other else "a loss whose earlier backward()"
+    return (f"{name or 'this loss'} shares part of its graph (from {node.name()} down) with {earlier} freed that "
+            "part. Add the losses and call backward() once: "
+            f"{both} gives each parameter the sum of both gradients, as two backward() calls would; or pass "
+            "retain_graph=True to the earlier backward() only")
 
 
 def _said(t: torch.Tensor, path: str, line: SourceLine | None) -> str:

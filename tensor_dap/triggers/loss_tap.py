@@ -48,6 +48,10 @@ CLIP_NORMS_KEPT = 32
 # the total norms of the program's last clips by norm, as tensors (nothing read until a stop's report asks)
 _clip_norms: deque[torch.Tensor] = deque(maxlen=CLIP_NORMS_KEPT)
 _ctc: list[ctc_zeroed.Tally | None] = [None]  # what ctc_loss(zero_infinity=True) dropped while anyone listened
+# the loss the last backward() that returned went through: it tells a loss handed to backward() again, or one whose
+# graph an earlier loss's backward() freed. Held weakly where backward() kept its graph (retain_graph=True): holding
+# it would keep that graph; otherwise only the spent nodes and a value are held, until the next backward().
+_last_done: list[Any] = [None]
 
 
 def listen(fn: Listener, *, done: bool = False) -> Callable[[], None]:
@@ -85,6 +89,7 @@ def _install() -> None:
 
     _clipping[0] = None
     _clip_norms.clear()
+    _last_done[0] = None
 
     original = torch.autograd.backward
 
@@ -98,8 +103,13 @@ def _install() -> None:
         try:
             result = original(tensors, *args, **kwargs)
         except RuntimeError as error:  # a tensor changed in place, a graph already freed: which, where
-            backward_errors.annotate(loss, error)
+            last = _last_done[0]
+            backward_errors.annotate(loss, error, last() if type(last) is weakref.ref else last)
             raise
+        # held weakly where backward() kept the graph: retain_graph or create_graph (Tensor.backward passes both by
+        # position after the gradient; written out, not a helper: this runs in every training step)
+        _last_done[0] = weakref.ref(loss) if (any(args[1:3]) or kwargs.get("retain_graph")
+                                              or kwargs.get("create_graph")) else loss
         for fn in _finishing:
             fn(loss)
         return result
@@ -242,6 +252,7 @@ def _uninstall() -> None:
     _double[0] = None
     _clipping[0] = None
     _clip_norms.clear()
+    _last_done[0] = None
 
 
 def double_backward_line() -> SourceLine | None:

@@ -251,6 +251,7 @@ def test_a_freed_graph_error_says_how_to_have_its_carrier_named(tmp_path):
     script.write_text(CARRIED)
     plain = " ".join(_run("-m", "tensor_dap", "run", str(script)).stderr.split())
     assert "this error names the tensor that carries the freed graph" in plain, plain
+    assert "or the loss whose earlier backward() freed it" in plain
     guarded = " ".join(_run("-m", "tensor_dap", "run", "--guard", str(script)).stderr.split())
     assert ("tensor_dap: `hidden` [1, 2, 4], handed to the model at carried.py:7 "
             "(`out, hidden = rnn(torch.randn(3, 2, 4), hidden)`) still carries the graph") in guarded, guarded
