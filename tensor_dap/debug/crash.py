@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import TriggerError
 from ..libraries import library_of
-from . import torch_errors
+from . import load_errors, torch_errors
 from .frames import failing_frame, is_runner
 from ..probe.shape_errors import ShapeExplanation, explain
 from ..summary import TensorSummary
@@ -34,6 +34,7 @@ class CrashReport:
     explanation: ShapeExplanation | None
     more_tensors: int = 0  # tensors of that frame left out past MAX_TENSORS
     hint: str = ""  # what tensor_dap can find out about this error if run another way
+    advice: str = ""  # what tensor_dap found out about it (a checkpoint's keys: ``load_errors``)
 
 
 # backward()'s errors that name no line of the program, and what a watch names for them (triggers.backward_errors)
@@ -86,7 +87,7 @@ def build_report(exc: BaseException, tb: Any = None) -> CrashReport:
     except Exception:
         explanation = None
     return CrashReport(traceback=text, frame=where, tensors=rows, explanation=explanation, more_tensors=more,
-                       hint=hint_for(exc))
+                       hint=hint_for(exc), advice=load_errors.advice(exc, tb))
 
 
 def collapsed_traceback(exc: BaseException, tb: Any) -> str:

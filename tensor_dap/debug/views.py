@@ -241,7 +241,8 @@ def _log_text(text: str, style: str = "") -> Text:
 
 # the explained errors that are not about shapes
 _TITLES = {"batch size": "Batch size mismatch", "devices": "Device mismatch", "dtypes": "Dtype mismatch",
-           "not scalar": "Loss not scalar", "out of range": "Out of range"}
+           "not scalar": "Loss not scalar", "out of range": "Out of range", "probabilities": "Not probabilities",
+           "leaf in place": "Parameter changed in place", "ambiguous": "Ambiguous truth value"}
 
 
 def explanation(ex: Any) -> Any:
@@ -285,4 +286,7 @@ def crash(report: Any) -> Any:
     if report.explanation is not None and report.explanation.frames:
         parts.append(Text(""))
         parts.append(explanation(report.explanation))
+    if getattr(report, "advice", ""):
+        parts.append(Text(""))
+        parts.append(Text(report.advice, style="yellow"))
     return Group(*parts)

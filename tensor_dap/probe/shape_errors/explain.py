@@ -35,6 +35,10 @@ def _operand_nodes(node: ast.AST) -> tuple[list[ast.AST], list[ast.AST]]:
         return [], [node.operand]
     if isinstance(node, ast.Compare):
         return [], [node.left, *node.comparators]
+    if isinstance(node, ast.BoolOp):
+        return [], list(node.values)
+    if isinstance(node, ast.Name):  # `if mask:`
+        return [], [node]
     if isinstance(node, ast.Subscript):
         return [node.value], [node.slice]
     if isinstance(node, ast.Call):
@@ -100,6 +104,9 @@ def explain_frame(tb: Any, kind: str = "", message: str = "") -> FrameExplanatio
     node = find_node(stmt, pos) if pos else None
     if node is None and isinstance(stmt, ast.AugAssign) and pos and pos[0] == stmt.lineno:
         node = stmt
+    if node is None and isinstance(stmt, (ast.If, ast.While, ast.Assert)) and pos and pos[::2] == (stmt.lineno,
+                                                                                                     stmt.col_offset):
+        node = stmt.test  # the statement's own truth test failed (a tensor of many values)
     if node is None and ev.failed is not None:
         node = ev.failed.node
     if node is None:  # fall back to the outermost call of the statement (e.g. a module's forward)
@@ -107,6 +114,8 @@ def explain_frame(tb: Any, kind: str = "", message: str = "") -> FrameExplanatio
     if node is not None:
         ev.run(node)  # AugAssign and targets are not evaluated on their own
         callee, args = _operand_nodes(node)
+        for n in (*callee, *args):
+            ev.run(n)  # each operand, even one a short circuit (``a and b``) or a failure left out
         operands = [o for o in (_operand(ev, n) for n in callee) if o.kind in ("tensor", "module")]
         operands += [o for o in (_operand(ev, n) for n in args) if o.kind in ("tensor", "module", "unknown")]
         expr = ast.unparse(node) if not isinstance(node, ast.AugAssign) else source_text(source, stmt, lineno)

@@ -11,6 +11,7 @@ from ...summary.modules import named_tensors
 from . import pure, static
 from .evaluator import Evaluator
 from .model import Operand
+from .contracts import contract_hint
 from .placement import placement_hint
 from .ranges import range_hint
 from .source import callee_name
@@ -121,7 +122,7 @@ def mismatch_hint(ev: Evaluator, node: ast.AST, operands: list[Operand], kind: s
         return _not_scalar_hint(ev, node, tensors)
     if kind in ("devices", "dtypes"):
         return placement_hint(ev, node, operands, "device" if kind == "devices" else "dtype", message)
-    return ""
+    return contract_hint(ev, node, kind, message)
 
 
 _TORCH_SIZE = re.compile(r"torch\.Size\(\[([\d, ]*)\]\)")
@@ -332,4 +333,14 @@ def _dims_hint(ev: Evaluator, node: ast.AST, tensors: list[Operand], message: st
     if o is None:
         return ""
     wanted = " or ".join(f"{d}-D" for d in expected)
-    return f"{o.expr} {fmt_shape(o.shape)} has {len(o.shape)} dims, but {wanted} is expected"
+    return f"{o.expr} {fmt_shape(o.shape)} has {len(o.shape)} dims, but {wanted} is expected" + _targets_fix(o, message)
+
+
+def _targets_fix(o: Operand, message: str) -> str:
+    """cross_entropy / nll_loss handed class targets of two dims: the usual two causes, each with its line."""
+    if "multi-target not supported" not in message or o.shape is None or len(o.shape) != 2:
+        return ""
+    if o.shape[1] == 1:
+        return f": class ids in a column; pass {o.expr}.squeeze(1) (or .view(-1))"
+    return (f": one-hot targets? pass the class ids, {o.expr}.argmax(1) (or, for soft labels, float "
+            f"probabilities of the scores' shape)")

@@ -6,6 +6,11 @@ import re
 from dataclasses import dataclass
 
 _KINDS = (
+    # an op's contract broken by a value (``contracts``): scores handed to binary cross-entropy, a parameter changed
+    # in place while autograd records, a tensor of many values where Python wants one truth value
+    ("probabilities", re.compile(r"all elements of (?:input|target) should be between 0 and 1")),
+    ("leaf in place", re.compile(r"a leaf Variable that requires grad (?:is being|has been) used in an in-place")),
+    ("ambiguous", re.compile(r"Boolean value of Tensor with more than one (?:value|element) is ambiguous")),
     # an id past an Embedding's rows, a class past the scores' (cross_entropy, nll_loss on the CPU)
     ("out of range", re.compile(r"Target -?\d+ is out of bounds|index out of range in self")),
     # backward() on a loss of many values (reduction='none', a missing .mean())

@@ -75,7 +75,8 @@ def source_text(source: str, stmt: ast.stmt, lineno: int) -> str:
 
 def find_node(stmt: ast.stmt, pos: tuple[int, int, int, int]) -> ast.AST | None:
     for node in ast.walk(stmt):
-        if isinstance(node, (ast.BinOp, ast.Call, ast.Subscript, ast.UnaryOp, ast.AugAssign, ast.Compare)) \
+        if isinstance(node, (ast.BinOp, ast.Call, ast.Subscript, ast.UnaryOp, ast.AugAssign, ast.Compare, ast.BoolOp,
+                             ast.Name)) \
                 and (node.lineno, node.end_lineno, node.col_offset, node.end_col_offset) == pos:
             return node
     return None

@@ -1,0 +1,120 @@
+"""Errors where a value breaks an op's contract, named with the operand that broke it: binary cross-entropy handed
+scores that are not probabilities (``all elements of input should be between 0 and 1``), a parameter changed in
+place while autograd records (``a leaf Variable that requires grad is being used in an in-place operation``), and a
+tensor of many values where Python wants one truth value (``Boolean value of Tensor with more than one value is
+ambiguous``). torch says which rule broke, never which tensor, nor the usual fix."""
+
+from __future__ import annotations
+
+import ast
+import math
+from typing import Any
+
+from ...format import fmt_shape
+from . import static
+from .evaluator import Evaluator
+from .static import is_tensor
+
+MAX_READ = 50_000_000  # elements read for a range or a NaN count, at most (the crash report's bounded cost)
+
+
+def contract_hint(ev: Evaluator, node: ast.AST, kind: str, message: str = "") -> str:
+    """The hint for the families ``probabilities``, ``leaf in place`` and ``ambiguous``; '' when not found."""
+    hint = {"probabilities": _probabilities, "leaf in place": _leaf, "ambiguous": _ambiguous}.get(kind)
+    try:
+        return hint(ev, node, message) if hint is not None else ""
+    except Exception:  # noqa: BLE001 - a tensor whose metadata is its subclass's code: no hint, the rest stands
+        return ""
+
+
+def _tensors(ev: Evaluator, nodes: list[ast.AST]) -> list[tuple[ast.AST, Any]]:
+    return [(n, v) for n, v in ((n, ev.value_of(n)) for n in nodes) if is_tensor(v)]
+
+
+def _arguments(node: ast.AST) -> list[ast.AST]:
+    return [*node.args, *(k.value for k in node.keywords)] if isinstance(node, ast.Call) else []
+
+
+def _extent(t: Any) -> tuple[float, float, int] | None:
+    """(min, max, NaN count) of a real CPU tensor; None for one not read here (an accelerator's, past MAX_READ)."""
+    dtype = static.tensor_attribute(t, "dtype")
+    if (static.tensor_attribute(t, "device").type != "cpu" or not dtype.is_floating_point
+            or math.prod(static.tensor_attribute(t, "shape")) > MAX_READ):
+        return None
+    import torch
+
+    with torch.no_grad():
+        t = torch.Tensor.detach(t)
+        if not t.numel():
+            return None
+        nans = int(t.isnan().sum())
+        finite = t[~t.isnan()]
+        if not finite.numel():
+            return math.nan, math.nan, nans
+        return float(finite.min()), float(finite.max()), nans
+
+
+def _probabilities(ev: Evaluator, node: ast.AST, message: str) -> str:
+    """binary_cross_entropy / BCELoss on values outside [0, 1]: scores where probabilities belong (the usual case),
+    a NaN, or targets that are not 0/1 (torch's message says which of input and target)."""
+    tensors = _tensors(ev, _arguments(node))[:2]
+    targets = "of target" in message
+    if targets:
+        tensors = tensors[1:]
+    for arg, t in tensors[:1]:
+        extent = _extent(t)
+        if extent is None:
+            continue
+        low, high, nans = extent
+        text = f"`{ast.unparse(arg)}` {fmt_shape(tuple(static.tensor_attribute(t, 'shape')))}"
+        if nans:
+            return (f"{text} holds {nans:,} NaN (NaN fails the [0, 1] check): it went non-finite before the loss; "
+                    "`tensor-dap run --break-on-nan` stops where it was born")
+        if targets and (low < 0 or high > 1):
+            return (f"{text} holds {low:.4g}…{high:.4g}, but binary cross-entropy's targets must be in [0, 1]: class "
+                    "ids of more than two classes belong to cross_entropy; labels of -1/1 map to 0/1 with (y + 1) / 2")
+        if low < 0 or high > 1:
+            return (f"{text} holds {low:.4g}…{high:.4g}, not probabilities: binary cross-entropy takes values in "
+                    "[0, 1]. For raw scores (logits) use nn.BCEWithLogitsLoss() / F.binary_cross_entropy_with_logits, "
+                    "which applies the sigmoid itself and stays finite where log(sigmoid) would not; or apply "
+                    "torch.sigmoid first")
+    return ""
+
+
+_INIT = {"normal_": "normal_", "uniform_": "uniform_", "zero_": "zeros_", "fill_": "constant_"}  # Tensor's -> nn.init's
+
+
+def _leaf(ev: Evaluator, node: ast.AST, message: str) -> str:
+    """A parameter (a leaf that requires grad) changed in place outside ``torch.no_grad()``."""
+    candidates: list[ast.AST] = []
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        candidates.append(node.func.value)  # w.normal_(...), w.add_(...)
+    elif isinstance(node, ast.AugAssign):
+        candidates.append(node.target)
+    candidates += [n.value for n in ast.walk(node) if isinstance(n, ast.Subscript)]  # w[0] = 0
+    candidates += _arguments(node)  # torch.fill_(w, ...)
+    for arg, t in _tensors(ev, candidates):
+        if static.tensor_attribute(t, "requires_grad") and static.tensor_attribute(t, "grad_fn") is None:
+            text = ast.unparse(arg)
+            init = ""
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _INIT:
+                args = ", ".join([text, *(ast.unparse(a) for a in node.args)])
+                init = f" (`nn.init.{_INIT[node.func.attr]}({args})`)"
+            return (f"`{text}` is a leaf that requires grad (a parameter, or a tensor made with requires_grad=True), "
+                    "and autograd cannot record an in-place change of it. Change it under `with torch.no_grad():` "
+                    f"(initialization, a hand-written update), or with torch.nn.init{init}, which does")
+    return ""
+
+
+def _ambiguous(ev: Evaluator, node: ast.AST, message: str) -> str:
+    """``if``/``while``/``and``/``or``/``not``/``assert`` on a tensor of many values."""
+    nodes = [node, *(n for n in ast.walk(node) if n is not node)]
+    for expr, t in _tensors(ev, nodes):
+        shape = tuple(static.tensor_attribute(t, "shape"))
+        if math.prod(shape) > 1:
+            text = ast.unparse(expr)
+            whole = text if isinstance(expr, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)) else f"({text})"
+            return (f"`{text}` {fmt_shape(shape)} has {math.prod(shape):,} values, and `if`/`while`/`assert`/`and`/"
+                    f"`or`/`not` need one: write `{whole}.all()` or `{whole}.any()` for one answer, or `torch.where` / "
+                    f"a mask to decide for each element")
+    return ""
