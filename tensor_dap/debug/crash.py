@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import TriggerError
 from ..libraries import library_of
-from . import load_errors, torch_errors
+from . import load_errors, oom, torch_errors
 from .frames import failing_frame, is_runner
 from ..probe.shape_errors import ShapeExplanation, explain
 from ..summary import TensorSummary
@@ -34,7 +34,7 @@ class CrashReport:
     explanation: ShapeExplanation | None
     more_tensors: int = 0  # tensors of that frame left out past MAX_TENSORS
     hint: str = ""  # what tensor_dap can find out about this error if run another way
-    advice: str = ""  # what tensor_dap found out about it (a checkpoint's keys: ``load_errors``)
+    advice: str = ""  # what tensor_dap found out about it (a checkpoint's keys: ``load_errors``; ``oom``)
 
 
 # backward()'s errors that name no line of the program, and what a watch names for them (triggers.backward_errors)
@@ -51,6 +51,11 @@ def hint_for(exc: BaseException) -> str:
         text, notes = str(exc), " ".join(str(n) for n in getattr(exc, "__notes__", ()) or ())
     except Exception:  # noqa: BLE001 - an exception whose text cannot be read has no hint
         return ""
+    if torch_errors.DEVICE_ASSERT in text:
+        return ("tensor_dap: a CUDA kernel's check failed earlier than this line (kernels run asynchronously). Run it "
+                "again with CUDA_LAUNCH_BLOCKING=1 to stop at that op, or on the CPU, where the check names the value "
+                "(`tensor-dap run` then explains it): usually a class target >= the number of classes, an Embedding id "
+                ">= its rows, or binary cross-entropy input outside [0, 1]")
     named = next((what for pattern, what in _NAMED_UNDER_WATCH.items() if pattern in text), None)
     if named is None or "tensor_dap:" in notes:
         return ""
@@ -87,7 +92,7 @@ def build_report(exc: BaseException, tb: Any = None) -> CrashReport:
     except Exception:
         explanation = None
     return CrashReport(traceback=text, frame=where, tensors=rows, explanation=explanation, more_tensors=more,
-                       hint=hint_for(exc), advice=load_errors.advice(exc, tb))
+                       hint=hint_for(exc), advice=load_errors.advice(exc, tb) or oom.advice(exc, tb))
 
 
 def collapsed_traceback(exc: BaseException, tb: Any) -> str:

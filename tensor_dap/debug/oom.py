@@ -1,0 +1,166 @@
+"""What an out-of-memory error says about the program, in the crash report.
+
+torch says how much it asked for and how much the device had; not what filled it. The program's frames (every frame
+of its own code the traceback went through) still hold it: the two leaks that grow a run's memory step by step until
+it fails, each with its fix (a running total of the loss kept with its graph, ``total_loss += loss``; a list of
+outputs kept with theirs, ``preds.append(model(x))``: each graph holds its step's activations), and the largest
+tensors they hold, each storage counted once. Then the usual ways to need less. CUDA's ``torch.OutOfMemoryError`` and
+the CPU allocator's "can't allocate memory" alike; metadata only is read (nothing waits for the device).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+from ..format import fmt_bytes, fmt_shape
+from ..libraries import is_user_file
+from ..probe.scan import reachable_tensors
+
+_OOM = re.compile(r"out of memory|can't allocate memory", re.IGNORECASE)
+_ASKED = re.compile(r"Tried to allocate ([\d.]+ [KMGT]?i?B)|you tried to allocate (\d+) bytes")
+CHAIN = 20  # additions in a row that make a running total: more than any one step's sum of loss terms
+LISTED = 3  # tensors at least this many, kept with their graphs in one list, are a growing list
+TOP = 3  # largest tensors named
+BUDGET_S = 0.5  # for everything here
+PER_FRAME = 256  # tensors looked at in each frame
+MAX_PARAMS = 100_000  # of a model's parameters (or an optimizer's states) counted
+
+
+def advice(exc: BaseException, tb: Any) -> str:
+    """The report's lines for an out-of-memory ``exc``; '' for any other error."""
+    try:
+        import torch
+
+        if not (isinstance(exc, torch.OutOfMemoryError) or _OOM.search(str(exc))):
+            return ""
+        return _advice(str(exc), _user_frames(tb))
+    except Exception:  # noqa: BLE001 - advice must never replace the program's own error
+        return ""
+
+
+def _user_frames(tb: Any) -> list[Any]:
+    frames = []
+    while tb is not None:
+        if is_user_file(tb.tb_frame.f_code.co_filename):
+            frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    return frames[::-1]  # innermost first
+
+
+def _advice(message: str, frames: list[Any]) -> str:
+    deadline = time.monotonic() + BUDGET_S
+    asked = _ASKED.search(message)
+    amount = (asked.group(1) or fmt_bytes(int(asked.group(2)))) if asked else ""
+    lines = [f"tensor_dap: out of memory{f' asking for {amount}' if amount else ''}; what your frames hold:"]
+    seen: set[int] = set()
+    held: dict[tuple[str, int], tuple[str, Any, int]] = {}  # one entry per storage
+    for frame in frames:
+        for name, value in list(frame.f_locals.items()):
+            if time.monotonic() > deadline or name.startswith("__"):
+                continue
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+            leak = _running_total(name, value, deadline) or _kept_outputs(name, value)
+            if leak:
+                lines.append(f"  {leak}")
+        found, _ = reachable_tensors(frame.f_locals, modules=False, limit=PER_FRAME)
+        for name, t in found:
+            key = _storage(t)
+            if key is not None and key not in held:
+                held[key] = (name, t, _nbytes(t))
+    lines += _models(frames, deadline)
+    largest = sorted(held.values(), key=lambda e: -e[2])[:TOP]
+    if largest:
+        total = sum(n for _, _, n in held.values())
+        lines.append("  largest tensors: " + "; ".join(
+            f"`{name}` {fmt_shape(tuple(t.shape))} {_dtype(t)} {t.device} {fmt_bytes(n)}" for name, t, n in largest) +
+            f" ({fmt_bytes(total)} in all, {len(held)} storages)")
+    lines.append("  to need less: a smaller batch (gradient accumulation keeps the effective one), bf16 under "
+                 "torch.autocast, activation checkpointing (torch.utils.checkpoint), and evaluation under "
+                 "torch.no_grad()")
+    return "\n".join(lines)
+
+
+def _models(frames: list[Any], deadline: float) -> list[str]:
+    """The models and optimizers the frames hold by name: bytes of parameters, gradients, optimizer state."""
+    import torch
+
+    lines, seen = [], set()
+    for frame in frames:
+        for name, value in list(frame.f_locals.items()):
+            if id(value) in seen or time.monotonic() > deadline:
+                continue
+            seen.add(id(value))
+            if isinstance(value, torch.nn.Module):
+                params = list(value.parameters())[:MAX_PARAMS]
+                weights = sum(_nbytes(p) for p in params)
+                grads = sum(_nbytes(p.grad) for p in params if p.grad is not None)
+                if weights:
+                    lines.append(f"  `{name}` ({type(value).__name__}): {fmt_bytes(weights)} of parameters"
+                                 + (f", {fmt_bytes(grads)} of gradients" if grads else ""))
+            elif isinstance(value, torch.optim.Optimizer):
+                state = sum(_nbytes(t) for s in list(value.state.values())[:MAX_PARAMS] for t in s.values()
+                            if isinstance(t, torch.Tensor))
+                if state:
+                    lines.append(f"  `{name}` ({type(value).__name__}): {fmt_bytes(state)} of optimizer state")
+    return lines
+
+
+def _running_total(name: str, value: Any, deadline: float) -> str:
+    """A one-value tensor whose graph is a long chain of additions: a running total kept with its graph."""
+    import torch
+
+    if not isinstance(value, torch.Tensor) or value.grad_fn is None or value.numel() != 1:
+        return ""
+    node, adds = value.grad_fn, 0
+    while node is not None and adds <= 100_000 and time.monotonic() < deadline:
+        kind = type(node).__name__
+        if not kind.startswith(("Add", "Mul", "Div", "Sub")):
+            break
+        adds += kind.startswith(("Add", "Sub"))
+        inputs = [n for n, _ in node.next_functions if n is not None]
+        node = next((n for n in inputs if type(n).__name__.startswith(("Add", "Mul", "Div", "Sub"))), None)
+    if adds < CHAIN:
+        return ""
+    return (f"`{name}` is a running total kept with its graph ({adds:,} additions in a row): each step's graph, "
+            f"activations included, stays alive through it. Add `loss.item()` (or `loss.detach()`) instead")
+
+
+def _kept_outputs(name: str, value: Any) -> str:
+    """A list, tuple or dict holding several tensors that keep their graphs."""
+    import torch
+
+    if isinstance(value, dict):
+        items = list(value.values())[:1000]
+    elif isinstance(value, (list, tuple)):
+        items = list(value[:1000])
+    else:
+        return ""
+    graphs = [t for t in items if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+    if len(graphs) < LISTED:
+        return ""
+    kind = type(value).__name__
+    return (f"`{name}` (a {kind} of {len(value):,}) holds {len(graphs):,} tensors with their graphs, and so the "
+            f"activations of each forward that made them: keep `.detach()` of each (`.cpu()` frees the device too, "
+            f"`.item()` for numbers), and evaluate under torch.no_grad()")
+
+
+def _storage(t: Any) -> tuple[str, int] | None:
+    try:
+        return str(t.device), t.untyped_storage().data_ptr()
+    except Exception:  # noqa: BLE001 - a tensor with no storage (meta, sparse, a subclass): not counted
+        return None
+
+
+def _nbytes(t: Any) -> int:
+    try:
+        return int(t.untyped_storage().nbytes())
+    except Exception:  # noqa: BLE001 - as above
+        return 0
+
+
+def _dtype(t: Any) -> str:
+    return str(t.dtype).replace("torch.", "")
