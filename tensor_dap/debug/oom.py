@@ -24,6 +24,7 @@ CHAIN = 20  # additions in a row that make a running total: more than any one st
 LISTED = 3  # tensors at least this many, kept with their graphs in one list, are a growing list
 TOP = 3  # largest tensors named
 BUDGET_S = 0.5  # for everything here
+_ARITHMETIC = ("Add", "Mul", "Div", "Sub")  # the nodes a running total (or average) is made of
 PER_FRAME = 256  # tensors looked at in each frame
 MAX_PARAMS = 100_000  # of a model's parameters (or an optimizer's states) counted
 
@@ -110,23 +111,34 @@ def _models(frames: list[Any], deadline: float) -> list[str]:
 
 
 def _running_total(name: str, value: Any, deadline: float) -> str:
-    """A one-value tensor whose graph is a long chain of additions: a running total kept with its graph."""
+    adds, _ = additions(value, deadline)
+    if adds < CHAIN:
+        return ""
+    return (f"`{name}` is {adds:,} additions kept with their graphs: if it is a running total of the loss, each step's "
+            f"graph, activations included, stays alive through it; add `loss.item()` (or `loss.detach()`) instead")
+
+
+def additions(value: Any, deadline: float, limit: int = 100_000) -> tuple[int, int]:
+    """(the additions, the oldest node's sequence number) of the arithmetic that made ``value``, a one-value tensor
+    ((0, 0) for anything else): a running total kept with its graph (``total += loss``, ``avg = 0.9 * avg + 0.1 *
+    loss``, in any operand order) is one addition a step. Only the arithmetic nodes are walked, ``limit`` at most."""
     import torch
 
     if not isinstance(value, torch.Tensor) or value.grad_fn is None or value.numel() != 1:
-        return ""
-    node, adds = value.grad_fn, 0
-    while node is not None and adds <= 100_000 and time.monotonic() < deadline:
-        kind = type(node).__name__
-        if not kind.startswith(("Add", "Mul", "Div", "Sub")):
-            break
-        adds += kind.startswith(("Add", "Sub"))
-        inputs = [n for n, _ in node.next_functions if n is not None]
-        node = next((n for n in inputs if type(n).__name__.startswith(("Add", "Mul", "Div", "Sub"))), None)
-    if adds < CHAIN:
-        return ""
-    return (f"`{name}` is a running total kept with its graph ({adds:,} additions in a row): each step's graph, "
-            f"activations included, stays alive through it. Add `loss.item()` (or `loss.detach()`) instead")
+        return 0, 0
+    root = value.grad_fn
+    if not type(root).__name__.startswith(_ARITHMETIC):
+        return 0, 0
+    todo, seen, adds, oldest = [root], {root}, 0, root._sequence_nr()
+    while todo and len(seen) <= limit and time.monotonic() < deadline:
+        node = todo.pop()
+        adds += type(node).__name__.startswith(("Add", "Sub"))
+        oldest = min(oldest, node._sequence_nr())
+        for child, _ in node.next_functions:
+            if child is not None and child not in seen and type(child).__name__.startswith(_ARITHMETIC):
+                seen.add(child)
+                todo.append(child)
+    return adds, oldest
 
 
 def _kept_outputs(name: str, value: Any) -> str:

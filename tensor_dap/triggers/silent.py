@@ -6,7 +6,8 @@ Each is looked at where it costs nothing a step: the model's mode at each update
 the first few, ``one_class_batches``); at the first updates only, the parameters the optimizer does not hold
 (``unoptimized``), updates that find no gradient (``step_order``) or unclipped gradients (``clip_order``),
 gradients carried into the next step (``zero_grad``) and units a constant initialization keeps identical
-(``symmetric``); at the 20th update or the end of the run, what those found.
+(``symmetric``); at the 20th update or the end of the run, what those found; every 64th update, the variables of
+the frames running the loop, for a running total of the loss kept with its graph (``running_total``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import eval_mode, symmetric
+from . import eval_mode, running_total, symmetric
 from .aftermath import say
 from .clip_order import ClipOrder
 from .loss_misuse import misuse
@@ -34,6 +35,8 @@ class SilentChecks:
     def __init__(self, model: torch.nn.Module, line: Callable[[str | None], None]) -> None:
         self._line = line  # says a line of the watch's (nothing for None): parameters that never changed
         self.eval_said = False  # an update in eval mode was looked at (said, where the mode changes anything)
+        self.total_said = False  # a running total kept with its graph was said (``running_total``)
+        self._since = -1  # autograd's node number at the last look for one (-1: none yet)
         self._updates = 0  # the updates seen so far (up to the last early_update looks at)
         self._unoptimized = Unoptimized(Followed(lambda: self._updates))
         self._strays = StrayParams(model, say, Followed(lambda: self._updates))
@@ -76,6 +79,7 @@ class SilentChecks:
         computes its gradients inside ``step()``)."""
         if update == 0:
             self._unoptimized.first_update(model, optimizer)
+            self._since = running_total.now()
         self._updates = update + 1
         self._gradless.updating(update, model, optimizer, params, closure)
         self._clip_order.updating(update, params)
@@ -90,6 +94,15 @@ class SilentChecks:
         """``model`` is updated in eval mode at ``step``: said once."""
         self.eval_said = True
         eval_mode.say_once(model, step)
+
+    def look_for_totals(self, step: int) -> None:
+        """Every ``running_total.EVERY`` updates: a running total of the loss kept with its graph since the last look
+        (the first update, for the first), said once."""
+        text = running_total.kept_total(step, self._since) if self._since >= 0 else None
+        self._since = running_total.now()
+        if text is not None:
+            self.total_said = True
+            say(text)
 
     def at_end(self) -> None:
         """The end of the run: the lines about parameters never updated, if not said yet; nothing listens after."""

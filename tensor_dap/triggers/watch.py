@@ -33,7 +33,7 @@ import torch
 from ..dist import called, current_rank, unwrap
 from ..errors import STOPS
 from ..state import Buffers, RngUse, capture_rng, hyper
-from . import active
+from . import active, running_total
 from .aftermath import FLAT_STEPS, Aftermath
 from .capture import Source, StepContext, Window, add_to_window, loss_of, open_window, same_value
 from .crashed import CrashExplanation
@@ -384,6 +384,8 @@ class watch(Investigation, LoopSteps, CrashExplanation):
             self._latched = False  # clean again: the next failure is news
         if not self._inner.training and not self._silent.eval_said:  # model.eval() with no model.train() after it
             self._guard(self._silent.in_eval_mode, self._inner, index)
+        if not index % running_total.EVERY and index and not self._silent.total_said:
+            self._guard(self._silent.look_for_totals, index)
 
     def _unstepped(self, index: int, ctx: StepContext | None) -> None:
         """A step ended without an update: a GradScaler skipped it, or gradients accumulate. Its gradients may

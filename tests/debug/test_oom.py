@@ -39,8 +39,8 @@ def test_a_running_total_of_the_loss_kept_with_its_graph_is_named():
 
     advice = _advice(train)
     assert advice.startswith("tensor_dap: out of memory asking for 4096 TiB; what your frames hold:"), advice
-    assert "`total_loss` is a running total kept with its graph (30 additions in a row)" in advice
-    assert "Add `loss.item()` (or `loss.detach()`) instead" in advice
+    assert "`total_loss` is 30 additions kept with their graphs: if it is a running total of the loss" in advice
+    assert "add `loss.item()` (or `loss.detach()`) instead" in advice
 
 
 def test_a_sum_of_a_few_loss_terms_is_not_taken_for_a_running_total():
@@ -50,7 +50,7 @@ def test_a_sum_of_a_few_loss_terms_is_not_taken_for_a_running_total():
         assert loss.grad_fn is not None
         torch.empty(TOO_MUCH)
 
-    assert "running total" not in _advice(step)
+    assert "additions kept" not in _advice(step)
 
 
 def test_outputs_kept_with_their_graphs_in_a_list_are_named():
@@ -136,4 +136,4 @@ def test_tensor_dap_run_prints_it(tmp_path):
                           stdin=subprocess.DEVNULL, timeout=60, check=False)
     err = " ".join(done.stderr.split())
     assert done.returncode == 1
-    assert "`total` is a running total kept with its graph (25 additions in a row)" in err, err
+    assert "`total` is 25 additions kept with their graphs: if it is a running total" in err, err
