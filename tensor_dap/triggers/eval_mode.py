@@ -18,11 +18,13 @@ statistics, said once.
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any, Callable
 
 from torch import nn
 
 from ..format import plural
 from .aftermath import say
+from .live_dropout import checked_forward
 
 MAX_MODULES = 100_000  # modules looked at, at most (once, when the model is first seen updating in eval mode)
 EVAL_FORWARDS = 3  # forwards under no_grad in train mode in a row, with no training forward between: an evaluation
@@ -82,16 +84,30 @@ def say_once(model: nn.Module, step: int) -> None:
 
 
 class EvaluatedInTrainMode:
-    """Counts the model's forwards under ``no_grad`` in train mode since its last training forward (``count``, reset by
-    the capture); says once when ``EVAL_FORWARDS`` were and the model has layers the mode changes."""
+    """The model's forwards under ``no_grad`` (evaluations): in train mode, counted since its last training forward
+    (``count``, reset by the capture) and said once when ``EVAL_FORWARDS`` were and the model has layers the mode
+    changes; in eval mode, the first one's dropout calls looked at (``live_dropout``)."""
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
         self.count = 0
         self.done = False
+        self.compiled = False  # the model's call is compiled (set by the capture): dropout is not looked at
+        self._dropout_seen = False  # the first evaluation in eval mode had its dropout calls looked at
 
-    def forward(self) -> None:
-        if self.done or not self.model.training:
+    def forward(self, inner: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        """A forward of the model under no_grad: ``inner(*args, **kwargs)``, the first in eval mode with its dropout
+        calls looked at (``live_dropout``)."""
+        if not self.model.training:
+            if self._dropout_seen or self.compiled:
+                return inner(*args, **kwargs)
+            self._dropout_seen = True
+            return checked_forward(self.model, inner, args, kwargs)
+        self._count()
+        return inner(*args, **kwargs)
+
+    def _count(self) -> None:
+        if self.done:
             return
         self.count += 1
         if self.count < EVAL_FORWARDS:

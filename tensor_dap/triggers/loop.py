@@ -221,6 +221,7 @@ class LoopCapture:
         model = self.model
         self._model_dict = model.__dict__
         self._saved = model.__dict__.get("_compiled_call_impl", _ABSENT)
+        self.evaluations.compiled = self._saved is not _ABSENT or type(model).__name__ == "OptimizedModule"
         inner = model._compiled_call_impl or model._call_impl  # a model compiled in place stays compiled
         begin, end, above = self._begin, self._end, 2 + _caller_frames(model)
         # A loop calling ``torch.compile(model)`` while the watch holds ``model`` has dynamo trace the model's call
@@ -263,9 +264,8 @@ class LoopCapture:
         def call(*args: Any, **kwargs: Any) -> Any:
             if self._depth or not self.enabled:
                 return inner(*args, **kwargs)  # a nested call of the root; a re-run
-            if not _grad_enabled():
-                self.evaluations.forward()  # evaluation under no_grad: in train mode?
-                return inner(*args, **kwargs)
+            if not _grad_enabled():  # an evaluation: in train mode? dropout on in eval mode?
+                return self.evaluations.forward(inner, args, kwargs)
             return (marked if _tracing() else capture)(*args, **kwargs)
 
         self._call = call

@@ -1,0 +1,62 @@
+"""Dropout left on in evaluation: ``F.dropout(x, p)`` in a model's forward without ``training=self.training``.
+
+``nn.Dropout`` follows its module's mode; the functional form does not: its ``training`` defaults to True, so after
+``model.eval()`` it still drops activations, and every evaluation is noisy (and worse) with no error. The first
+forward of the model in eval mode under ``torch.no_grad()`` (an evaluation) runs under a ``TorchFunctionMode`` that
+looks at each dropout call: one with ``training=True`` and ``p > 0`` is said once, with its line. That forward gives
+what it would have (the mode only looks); later forwards run untouched, and a compiled model is not looked at (the
+mode would have dynamo trace it again).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+from ..debug.frames import user_line
+from .aftermath import say
+
+# the dropouts whose flag is ``training`` (default True), and torch's own, whose flag is ``train`` (no default)
+_FUNCTIONAL = {F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout, F.feature_alpha_dropout}
+_TORCH = {torch.dropout, torch.alpha_dropout, torch.feature_dropout, torch.feature_alpha_dropout}
+
+
+class _Spotter(TorchFunctionMode):
+    """Notes the first dropout call that drops (``found``: its name and the user's line)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: tuple[str, Any] | None = None
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if self.found is None and (func in _FUNCTIONAL or func in _TORCH):
+            try:
+                self._look(func, args, kwargs)
+            except Exception:  # noqa: BLE001 - looking must never change the forward
+                pass
+        return func(*args, **kwargs)
+
+    def _look(self, func: Any, args: tuple, kwargs: dict) -> None:
+        flag = "training" if func in _FUNCTIONAL else "train"
+        on = kwargs.get(flag, args[2] if len(args) > 2 else func in _FUNCTIONAL)
+        p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
+        if on is True and isinstance(p, (int, float)) and p > 0:
+            self.found = (f"{func.__name__}(p={p:g})", user_line())
+
+
+def checked_forward(model: torch.nn.Module, inner: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    """``inner(*args, **kwargs)``, the model's first evaluation in eval mode, with its dropout calls looked at."""
+    spotter = _Spotter()
+    with spotter:
+        output = inner(*args, **kwargs)
+    if spotter.found is not None:
+        op, line = spotter.found
+        at = f" at {line} (`{line.code}`)" if line is not None and line.code else ""
+        say(f"tensor_dap: {type(model).__name__} is in eval mode, but {op}{at} still drops activations in its "
+            "evaluation: the functional dropout's training flag defaults to True and does not follow model.eval(). "
+            "Pass training=self.training, or use an nn.Dropout layer (said once)")
+    return output
