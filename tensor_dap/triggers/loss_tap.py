@@ -28,7 +28,7 @@ from typing import Any, Callable
 import torch
 
 from ..debug.frames import CallSites, Site, SourceLine, site_line
-from . import backward_errors, ctc_zeroed
+from . import backward_errors, ctc_zeroed, scaled_clip
 
 Listener = Callable[[torch.Tensor], None]
 
@@ -134,6 +134,7 @@ def _install() -> None:
         def traced_scale(scaler_self: Any, outputs: Any) -> Any:
             scaled = scale(scaler_self, outputs)
             _remember_scaled(scaled, outputs)
+            scaled_clip.scaled_by(scaler_self)
             return scaled
 
         _restore.append((scaler, "scale", scale))
@@ -190,6 +191,7 @@ def _noting_value_clip(group: Callable[..., Any], code: Any) -> Callable[..., An
             bound = caller.f_locals.get("clip_value")
             _clipping[0] = f"value {bound:.4g}" if isinstance(bound, (int, float)) else "value"
             _clips[0] += 1
+            _scaled_clip("value", bound)
             params = caller.f_locals.get("parameters")  # a list when it came through ``traced``; else maybe spent
             tensors = args[0] if args else None  # ([its gradients],): the same objects while they are not reset
             _clipped[0] = params if isinstance(params, (list, tuple, torch.Tensor)) else \
@@ -197,6 +199,14 @@ def _noting_value_clip(group: Callable[..., Any], code: Any) -> Callable[..., An
         return group(*args, **kwargs)
 
     return grouped
+
+
+def _scaled_clip(kind: str, bound: Any) -> None:
+    """Say a clip of gradients a GradScaler still scales (``scaled_clip``), once."""
+    if _scaling[0] and (line := scaled_clip.clipped(kind, bound)) is not None:
+        from .aftermath import say
+
+        say(line)
 
 
 def _noting_clip(clip: Callable[..., Any], kind: str, returns_norm: bool) -> Callable[..., Any]:
@@ -214,6 +224,7 @@ def _noting_clip(clip: Callable[..., Any], kind: str, returns_norm: bool) -> Cal
         if noted:
             _clipping[0] = f"{kind} {bound:.4g}" if isinstance(bound, (int, float)) else kind
             _clips[0] += 1
+            _scaled_clip(kind, bound)
             if args and not isinstance(args[0], (list, tuple, torch.Tensor)):  # model.parameters(): read once, kept
                 args = (list(args[0]), *args[1:])
             _clipped[0] = args[0] if args else kwargs.get("parameters")  # (a reference: nothing copied)
@@ -253,6 +264,7 @@ def _uninstall() -> None:
     _clipping[0] = None
     _clip_norms.clear()
     _last_done[0] = None
+    scaled_clip.forget()
 
 
 def double_backward_line() -> SourceLine | None:
