@@ -3,12 +3,11 @@ the state dict torch's own frame still holds, and says the cause with its fix.""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import torch
 from torch import nn
+
+from crashes import run_script
 
 from tensor_dap.debug.crash import build_report
 
@@ -63,8 +62,7 @@ def test_the_advice_is_printed_by_tensor_dap_run(tmp_path):
                       "net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))\n"
                       f"torch.save({{'module.' + k: v for k, v in net.state_dict().items()}}, {saved!r})\n"
                       f"net.load_state_dict(torch.load({saved!r}))\n")
-    done = subprocess.run([sys.executable, "-m", "tensor_dap", "run", str(script)], capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=60, check=False)
+    done = run_script(script)
     err = " ".join(done.stderr.split())
     assert done.returncode == 1
     assert "tensor_dap: 0 of 4 model keys load as saved; 4 behind a prefix" in err, err

@@ -3,13 +3,12 @@ graphs, the model's and optimizer's bytes, the largest tensors by storage) and h
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from crashes import run_script
 
 from tensor_dap.debug.crash import build_report
 
@@ -132,8 +131,7 @@ def test_tensor_dap_run_prints_it(tmp_path):
     script.write_text("import torch\nw = torch.randn(3, requires_grad=True)\ntotal = 0\n"
                       "for _ in range(25):\n    total = total + (w * 2).sum()\n"
                       f"torch.empty({TOO_MUCH})\n")
-    done = subprocess.run([sys.executable, "-m", "tensor_dap", "run", str(script)], capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=60, check=False)
+    done = run_script(script)
     err = " ".join(done.stderr.split())
     assert done.returncode == 1
     assert "`total` is 25 additions kept with their graphs: if it is a running total" in err, err

@@ -6,17 +6,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tensor_dap.probe.shape_errors import classify, explain
+from crashes import explained
+
+from tensor_dap.probe.shape_errors import classify
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def _explain(fn):
-    try:
-        fn()
-    except Exception as exc:  # noqa: BLE001 - the point is to catch what the user's code raises
-        return explain(exc)
-    raise AssertionError("no exception")
 
 
 def _user_hint(ex) -> str:
@@ -29,7 +23,7 @@ def test_scores_handed_to_bce_name_their_range_and_bce_with_logits():
     criterion = nn.BCELoss()
     logits = torch.linspace(-2.5, 1.5, 8).reshape(8, 1)
     labels = torch.ones(8, 1)
-    ex = _explain(lambda: criterion(logits, labels))
+    ex = explained(lambda: criterion(logits, labels))
     assert ex.kind == "probabilities"
     hint = _user_hint(ex)
     assert hint.startswith("`logits` [8, 1] holds -2.5…1.5, not probabilities"), hint
@@ -39,7 +33,7 @@ def test_scores_handed_to_bce_name_their_range_and_bce_with_logits():
 
 def test_a_nan_handed_to_bce_is_said_to_be_a_nan_not_a_range():
     probs = torch.tensor([0.2, float("nan"), 0.9, float("nan")])
-    ex = _explain(lambda: F.binary_cross_entropy(probs, torch.ones(4)))
+    ex = explained(lambda: F.binary_cross_entropy(probs, torch.ones(4)))
     hint = _user_hint(ex)
     assert hint.startswith("`probs` [4] holds 2 NaN (NaN fails the [0, 1] check)"), hint
     assert "BCEWithLogits" not in hint
@@ -49,14 +43,14 @@ def test_targets_outside_zero_one_are_named_as_targets_not_as_scores():
     """torch checks the targets too ("all elements of target ..."): probabilities in range are not blamed, and the
     targets get the targets' fix (class ids belong to cross_entropy), not BCEWithLogits."""
     probs, y = torch.full((3,), 0.5), torch.tensor([2.0, 0.0, 1.0])
-    hint = _user_hint(_explain(lambda: F.binary_cross_entropy(probs, y)))
+    hint = _user_hint(explained(lambda: F.binary_cross_entropy(probs, y)))
     assert hint.startswith("`y` [3] holds 0…2, but binary cross-entropy's targets must be in [0, 1]"), hint
     assert "BCEWithLogits" not in hint and "`probs`" not in hint
 
 
 def test_a_parameter_initialized_in_place_names_it_and_its_nn_init_call():
     layer = nn.Linear(4, 4)
-    ex = _explain(lambda: layer.weight.normal_(0, 0.02))
+    ex = explained(lambda: layer.weight.normal_(0, 0.02))
     assert ex.kind == "leaf in place"
     hint = _user_hint(ex)
     assert hint.startswith("`layer.weight` is a leaf that requires grad"), hint
@@ -70,13 +64,13 @@ def test_a_leaf_changed_by_an_augmented_assignment_or_an_item_is_named():
         nonlocal w
         w += 1
 
-    assert _user_hint(_explain(bump)).startswith("`w` is a leaf that requires grad")
+    assert _user_hint(explained(bump)).startswith("`w` is a leaf that requires grad")
     layer = nn.Linear(2, 2)
 
     def set_item():
         layer.bias[0] = 0.0  # torch: "a view of a leaf Variable ..."
 
-    ex = _explain(set_item)
+    ex = explained(set_item)
     assert ex.kind == "leaf in place"
     assert _user_hint(ex).startswith("`layer.bias` is a leaf"), _user_hint(ex)
 
@@ -89,7 +83,7 @@ def test_a_tensor_of_many_values_as_a_condition_names_it_and_its_length():
             return 1
         return 0
 
-    ex = _explain(decide)
+    ex = explained(decide)
     assert ex.kind == "ambiguous"
     hint = _user_hint(ex)
     assert hint.startswith("`scores > 0` [3] has 3 values"), hint
@@ -104,7 +98,7 @@ def test_a_one_value_operand_of_and_is_not_blamed():
             return 1
         return 0
 
-    hint = _user_hint(_explain(decide))
+    hint = _user_hint(explained(decide))
     assert hint.startswith("`many` [2] has 2 values"), hint
 
 
@@ -119,8 +113,8 @@ def test_class_targets_of_two_dims_get_the_fix_for_their_shape():
     """cross_entropy's "multi-target not supported": a column of ids is squeezed, a one-hot matrix becomes ids."""
     scores = torch.randn(6, 4)
     column = torch.randint(0, 4, (6, 1))
-    hint = _user_hint(_explain(lambda: F.cross_entropy(scores, column)))
+    hint = _user_hint(explained(lambda: F.cross_entropy(scores, column)))
     assert hint.endswith("class ids in a column; pass column.squeeze(1) (or .view(-1))"), hint
     one_hot = F.one_hot(torch.randint(0, 4, (6,)), 5)  # five classes where the scores have four: not soft labels
-    hint = _user_hint(_explain(lambda: F.cross_entropy(scores, one_hot)))
+    hint = _user_hint(explained(lambda: F.cross_entropy(scores, one_hot)))
     assert "one-hot targets? pass the class ids, one_hot.argmax(1)" in hint, hint

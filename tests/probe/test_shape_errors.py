@@ -5,17 +5,11 @@ import torch
 from torch import nn
 from zoo import CountingTorchFunction
 
+from crashes import explained
+
 from tensor_dap.probe.shape_errors import classify, explain
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def _explain(fn):
-    try:
-        fn()
-    except Exception as exc:  # noqa: BLE001 - the point is to catch what the user's code raises
-        return explain(exc)
-    raise AssertionError("no exception")
 
 
 def _ops(frame):
@@ -29,7 +23,7 @@ def test_matmul_names_operands_and_inner_dims():
         h = x * 2
         return h @ w
 
-    ex = _explain(step)
+    ex = explained(step)
     assert ex.kind == "matmul"
     frame = ex.frames[0]
     assert frame.source == "return h @ w" and frame.function == "step"
@@ -39,7 +33,7 @@ def test_matmul_names_operands_and_inner_dims():
 
 def test_broadcast_with_computed_operand():
     x = torch.randn(4, 3)
-    ex = _explain(lambda: x + torch.ones(4, 4) * 2)
+    ex = explained(lambda: x + torch.ones(4, 4) * 2)
     assert ex.kind == "broadcast"
     assert _ops(ex.frames[0]) == {"x": (4, 3), "torch.ones(4, 4) * 2": (4, 4)}
     assert "dim -1 is 3 vs 4" in ex.frames[0].hint
@@ -48,7 +42,7 @@ def test_broadcast_with_computed_operand():
 def test_module_call_explained_in_library_frame_and_user_frame():
     model = nn.Sequential(nn.Linear(4, 5), nn.ReLU())
     x = torch.randn(2, 3)
-    ex = _explain(lambda: model(x))
+    ex = explained(lambda: model(x))
     inner, outer = ex.frames
     assert inner.filename.endswith("linear.py")
     assert _ops(inner) == {"input": (2, 3), "self.weight": (5, 4), "self.bias": (5,)}
@@ -60,9 +54,9 @@ def test_module_call_explained_in_library_frame_and_user_frame():
 def test_linear_module_hint_and_cat_operands():
     fc = nn.Linear(4, 5)
     x, w = torch.randn(2, 3), torch.randn(2, 5)
-    ex = _explain(lambda: fc(x.view(2, 3)))
+    ex = explained(lambda: fc(x.view(2, 3)))
     assert "fc expects in_features=4" in ex.frames[-1].hint
-    ex = _explain(lambda: torch.cat([x, w.t()], dim=0))
+    ex = explained(lambda: torch.cat([x, w.t()], dim=0))
     assert ex.kind == "size mismatch" and _ops(ex.frames[0]) == {"x": (2, 3), "w.t()": (5, 2)}
 
 
@@ -71,7 +65,7 @@ def test_inplace_broadcast_hint():
         a = torch.zeros(3)
         a += torch.ones(4, 3)
 
-    ex = _explain(step)
+    ex = explained(step)
     assert "cannot change a's shape [3]" in ex.frames[0].hint
 
 
@@ -90,7 +84,7 @@ def test_reevaluation_runs_no_forward_and_allocates_nothing():
         # torch.randn(10**6, 10**6) would need 4 TB: it is only ever evaluated on the meta device
         return model(torch.ones(2, 3)) @ w + torch.randn(10**6, 10**6).sum()
 
-    ex = _explain(step)
+    ex = explained(step)
     assert calls == [1]  # the original call only
     frame = ex.frames[0]
     assert frame.expr == "model(torch.ones(2, 3)) @ w"
@@ -111,7 +105,7 @@ def test_load_state_dict_size_mismatch_lists_the_differing_tensors():
     old = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
     model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 3))
     checkpoint = old.state_dict()
-    ex = _explain(lambda: model.load_state_dict(checkpoint))
+    ex = explained(lambda: model.load_state_dict(checkpoint))
     assert ex.kind == "size mismatch"
     hint = ex.frames[-1].hint
     assert "3 of 4 tensors differ" in hint
@@ -124,12 +118,12 @@ def test_load_state_dict_size_mismatch_lists_the_differing_tensors():
 
 def test_view_hints_count_elements_and_contiguity():
     q = torch.randn(2, 5, 12)
-    ex = _explain(lambda: q.view(2, 5, 4, 12 // 4 + 1))
+    ex = explained(lambda: q.view(2, 5, 4, 12 // 4 + 1))
     assert ex.kind == "size mismatch"
     assert ex.frames[0].hint == "q [2, 5, 12] has 120 elements, but view(2, 5, 4, 4) needs 160"
-    ex = _explain(lambda: q.reshape(-1, 7))
+    ex = explained(lambda: q.reshape(-1, 7))
     assert "120 elements" in ex.frames[0].hint and "not a multiple of 7" in ex.frames[0].hint
-    ex = _explain(lambda: q.transpose(1, 2).view(2, -1))
+    ex = explained(lambda: q.transpose(1, 2).view(2, -1))
     assert ex.kind == "not contiguous"  # the sizes fit: the layout does not (was called a size mismatch)
     assert "not contiguous" in ex.frames[0].hint and ".reshape(" in ex.frames[0].hint
 
@@ -137,7 +131,7 @@ def test_view_hints_count_elements_and_contiguity():
 def test_wrong_number_of_dims_names_the_operand_and_the_expected_dims():
     conv = nn.Conv2d(3, 8, 3)
     image = torch.randn(28, 28)
-    ex = _explain(lambda: conv(image))
+    ex = explained(lambda: conv(image))
     assert ex.kind == "dims"
     assert "input [28, 28] has 2 dims, but 3-D or 4-D is expected" in ex.frames[0].hint
     assert "channels" not in ex.frames[-1].hint  # a 2-D input is not a channel problem
@@ -147,27 +141,27 @@ def test_wrong_number_of_dims_names_the_operand_and_the_expected_dims():
     # a batch of grey images without its channel dim is read as one image with 16 channels
     grey = nn.Conv2d(1, 8, 3)
     batch = torch.randn(16, 28, 28)
-    ex = _explain(lambda: grey(batch))
+    ex = explained(lambda: grey(batch))
     hint = ex.frames[-1].hint
     assert "grey expects in_channels=1, but batch [16, 28, 28] has 16 channels" in hint
     assert "one unbatched sample" in hint and "batch.unsqueeze(1)" in hint
 
     bn = nn.BatchNorm2d(8)
-    ex = _explain(lambda: bn(batch))
+    ex = explained(lambda: bn(batch))
     assert ex.kind == "dims" and "batch [16, 28, 28] has 3 dims, but 4-D is expected" in ex.frames[-1].hint
 
     logits, target = torch.randn(32, 10), torch.randint(0, 10, (32, 1))
-    ex = _explain(lambda: nn.functional.cross_entropy(logits, target))
+    ex = explained(lambda: nn.functional.cross_entropy(logits, target))
     assert ex.kind == "dims" and "target [32, 1] has 2 dims, but 0-D or 1-D is expected" in ex.frames[-1].hint
 
-    ex = _explain(lambda: batch.transpose(1, 3))
+    ex = explained(lambda: batch.transpose(1, 3))
     assert "batch [16, 28, 28] has 3 dims (valid dims are -3..2), but dim 3 was asked for" in ex.frames[0].hint
 
 
 def test_broadcast_inside_a_method_call_compares_the_operands():
     scores = torch.randn(2, 4, 10, 10)
     mask = torch.ones(2, 12)
-    ex = _explain(lambda: scores.masked_fill(mask[:, None, None, :] == 0, float("-inf")))
+    ex = explained(lambda: scores.masked_fill(mask[:, None, None, :] == 0, float("-inf")))
     frame = ex.frames[0]
     assert _ops(frame) == {"scores": (2, 4, 10, 10), "mask[:, None, None, :] == 0": (2, 1, 1, 12)}
     assert not [o for o in frame.operands if o.kind == "unknown"]  # float('-inf') is just a number
@@ -226,13 +220,13 @@ def test_properties_methods_and_getattr_are_never_evaluated():
             self.w = torch.randn(4, 3)
 
     src, holder, x = Source(), Slotted(), torch.randn(2, 5)
-    ex = _explain(lambda: x @ src.batch)
+    ex = explained(lambda: x @ src.batch)
     assert len(src.batches) == 2  # the one real read
     frame = ex.frames[0]
     assert _ops(frame) == {"x": (2, 5)} and any(o.kind == "unknown" and o.expr == "src.batch" for o in frame.operands)
-    ex = _explain(lambda: src.scaled(x) @ src.dynamic)
+    ex = explained(lambda: src.scaled(x) @ src.dynamic)
     assert src.calls == 2 and not _ops(ex.frames[0])  # one call each by the real run, none by explain
-    ex = _explain(lambda: x @ holder.w)  # a slot is plain data
+    ex = explained(lambda: x @ holder.w)  # a slot is plain data
     assert _ops(ex.frames[0]) == {"x": (2, 5), "holder.w": (4, 3)}
     assert "x has 5 columns" in ex.frames[0].hint
 
@@ -250,7 +244,7 @@ def test_subclass_torch_function_never_runs_while_explaining():
 def test_layer_norm_on_the_wrong_width():
     norm = nn.LayerNorm(64)
     x = torch.randn(4, 8, 32)
-    ex = _explain(lambda: norm(x))
+    ex = explained(lambda: norm(x))
     assert ex.kind == "size mismatch"
     assert any(_ops(f).get("x") == (4, 8, 32) for f in ex.frames)
     assert any("ends in [32], but the norm normalizes over [64]" in f.hint for f in ex.frames)
@@ -267,7 +261,7 @@ def test_batch_norm_on_a_batch_of_one_names_the_input_and_the_short_last_batch()
 
     head = Head().train()
     last = torch.randn(1, 8)  # an epoch's last batch: 641 samples in batches of 64
-    ex = _explain(lambda: head(last))
+    ex = explained(lambda: head(last))
     assert ex.kind == "batch of one"
     user = next(f for f in ex.frames if f.function == "forward" and f.filename == __file__)
     assert _ops(user) == {"features": (1, 8)}
@@ -279,7 +273,7 @@ def test_batch_norm_on_a_batch_of_one_names_the_input_and_the_short_last_batch()
 def test_instance_norm_on_a_one_by_one_map_says_the_input_shrank():
     norm = nn.InstanceNorm2d(3)
     tiny = torch.randn(2, 3, 1, 1)
-    ex = _explain(lambda: norm(tiny))
+    ex = explained(lambda: norm(tiny))
     assert ex.kind == "batch of one"
     assert any("tiny [2, 3, 1, 1] has a 1×1 feature map" in f.hint for f in ex.frames)
 
@@ -294,7 +288,7 @@ def test_conditional_operands_take_the_branch_a_plain_flag_picks_and_never_call_
 
     x, wide, narrow = torch.randn(2, 3), torch.randn(2, 5), torch.randn(3, 5)
     training, scale = False, None
-    ex = _explain(lambda: torch.cat([x, wide if training or scale else narrow]))
+    ex = explained(lambda: torch.cat([x, wide if training or scale else narrow]))
     assert _ops(ex.frames[0]) == {"x": (2, 3), "wide if training or scale else narrow": (3, 5)}
     flag, mask = Flag(), torch.ones(())
     exc = _catch(lambda: torch.cat([x, wide if flag else narrow, narrow if mask else wide]))
@@ -311,7 +305,7 @@ def test_a_class_past_the_scores_names_the_targets_range_and_the_number_of_class
     import torch.nn.functional as F
 
     scores, target = torch.randn(6, 3), torch.tensor([0, 1, 2, 3, -100, 0])
-    ex = _explain(lambda: F.cross_entropy(scores, target))
+    ex = explained(lambda: F.cross_entropy(scores, target))
     assert ex.kind == "out of range"
     inner = ex.frames[0]
     assert inner.hint.startswith("`target` holds classes 0–3 but `input` scores 3 classes (0–2)"), inner.hint
@@ -321,7 +315,7 @@ def test_a_class_past_the_scores_names_the_targets_range_and_the_number_of_class
 def test_an_id_past_an_embedding_names_the_ids_range_and_the_tables_rows():
     emb = nn.Embedding(20, 8)
     tokens = torch.tensor([[0, 5, 24], [3, 19, 1]])
-    ex = _explain(lambda: emb(tokens))
+    ex = explained(lambda: emb(tokens))
     assert ex.kind == "out of range"
     outer = ex.frames[-1]
     assert outer.filename == __file__
@@ -345,7 +339,7 @@ def test_operands_on_two_devices_are_named_with_their_devices():
     (meta stands in for a GPU here: the same error family, from torch's device check.)"""
     model = nn.Linear(4, 2)
     x = torch.randn(3, 4, device="meta")
-    ex = _explain(lambda: model(x))
+    ex = explained(lambda: model(x))
     assert ex.kind == "devices"
     outer = ex.frames[-1]
     assert outer.filename == __file__
@@ -362,7 +356,7 @@ def test_a_float64_batch_into_a_float32_model_names_which_operand_has_which_dtyp
 
     model = nn.Linear(4, 2)
     x = torch.from_numpy(np.ones((3, 4)))
-    ex = _explain(lambda: model(x))
+    ex = explained(lambda: model(x))
     assert ex.kind == "dtypes"
     assert ex.frames[-1].hint.startswith("`x` is float64 but `model`'s parameters are float32: make them one dtype "
                                          "(a numpy array is float64"), ex.frames[-1].hint
@@ -377,7 +371,7 @@ def test_float_ids_and_class_targets_are_said_to_need_integers(call, said):
 
     scores, target, table, ids = torch.randn(4, 3), torch.tensor([0.0, 1.0, 2.0, 1.0]), nn.Embedding(5, 2), \
         torch.tensor([1.0, 2.0])
-    ex = _explain((lambda: F.cross_entropy(scores, target)) if call == "cross_entropy" else (lambda: table(ids)))
+    ex = explained((lambda: F.cross_entropy(scores, target)) if call == "cross_entropy" else (lambda: table(ids)))
     assert ex.kind == "dtypes"
     assert any(f.hint.startswith(said) for f in ex.frames), [f.hint for f in ex.frames]
 
@@ -388,7 +382,7 @@ def test_scores_and_targets_of_different_batch_sizes_point_at_the_flatten():
 
     h, y = torch.randn(8, 4, 13, 13), torch.zeros(8, dtype=torch.long)
     head = nn.Linear(338, 10)
-    ex = _explain(lambda: F.cross_entropy(head(h.view(-1, 338)), y))
+    ex = explained(lambda: F.cross_entropy(head(h.view(-1, 338)), y))
     assert ex.kind == "batch size"
     assert ex.frames[-1].hint.startswith("the scores have 16 rows but the targets 8: the batch dim changed"), ex.frames
     assert "x.flatten(1)" in ex.frames[-1].hint
@@ -399,7 +393,7 @@ def test_backward_on_a_loss_of_many_values_says_its_shape_and_the_reduction_that
 
     pred = nn.Linear(4, 1)(torch.randn(8, 4))
     loss = F.mse_loss(pred, torch.randn(8, 1), reduction="none")
-    ex = _explain(lambda: loss.backward())
+    ex = explained(lambda: loss.backward())
     assert ex.kind == "not scalar"
     assert ex.frames[-1].hint.startswith("loss [8, 1] is not one number (made by MseLoss with reduction='none'): "
                                          "backward() needs a scalar loss (loss.mean(), or .sum())"), ex.frames
