@@ -118,3 +118,20 @@ def test_class_targets_of_two_dims_get_the_fix_for_their_shape():
     one_hot = F.one_hot(torch.randint(0, 4, (6,)), 5)  # five classes where the scores have four: not soft labels
     hint = _user_hint(explained(lambda: F.cross_entropy(scores, one_hot)))
     assert "one-hot targets? pass the class ids, one_hot.argmax(1)" in hint, hint
+
+
+def test_value_ranges_are_read_chunk_by_chunk_and_bounded():
+    """Each chunk is read alone (no temporary of the tensor's size): the result is the whole tensor's; a large
+    non-contiguous tensor (its flat copy would be whole) and an accelerator's are not read."""
+    from tensor_dap.probe.shape_errors.ranges import CHUNK, value_range
+
+    t = torch.linspace(-3.0, 5.0, 3 * CHUNK + 7)
+    t[-1] = float("nan")
+    t[5] = -100.0
+    assert value_range(t) == (-100.0, pytest.approx(5.0, abs=1e-5), 1)
+    low, high, nans = value_range(t, ignore=-100)
+    assert low == -3.0 and nans == 1
+    ids = torch.full((CHUNK + 3,), -100)
+    assert value_range(ids, ignore=-100)[2] == -1  # nothing left once the ignored are out
+    assert value_range(torch.zeros(2 * CHUNK, 2).t()) is None
+    assert value_range(torch.zeros(4, 4, device="meta")) is None

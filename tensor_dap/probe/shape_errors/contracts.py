@@ -13,10 +13,8 @@ from typing import Any
 from ...format import fmt_shape
 from . import static
 from .evaluator import Evaluator
+from .ranges import value_range
 from .static import is_tensor
-
-MAX_READ = 50_000_000  # elements read for a range or a NaN count, at most (the crash report's bounded cost)
-
 
 def contract_hint(ev: Evaluator, node: ast.AST, kind: str, message: str = "") -> str:
     """The hint for the families ``probabilities``, ``leaf in place`` and ``ambiguous``; '' when not found."""
@@ -35,25 +33,6 @@ def _arguments(node: ast.AST) -> list[ast.AST]:
     return [*node.args, *(k.value for k in node.keywords)] if isinstance(node, ast.Call) else []
 
 
-def _extent(t: Any) -> tuple[float, float, int] | None:
-    """(min, max, NaN count) of a real CPU tensor; None for one not read here (an accelerator's, past MAX_READ)."""
-    dtype = static.tensor_attribute(t, "dtype")
-    if (static.tensor_attribute(t, "device").type != "cpu" or not dtype.is_floating_point
-            or math.prod(static.tensor_attribute(t, "shape")) > MAX_READ):
-        return None
-    import torch
-
-    with torch.no_grad():
-        t = torch.Tensor.detach(t)
-        if not t.numel():
-            return None
-        nans = int(t.isnan().sum())
-        finite = t[~t.isnan()]
-        if not finite.numel():
-            return math.nan, math.nan, nans
-        return float(finite.min()), float(finite.max()), nans
-
-
 def _probabilities(ev: Evaluator, node: ast.AST, message: str) -> str:
     """binary_cross_entropy / BCELoss on values outside [0, 1]: scores where probabilities belong (the usual case),
     a NaN, or targets that are not 0/1 (torch's message says which of input and target)."""
@@ -62,10 +41,12 @@ def _probabilities(ev: Evaluator, node: ast.AST, message: str) -> str:
     if targets:
         tensors = tensors[1:]
     for arg, t in tensors[:1]:
-        extent = _extent(t)
+        extent = value_range(t)
         if extent is None:
             continue
         low, high, nans = extent
+        if nans < 0:
+            continue
         text = f"`{ast.unparse(arg)}` {fmt_shape(tuple(static.tensor_attribute(t, 'shape')))}"
         if nans:
             return (f"{text} holds {nans:,} NaN (NaN fails the [0, 1] check): it went non-finite before the loss; "

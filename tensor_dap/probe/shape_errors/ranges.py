@@ -13,6 +13,7 @@ from .source import callee_name
 from .static import is_module, is_tensor
 
 MAX_READ = 50_000_000  # elements of the ids read for their range, at most (the crash report's bounded cost)
+CHUNK = 1 << 20  # elements read at a time: each temporary is at most a chunk
 IGNORE_INDEX = -100  # cross_entropy's default: targets holding it are skipped, not out of range
 
 
@@ -57,13 +58,35 @@ def _integer(t: Any) -> bool:
 
 def _bounds(t: Any) -> tuple[int, int] | None:
     """The smallest and largest id (cross_entropy's ignore_index left out); None for a tensor not read here."""
-    device = static.tensor_attribute(t, "device")
-    if device.type != "cpu" or math.prod(static.tensor_attribute(t, "shape")) > MAX_READ:
-        return None  # on an accelerator a failed kernel leaves nothing readable; past the bound, not read
+    found = value_range(t, ignore=IGNORE_INDEX)
+    return None if found is None or found[2] == -1 else (int(found[0]), int(found[1]))
+
+
+def value_range(t: Any, ignore: int | None = None) -> tuple[float, float, int] | None:
+    """(min, max, NaN count) of a CPU tensor's values, ``ignore`` left out, read ``CHUNK`` elements at a time (no
+    temporary larger than a chunk); None for a tensor not read here (an accelerator's: a failed kernel leaves nothing
+    readable there; past ``MAX_READ``; a large non-contiguous one); a NaN count of -1 when no value is left."""
+    shape = static.tensor_attribute(t, "shape")
+    if static.tensor_attribute(t, "device").type != "cpu" or math.prod(shape) > MAX_READ or not math.prod(shape):
+        return None
     import torch
 
     with torch.no_grad():
-        kept = t[t != IGNORE_INDEX] if t.numel() else t
-        if not kept.numel():
+        t = torch.Tensor.detach(t)
+        if not t.is_contiguous() and t.numel() > CHUNK:
             return None
-        return int(kept.min()), int(kept.max())
+        flat, low, high, nans, kept = t.reshape(-1), math.inf, -math.inf, 0, False
+        real = flat.is_floating_point()
+        for start in range(0, flat.numel(), CHUNK):
+            chunk = flat[start:start + CHUNK]
+            if ignore is not None:
+                chunk = chunk[chunk != ignore]
+            if real:
+                nans += int(chunk.isnan().sum())
+                chunk = chunk[~chunk.isnan()]
+            if chunk.numel():
+                kept = True
+                low, high = min(low, float(chunk.min())), max(high, float(chunk.max()))
+    if not kept:
+        return (math.nan, math.nan, nans) if nans else (math.nan, math.nan, -1)
+    return low, high, nans
