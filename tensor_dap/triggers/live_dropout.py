@@ -4,12 +4,13 @@
 ``model.eval()`` it still drops activations, and every evaluation is noisy (and worse) with no error. The first
 forward of the model in eval mode under ``torch.no_grad()`` (an evaluation) runs under a ``TorchFunctionMode`` that
 looks at each dropout call: one with ``training=True`` and ``p > 0`` is said once, with its line. That forward gives
-what it would have (the mode only looks); later forwards run untouched, and a compiled model is not looked at (the
-mode would have dynamo trace it again).
+what it would have (the mode only looks); later forwards run untouched, and a model with a compiled part is not looked
+at (the mode would have dynamo trace it again).
 """
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import Any, Callable
 
 import torch
@@ -21,6 +22,7 @@ from .aftermath import say
 
 # the dropouts whose flag is ``training`` (default True), and torch's own, whose flag is ``train`` (no default)
 _FUNCTIONAL = {F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout, F.feature_alpha_dropout}
+MAX_MODULES = 100_000  # looked at for a compiled one, at most
 _TORCH = {torch.dropout, torch.alpha_dropout, torch.feature_dropout, torch.feature_alpha_dropout}
 
 
@@ -49,7 +51,12 @@ class _Spotter(TorchFunctionMode):
 
 
 def checked_forward(model: torch.nn.Module, inner: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-    """``inner(*args, **kwargs)``, the model's first evaluation in eval mode, with its dropout calls looked at."""
+    """``inner(*args, **kwargs)``, the model's first evaluation in eval mode, with its dropout calls looked at (not
+    where a submodule is compiled: the mode would have dynamo trace it again; the root's own call is the capture's,
+    and a compiled root is not handed here)."""
+    if any(type(m).__name__ == "OptimizedModule" or m.__dict__.get("_compiled_call_impl") is not None
+           for m in islice(model.modules(), 1, MAX_MODULES)):
+        return inner(*args, **kwargs)
     spotter = _Spotter()
     with spotter:
         output = inner(*args, **kwargs)

@@ -71,3 +71,21 @@ def test_the_looked_at_evaluation_gives_what_it_would_have():
 def test_dropout_that_follows_the_mode_or_drops_nothing_is_not_said(capfd, how):
     _train_then_evaluate(how)
     assert "still drops" not in capfd.readouterr().err
+
+
+def test_a_model_with_a_compiled_part_is_not_looked_at(capfd):
+    """A TorchFunctionMode over a compiled submodule would have dynamo trace it again: such a model runs untouched
+    (the submodule is marked compiled as ``Module.compile`` marks it, without compiling: that is what is read)."""
+    torch.manual_seed(0)
+    model = Net("functional")
+    model.fc2._compiled_call_impl = model.fc2._call_impl  # what nn.Module.compile() leaves on the module
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(16, 8), torch.randint(0, 3, (16,))
+    with tensor_dap.watch(model, optimizer):
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+        model.eval()
+        with torch.no_grad():
+            model(x)
+    assert "still drops" not in capfd.readouterr().err
