@@ -1,10 +1,11 @@
 """The planted bugs that never crash: the loss falls while part of the model does not train as written.
 
 A head replaced after the optimizer was made (it never learns), a validation's ``model.eval()`` left on (the
-rest of the run trains without dropout) and a head built inside ``forward`` (new random weights at every
-call). ``watch`` says each in one line, which these scenarios take from the ``tensor_dap.triggers`` log where
-every such line also goes. One more does crash, but with a message that names no line of the program (an
-in-place ReLU after a sigmoid): watch's note under it names the op, its module and its line.
+rest of the run trains without dropout), a head built inside ``forward`` (new random weights at every
+call) and a running total of the loss kept with its graph (memory grows every step). ``watch`` says each in one
+line, which these scenarios take from the ``tensor_dap.triggers`` log where every such line also goes. One more
+does crash, but with a message that names no line of the program (an in-place ReLU after a sigmoid): watch's note
+under it names the op, its module and its line.
 """
 
 from __future__ import annotations
@@ -130,3 +131,29 @@ def inplace(ctx: Context) -> Outcome:
     named = re.search(r"changed in place by relu \(inplace=True\) in act \(ReLU\) at silent_scenarios\.py:\d+", line)
     found = f"sigmoid's output {named.group(0)}, under torch's error" if named else "nothing said"
     return Outcome(named is not None, [found, torch_said])
+
+
+def running_total(ctx: Context) -> Outcome:
+    """``total_loss += loss`` in a logging callback where ``loss.item()`` was meant: every step's graph stays alive
+    through the total, and memory grows every step."""
+    import torch
+
+    from ..triggers.running_total import EVERY
+    from ..triggers.watch import watch
+
+    model = DemoNet()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    total_loss: Any = 0.0
+
+    def log(step: int, loss: torch.Tensor) -> None:
+        nonlocal total_loss
+        total_loss = total_loss + loss  # BUG: loss.item()
+
+    with _lines() as said, watch(model, optimizer, on="raise", capture=False):
+        train(model, optimizer, 2 * EVERY + 1, bug=False, log=log)
+    line = next((s for s in said if "is a running total kept with its graph" in s), "")
+    found = re.search(r"`total_loss` \(in running_total at silent_scenarios\.py\) is a running total kept with its "
+                      r"graph at step (\d+): (\d+) additions", line)
+    evidence = (f"`total_loss` holds {found.group(2)} steps' graphs at step {found.group(1)}, named with its function"
+                if found else "nothing said")
+    return Outcome(found is not None, [evidence, "while every loss printed right"])

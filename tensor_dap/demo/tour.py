@@ -14,7 +14,7 @@ from typing import Any
 from ..errors import UsageError
 from ..folders import DEMO
 from ..format import short_error
-from . import artifacts, data_scenarios, model_scenarios, silent_scenarios
+from . import artifacts, crash_scenarios, data_scenarios, model_scenarios, silent_scenarios
 from .artifacts import TRAIN_SCRIPT
 from .scenario import Context, Outcome, Scenario
 from .train import BUG_STEP
@@ -42,6 +42,10 @@ SCENARIOS = (
              "tensor_dap.watch, at the second step", silent_scenarios.layer_in_forward),
     Scenario("inplace", "nn.ReLU(inplace=True) after a sigmoid: backward() fails naming only a node and a shape",
              "tensor_dap.watch, in a note under the error", silent_scenarios.inplace),
+    Scenario("running-total", "`total_loss += loss` keeps every step's graph: memory grows, every loss prints right",
+             "tensor_dap.watch, at the 128th update", silent_scenarios.running_total),
+    Scenario("bce-on-logits", "nn.BCELoss handed the head's raw scores: torch names no tensor",
+             "tensor-dap run's crash report", crash_scenarios.bce_on_logits),
     Scenario("monitor", "the training curves of a healthy run, for TensorBoard", "tensor_dap.Monitor",
              artifacts.monitor, planted=False),
     Scenario("profile", "where the time goes, per function and per line",
@@ -87,7 +91,7 @@ def run(chosen: Sequence[Scenario], root: Path, console: Any) -> int:
             outcome = Outcome(False, [f"the scenario failed: {short_error(exc)}"])
         took = time.perf_counter() - start
         for shown in outcome.shown:
-            console.print(shown)
+            console.print(shown, crop=False)  # a tool's lines stay whole, as it prints them
         done, missed = ("✓ caught", "✗ missed") if scenario.planted else ("✓ written", "✗ not written")
         mark, style = (done, "green") if outcome.caught else (missed, "bold red")
         console.print(Text(f"   {mark} ({took:.1f} s): ", style=style) + Text(" · ".join(outcome.evidence)))

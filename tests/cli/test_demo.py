@@ -33,7 +33,7 @@ def test_every_planted_bug_is_caught_and_said(whole_tour):
     r, root, took = whole_tour
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out = r.stdout
-    assert "11 of 11 planted bugs caught, 2 of 2 files written" in out
+    assert "13 of 13 planted bugs caught, 2 of 2 files written" in out
     for scenario in tour.SCENARIOS:
         assert re.search(rf"^{re.escape(scenario.name)}\s+✓ ", out, re.M), scenario.name
     assert took < 60  # the issue's promise on 2 CPU cores (about 14 s measured)
@@ -53,6 +53,9 @@ def test_each_scenario_names_what_the_tool_found(whole_tour):
     assert re.search(r"sigmoid's output changed in place by relu \(inplace=True\) in act \(ReLU\) at "
                      r"silent_scenarios\.py:\d+, under torch's error", out)
     assert "torch said: [torch.FloatTensor [32, 32]], which is output 0 of Sigmoid" in out
+    assert "`total_loss` holds 128 steps' graphs at step 128, named with its function" in out
+    assert re.search(r"`scores` \[32, 4\] holds -?[\d.]+…[\d.]+, not probabilities: use BCEWithLogitsLoss", out)
+    assert "→ `scores` [32, 4] holds" in out  # the crash report's own lines, whole
 
 
 def test_the_files_it_names_open_with_their_own_tools(whole_tour):
