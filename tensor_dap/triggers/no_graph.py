@@ -21,6 +21,7 @@ def explain(loss: Any, watches: list[Any]) -> str | None:
     if not isinstance(loss, torch.Tensor) or loss.requires_grad:
         return None
     still_off = "" if torch.is_grad_enabled() else " (gradients are still off where backward() is called)"
+    unseen: str | None = None  # what a watch that did not see the step's forwards can say
     for w in watches:
         model = getattr(w, "_inner", None)
         if not isinstance(model, nn.Module):
@@ -33,6 +34,7 @@ def explain(loss: Any, watches: list[Any]) -> str | None:
                     "every layer, or a model loaded for inference)")
         loop = getattr(w, "_loop", None)
         if loop is None or loop.dropped is not None:  # ``w.step`` (its forwards not seen one by one), or not kept
+            unseen = unseen or _unseen(name)
             continue
         forwards = w.step_inputs()
         if not forwards:
@@ -44,4 +46,16 @@ def explain(loss: Any, watches: list[Any]) -> str | None:
         return (f"the loss handed to backward() has no graph, while the forward of {name}{at} made one: the loss was "
                 "computed from values taken off it (`.item()`, `.detach()`, `.numpy()`, `.data`, or `torch.tensor()` "
                 f"of a tensor). Compute it from the model's output with torch ops{still_off}")
-    return None
+    return unseen
+
+
+def _unseen(name: str) -> str:
+    """The note when the step's forwards were not seen one by one (``w.step``): gradients off now, or two causes."""
+    if not torch.is_grad_enabled():
+        return (f"the loss handed to backward() has no graph: gradients are off where backward() is called, so the "
+                f"forward of {name} before it made none (the step runs under torch.no_grad() or "
+                "torch.inference_mode(), a decorator included, or after torch.set_grad_enabled(False)). Run the "
+                "training step with gradients on")
+    return (f"the loss handed to backward() has no graph: the forward of {name} ran under torch.no_grad() / "
+            "torch.inference_mode(), or the loss was computed from values taken off its output (`.item()`, "
+            "`.detach()`, `.numpy()`, `.data`, `torch.tensor()` of a tensor)")
