@@ -95,6 +95,9 @@ class Investigation:
         self._bundle(report, source)
         if self.capture and source is None and report.bundle is None:
             dropped = self._loop.dropped if self._loop is not None else None  # the capture let this step go: why
+            if dropped is None and self._loop is not None and not self._loop.forwards:
+                dropped = ("no call of the watched model was seen in it: called as `model.forward(x)`? That skips "
+                           "nn.Module's call, which the capture is in: write `model(x)`")
             report.notes.append(f"no bundle: this step cannot be re-run ({f'{dropped}; ' if dropped else ''}hand it "
                                 "to watch.step, or let the watched model run its forward inside the step)")
         self.reports.append(report)
