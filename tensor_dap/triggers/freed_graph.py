@@ -36,9 +36,10 @@ def explain(inputs: list[tuple[Any, SourceLine | None]], loss: Any = None, previ
     handed to the failing backward(); ``previous``: the loss the last backward() that returned went through. The
     note, or None."""
     deadline = time.monotonic() + BUDGET_S
+    before = _made_before(previous)
     for args, line in inputs:
         for path, t in walk(args, limit=256):
-            if isinstance(t, torch.Tensor) and t.grad_fn is not None and _freed(t.grad_fn, deadline):
+            if isinstance(t, torch.Tensor) and t.grad_fn is not None and _freed(t.grad_fn, deadline, before):
                 return _said(t, path, line)
     if not isinstance(loss, torch.Tensor) or loss.grad_fn is None:
         return None
@@ -51,9 +52,21 @@ def explain(inputs: list[tuple[Any, SourceLine | None]], loss: Any = None, previ
     return None
 
 
-def _freed(root: Any, deadline: float) -> bool:
-    """Whether the graph behind ``root`` holds a node whose saved tensors a backward() already freed."""
-    return any(_spent(node) for node in _nodes([root], deadline))
+def _freed(root: Any, deadline: float, before: int | None = None) -> bool:
+    """Whether the graph behind ``root`` holds a node whose saved tensors a backward() already freed, made before
+    node number ``before`` (None: any): the failing backward() frees what it runs before it fails, so an input made
+    in this step (a batch embedded outside the model) shows spent nodes too; only nodes that existed when the last
+    backward() that returned began can be what it freed."""
+    return any((before is None or node._sequence_nr() <= before) and _spent(node)
+               for node in _nodes([root], deadline))
+
+
+def _made_before(previous: Any) -> int | None:
+    """The node number of the last loss backward() went through (autograd numbers nodes as it makes them)."""
+    try:
+        return previous.grad_fn._sequence_nr() if isinstance(previous, torch.Tensor) else None
+    except Exception:  # noqa: BLE001 - no graph (a leaf loss), or a node of another make: any node counts
+        return None
 
 
 def _nodes(roots: list[Any], deadline: float) -> Iterator[Any]:

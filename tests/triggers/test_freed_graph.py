@@ -198,3 +198,25 @@ def test_a_backward_error_with_no_other_loss_in_sight_gets_no_note(capfd):
         (model(torch.ones(3, 4)) * h).sum().backward()
     assert not getattr(caught.value, "__notes__", None)
     assert "tensor_dap:" not in capfd.readouterr().err
+
+
+def test_an_input_made_in_this_step_is_not_blamed_for_the_carried_one(capfd):
+    """The batch is embedded outside the watched GRU, so it carries this step's graph, which the failing backward()
+    frees before it reaches the hidden state's old one: only nodes older than the last backward() that returned can
+    be what it freed, so `hidden` is named, not `emb`."""
+    torch.manual_seed(0)
+    embed, rnn, head = nn.Embedding(20, 8), nn.GRU(8, 8), nn.Linear(8, 20)
+    optimizer = torch.optim.SGD([*embed.parameters(), *rnn.parameters(), *head.parameters()], lr=0.1)
+    hidden = torch.zeros(1, 4, 8)
+    with pytest.raises(RuntimeError, match="second time") as caught, tensor_dap.watch(rnn, optimizer, on="raise"):
+        for _ in range(3):
+            tokens, targets = torch.randint(0, 20, (5, 4)), torch.randint(0, 20, (5, 4))
+            emb = embed(tokens)
+            out, hidden = rnn(emb, hidden)  # BUG: rnn(emb, hidden.detach())
+            loss = F.cross_entropy(head(out).view(-1, 20), targets.view(-1))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    text = _note(caught.value, capfd)
+    assert "tensor_dap: `hidden` [1, 4, 8], handed to the model at test_freed_graph.py:" in text, text
+    assert "`emb`" not in text
