@@ -11,6 +11,7 @@ the CPU allocator's "can't allocate memory" alike; metadata only is read (nothin
 from __future__ import annotations
 
 import re
+import sys
 import time
 from typing import Any
 
@@ -55,24 +56,14 @@ def _advice(message: str, frames: list[Any]) -> str:
     asked = _ASKED.search(message)
     amount = (asked.group(1) or fmt_bytes(int(asked.group(2)))) if asked else ""
     lines = [f"tensor_dap: out of memory{f' asking for {amount}' if amount else ''}; what your frames hold:"]
-    seen: set[int] = set()
+    lines += [f"  {line}" for line in holders(frames, deadline)]
     held: dict[tuple[str, int], tuple[str, Any, int]] = {}  # one entry per storage
     for frame in frames:
-        for name, value in list(frame.f_locals.items()):
-            if time.monotonic() > deadline or name.startswith("__"):
-                continue
-            if id(value) in seen:
-                continue
-            seen.add(id(value))
-            leak = _running_total(name, value, deadline) or _kept_outputs(name, value)
-            if leak:
-                lines.append(f"  {leak}")
         found, _ = reachable_tensors(frame.f_locals, modules=False, limit=PER_FRAME)
         for name, t in found:
             key = _storage(t)
             if key is not None and key not in held:
                 held[key] = (name, t, _nbytes(t))
-    lines += _models(frames, deadline)
     largest = sorted(held.values(), key=lambda e: -e[2])[:TOP]
     if largest:
         total = sum(n for _, _, n in held.values())
@@ -83,6 +74,45 @@ def _advice(message: str, frames: list[Any]) -> str:
                  "torch.autocast, activation checkpointing (torch.utils.checkpoint), and evaluation under "
                  "torch.no_grad()")
     return "\n".join(lines)
+
+
+def memory_view(frame: Any, frame_locals: Any) -> Any:
+    """The post-mortem's ``mem``: process and device memory, the largest tensors in view, then what the frames of
+    the user's code from ``frame`` out keep (``holders``)."""
+    from rich.console import Group
+    from rich.text import Text
+
+    from ..probe.memory import memory_report
+    from .views import memory
+
+    loaded = "torch" in sys.modules  # (nothing of torch's is imported for a program that does not use it)
+    found = reachable_tensors(frame_locals)[0] if loaded else []
+    return Group(memory(memory_report(found)), *(Text(line) for line in (holders_from(frame) if loaded else [])))
+
+
+def holders_from(frame: Any) -> list[str]:
+    """``holders`` of the frames of the user's code from ``frame`` out (the post-mortem's ``mem``)."""
+    frames = []
+    while frame is not None:
+        if is_user_file(frame.f_code.co_filename):
+            frames.append(frame)
+        frame = frame.f_back
+    return holders(frames, time.monotonic() + BUDGET_S)
+
+
+def holders(frames: list[Any], deadline: float) -> list[str]:
+    """What keeps memory in ``frames`` (innermost first), a line each: a running total or a list of outputs kept
+    with their graphs, then each model's and optimizer's bytes. (The post-mortem's ``mem`` says these too.)"""
+    lines, seen = [], set()
+    for frame in frames:
+        for name, value in list(frame.f_locals.items()):
+            if time.monotonic() > deadline or name.startswith("__") or id(value) in seen:
+                continue
+            seen.add(id(value))
+            leak = _running_total(name, value, deadline) or _kept_outputs(name, value)
+            if leak:
+                lines.append(leak)
+    return lines + _models(frames, deadline)
 
 
 def _models(frames: list[Any], deadline: float) -> list[str]:
@@ -100,13 +130,13 @@ def _models(frames: list[Any], deadline: float) -> list[str]:
                 weights = sum(_nbytes(p) for p in params)
                 grads = sum(_nbytes(p.grad) for p in params if p.grad is not None)
                 if weights:
-                    lines.append(f"  `{name}` ({type(value).__name__}): {fmt_bytes(weights)} of parameters"
+                    lines.append(f"`{name}` ({type(value).__name__}): {fmt_bytes(weights)} of parameters"
                                  + (f", {fmt_bytes(grads)} of gradients" if grads else ""))
             elif isinstance(value, torch.optim.Optimizer):
                 state = sum(_nbytes(t) for s in list(value.state.values())[:MAX_PARAMS] for t in s.values()
                             if isinstance(t, torch.Tensor))
                 if state:
-                    lines.append(f"  `{name}` ({type(value).__name__}): {fmt_bytes(state)} of optimizer state")
+                    lines.append(f"`{name}` ({type(value).__name__}): {fmt_bytes(state)} of optimizer state")
     return lines
 
 

@@ -359,15 +359,14 @@ class TensorPdb(pdb.Pdb):
     def do_mem(self, arg: str) -> None:
         """mem
         Process memory (RSS now and peak), CUDA allocated / reserved / peak per device
-        (when this process uses CUDA), and the largest tensors in this frame.
+        (when this process uses CUDA), the largest tensors in this frame, then what your
+        frames from here out keep: each model's and optimizer's bytes, a running total of
+        the loss or a list of outputs kept with their graphs.
         """
         def body() -> None:
-            from ..probe.memory import memory_report
-            from ..probe.scan import reachable_tensors
-            from .views import memory
+            from .oom import memory_view
 
-            found = reachable_tensors(self._frame_locals())[0] if "torch" in sys.modules else []
-            self._print(memory(memory_report(found)))
+            self._print(memory_view(self.curframe, self._frame_locals()))
         self._run("mem", body)
 
     def do_stats(self, arg: str) -> None:

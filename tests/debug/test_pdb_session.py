@@ -160,6 +160,49 @@ def test_pdbrc_aliases_and_interact_still_work(tmp_path):
         child.close(force=True)
 
 
+LEAKY = """\
+import torch, torch.nn.functional as F
+from torch import nn
+
+
+def train():
+    model = nn.Linear(8, 3)
+    optimizer = torch.optim.Adam(model.parameters())
+    total = 0
+    for _ in range(30):
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(torch.randn(4, 8)), torch.tensor([0, 1, 2, 0]))
+        loss.backward()
+        optimizer.step()
+        total += loss  # BUG: loss.item()
+    breakpoint()
+    print("finished", True)
+
+
+train()
+"""
+
+
+@pytest.mark.timeout(60)
+def test_mem_says_what_the_frames_keep(tmp_path):
+    """``mem`` after the memory table: the running total kept with its graphs, the model's and the optimizer's
+    bytes, from the frames of the program's own code."""
+    script = tmp_path / "leaky.py"
+    script.write_text(LEAKY)
+    child = pexpect.spawn(sys.executable, [str(script)], env=_env(), cwd=str(tmp_path), encoding="utf-8", timeout=30,
+                          dimensions=(60, 200))
+    try:
+        child.expect_exact(PROMPT)
+        out = " ".join(_run(child, "mem").split())
+        assert "process RSS" in out
+        assert "`total` is 30 additions kept with their graphs: if it is a running total of the loss" in out, out
+        assert "`model` (Linear): 108 B of parameters, 108 B of gradients" in out
+        assert "`optimizer` (Adam): 224 B of optimizer state" in out
+        _finish(child)
+    finally:
+        child.close(force=True)
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("stdin", ["devnull", "closed"])
 def test_without_a_terminal_breakpoint_logs_and_continues(stdin):
