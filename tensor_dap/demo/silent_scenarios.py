@@ -151,9 +151,9 @@ def running_total(ctx: Context) -> Outcome:
 
     with _lines() as said, watch(model, optimizer, on="raise", capture=False):
         train(model, optimizer, 2 * EVERY + 1, bug=False, log=log)
-    line = next((s for s in said if "is a running total kept with its graph" in s), "")
-    found = re.search(r"`total_loss` \(in running_total at silent_scenarios\.py\) is a running total kept with its "
-                      r"graph at step (\d+): (\d+) additions", line)
+    line = next((s for s in said if "holds a running total of the loss kept with its graph" in s), "")
+    found = re.search(r"`total_loss` \(in running_total at silent_scenarios\.py\) holds a running total of the loss "
+                      r"kept with its graph at step (\d+): (\d+) additions", line)
     evidence = (f"`total_loss` holds {found.group(2)} steps' graphs at step {found.group(1)}, named with its function"
                 if found else "nothing said")
     return Outcome(found is not None, [evidence, "while every loss printed right"])

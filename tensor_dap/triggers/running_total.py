@@ -49,9 +49,10 @@ def kept_total(step: int, since: int) -> str | None:
             adds, oldest = additions(value, deadline)
             if adds >= ADDS and oldest < since:
                 code = frame.f_code
-                return (f"tensor_dap: `{name}` (in {code.co_name} at {code.co_filename.rsplit('/', 1)[-1]}) is a "
-                        f"running total kept with its graph at step {step}: {adds:,} additions, each holding a step's "
-                        "graph, so memory grows every step until it runs out. Add `loss.item()` (or `loss.detach()`) "
-                        "to it instead (said once)")
+                return (f"tensor_dap: `{name}` (in {code.co_name} at {code.co_filename.rsplit('/', 1)[-1]}) holds a "
+                        f"running total of the loss kept with its graph at step {step}: {adds:,} additions, each "
+                        "keeping a step's graph alive (its nodes; its activations too where the total is taken before "
+                        "backward()) for as long as it is held, so memory grows with the steps it counts. Add "
+                        "`loss.item()` (or `loss.detach()`) to the total instead (said once)")
         frame = user_frame(frame.f_back)
     return None

@@ -36,10 +36,10 @@ def test_a_total_of_losses_with_their_graphs_is_said_once(capfd, mode):
         for _ in range(2 * EVERY + 5):
             total_loss += step() if mode == "loop" else w.step(step)  # BUG: step().item()
     err = capfd.readouterr().err
-    assert err.count("is a running total kept with its graph") == 1, err
+    assert err.count("holds a running total of the loss kept with its graph") == 1, err
     # the first look (step 64) finds it young: nothing of it older than the first update; the second finds it
-    assert f"`total_loss` (in test_a_total_of_losses_with_their_graphs_is_said_once at test_running_total.py) is " \
-           f"a running total kept with its graph at step {2 * EVERY}: {2 * EVERY} additions" in err, err
+    assert f"`total_loss` (in test_a_total_of_losses_with_their_graphs_is_said_once at test_running_total.py) " \
+           f"holds a running total of the loss kept with its graph at step {2 * EVERY}: {2 * EVERY} additions" in err, err
     assert "Add `loss.item()`" in err
 
 
@@ -59,7 +59,7 @@ def test_a_trainers_total_on_self_is_named_as_an_attribute(capfd):
                     self.running = 0.9 * self.running + 0.1 * loss  # BUG: an average with every step's graph
 
     Trainer().fit(2 * EVERY + 1)
-    assert "`self.running` (in fit at test_running_total.py) is a running total" in capfd.readouterr().err
+    assert "`self.running` (in fit at test_running_total.py) holds a running total" in capfd.readouterr().err
 
 
 def test_a_total_of_numbers_and_a_sum_of_loss_terms_are_not_said(capfd):
