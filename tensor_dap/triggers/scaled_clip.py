@@ -35,12 +35,12 @@ def clipped(kind: str, bound: Any) -> str | None:
         states = scaler._per_optimizer_states
         if any(s.get("stage") is OptState.UNSCALED for s in states.values()):
             return None  # unscale_ ran for an optimizer since the last update
-        scale = float(scaler.get_scale())
+        scale = float(scaler.get_scale())  # (on an accelerator a read: once, the first clip of scaled gradients)
     except Exception:  # noqa: BLE001 - a scaler of another make: not told
         return None
+    _said[0] = True  # looked at once, said or not: no read of the scale at every clip
     if scale <= 1:
         return None
-    _said[0] = True
     call = "clip_grad_norm_" if kind == "norm" else "clip_grad_value_"
     effect = (f"the norm it measures is {scale:g} times too big, so it clips every step to a sliver of max_norm"
               if kind == "norm" else f"it cuts at a bound {scale:g} times too small")
