@@ -362,6 +362,27 @@ def test_a_float64_batch_into_a_float32_model_names_which_operand_has_which_dtyp
                                          "(a numpy array is float64"), ex.frames[-1].hint
 
 
+@pytest.mark.parametrize("layer", ["conv", "batchnorm"])
+def test_a_float64_batch_into_a_conv_or_a_norm_is_a_dtype_error_with_its_operands(layer):
+    """A conv says "Input type (double) and bias type (float) should be the same", a CPU batch norm "mixed dtype
+    (CPU)": both are dtype errors, named by the module's parameters' dtype."""
+    import numpy as np
+
+    model = nn.Conv2d(3, 4, 3) if layer == "conv" else nn.BatchNorm1d(4)
+    x = torch.from_numpy(np.ones((2, 3, 8, 8) if layer == "conv" else (2, 4)))
+    ex = explained(lambda: model(x))
+    assert ex.kind == "dtypes", ex.error
+    assert ex.frames[-1].hint.startswith("`x` is float64 but `model`'s parameters are float32"), ex.frames[-1].hint
+
+
+def test_a_convs_input_and_weight_on_two_devices_is_a_device_error():
+    """torch names a conv's devices by tensor type (no GPU here: the message is classified as CUDA writes it)."""
+    cuda = ("Input type (torch.cuda.FloatTensor) and weight type (torch.FloatTensor) should be the same or input "
+            "should be a MKLDNN tensor and weight is a dense tensor")
+    assert classify(RuntimeError(cuda)) == "devices"
+    assert classify(RuntimeError("Input type (c10::Half) and bias type (float) should be the same")) == "dtypes"
+
+
 @pytest.mark.parametrize("call, said", [
     ("cross_entropy", "`target` is float32, but class indices must be integers (`target.long()`)"),
     ("embedding", "`ids` is float32, but an Embedding's ids must be integers (`ids.long()`)"),

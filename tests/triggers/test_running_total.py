@@ -38,8 +38,9 @@ def test_a_total_of_losses_with_their_graphs_is_said_once(capfd, mode):
     err = capfd.readouterr().err
     assert err.count("holds a running total of the loss kept with its graph") == 1, err
     # the first look (step 64) finds it young: nothing of it older than the first update; the second finds it
-    assert f"`total_loss` (in test_a_total_of_losses_with_their_graphs_is_said_once at test_running_total.py) " \
-           f"holds a running total of the loss kept with its graph at step {2 * EVERY}: {2 * EVERY} additions" in err, err
+    assert (f"`total_loss` (in test_a_total_of_losses_with_their_graphs_is_said_once at test_running_total.py) "
+            f"holds a running total of the loss kept with its graph at step {2 * EVERY}: {2 * EVERY} additions"
+            in err), err
     assert "Add `loss.item()`" in err
 
 

@@ -17,12 +17,18 @@ _KINDS = (
     ("not scalar", re.compile(r"grad can be implicitly created only for (?:real )?scalar outputs")),
     # a loss's scores and targets with different batch sizes: the batch dim changed on the way (a view(-1, n))
     ("batch size", re.compile(r"Expected input batch_size \(\d+\) to match target batch_size \(\d+\)")),
-    ("dtypes", re.compile(r"must have the same dtype|expected scalar type \w+ but found \w+|"
-                          r"Found dtype \w+ but expected \w+|expected target dtype to be|"
-                          r"to have one of the following scalar types", re.IGNORECASE)),
+    # (a conv's "Input type (X) and weight type (Y) should be the same" names devices as torch.cuda.FloatTensor,
+    # dtypes as double or c10::Half: devices first)
     ("devices", re.compile(r"Expected all tensors to be on the same device|is not on the expected device|"
                            r"Input and parameter tensors are not at the same device|"
-                           r"should be either on cpu or on the same device", re.IGNORECASE)),
+                           r"should be either on cpu or on the same device|"
+                           r"Input type \(torch\.[\w.]+\) and (?:weight|bias) type \(torch\.[\w.]+\)", re.IGNORECASE)),
+    ("dtypes", re.compile(r"must have the same dtype|expected scalar type \w+ but found \w+|"
+                          r"Found dtype \w+ but expected \w+|expected target dtype to be|"
+                          r"to have one of the following scalar types|"
+                          r"Input type \([\w:]+\) and (?:weight|bias) type \([\w:]+\) should be the same|"
+                          r"mixed dtype \(CPU\): all inputs must share same datatype|"
+                          r"input dtype \([\w.]+\) does not match weight dtype", re.IGNORECASE)),
     # batch/instance norm in training mode on one value per channel: a batch of one, or a 1x1 feature map
     ("batch of one", re.compile(r"Expected more than 1 (?:value per channel|spatial element) when training")),
     ("matmul", re.compile(r"cannot be multiplied|mat1 and mat2|self and mat2|same reduction dim|"
