@@ -17,6 +17,7 @@ from ...summary.modules import describe_module
 from ...summary.tensor import no_torch_function
 from . import static
 from .evaluator import Evaluator, device_text
+from .collate import collate_hint
 from .hints import mismatch_hint
 from .model import FrameExplanation, Operand, ShapeExplanation, classify
 from .static import is_module, is_tensor
@@ -124,7 +125,8 @@ def explain_frame(tb: Any, kind: str = "", message: str = "") -> FrameExplanatio
     return FrameExplanation(
         filename=filename, lineno=lineno, function=frame.f_code.co_name,
         source=source_text(source, stmt, lineno), expr=expr if node is not None else "",
-        operands=tuple(operands), hint=mismatch_hint(ev, node, operands, kind, message) if node is not None else "",
+        operands=tuple(operands), hint=mismatch_hint(ev, node, operands, kind, message) if node is not None else
+        collate_hint(message) if kind == "collate" else "",
     )
 
 

@@ -13,7 +13,9 @@ from .evaluator import Evaluator
 from .model import Operand
 from .contracts import contract_hint
 from .placement import placement_hint
-from .ranges import range_hint
+from .collate import collate_hint
+from .ranges import index_hint, range_hint
+from .targets import target_hint
 from .source import callee_name
 from .static import is_module, is_tensor
 
@@ -115,7 +117,11 @@ def mismatch_hint(ev: Evaluator, node: ast.AST, operands: list[Operand], kind: s
     if kind == "batch of one":
         return _batch_of_one_hint(tensors, message)
     if kind == "out of range":
-        return range_hint(ev, node)
+        return range_hint(ev, node) or index_hint(tensors, message)
+    if kind == "loss targets":
+        return target_hint(operands, message)
+    if kind == "collate":
+        return collate_hint(message)
     if kind == "batch size":
         return _batch_size_hint(message)
     if kind == "not scalar":

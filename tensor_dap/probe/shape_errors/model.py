@@ -6,13 +6,20 @@ import re
 from dataclasses import dataclass
 
 _KINDS = (
+    # a loss's targets that do not fit its scores (``targets``); a DataLoader that cannot stack its samples
+    ("loss targets", re.compile(r"Expected target size \[[\d, ]*\], got \[[\d, ]*\]|"
+                                r"Target size \(torch\.Size\(\[[\d, ]*\]\)\) must be the same as input size|"
+                                r"Expected floating point type for target with class probabilities")),
+    ("collate", re.compile(r"stack expects each tensor to be equal size|default_collate: batch must contain|"
+                           r"DataLoader worker process \d+\.[\s\S]*Trying to resize storage that is not resizable")),
     # an op's contract broken by a value (``contracts``): scores handed to binary cross-entropy, a parameter changed
     # in place while autograd records, a tensor of many values where Python wants one truth value
     ("probabilities", re.compile(r"all elements of (?:input|target) should be between 0 and 1")),
     ("leaf in place", re.compile(r"a leaf Variable that requires grad (?:is being|has been) used in an in-place")),
     ("ambiguous", re.compile(r"Boolean value of Tensor with more than one (?:value|element) is ambiguous")),
     # an id past an Embedding's rows, a class past the scores' (cross_entropy, nll_loss on the CPU)
-    ("out of range", re.compile(r"Target -?\d+ is out of bounds|index out of range in self")),
+    ("out of range", re.compile(r"Target -?\d+ is out of bounds|index out of range in self|"
+                                r"index -?\d+ is out of bounds for dimension \d+ with size \d+")),
     # backward() on a loss of many values (reduction='none', a missing .mean())
     ("not scalar", re.compile(r"grad can be implicitly created only for (?:real )?scalar outputs")),
     # a loss's scores and targets with different batch sizes: the batch dim changed on the way (a view(-1, n))

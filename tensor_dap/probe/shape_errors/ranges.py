@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 from typing import Any
 
+from ...format import fmt_shape
 from . import static
 from .evaluator import Evaluator
+from .model import Operand
 from .source import callee_name
 from .static import is_module, is_tensor
 
@@ -49,6 +52,22 @@ def range_hint(ev: Evaluator, node: ast.AST) -> str:
     return (f"`{text}` holds classes {low}–{high} but `{ast.unparse(scores)}` scores {classes} classes "
             f"(0–{classes - 1}): targets must run from 0 to the number of classes - 1 (labels numbered from 1? "
             "a head with too few outputs?)")
+
+
+_INDEX = re.compile(r"index (-?\d+) is out of bounds for dimension (\d+) with size (\d+)")
+
+
+def index_hint(tensors: list[Operand], message: str) -> str:
+    """An index past a dim: the tensor with that size there, its valid indices, and the usual causes."""
+    found = _INDEX.search(message)
+    if found is None:
+        return ""
+    index, dim, size = (int(g) for g in found.groups())
+    o = next((t for t in tensors if t.shape is not None and len(t.shape) > dim and t.shape[dim] == size), None)
+    what = f"`{o.expr}` {fmt_shape(o.shape)} has" if o is not None and o.shape is not None else "the tensor has"
+    valid = f"0–{size - 1}, or -{size}–-1" if size else "none: it is empty"
+    return (f"{what} {size} items along dim {dim} (indices {valid}), and index {index} was asked: an off-by-one "
+            "(range(1, n + 1), a length used as an index), or a count taken from another tensor")
 
 
 def _integer(t: Any) -> bool:
