@@ -243,7 +243,8 @@ def _log_text(text: str, style: str = "") -> Text:
 _TITLES = {"batch size": "Batch size mismatch", "devices": "Device mismatch", "dtypes": "Dtype mismatch",
            "not scalar": "Loss not scalar", "out of range": "Out of range", "probabilities": "Not probabilities",
            "leaf in place": "Parameter changed in place", "ambiguous": "Ambiguous truth value",
-           "loss targets": "Targets do not fit the scores", "collate": "Batch not made"}
+           "loss targets": "Targets do not fit the scores", "collate": "Batch not made", "one value": "Not one value",
+           "too small": "Input too small"}
 
 
 def explanation(ex: Any) -> Any:

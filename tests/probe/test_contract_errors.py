@@ -135,3 +135,38 @@ def test_value_ranges_are_read_chunk_by_chunk_and_bounded():
     assert value_range(ids, ignore=-100)[2] == -1  # nothing left once the ignored are out
     assert value_range(torch.zeros(2 * CHUNK, 2).t()) is None
     assert value_range(torch.zeros(4, 4, device="meta")) is None
+
+
+def test_item_of_many_values_names_the_tensor_and_how_to_reduce_it():
+    loss = F.mse_loss(torch.randn(4), torch.randn(4), reduction="none")
+    ex = explained(lambda: loss.item())
+    assert ex.kind == "one value"
+    hint = _user_hint(ex)
+    assert hint.startswith("`loss` [4] has 4 values, and .item(), float() and int() take one"), hint
+    assert "`loss.mean().item()`" in hint and "`loss.tolist()`" in hint
+    assert _user_hint(explained(lambda: float(loss))).startswith("`loss` [4] has 4 values")
+
+
+class Shrinking(nn.Module):
+    """Six 2× poolings: a 32×32 input is 1×1 before the last."""
+
+    def __init__(self):
+        super().__init__()
+        self.stages = nn.Sequential(*[nn.Sequential(nn.Conv2d(3 if i == 0 else 4, 4, 3, padding=1), nn.MaxPool2d(2))
+                                      for i in range(6)])
+
+    def forward(self, x):
+        return self.stages(x)
+
+
+def test_a_feature_map_shrunk_below_the_kernel_is_told_where_and_why():
+    model, images = Shrinking(), torch.randn(2, 3, 32, 32)
+    ex = explained(lambda: model(images))
+    assert ex.kind == "too small"
+    hints = [f.hint for f in ex.frames]
+    assert any(h.startswith("`input` [2, 4, 1, 1] is 1×1 where it reaches the window") for h in hints), hints
+    outer = _user_hint(ex)
+    # the innermost frame of the program's code: the model's forward, calling its stages
+    assert outer.startswith("`x` [2, 3, 32, 32] enters `self.stages` (Sequential) at 32×32, and its downsamplings "
+                            "bring it below a kernel"), outer
+    assert "nn.AdaptiveAvgPool2d" in outer

@@ -18,7 +18,8 @@ from .static import is_tensor
 
 def contract_hint(ev: Evaluator, node: ast.AST, kind: str, message: str = "") -> str:
     """The hint for the families ``probabilities``, ``leaf in place`` and ``ambiguous``; '' when not found."""
-    hint = {"probabilities": _probabilities, "leaf in place": _leaf, "ambiguous": _ambiguous}.get(kind)
+    hint = {"probabilities": _probabilities, "leaf in place": _leaf, "ambiguous": _ambiguous, "one value": _one_value,
+            "too small": _too_small}.get(kind)
     try:
         return hint(ev, node, message) if hint is not None else ""
     except Exception:  # noqa: BLE001 - a tensor whose metadata is its subclass's code: no hint, the rest stands
@@ -99,3 +100,36 @@ def _ambiguous(ev: Evaluator, node: ast.AST, message: str) -> str:
                     f"`or`/`not` need one: write `{whole}.all()` or `{whole}.any()` for one answer, or `torch.where` / "
                     f"a mask to decide for each element")
     return ""
+
+
+def _one_value(ev: Evaluator, node: ast.AST, message: str) -> str:
+    """``.item()`` / ``float()`` / ``int()`` of a tensor of many values."""
+    nodes = [node.func.value] if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) else []
+    for expr, t in _tensors(ev, nodes + _arguments(node)):
+        shape = tuple(static.tensor_attribute(t, "shape"))
+        if math.prod(shape) > 1:
+            text = ast.unparse(expr)
+            return (f"`{text}` {fmt_shape(shape)} has {math.prod(shape):,} values, and .item(), float() and int() take "
+                    f"one: reduce it first (`{text}.mean().item()`: a loss with reduction='none'?), or read them all "
+                    f"with `{text}.tolist()`")
+    return ""
+
+
+def _too_small(ev: Evaluator, node: ast.AST, message: str) -> str:
+    """A pool or conv whose window is larger than the feature map left: the input shrank to nothing."""
+    callee = ev.value_of(node.func) if isinstance(node, ast.Call) else None
+    tensors = [(e, t) for e, t in _tensors(ev, _arguments(node)) if len(static.tensor_attribute(t, "shape")) >= 3]
+    if not tensors:
+        return ""
+    expr, t = tensors[0]
+    shape = tuple(static.tensor_attribute(t, "shape"))
+    size = "×".join(str(d) for d in shape[2:])
+    fix = ("The input is too small for this many downsamplings (pooling, stride 2): resize the input larger, drop a "
+           "downsampling, or end the stack in nn.AdaptiveAvgPool2d")
+    kind = type(callee).__name__
+    if static.is_module(callee) and not ("Pool" in kind or "Conv" in kind):  # a container: the window is inside it
+        return (f"`{ast.unparse(expr)}` {fmt_shape(shape)} enters `{ast.unparse(node.func)}` ({kind}) at {size}, and "
+                f"its downsamplings bring it below a kernel (the innermost frame shows where). {fix}")
+    at = f" at `{ast.unparse(node.func)}` ({kind})" if static.is_module(callee) else ""
+    return (f"`{ast.unparse(expr)}` {fmt_shape(shape)} is {size} where it reaches the window{at}: the feature map "
+            f"shrank below the kernel. {fix}")

@@ -17,6 +17,10 @@ _KINDS = (
     ("probabilities", re.compile(r"all elements of (?:input|target) should be between 0 and 1")),
     ("leaf in place", re.compile(r"a leaf Variable that requires grad (?:is being|has been) used in an in-place")),
     ("ambiguous", re.compile(r"Boolean value of Tensor with more than one (?:value|element) is ambiguous")),
+    ("one value", re.compile(r"a Tensor with \d+ elements cannot be converted to Scalar|"
+                             r"only one element tensors can be converted to Python scalars")),
+    # a pool or conv window larger than what is left of the feature map
+    ("too small", re.compile(r"Output size is too small|Kernel size can't be greater than actual input size")),
     # an id past an Embedding's rows, a class past the scores' (cross_entropy, nll_loss on the CPU)
     ("out of range", re.compile(r"Target -?\d+ is out of bounds|index out of range in self|"
                                 r"index -?\d+ is out of bounds for dimension \d+ with size \d+")),
