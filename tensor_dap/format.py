@@ -85,6 +85,11 @@ def fmt_shape(shape: Any) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
 
 
+def parse_shape(text: str) -> tuple[int, ...]:
+    """The dims of a shape as torch's messages write it inside brackets: ``"8, 1"`` -> (8, 1); ``""`` -> ()."""
+    return tuple(int(d) for d in text.replace(" ", "").split(",") if d)
+
+
 def shown_path(path: str) -> str:
     """A file as a user types it: relative to the working folder when it lies inside it, else as it is."""
     try:

@@ -90,3 +90,10 @@ def test_objects_are_named_by_the_caller_unless_an_other_writer_is_given():
     assert plain_repr({"k": Counted()}, other=lambda v: "<C>") == "{'k': <C>}"
     assert plain_repr([1], other=lambda v: 1 / 0) == "[1]"
     assert plain_repr([Counted()], other=lambda v: 1 / 0) is None  # the writer failed: never raises
+
+
+def test_parse_shape_reads_torchs_bracketed_dims():
+    from tensor_dap.format import parse_shape
+
+    assert parse_shape("8, 1") == (8, 1) and parse_shape("8,1") == (8, 1)
+    assert parse_shape("") == () and parse_shape("12") == (12,)

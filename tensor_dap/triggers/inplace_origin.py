@@ -24,6 +24,7 @@ from torch.overrides import TorchFunctionMode
 
 from ..debug import torch_errors
 from ..debug.frames import SourceLine, call_site, site_line
+from ..format import parse_shape
 from .origin import op_tensors
 
 _NODE = re.compile(r"which is output \d+ of (\w+),")
@@ -61,7 +62,7 @@ class Wanted:
         if torch_errors.INPLACE not in text or shape is None or version is None:
             return None
         node = _NODE.search(text)
-        size = tuple(int(n) for n in shape.group(1).replace(" ", "").split(",") if n)
+        size = parse_shape(shape.group(1))
         return cls(node.group(1) if node else None, size, int(version.group(2)), int(version.group(1)))
 
 

@@ -13,22 +13,18 @@ from __future__ import annotations
 
 import re
 
-from ...format import fmt_shape
+from ...format import fmt_shape, parse_shape
 
 _STACK = re.compile(r"stack expects each tensor to be equal size, but got \[([\d, ]*)\] at entry (\d+) and "
                     r"\[([\d, ]*)\] at entry (\d+)")
 _FOUND = re.compile(r"default_collate: batch must contain .*?; found <class '([\w.]+)'>")
 
 
-def _dims(text: str) -> tuple[int, ...]:
-    return tuple(int(d) for d in text.replace(" ", "").split(",") if d)
-
-
 def collate_hint(message: str) -> str:
     """The hint for the family ``collate``, from torch's message alone; ''."""
     found = _STACK.search(message)
     if found:
-        a, i, b, j = _dims(found.group(1)), found.group(2), _dims(found.group(3)), found.group(4)
+        a, i, b, j = parse_shape(found.group(1)), found.group(2), parse_shape(found.group(3)), found.group(4)
         said = f"sample {j} of the batch is {fmt_shape(b)} where sample {i} is {fmt_shape(a)}"
         differ = [d for d in range(min(len(a), len(b))) if a[d] != b[d]] if len(a) == len(b) else []
         if len(a) == len(b) == 3 and differ == [0] and {a[0], b[0]} <= {1, 3, 4}:

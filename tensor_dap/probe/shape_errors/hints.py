@@ -6,7 +6,7 @@ import ast
 import re
 from typing import Any
 
-from ...format import fmt_shape, plural
+from ...format import fmt_shape, parse_shape, plural
 from ...summary.modules import named_tensors
 from . import pure, static
 from .evaluator import Evaluator
@@ -163,7 +163,7 @@ def _batch_size_hint(message: str) -> str:
 def _batch_of_one_hint(tensors: list[Operand], message: str) -> str:
     """A norm's batch statistics in training mode over a single value: say which input, and the two usual causes."""
     found = _TORCH_SIZE.search(message)
-    got = tuple(int(d) for d in found.group(1).replace(" ", "").split(",") if d) if found else None
+    got = parse_shape(found.group(1)) if found else None
     o = next((t for t in tensors if got is not None and t.shape == got), None)
     what = f"{o.expr} {fmt_shape(o.shape)}" if o is not None else \
         f"the input {fmt_shape(got)}" if got is not None else "the input"
@@ -184,7 +184,7 @@ def _norm_hint(message: str) -> str:
     found = _NORM.search(message)
     if not found:
         return ""
-    normalized, got = ([int(d) for d in g.replace(" ", "").split(",") if d] for g in found.groups())
+    normalized, got = (list(parse_shape(g)) for g in found.groups())
     tail = got[-len(normalized):] if normalized else []
     return (f"the input {fmt_shape(tuple(got))} ends in {fmt_shape(tuple(tail))}, but the norm normalizes over "
             f"{fmt_shape(tuple(normalized))}: its last {plural(len(normalized), 'dim')} "
@@ -326,7 +326,7 @@ def _dims_hint(ev: Evaluator, node: ast.AST, tensors: list[Operand], message: st
     if not expected:
         return ""
     shape = _GOT_SHAPE.search(message)
-    got_shape = tuple(int(d) for d in shape.group(1).replace(" ", "").split(",") if d) if shape else None
+    got_shape = parse_shape(shape.group(1)) if shape else None
     named = {**{o.expr: o for o in tensors}, **_by_parameter(ev, node, tensors)}
     nouns = [n.lower() for n in _NOUN.findall(message)]
     candidates = [

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from ...format import fmt_shape
+from ...format import fmt_shape, parse_shape
 from .model import Operand
 
 _TARGET_SIZE = re.compile(r"Expected target size \[([\d, ]*)\], got \[([\d, ]*)\]")
@@ -19,19 +19,15 @@ _SAME_SIZE = re.compile(r"Target size \(torch\.Size\(\[([\d, ]*)\]\)\) must be t
                         r"\(torch\.Size\(\[([\d, ]*)\]\)\)")
 
 
-def _dims(text: str) -> tuple[int, ...]:
-    return tuple(int(d) for d in text.replace(" ", "").split(",") if d)
-
-
 def target_hint(operands: list[Operand], message: str) -> str:
     """The hint for the family ``loss targets``; '' when the operands do not show it."""
     tensors = [o for o in operands if o.kind == "tensor" and o.shape is not None]
     found = _TARGET_SIZE.search(message)
     if found:
-        return _classes_on_dim_1(tensors, _dims(found.group(1)), _dims(found.group(2)))
+        return _classes_on_dim_1(tensors, parse_shape(found.group(1)), parse_shape(found.group(2)))
     found = _SAME_SIZE.search(message)
     if found:
-        return _same_shape(tensors, _dims(found.group(1)), _dims(found.group(2)))
+        return _same_shape(tensors, parse_shape(found.group(1)), parse_shape(found.group(2)))
     if "target with class probabilities" in message:
         target = next((o for o in tensors[1:] if o.shape == tensors[0].shape), None) if tensors else None
         if target is None:
