@@ -129,3 +129,29 @@ def test_unequal_samples_in_a_worker_are_told_through_tensor_dap_run(tmp_path):
     err = " ".join(run_script(script).stderr.split())
     assert "Batch not made: RuntimeError: Caught RuntimeError in DataLoader worker process 0." in err, err
     assert "→ the samples of a batch differ in shape: a worker makes room for the first sample's shape" in err
+
+
+def test_an_rnn_hidden_state_kept_from_a_larger_batch_is_told_so():
+    """The state made for a batch of 4 meets an epoch's last batch of 2."""
+    rnn, hidden = nn.GRU(8, 16), torch.zeros(1, 4, 16)
+    short = torch.randn(5, 2, 8)
+    ex = explained(lambda: rnn(short, hidden))
+    assert ex.kind == "rnn/attention"
+    assert _user_hint(ex).startswith("hidden [1, 4, 16] does not fit: the layer wants [1, 2, 16] [layers × directions, "
+                                     "batch, size]: it was made for a batch of 4, and this batch has 2"), _user_hint(ex)
+
+
+def test_an_attention_mask_for_another_length_and_features_that_are_not_the_layers():
+    attn = nn.MultiheadAttention(8, 2, batch_first=True)
+    causal, x = torch.triu(torch.ones(5, 5, dtype=torch.bool), 1), torch.randn(2, 7, 8)
+    hint = _user_hint(explained(lambda: attn(x, x, x, attn_mask=causal)))
+    assert hint.startswith("causal [5, 5] was made for another length: this attention's sequence has 7 positions, so "
+                           "it must be [7, 7]"), hint
+    narrow = torch.randn(2, 7, 6)
+    ex = explained(lambda: attn(narrow, narrow, narrow))  # torch asserts this one (an AssertionError)
+    assert ex.kind == "rnn/attention"
+    assert _user_hint(ex).startswith("narrow [2, 7, 6] has 6 features in its last dim, but attn "
+                                     "(MultiheadAttention(8, heads=2)"), _user_hint(ex)
+    lstm = nn.LSTM(8, 16)
+    assert _user_hint(explained(lambda: lstm(narrow))).startswith(
+        "narrow [2, 7, 6] has 6 features in its last dim, but lstm (LSTM(8→16)) takes 8")

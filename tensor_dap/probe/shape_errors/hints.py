@@ -15,6 +15,7 @@ from .contracts import contract_hint
 from .placement import placement_hint
 from .collate import collate_hint
 from .ranges import index_hint, range_hint
+from .sequences import sequence_hint
 from .targets import target_hint
 from .source import callee_name
 from .static import is_module, is_tensor
@@ -122,6 +123,8 @@ def mismatch_hint(ev: Evaluator, node: ast.AST, operands: list[Operand], kind: s
         return target_hint(operands, message)
     if kind == "collate":
         return collate_hint(message)
+    if kind == "rnn/attention":
+        return sequence_hint(operands, message)
     if kind == "batch size":
         return _batch_size_hint(message)
     if kind == "not scalar":

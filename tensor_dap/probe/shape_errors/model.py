@@ -10,6 +10,9 @@ _KINDS = (
     ("loss targets", re.compile(r"Expected target size \[[\d, ]*\], got \[[\d, ]*\]|"
                                 r"Target size \(torch\.Size\(\[[\d, ]*\]\)\) must be the same as input size|"
                                 r"Expected floating point type for target with class probabilities")),
+    ("rnn/attention", re.compile(r"Expected hidden(?:\[\d\])? size \(|The shape of the \dD attn_mask is|"
+                                 r"input\.size\(-1\) must be equal to input_size|"
+                                 r"was expecting embedding dimension of \d+, but got \d+")),
     ("collate", re.compile(r"stack expects each tensor to be equal size|default_collate: batch must contain|"
                            r"DataLoader worker process \d+\.[\s\S]*Trying to resize storage that is not resizable")),
     # an op's contract broken by a value (``contracts``): scores handed to binary cross-entropy, a parameter changed
@@ -61,7 +64,7 @@ _KINDS = (
 def classify(exc: BaseException) -> str | None:
     """The family of ``exc`` (the first word of each ``_KINDS`` entry: 'out of range', 'batch size', 'dtypes',
     'devices', 'batch of one', 'matmul', ...), or None when it is none of these."""
-    if not isinstance(exc, (RuntimeError, ValueError, IndexError, TypeError)):
+    if not isinstance(exc, (RuntimeError, ValueError, IndexError, TypeError, AssertionError)):  # (attention asserts)
         return None
     text = str(exc)
     for kind, pattern in _KINDS:
