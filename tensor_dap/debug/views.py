@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..format import dtype_name, fmt_bytes, fmt_num, fmt_shape, plural, short_path
+from ..libraries import is_user_file
 from ..probe.display import TensorView
 from ..probe.grads import GradReport
 from ..probe.memory import MemoryReport
@@ -269,7 +270,9 @@ def explanation(ex: Any) -> Any:
                 else:
                     table.add_row("    " + o.expr, "?", Text("not re-evaluated", style="dim"))
             parts.append(table)
-        if fe.hint:
+        # a library frame's hint (named by torch's parameters: `input`, `target`) only where no frame of the user's
+        # code below says it in the user's own names
+        if fe.hint and (is_user_file(fe.filename) or not any(f.hint for f in ex.frames[i + 1:])):
             parts.append(_log_text("    → " + fe.hint, style=_WARN))
     return Group(*parts)
 

@@ -170,3 +170,27 @@ def test_a_feature_map_shrunk_below_the_kernel_is_told_where_and_why():
     assert outer.startswith("`x` [2, 3, 32, 32] enters `self.stages` (Sequential) at 32×32, and its downsamplings "
                             "bring it below a kernel"), outer
     assert "nn.AdaptiveAvgPool2d" in outer
+
+
+def test_the_report_gives_the_hint_in_the_programs_names_once():
+    """torch's frame names its parameters (`input`); the program's frame below says the same in its own names, so the
+    rendered report shows the hint once, there. Where the program's frame has none, torch's frame's is shown."""
+    import io
+
+    from rich.console import Console
+
+    from tensor_dap.debug.views import explanation
+
+    def rendered(ex) -> str:
+        console = Console(file=io.StringIO(), width=400, no_color=True)
+        console.print(explanation(ex), crop=False)
+        return console.file.getvalue()
+
+    criterion, logits = nn.BCELoss(), torch.linspace(-1.0, 2.0, 4)
+    text = rendered(explained(lambda: criterion(logits, torch.ones(4))))
+    assert text.count("→ ") == 1 and "→ `logits` [4] holds -1…2" in text, text
+    ex = explained(lambda: criterion(logits, torch.ones(4)))
+    bare = type(ex)(ex.kind, ex.error, tuple(f if f.filename != __file__ else type(f)(**{**f.__dict__, "hint": ""})
+                                              for f in ex.frames))
+    text = rendered(bare)
+    assert text.count("→ ") == 1 and "→ `input` [4] holds" in text, text
