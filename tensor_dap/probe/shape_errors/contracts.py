@@ -2,7 +2,8 @@
 scores that are not probabilities (``all elements of input should be between 0 and 1``), a parameter changed in
 place while autograd records (``a leaf Variable that requires grad is being used in an in-place operation``), and a
 tensor of many values where Python wants one truth value (``Boolean value of Tensor with more than one value is
-ambiguous``). torch says which rule broke, never which tensor, nor the usual fix."""
+ambiguous``), ``.item()`` of many values, and a feature map pooled or convolved below its kernel ("Output size is
+too small"). torch says which rule broke, never which tensor, nor the usual fix."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ from .evaluator import Evaluator
 from .ranges import value_range
 from .static import is_tensor
 
+
 def contract_hint(ev: Evaluator, node: ast.AST, kind: str, message: str = "") -> str:
-    """The hint for the families ``probabilities``, ``leaf in place`` and ``ambiguous``; '' when not found."""
+    """The hint for the families ``probabilities``, ``leaf in place``, ``ambiguous``, ``one value`` and ``too small``;
+    '' when not found."""
     hint = {"probabilities": _probabilities, "leaf in place": _leaf, "ambiguous": _ambiguous, "one value": _one_value,
             "too small": _too_small}.get(kind)
     try:
