@@ -17,7 +17,7 @@ PLUGIN = PACKAGE.parent / "pydevd_plugins" / "extensions" / "pydevd_plugin_tenso
 # From the bottom: shared atoms, pure data, probing of live objects, the surfaces, the debugger, triggers, CLI.
 LAYERS = [
     {"version", "errors", "format", "console", "kinds", "nested", "state", "dist", "runner", "libraries", "dynamo",
-     "loading", "folders"},
+     "loading", "folders", "batch_origin"},
     {"summary"},
     {"probe"},
     {"checks", "profiling", "dap"},

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..batch_origin import dataset_rows
 from ..format import plural
 
 CHUNK = 1 << 22  # elements read at a time
@@ -58,7 +59,12 @@ def rows_text(t: Any) -> str:
     rows, count, complete = found
     listed = _listed(rows, count)
     of = f"of {int(t.shape[0]):,}" if complete else "among the first rows read"
-    return f"{plural(count, 'row')} {of} along dim 0 {'holds' if count == 1 else 'hold'} NaN/Inf: {listed}"
+    said = f"{plural(count, 'row')} {of} along dim 0 {'holds' if count == 1 else 'hold'} NaN/Inf: {listed}"
+    samples = dataset_rows(t, rows, lambda b: (nonfinite_rows(b) or ([], 0, False))[0])
+    if samples:
+        which = "index" if len(samples) == 1 else "indices"
+        said += f"; the DataLoader's dataset {which} {_listed(samples, count)}"
+    return said
 
 
 def _listed(shown: list[int], count: int) -> str:

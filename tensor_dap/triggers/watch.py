@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 import torch
 
+from .. import batch_origin
 from ..dist import called, current_rank, unwrap
 from ..errors import STOPS
 from ..state import Buffers, RngUse, capture_rng, hyper
@@ -119,8 +120,7 @@ class watch(Investigation, LoopSteps, CrashExplanation):
         self._loop = (LoopCapture(called(model), self._buffers, self._params, self._loop_unstepped,
                                   self._step_losses.append) if rerun else None)
         self._noted: float | None = None  # the last loss break_if saw this step
-        # The loss handed to backward(): the unchanged loop's capture takes it itself (one call less in every
-        # training step); without one, or once steps are handed over (w.step), watch does.
+        # The loss handed to backward(): taken by the unchanged loop's capture (one call less a step), else by watch.
         self._untap = listen(self._loop.backward_called if self._loop is not None else self._backward_loss)
         # Without an optimizer, the loop may update its parameters by hand (pytorch/examples' word language
         # model): until a torch.optim optimizer steps, gradients are checked as each backward() returns.
@@ -130,7 +130,7 @@ class watch(Investigation, LoopSteps, CrashExplanation):
         self._joined: tuple[Callable[[], Any], Callable[[], None]] | None = None  # (closure, untap): ``join_step``
         self._param_ids = frozenset(map(id, self._params))  # which optimizer found stepping is this model's
         self._hang = watchdog(hang_after) if hang_after is not None else None
-        self._handles: list[Any] = []
+        self._handles: list[Any] = [batch_origin.follow()]  # (and the DataLoader batches' dataset indices)
         # The work after an update (counting the step, ending the loop's capture) is done at the end of
         # the pre-step hook when nothing of watch runs before the update ends: an unchanged loop's plain
         # step. A step that needs it after the update (w.step, a closure, a replay) adds the post-hook.

@@ -1,0 +1,115 @@
+"""Which dataset samples made the batch a DataLoader last handed out: what turns "row 3 of the batch holds NaN" into
+"dataset index 137", the record to fix.
+
+While a watch is open (``follow``, counted), each DataLoader iterator notes the indices it asks its sampler for
+(``_next_index``, in the main process, workers or not) and, as it hands a batch out, pairs the oldest with it.
+Batches come out in the order their indices were asked (``in_order=True``, the default); a loader reset for a new
+epoch forgets what it had asked. The batch's tensors are held strongly until the next batch when they are
+``KEEP_BYTES`` or less in all (a batch moved to the GPU lets go of its CPU copy, and the rows are still told from
+it), weakly otherwise. An iterable-style dataset has no indices, nor a loader without automatic batching one per
+row: neither is noted.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import deque
+from typing import Any, Callable
+
+from .nested import walk
+
+KEEP_BYTES = 64 << 20
+_QUEUE = "_tensor_dap_indices"
+_followers = [0]
+_restore: list[tuple[Any, str, Any]] = []
+_last: list[Any] = [None]  # (the dataset indices of the last batch, [its tensors, or weak references to them])
+
+
+class Following:
+    """Returned by ``follow``: ``remove()`` stops (as a hook's handle does)."""
+
+    def __init__(self, on: bool) -> None:
+        self._on = on
+
+    def remove(self) -> None:
+        if not self._on:
+            return
+        self._on = False
+        _followers[0] -= 1
+        if not _followers[0]:
+            for owner, name, original in reversed(_restore):
+                setattr(owner, name, original)
+            _restore.clear()
+            _last[0] = None
+
+
+def follow() -> Following:
+    """Note the DataLoader batches' indices until the handle's ``remove()`` (never raises)."""
+    try:
+        if not _followers[0]:
+            _install()
+        _followers[0] += 1
+    except Exception:  # noqa: BLE001 - a torch without these internals: nothing is noted
+        return Following(False)
+    return Following(True)
+
+
+def _install() -> None:
+    from torch.utils.data.dataloader import _BaseDataLoaderIter, _DatasetKind
+
+    next_index, next_batch, reset = (_BaseDataLoaderIter._next_index, _BaseDataLoaderIter.__next__,
+                                     _BaseDataLoaderIter._reset)
+
+    def noted_index(self: Any) -> Any:
+        index = next_index(self)
+        if self._dataset_kind == _DatasetKind.Map and getattr(self, "_auto_collation", False):
+            self.__dict__.setdefault(_QUEUE, deque()).append(index)
+        return index
+
+    def noted_batch(self: Any) -> Any:
+        batch = next_batch(self)
+        try:
+            queue = self.__dict__.get(_QUEUE)
+            if queue and getattr(self, "_in_order", True):
+                _remember(list(queue.popleft()), batch)
+        except Exception:  # noqa: BLE001 - noting must never break the loader
+            _last[0] = None
+        return batch
+
+    def forgetting_reset(self: Any, *args: Any, **kwargs: Any) -> Any:
+        self.__dict__.pop(_QUEUE, None)
+        return reset(self, *args, **kwargs)
+
+    for name, fn in (("_next_index", noted_index), ("__next__", noted_batch), ("_reset", forgetting_reset)):
+        _restore.append((_BaseDataLoaderIter, name, getattr(_BaseDataLoaderIter, name)))
+        setattr(_BaseDataLoaderIter, name, fn)
+
+
+def _remember(indices: list[Any], batch: Any) -> None:
+    import torch
+
+    tensors = [t for _, t in walk(batch, limit=64) if isinstance(t, torch.Tensor) and t.dim() and
+               t.shape[0] == len(indices)]
+    size = sum(t.numel() * t.element_size() for t in tensors)
+    _last[0] = (indices, tensors if size <= KEEP_BYTES else [weakref.ref(t) for t in tensors])
+
+
+def dataset_rows(t: Any, rows: list[int], bad_rows: Callable[[Any], list[int] | None]) -> list[Any] | None:
+    """The dataset indices of ``rows`` of ``t`` when ``t`` is a tensor of the last batch, or a copy of one (the same
+    shape, and ``bad_rows`` of it gives ``rows``: a batch moved to the GPU); None otherwise."""
+    last = _last[0]
+    if last is None or not rows:
+        return None
+    indices, kept = last
+    try:
+        if t.dim() == 0 or t.shape[0] != len(indices):
+            return None
+        for held in kept:
+            b = held() if isinstance(held, weakref.ref) else held
+            if b is None:
+                continue
+            if b is t or (b.shape == t.shape and bad_rows(b) == rows):
+                return [indices[r] for r in rows]
+    except Exception:  # noqa: BLE001 - a report says less, never fails
+        return None
+    return None
