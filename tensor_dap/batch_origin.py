@@ -23,6 +23,7 @@ _QUEUE = "_tensor_dap_indices"
 _followers = [0]
 _restore: list[tuple[Any, str, Any]] = []
 _last: list[Any] = [None]  # (the dataset indices of the last batch, [its tensors, or weak references to them])
+_Tensor: list[Any] = [None]  # torch.Tensor, once imported
 
 
 class Following:
@@ -62,18 +63,23 @@ def _install() -> None:
 
     def noted_index(self: Any) -> Any:
         index = next_index(self)
-        if self._dataset_kind == _DatasetKind.Map and getattr(self, "_auto_collation", False):
-            self.__dict__.setdefault(_QUEUE, deque()).append(index)
+        queue = self.__dict__.get(_QUEUE)
+        if queue is None:  # (once an iterator: whether its batches have indices, one per row)
+            mapped = self._dataset_kind == _DatasetKind.Map and getattr(self, "_auto_collation", False) and \
+                getattr(self, "_in_order", True)
+            queue = self.__dict__[_QUEUE] = deque() if mapped else False
+        if queue is not False:
+            queue.append(index)
         return index
 
     def noted_batch(self: Any) -> Any:
         batch = next_batch(self)
-        try:
-            queue = self.__dict__.get(_QUEUE)
-            if queue and getattr(self, "_in_order", True):
-                _remember(list(queue.popleft()), batch)
-        except Exception:  # noqa: BLE001 - noting must never break the loader
-            _last[0] = None
+        queue = self.__dict__.get(_QUEUE)
+        if queue:
+            try:
+                _remember(queue.popleft(), batch)
+            except Exception:  # noqa: BLE001 - noting must never break the loader
+                _last[0] = None
         return batch
 
     def forgetting_reset(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -85,11 +91,16 @@ def _install() -> None:
         setattr(_BaseDataLoaderIter, name, fn)
 
 
-def _remember(indices: list[Any], batch: Any) -> None:
-    import torch
+def _remember(indices: Any, batch: Any) -> None:
+    """The batch just handed out, made from ``indices``: its tensors with a row per index (a tuple or list of
+    tensors, the usual batch, is read without the general walk)."""
+    tensor, n = _Tensor[0], len(indices)
+    if tensor is None:
+        import torch
 
-    tensors = [t for _, t in walk(batch, limit=64) if isinstance(t, torch.Tensor) and t.dim() and
-               t.shape[0] == len(indices)]
+        tensor = _Tensor[0] = torch.Tensor
+    parts = batch if type(batch) in (tuple, list) else [t for _, t in walk(batch, limit=64)]
+    tensors = [t for t in parts if isinstance(t, tensor) and t.dim() and t.shape[0] == n]
     size = sum(t.numel() * t.element_size() for t in tensors)
     _last[0] = (indices, tensors if size <= KEEP_BYTES else [weakref.ref(t) for t in tensors])
 
