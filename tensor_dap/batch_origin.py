@@ -4,10 +4,10 @@
 While a watch is open (``follow``, counted), each DataLoader iterator notes the indices it asks its sampler for
 (``_next_index``, in the main process, workers or not) and, as it hands a batch out, pairs the oldest with it.
 Batches come out in the order their indices were asked (``in_order=True``, the default); a loader reset for a new
-epoch forgets what it had asked. The batch's tensors are held strongly until the next batch when they are
-``KEEP_BYTES`` or less in all (a batch moved to the GPU lets go of its CPU copy, and the rows are still told from
-it), weakly otherwise. An iterable-style dataset has no indices, nor a loader without automatic batching one per
-row: neither is noted.
+epoch forgets what it had asked. The last two batches are kept (a wrapper may fetch one ahead of the one it hands
+the loop: accelerate's DataLoaderShard), each one's tensors strongly when they are ``KEEP_BYTES`` or less in all (a
+batch moved to the GPU lets go of its CPU copy, and the rows are still told from it), weakly otherwise. An
+iterable-style dataset has no indices, nor a loader without automatic batching one per row: neither is noted.
 """
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ KEEP_BYTES = 64 << 20
 _QUEUE = "_tensor_dap_indices"
 _followers = [0]
 _restore: list[tuple[Any, str, Any]] = []
-_last: list[Any] = [None]  # (the dataset indices of the last batch, [its tensors, or weak references to them])
+# (the dataset indices of each of the last batches, [their tensors, or weak references to them]): two, since a
+# wrapper may fetch one batch ahead of the one it hands the loop (accelerate's DataLoaderShard)
+_last: deque[tuple[Any, list[Any]]] = deque(maxlen=2)
 _Tensor: list[Any] = [None]  # torch.Tensor, once imported
 
 
@@ -41,7 +43,7 @@ class Following:
             for owner, name, original in reversed(_restore):
                 setattr(owner, name, original)
             _restore.clear()
-            _last[0] = None
+            _last.clear()
 
 
 def follow() -> Following:
@@ -79,7 +81,7 @@ def _install() -> None:
             try:
                 _remember(queue.popleft(), batch)
             except Exception:  # noqa: BLE001 - noting must never break the loader
-                _last[0] = None
+                _last.clear()
         return batch
 
     def forgetting_reset(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -102,25 +104,22 @@ def _remember(indices: Any, batch: Any) -> None:
     parts = batch if type(batch) in (tuple, list) else [t for _, t in walk(batch, limit=64)]
     tensors = [t for t in parts if isinstance(t, tensor) and t.dim() and t.shape[0] == n]
     size = sum(t.numel() * t.element_size() for t in tensors)
-    _last[0] = (indices, tensors if size <= KEEP_BYTES else [weakref.ref(t) for t in tensors])
+    _last.append((indices, tensors if size <= KEEP_BYTES else [weakref.ref(t) for t in tensors]))
 
 
 def dataset_rows(t: Any, rows: list[int], bad_rows: Callable[[Any], list[int] | None]) -> list[Any] | None:
-    """The dataset indices of ``rows`` of ``t`` when ``t`` is a tensor of the last batch, or a copy of one (the same
-    shape, and ``bad_rows`` of it gives ``rows``: a batch moved to the GPU); None otherwise."""
-    last = _last[0]
-    if last is None or not rows:
+    """The dataset indices of ``rows`` of ``t`` when ``t`` is a tensor of one of the last batches, or a copy of one
+    (the same shape, and ``bad_rows`` of it gives ``rows``: a batch moved to the GPU); None otherwise."""
+    if not rows:
         return None
-    indices, kept = last
     try:
-        if t.dim() == 0 or t.shape[0] != len(indices):
-            return None
-        for held in kept:
-            b = held() if isinstance(held, weakref.ref) else held
-            if b is None:
+        for indices, kept in reversed(_last):
+            if t.dim() == 0 or t.shape[0] != len(indices):
                 continue
-            if b is t or (b.shape == t.shape and bad_rows(b) == rows):
-                return [indices[r] for r in rows]
+            for held in kept:
+                b = held() if isinstance(held, weakref.ref) else held
+                if b is not None and (b is t or (b.shape == t.shape and bad_rows(b) == rows)):
+                    return [indices[r] for r in rows]
     except Exception:  # noqa: BLE001 - a report says less, never fails
         return None
     return None

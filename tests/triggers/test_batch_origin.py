@@ -68,3 +68,18 @@ def test_the_loader_is_given_back_its_own_methods_when_the_last_watch_closes():
     with tensor_dap.watch(model), tensor_dap.watch(nn.Linear(2, 2)):
         assert _BaseDataLoaderIter.__dict__["__next__"] is not originals["__next__"]
     assert all(_BaseDataLoaderIter.__dict__[n] is f for n, f in originals.items())
+
+
+def test_a_wrapper_that_fetches_one_batch_ahead_is_still_named():
+    """accelerate's DataLoaderShard hands the loop a batch while the loader has already made the next: the last two
+    batches are kept."""
+    def ahead(loader):
+        it = iter(loader)
+        current = next(it)
+        for upcoming in it:
+            yield current
+            current = upcoming
+        yield current
+
+    loader = DataLoader(_data(), batch_size=32, shuffle=True, generator=torch.Generator().manual_seed(1))
+    assert f"the DataLoader's dataset index {BAD})" in _note(ahead(loader))
