@@ -25,11 +25,15 @@ BUDGET_S = 0.05  # a look's time, at most
 
 
 def now() -> int:
-    """Autograd's next node number on this thread (a node is made to read it)."""
+    """Autograd's next node number on this thread (a node is made to read it); -1 where none can be made (an update
+    under torch.inference_mode()): no look then."""
     import torch
 
-    with torch.enable_grad():  # (an optimizer's step may run with gradients off)
-        return torch.zeros((), requires_grad=True).expand(1).grad_fn._sequence_nr()
+    try:
+        with torch.enable_grad():  # (an optimizer's step may run with gradients off)
+            return torch.zeros((), requires_grad=True).expand(1).grad_fn._sequence_nr()
+    except Exception:  # noqa: BLE001 - never a failure of the update it runs in
+        return -1
 
 
 def kept_total(step: int, since: int) -> str | None:
