@@ -409,6 +409,35 @@ def test_scores_and_targets_of_different_batch_sizes_point_at_the_flatten():
     assert "x.flatten(1)" in ex.frames[-1].hint
 
 
+class Flattening(nn.Module):
+    """A classifier sized for 28×28 inputs: its view(-1, n) turns a batch of larger images into more rows."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.fc = nn.Conv2d(1, 6, 5), nn.Linear(6 * 12 * 12, 10)
+
+    def forward(self, x):
+        x = torch.max_pool2d(torch.relu(self.conv(x)), 2)
+        x = x.view(-1, 6 * 12 * 12)  # FLATTEN
+        return self.fc(x)
+
+
+def test_the_models_flattening_line_is_named_when_the_batch_size_changed():
+    """The forward has returned when the loss fails: the model the failing frame holds has its forward read as source
+    (never run) for a view(-1, n); a model without one is not blamed."""
+    import torch.nn.functional as F
+    from markers import file_marker_line
+
+    model, images, labels = Flattening(), torch.randn(8, 1, 40, 40), torch.randint(0, 10, (8,))
+    hint = explained(lambda: F.cross_entropy(model(images), labels)).frames[-1].hint
+    line = file_marker_line(__file__, "FLATTEN")
+    assert (f"`x = x.view(-1, 6 * 12 * 12)` in Flattening.forward (test_shape_errors.py:{line})? Write x.flatten(1)"
+            in hint), hint
+    plain, rows = nn.Linear(4, 10), torch.randn(16, 4)
+    hint = explained(lambda: F.cross_entropy(plain(rows), labels)).frames[-1].hint
+    assert "forward (" not in hint and "x.flatten(1)" in hint
+
+
 def test_backward_on_a_loss_of_many_values_says_its_shape_and_the_reduction_that_made_it():
     import torch.nn.functional as F
 

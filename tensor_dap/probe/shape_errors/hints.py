@@ -12,6 +12,7 @@ from . import pure, static
 from .evaluator import Evaluator
 from .model import Operand
 from .contracts import contract_hint
+from .flattening import flattening_line
 from .placement import placement_hint
 from .collate import collate_hint
 from .ranges import index_hint, range_hint
@@ -126,7 +127,7 @@ def mismatch_hint(ev: Evaluator, node: ast.AST, operands: list[Operand], kind: s
     if kind == "rnn/attention":
         return sequence_hint(operands, message)
     if kind == "batch size":
-        return _batch_size_hint(message)
+        return _batch_size_hint(ev, message)
     if kind == "not scalar":
         return _not_scalar_hint(ev, node, tensors)
     if kind in ("devices", "dtypes"):
@@ -153,14 +154,16 @@ def _not_scalar_hint(ev: Evaluator, node: ast.AST, tensors: list[Operand]) -> st
 _BATCH_SIZES = re.compile(r"input batch_size \((\d+)\) to match target batch_size \((\d+)\)")
 
 
-def _batch_size_hint(message: str) -> str:
+def _batch_size_hint(ev: Evaluator, message: str) -> str:
     found = _BATCH_SIZES.search(message)
     if found is None:
         return ""
     scores, targets = found.groups()
+    line = flattening_line([ev.locals, ev.globals])
+    suspect = f": {line}?" if line else "."
     return (f"the scores have {scores} rows but the targets {targets}: the batch dim changed between the batch and "
-            "the loss, usually a view(-1, n) or reshape(-1, n) whose n is not the features per sample (write "
-            "x.flatten(1) or x.view(x.size(0), -1)), or targets of another batch")
+            f"the loss, usually a view(-1, n) or reshape(-1, n) whose n is not the features per sample{suspect} Write "
+            "x.flatten(1) or x.view(x.size(0), -1). Or the targets are another batch's")
 
 
 def _batch_of_one_hint(tensors: list[Operand], message: str) -> str:
