@@ -47,16 +47,21 @@ def kept_total(step: int, since: int) -> str | None:
         own = getattr(frame.f_locals.get("self"), "__dict__", None)
         named = [*frame.f_locals.items(), *((f"self.{k}", v) for k, v in (own.items() if isinstance(own, dict)
                                                                           else ()))]
+        found = []  # (name, additions, whether it is the total itself: its last op an addition)
         for name, value in named:
             if time.monotonic() > deadline:
                 return None
             adds, oldest = additions(value, deadline)
             if adds >= ADDS and oldest < since:
-                code = frame.f_code
-                return (f"tensor_dap: `{name}` (in {code.co_name} at {code.co_filename.rsplit('/', 1)[-1]}) holds a "
-                        f"running total of the loss kept with its graph at step {step}: {adds:,} additions, each "
-                        "keeping a step's graph alive (its nodes; its activations too where the total is taken before "
-                        "backward()) for as long as it is held, so memory grows with the steps it counts. Add "
-                        "`loss.item()` (or `loss.detach()`) to the total instead (said once)")
+                found.append((name, adds, type(value.grad_fn).__name__.startswith(("Add", "Sub"))))
+        if found:
+            name, adds, total = max(found, key=lambda f: f[2])  # the accumulator before a value made from it
+            code = frame.f_code
+            what = "a running total" if total else "a value made from a running total"
+            return (f"tensor_dap: `{name}` (in {code.co_name} at {code.co_filename.rsplit('/', 1)[-1]}) holds {what} "
+                    f"of the loss kept with its graph at step {step}: {adds:,} additions, each keeping a step's graph "
+                    "alive (its nodes; its activations too where the total is taken before backward()) for as long as "
+                    "it is held, so memory grows with the steps it counts. Add `loss.item()` (or `loss.detach()`) to "
+                    "the total instead (said once)")
         frame = user_frame(frame.f_back)
     return None

@@ -79,3 +79,23 @@ def test_a_total_of_numbers_and_a_sum_of_loss_terms_are_not_said(capfd):
             optimizer.step()
             total_loss += loss.item()
     assert "running total" not in capfd.readouterr().err
+
+
+def test_a_value_made_from_the_total_is_said_as_such(capfd):
+    """pytorch/examples' word language model with `.item()` dropped: the total is reset at each log line, and the
+    value logged from it (total / interval) holds the older chain; it is said as made from a running total."""
+    model, optimizer, x, y = _setup()
+    with tensor_dap.watch(model, optimizer):
+        total_loss, shown = 0, None
+        for step in range(1, 2 * EVERY + 2):
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+            total_loss += loss  # BUG: loss.item()
+            if step % 50 == 0:
+                shown, total_loss = total_loss / 50, 0
+                print(f"loss {float(shown):.3f}")
+    err = capfd.readouterr().err
+    assert "`shown` (in test_a_value_made_from_the_total_is_said_as_such at test_running_total.py) holds a value " \
+           "made from a running total of the loss kept with its graph" in err, err
