@@ -13,11 +13,13 @@ from __future__ import annotations
 import re
 import sys
 import time
+from itertools import islice
 from typing import Any
 
 from ..format import fmt_bytes, fmt_shape
 from ..libraries import is_user_file
 from ..probe.scan import reachable_tensors
+from ..summary.held import held_bytes
 
 _OOM = re.compile(r"out of memory|can't allocate memory", re.IGNORECASE)
 _ASKED = re.compile(r"Tried to allocate ([\d.]+ [KMGT]?i?B)|you tried to allocate (\d+) bytes")
@@ -57,13 +59,13 @@ def _advice(message: str, frames: list[Any]) -> str:
     amount = (asked.group(1) or fmt_bytes(int(asked.group(2)))) if asked else ""
     lines = [f"tensor_dap: out of memory{f' asking for {amount}' if amount else ''}; what your frames hold:"]
     lines += [f"  {line}" for line in holders(frames, deadline)]
-    held: dict[tuple[str, int], tuple[str, Any, int]] = {}  # one entry per storage
+    held: dict[tuple[str, int], tuple[str, Any, int]] = {}  # one entry per storage, with the storage's bytes
     for frame in frames:
         found, _ = reachable_tensors(frame.f_locals, modules=False, limit=PER_FRAME)
         for name, t in found:
-            key = _storage(t)
-            if key is not None and key not in held:
-                held[key] = (name, t, _nbytes(t))
+            storage = _storage(t)
+            if storage is not None and storage[0] not in held:
+                held[storage[0]] = (name, t, storage[1])
     largest = sorted(held.values(), key=lambda e: -e[2])[:TOP]
     if largest:
         total = sum(n for _, _, n in held.values())
@@ -103,7 +105,9 @@ def holders_from(frame: Any) -> list[str]:
 def holders(frames: list[Any], deadline: float) -> list[str]:
     """What keeps memory in ``frames`` (innermost first), a line each: a running total or a list of outputs kept
     with their graphs, then each model's and optimizer's bytes. (The post-mortem's ``mem`` says these too.)"""
-    lines, seen = [], set()
+    leaks: list[str] = []
+    owners: list[str] = []
+    seen: set[int] = set()
     for frame in frames:
         for name, value in list(frame.f_locals.items()):
             if time.monotonic() > deadline or name.startswith("__") or id(value) in seen:
@@ -111,33 +115,29 @@ def holders(frames: list[Any], deadline: float) -> list[str]:
             seen.add(id(value))
             leak = _running_total(name, value, deadline) or _kept_outputs(name, value)
             if leak:
-                lines.append(leak)
-    return lines + _models(frames, deadline)
+                leaks.append(leak)
+            elif (owned := _owned(name, value)):
+                owners.append(owned)
+    return leaks + owners
 
 
-def _models(frames: list[Any], deadline: float) -> list[str]:
-    """The models and optimizers the frames hold by name: bytes of parameters, gradients, optimizer state."""
+def _owned(name: str, value: Any) -> str:
+    """A model's bytes of parameters and gradients, an optimizer's of state; '' for anything else."""
     import torch
 
-    lines, seen = [], set()
-    for frame in frames:
-        for name, value in list(frame.f_locals.items()):
-            if id(value) in seen or time.monotonic() > deadline:
-                continue
-            seen.add(id(value))
-            if isinstance(value, torch.nn.Module):
-                params = list(value.parameters())[:MAX_PARAMS]
-                weights = sum(_nbytes(p) for p in params)
-                grads = sum(_nbytes(p.grad) for p in params if p.grad is not None)
-                if weights:
-                    lines.append(f"`{name}` ({type(value).__name__}): {fmt_bytes(weights)} of parameters"
-                                 + (f", {fmt_bytes(grads)} of gradients" if grads else ""))
-            elif isinstance(value, torch.optim.Optimizer):
-                state = sum(_nbytes(t) for s in list(value.state.values())[:MAX_PARAMS] for t in s.values()
-                            if isinstance(t, torch.Tensor))
-                if state:
-                    lines.append(f"`{name}` ({type(value).__name__}): {fmt_bytes(state)} of optimizer state")
-    return lines
+    if isinstance(value, torch.nn.Module):
+        params = list(islice(value.parameters(), MAX_PARAMS))
+        weights = sum(held_bytes(p) for p in params)
+        grads = sum(held_bytes(p.grad) for p in params if p.grad is not None)
+        if weights:
+            return (f"`{name}` ({type(value).__name__}): {fmt_bytes(weights)} of parameters"
+                    + (f", {fmt_bytes(grads)} of gradients" if grads else ""))
+    elif isinstance(value, torch.optim.Optimizer):
+        state = sum(held_bytes(t) for s in islice(value.state.values(), MAX_PARAMS) for t in s.values()
+                    if isinstance(t, torch.Tensor))
+        if state:
+            return f"`{name}` ({type(value).__name__}): {fmt_bytes(state)} of optimizer state"
+    return ""
 
 
 def _running_total(name: str, value: Any, deadline: float) -> str:
@@ -190,18 +190,13 @@ def _kept_outputs(name: str, value: Any) -> str:
             f"`.item()` for numbers), and evaluate under torch.no_grad()")
 
 
-def _storage(t: Any) -> tuple[str, int] | None:
+def _storage(t: Any) -> tuple[tuple[str, int], int] | None:
+    """((device, address), bytes) of ``t``'s storage: a view keeps all of it alive, and is counted once with it."""
     try:
-        return str(t.device), t.untyped_storage().data_ptr()
+        storage = t.untyped_storage()
+        return (str(t.device), storage.data_ptr()), int(storage.nbytes())
     except Exception:  # noqa: BLE001 - a tensor with no storage (meta, sparse, a subclass): not counted
         return None
-
-
-def _nbytes(t: Any) -> int:
-    try:
-        return int(t.untyped_storage().nbytes())
-    except Exception:  # noqa: BLE001 - as above
-        return 0
 
 
 def _dtype(t: Any) -> str:
