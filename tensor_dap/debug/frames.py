@@ -44,20 +44,28 @@ def held_as(obj: Any, frame: Optional[FrameType], *, outward: bool = False) -> I
     frame's ``self``, or (a variable, the tuple or list) holding it among a few items (an LSTM's ``hidden``)."""
     frame = user_frame(frame)
     while frame is not None:
-        for scope in (frame.f_locals, frame.f_globals):
-            for key, value in list(scope.items()):
-                if key.startswith("_"):
-                    continue
-                if value is obj:
-                    yield key, None
-                elif isinstance(value, (tuple, list)) and len(value) <= 8 and any(v is obj for v in value):
-                    yield key, value
-        for key, value in list(getattr(frame.f_locals.get("self"), "__dict__", {}).items()):
+        for name, value in names_in(frame, globals_too=True):
+            attribute = name.startswith("self.")
+            if not attribute and name.startswith("_"):
+                continue
             if value is obj:
-                yield f"self.{key}", None
+                yield name, None
+            elif not attribute and isinstance(value, (tuple, list)) and len(value) <= 8 and \
+                    any(v is obj for v in value):
+                yield name, value
         if not outward:
             return
         frame = user_frame(frame.f_back)
+
+
+def names_in(frame: FrameType, *, globals_too: bool = False) -> Iterator[tuple[str, Any]]:
+    """(name, value) of a frame's variables (``globals_too``: then its module's), then of its ``self``'s
+    attributes, named ``self.name`` (a trainer's ``self.total_loss``)."""
+    for scope in (frame.f_locals, frame.f_globals) if globals_too else (frame.f_locals,):
+        yield from list(scope.items())
+    own = getattr(frame.f_locals.get("self"), "__dict__", None)
+    if own is not None and callable(getattr(own, "items", None)):
+        yield from [(f"self.{key}", value) for key, value in list(own.items())]
 
 
 class SourceLine(NamedTuple):

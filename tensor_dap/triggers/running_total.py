@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 import time
 
-from ..debug.frames import user_frame
+from ..debug.frames import names_in, user_frame
 from ..debug.oom import additions
 
 EVERY = 64  # updates between two looks
@@ -44,11 +44,8 @@ def kept_total(step: int, since: int) -> str | None:
     for _ in range(FRAMES):
         if frame is None:
             return None
-        own = getattr(frame.f_locals.get("self"), "__dict__", None)
-        named = [*frame.f_locals.items(), *((f"self.{k}", v) for k, v in (own.items() if isinstance(own, dict)
-                                                                          else ()))]
         found = []  # (name, additions, whether it is the total itself: its last op an addition)
-        for name, value in named:
+        for name, value in names_in(frame):
             if time.monotonic() > deadline:
                 return None
             adds, oldest = additions(value, deadline)
