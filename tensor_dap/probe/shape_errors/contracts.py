@@ -15,6 +15,7 @@ from ...format import fmt_shape
 from . import static
 from .evaluator import Evaluator
 from .ranges import value_range
+from .source import call_arguments
 from .static import is_tensor
 
 
@@ -33,14 +34,10 @@ def _tensors(ev: Evaluator, nodes: list[ast.AST]) -> list[tuple[ast.AST, Any]]:
     return [(n, v) for n, v in ((n, ev.value_of(n)) for n in nodes) if is_tensor(v)]
 
 
-def _arguments(node: ast.AST) -> list[ast.AST]:
-    return [*node.args, *(k.value for k in node.keywords)] if isinstance(node, ast.Call) else []
-
-
 def _probabilities(ev: Evaluator, node: ast.AST, message: str) -> str:
     """binary_cross_entropy / BCELoss on values outside [0, 1]: scores where probabilities belong (the usual case),
     a NaN, or targets that are not 0/1 (torch's message says which of input and target)."""
-    tensors = _tensors(ev, _arguments(node))[:2]
+    tensors = _tensors(ev, call_arguments(node))[:2]
     targets = "of target" in message
     if targets:
         tensors = tensors[1:]
@@ -77,7 +74,7 @@ def _leaf(ev: Evaluator, node: ast.AST, message: str) -> str:
     elif isinstance(node, ast.AugAssign):
         candidates.append(node.target)
     candidates += [n.value for n in ast.walk(node) if isinstance(n, ast.Subscript)]  # w[0] = 0
-    candidates += _arguments(node)  # torch.fill_(w, ...)
+    candidates += call_arguments(node)  # torch.fill_(w, ...)
     for arg, t in _tensors(ev, candidates):
         if static.tensor_attribute(t, "requires_grad") and static.tensor_attribute(t, "grad_fn") is None:
             text = ast.unparse(arg)
@@ -108,7 +105,7 @@ def _ambiguous(ev: Evaluator, node: ast.AST, message: str) -> str:
 def _one_value(ev: Evaluator, node: ast.AST, message: str) -> str:
     """``.item()`` / ``float()`` / ``int()`` of a tensor of many values."""
     nodes = [node.func.value] if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) else []
-    for expr, t in _tensors(ev, nodes + _arguments(node)):
+    for expr, t in _tensors(ev, nodes + call_arguments(node)):
         shape = tuple(static.tensor_attribute(t, "shape"))
         if math.prod(shape) > 1:
             text = ast.unparse(expr)
@@ -121,7 +118,7 @@ def _one_value(ev: Evaluator, node: ast.AST, message: str) -> str:
 def _too_small(ev: Evaluator, node: ast.AST, message: str) -> str:
     """A pool or conv whose window is larger than the feature map left: the input shrank to nothing."""
     callee = ev.value_of(node.func) if isinstance(node, ast.Call) else None
-    tensors = [(e, t) for e, t in _tensors(ev, _arguments(node)) if len(static.tensor_attribute(t, "shape")) >= 3]
+    tensors = [(e, t) for e, t in _tensors(ev, call_arguments(node)) if len(static.tensor_attribute(t, "shape")) >= 3]
     if not tensors:
         return ""
     expr, t = tensors[0]

@@ -22,7 +22,7 @@ from .hints import mismatch_hint
 from .model import FrameExplanation, Operand, ShapeExplanation, classify
 from .static import is_module, is_tensor
 from ...libraries import is_user_file
-from .source import find_node, header_exprs, position_of, source_text, statement_at, tree_of
+from .source import call_arguments, find_node, header_exprs, position_of, source_text, statement_at, tree_of
 
 _VALUE_CHARS = 80  # of an operand's value text
 
@@ -46,7 +46,7 @@ def _operand_nodes(node: ast.AST) -> tuple[list[ast.AST], list[ast.AST]]:
         # x in x.view(...) is a tensor operand; self.fc in self.fc(h) is the module called
         callee = [node.func.value, node.func] if isinstance(node.func, ast.Attribute) else [node.func]
         args: list[ast.AST] = []
-        for a in list(node.args) + [k.value for k in node.keywords]:
+        for a in call_arguments(node):
             args += a.elts if isinstance(a, (ast.List, ast.Tuple)) else [a]  # torch.cat([a, b])
         return callee, args
     return [], []

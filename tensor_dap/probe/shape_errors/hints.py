@@ -10,16 +10,16 @@ from ...format import fmt_shape, parse_shape, plural
 from ...summary.modules import named_tensors
 from . import pure, static
 from .evaluator import Evaluator
-from .model import Operand
+from .collate import collate_hint
 from .contracts import contract_hint
 from .flattening import flattening_line
+from .model import Operand
 from .placement import placement_hint
-from .collate import collate_hint
 from .ranges import index_hint, range_hint
 from .sequences import sequence_hint
-from .targets import target_hint
 from .source import callee_name
 from .static import is_module, is_tensor
+from .targets import target_hint
 
 _ELEMENTWISE = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow,
                 ast.BitAnd, ast.BitOr, ast.BitXor, ast.LShift, ast.RShift)

@@ -12,7 +12,7 @@ from ...format import fmt_shape
 from . import static
 from .evaluator import Evaluator
 from .model import Operand
-from .source import callee_name
+from .source import call_arguments, callee_name
 from .static import is_module, is_tensor
 
 MAX_READ = 50_000_000  # elements of the ids read for their range, at most (the crash report's bounded cost)
@@ -24,7 +24,7 @@ def range_hint(ev: Evaluator, node: ast.AST) -> str:
     """"`y` holds classes 0–3 but `model(x)` gives 3 (0–2): ..." for the failing call ``node``; '' when unknown."""
     if not isinstance(node, ast.Call):
         return ""
-    nodes = [*node.args, *(k.value for k in node.keywords)]
+    nodes = call_arguments(node)
     ids = [(n, v) for n, v in ((n, ev.value_of(n)) for n in nodes) if is_tensor(v) and _integer(v)]
     if not ids:
         return ""

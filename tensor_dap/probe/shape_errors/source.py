@@ -86,3 +86,8 @@ def callee_name(func: ast.AST) -> str:
     """The name a call is made by: ``cross_entropy`` in ``F.cross_entropy(...)``, ``relu`` in ``relu(...)``; '' for
     anything else (``model.layers[0](...)``)."""
     return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
+def call_arguments(node: ast.AST) -> list[ast.AST]:
+    """A call's argument expressions, positional then keyword ([] for anything but a call)."""
+    return [*node.args, *(k.value for k in node.keywords)] if isinstance(node, ast.Call) else []
