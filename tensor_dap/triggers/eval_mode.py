@@ -83,7 +83,7 @@ def say_once(model: nn.Module, step: int) -> None:
         say(line(type(model).__name__, step, layers))
 
 
-class EvaluatedInTrainMode:
+class Evaluations:
     """The model's forwards under ``no_grad`` (evaluations): in train mode, counted since its last training forward
     (``count``, reset by the capture) and said once when ``EVAL_FORWARDS`` were and the model has layers the mode
     changes; in eval mode, the first one's dropout calls looked at (``live_dropout``)."""

@@ -31,7 +31,7 @@ from ..dynamo import compiler_loaded, compiling, eager, eager_around
 from ..state import BufferSnapshot, Buffers, RngUse
 from ..summary.held import held_bytes
 from .active import open_watches
-from .eval_mode import EvaluatedInTrainMode
+from .eval_mode import Evaluations
 from .forwards import Forward, loss_value, output_tensors
 from .loss_graph import read as read_loss
 
@@ -108,7 +108,7 @@ class LoopCapture:
         self._depth = 0  # inside the model's call: a nested call of the root module is part of it
         self._calls = CallSites()  # where the model is called from
         self._backwards = CallSites()  # where backward() is called from
-        self.evaluations = EvaluatedInTrainMode(model)  # forwards under no_grad since the last training forward
+        self.evaluations = Evaluations(model)  # the forwards under no_grad: evaluations
         self._wrap()
 
     def remove(self) -> None:

@@ -86,7 +86,7 @@ def _nothing():
 
 def test_the_count_starts_again_at_each_training_step():
     model = _model(nn.Dropout(0.1))
-    evaluations = eval_mode.EvaluatedInTrainMode(model)
+    evaluations = eval_mode.Evaluations(model)
     for _ in range(eval_mode.EVAL_FORWARDS - 1):
         evaluations.forward(_nothing, (), {})
     assert not evaluations.done
