@@ -25,7 +25,6 @@ _restore: list[tuple[Any, str, Any]] = []
 # (the dataset indices of each of the last batches, [their tensors, or weak references to them]): two, since a
 # wrapper may fetch one batch ahead of the one it hands the loop (accelerate's DataLoaderShard)
 _last: deque[tuple[Any, list[Any]]] = deque(maxlen=2)
-_Tensor: list[Any] = [None]  # torch.Tensor, once imported
 
 
 class Following:
@@ -96,13 +95,11 @@ def _install() -> None:
 def _remember(indices: Any, batch: Any) -> None:
     """The batch just handed out, made from ``indices``: its tensors with a row per index (a tuple or list of
     tensors, the usual batch, is read without the general walk)."""
-    tensor, n = _Tensor[0], len(indices)
-    if tensor is None:
-        import torch
+    from torch import Tensor
 
-        tensor = _Tensor[0] = torch.Tensor
+    n = len(indices)
     parts = batch if type(batch) in (tuple, list) else [t for _, t in walk(batch, limit=64)]
-    tensors = [t for t in parts if isinstance(t, tensor) and t.dim() and t.shape[0] == n]
+    tensors = [t for t in parts if isinstance(t, Tensor) and t.dim() and t.shape[0] == n]
     size = sum(t.numel() * t.element_size() for t in tensors)
     _last.append((indices, tensors if size <= KEEP_BYTES else [weakref.ref(t) for t in tensors]))
 
