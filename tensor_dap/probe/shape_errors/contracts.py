@@ -90,29 +90,35 @@ def _leaf(ev: Evaluator, node: ast.AST, message: str) -> str:
 
 def _ambiguous(ev: Evaluator, node: ast.AST, message: str) -> str:
     """``if``/``while``/``and``/``or``/``not``/``assert`` on a tensor of many values."""
-    nodes = [node, *(n for n in ast.walk(node) if n is not node)]
-    for expr, t in _tensors(ev, nodes):
-        shape = tuple(static.tensor_attribute(t, "shape"))
-        if math.prod(shape) > 1:
-            text = ast.unparse(expr)
-            whole = text if isinstance(expr, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)) else f"({text})"
-            return (f"`{text}` {fmt_shape(shape)} has {math.prod(shape):,} values, and `if`/`while`/`assert`/`and`/"
-                    f"`or`/`not` need one: write `{whole}.all()` or `{whole}.any()` for one answer, or `torch.where` / "
-                    f"a mask to decide for each element")
-    return ""
+    found = _many_values(ev, [node, *(n for n in ast.walk(node) if n is not node)])
+    if found is None:
+        return ""
+    expr, said = found
+    text = ast.unparse(expr)
+    whole = text if isinstance(expr, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)) else f"({text})"
+    return (f"{said}, and `if`/`while`/`assert`/`and`/`or`/`not` need one: write `{whole}.all()` or `{whole}.any()` "
+            "for one answer, or `torch.where` / a mask to decide for each element")
 
 
 def _one_value(ev: Evaluator, node: ast.AST, message: str) -> str:
     """``.item()`` / ``float()`` / ``int()`` of a tensor of many values."""
     nodes = [node.func.value] if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) else []
-    for expr, t in _tensors(ev, nodes + call_arguments(node)):
+    found = _many_values(ev, nodes + call_arguments(node))
+    if found is None:
+        return ""
+    expr, said = found
+    text = ast.unparse(expr)
+    return (f"{said}, and .item(), float() and int() take one: reduce it first (`{text}.mean().item()`: a loss with "
+            f"reduction='none'?), or read them all with `{text}.tolist()`")
+
+
+def _many_values(ev: Evaluator, nodes: list[ast.AST]) -> tuple[ast.AST, str] | None:
+    """The first of ``nodes`` that is a tensor of more than one value, and "`x` [3] has 3 values"."""
+    for expr, t in _tensors(ev, nodes):
         shape = tuple(static.tensor_attribute(t, "shape"))
         if math.prod(shape) > 1:
-            text = ast.unparse(expr)
-            return (f"`{text}` {fmt_shape(shape)} has {math.prod(shape):,} values, and .item(), float() and int() take "
-                    f"one: reduce it first (`{text}.mean().item()`: a loss with reduction='none'?), or read them all "
-                    f"with `{text}.tolist()`")
-    return ""
+            return expr, f"`{ast.unparse(expr)}` {fmt_shape(shape)} has {math.prod(shape):,} values"
+    return None
 
 
 def _too_small(ev: Evaluator, node: ast.AST, message: str) -> str:
