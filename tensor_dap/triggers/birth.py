@@ -11,6 +11,13 @@ from typing import Any
 from ..debug.frames import SourceLine
 
 
+def module_label(path: str, typ: str | None = None) -> str:
+    """A module's dotted path as reports show it; the root has none: named by its class ("GAT, the model itself")."""
+    if path:
+        return path
+    return f"{typ}, the model itself" if typ else "the model itself"
+
+
 @dataclass
 class Birth:
     """One op that produced the first NaN (or Inf) of a lineage. Live references, for the report and the debugger."""

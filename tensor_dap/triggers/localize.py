@@ -26,7 +26,7 @@ from ..nested import walk
 from ..summary import TensorSummary, describe
 from ..summary.rows import masked_rows_text, with_rows
 from .loss_tap import double_backward_line
-from .birth import Birth, Born
+from .birth import Birth, Born, module_label
 from .finite import kind_of
 from .origin import GRAD_AT_OUTPUTS, Tracker
 from .param_writer import OUTSIDE_UPDATE, update_diagnosis, update_ruled_out
@@ -75,7 +75,7 @@ class Finding:
 
     @property
     def headline(self) -> str:
-        name = "<root>" if self.module == "" else self.module
+        name = module_label(self.module or "", self.module_type)
         birth = self.birth
         if birth is not None and birth.op:
             what = "NaN" if birth.kind == "nan" else "Inf"
@@ -202,7 +202,7 @@ def from_birth(birth: Birth, model: torch.nn.Module | None, seen_at: str | None 
     else:
         note = f"{birth.op} made {what} from finite inputs"
     if seen_at is not None and seen_at != birth.module:
-        note += f"; first seen at the output of {'<root>' if seen_at == '' else seen_at}"
+        note += f"; first seen at the output of {module_label(seen_at)}"
     out_section = "grad_input" if birth.phase == "backward" else "op output"
     in_section = "grad_output" if birth.phase == "backward" else "op inputs"
     rows = [(in_section, name, describe(t)) for name, t in birth.inputs[:MAX_ROWS] if isinstance(t, torch.Tensor)]

@@ -31,7 +31,7 @@ from torch.overrides import TorchFunctionMode
 from ..debug.frames import SourceLine, user_line
 from ..nested import walk
 from ..summary.rows import with_rows
-from .birth import Birth, Born, root
+from .birth import Birth, Born, module_label, root
 from .finite import kind_of
 from .ops import anomaly_line, first_input, forward_name, inplace, op_name, producers, saved_values, sequence_nr
 
@@ -363,7 +363,7 @@ class Tracker(TorchFunctionMode):
         if fed is not None:  # the NaN/Inf the forward was given, not this backward, is the cause
             said = f"{fed.note}; " if fed.note else ""
             where = f" at {line}" if line else ""
-            op = forward_op or "?" if path is None else f"{forward_op or '?'} in {path or '<root>'}"
+            op = forward_op or "?" if path is None else f"{forward_op or '?'} in {module_label(path)}"
             return replace(fed, note=f"{said}{op} stayed finite on it, and its backward {node.name()}{where} made "
                                      f"{'NaN' if 'nan' in kinds else 'Inf'} from it")
         named_in = [(f"grad_output[{i}]", g) for i, g in enumerate(grad_outputs) if isinstance(g, torch.Tensor)]

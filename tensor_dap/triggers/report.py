@@ -76,7 +76,7 @@ class Report:
         if self.phase:
             parts.append(self.phase)
         if self.module is not None:
-            name = self.module or "<root>"
+            name = self.module or "the model itself"
             typ = f" ({self.module_type})" if self.module_type else ""
             parts.append(f"{'of ' if self.phase else ''}{name}{typ}")
         elif self.phase in ("forward", "backward", "loss") and self.op:

@@ -124,6 +124,9 @@ def test_a_row_emptied_by_two_masks_names_both_lines_and_the_rows():
         w.step(lambda: (model(torch.randn(2, 5, 4), idx).sum().backward(), optimizer.step()))
     report = info.value.report
     assert (report.op, report.phase, report.module) == ("softmax", "forward", "")
+    # the root module has no dotted path: named by its class, in the headline and the where line alike
+    assert report.headline == "NaN born in softmax, in the forward of TwoMasks, the model itself", report.headline
+    assert report.where == "forward of the model itself (TwoMasks)"
     with open(__file__, encoding="utf-8") as f:
         lines = {tag: n for n, text in enumerate(f, 1) for tag in ("CAUSAL", "PADDING") if text.endswith(f"# {tag}\n")}
     name = os.path.basename(__file__)

@@ -45,7 +45,7 @@ test('incident: the newer fields are read when present, bad ones ignored', () =>
     assert.deepEqual(r.lr, [0.001]);
     assert.deepEqual(r.diagnosis, ['log of a negative probability']);
     assert.deepEqual([r.version, r.forwardOp, r.maxAbs, r.mode], [2, 'log', 3.5e38, 'loop']);
-    assert.equal(where(r), '<root>');
+    assert.equal(where(r), 'the model itself');
     assert.deepEqual(r.tensors, []);
     assert.deepEqual(parseIncidentReport('{"kind": "x", "loss_history": [[3, 1.0], {"step": 4, "loss": 2}]}').lossHistory, [[3, 1], [4, 2]]);
     const near = (report: Record<string, unknown>, source: Record<string, unknown>) =>

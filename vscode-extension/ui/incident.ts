@@ -20,7 +20,7 @@ function num(x: number | undefined): string {
 
 function render(m: Extract<HostMessage, { type: 'incident' }>): void {
     const r = m.report;
-    const whereText = [r.phase, r.module !== undefined ? `${r.phase ? 'of ' : ''}${r.module || '<root>'}${r.moduleType ? ` (${r.moduleType})` : ''}` : ''].filter(Boolean).join(' ');
+    const whereText = [r.phase, r.module !== undefined ? `${r.phase ? 'of ' : ''}${r.module || 'the model itself'}${r.moduleType ? ` (${r.moduleType})` : ''}` : ''].filter(Boolean).join(' ');
     const facts: [string, Node | string][] = [];
     const add = (k: string, v: Node | string | undefined) => { if (v !== undefined && v !== '') { facts.push([k, v]); } };
     add('Step', r.step !== undefined ? String(r.step) : undefined);

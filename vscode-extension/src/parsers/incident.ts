@@ -98,7 +98,7 @@ export function where(r: IncidentReport): string {
     }
     if (r.module !== undefined) {
         const type = r.moduleType ? ` (${r.moduleType})` : '';
-        parts.push(`${r.phase ? 'of ' : ''}${r.module || '<root>'}${type}`);
+        parts.push(`${r.phase ? 'of ' : ''}${r.module || 'the model itself'}${type}`);
     }
     return parts.join(' ');
 }
