@@ -24,7 +24,7 @@ from torch import nn
 
 from ..format import plural
 from .aftermath import say
-from .live_dropout import checked_forward
+from .live_dropout import Spotted, checked_forward
 
 MAX_MODULES = 100_000  # modules looked at, at most (once, when the model is first seen updating in eval mode)
 EVAL_FORWARDS = 3  # forwards under no_grad in train mode in a row, with no training forward between: an evaluation
@@ -76,11 +76,18 @@ def line(model_name: str, step: int, layers: Counter[str]) -> str:
             f"after it? Call model.train() before training steps (said once)")
 
 
-def say_once(model: nn.Module, step: int) -> None:
-    """Say the line when ``model``, updated in eval mode at ``step``, has layers the mode changes."""
+def say_once(model: nn.Module, step: int, dropout_off: Spotted | None = None) -> None:
+    """Say the line when ``model``, updated in eval mode at ``step``, has layers the mode changes, or its forward
+    calls a functional dropout that follows the mode (``dropout_off``: one an evaluation saw off)."""
     layers = mode_dependent(model)
     if layers:
         say(line(type(model).__name__, step, layers))
+    elif dropout_off is not None:
+        op, at = dropout_off
+        where = f" at {at} (`{at.code}`)" if at is not None and at.code else ""
+        say(f"tensor_dap: {type(model).__name__} is in eval mode at the update of step {step}, so {op}{where}, "
+            f"whose training flag follows the model's mode, is off while it trains: model.eval() for a validation "
+            f"with no model.train() after it? Call model.train() before training steps (said once)")
 
 
 class Evaluations:
@@ -94,6 +101,7 @@ class Evaluations:
         self.done = False
         self.compiled = False  # the model's call is compiled (set by the capture): dropout is not looked at
         self._dropout_seen = False  # the first evaluation in eval mode had its dropout calls looked at
+        self.dropout_off: Spotted | None = None  # a functional dropout that evaluation saw off: it follows the mode
 
     def forward(self, inner: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         """A forward of the model under no_grad: ``inner(*args, **kwargs)``, the first in eval mode with its dropout
@@ -102,7 +110,8 @@ class Evaluations:
             if self._dropout_seen or self.compiled:
                 return inner(*args, **kwargs)
             self._dropout_seen = True
-            return checked_forward(self.model, inner, args, kwargs)
+            output, self.dropout_off = checked_forward(self.model, inner, args, kwargs)
+            return output
         self._count()
         return inner(*args, **kwargs)
 

@@ -5,7 +5,8 @@
 forward of the model in eval mode under ``torch.no_grad()`` (an evaluation) runs under a ``TorchFunctionMode`` that
 looks at each dropout call: one with ``training=True`` and ``p > 0`` is said once, with its line. That forward gives
 what it would have (the mode only looks); later forwards run untouched, and a model with a compiled part is not looked
-at (the mode would have dynamo trace it again).
+at (the mode would have dynamo trace it again). A dropout call there that is off (``training=self.training``) is
+kept too: it follows the model's mode, so a model then left in eval mode trains with it off (``eval_mode``).
 """
 
 from __future__ import annotations
@@ -26,12 +27,16 @@ MAX_MODULES = 100_000  # looked at for a compiled one, at most
 _TORCH = {torch.dropout, torch.alpha_dropout, torch.feature_dropout, torch.feature_alpha_dropout}
 
 
+Spotted = tuple[str, Any]  # a dropout call: its name with its p ("dropout(p=0.6)") and the user's line (or None)
+
+
 class _Spotter(TorchFunctionMode):
-    """Notes the first dropout call that drops (``found``: its name and the user's line)."""
+    """Notes the first dropout call that drops (``found``) and the first that is switched off (``off``)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.found: tuple[str, Any] | None = None
+        self.found: Spotted | None = None
+        self.off: Spotted | None = None
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
@@ -46,17 +51,23 @@ class _Spotter(TorchFunctionMode):
         flag = "training" if func in _FUNCTIONAL else "train"
         on = kwargs.get(flag, args[2] if len(args) > 2 else func in _FUNCTIONAL)
         p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
-        if on is True and isinstance(p, (int, float)) and p > 0:
-            self.found = (f"{func.__name__}(p={p:g})", user_line())
+        if not (isinstance(p, (int, float)) and p > 0) or (on is not True and self.off is not None):
+            return
+        spotted = (f"{func.__name__}(p={p:g})", user_line())
+        if on is True:
+            self.found = spotted
+        elif on is False:
+            self.off = spotted
 
 
-def checked_forward(model: torch.nn.Module, inner: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+def checked_forward(model: torch.nn.Module, inner: Callable[..., Any], args: tuple,
+                    kwargs: dict) -> tuple[Any, Spotted | None]:
     """``inner(*args, **kwargs)``, the model's first evaluation in eval mode, with its dropout calls looked at (not
     where a submodule is compiled: the mode would have dynamo trace it again; the root's own call is the capture's,
-    and a compiled root is not handed here)."""
+    and a compiled root is not handed here); with the first dropout call that was off, if one was."""
     if any(type(m).__name__ == "OptimizedModule" or m.__dict__.get("_compiled_call_impl") is not None
            for m in islice(model.modules(), 1, MAX_MODULES)):
-        return inner(*args, **kwargs)
+        return inner(*args, **kwargs), None
     spotter = _Spotter()
     with spotter:
         output = inner(*args, **kwargs)
@@ -66,4 +77,4 @@ def checked_forward(model: torch.nn.Module, inner: Callable[..., Any], args: tup
         say(f"tensor_dap: {type(model).__name__} is in eval mode, but {op}{at} still drops activations in its "
             "evaluation: the functional dropout's training flag defaults to True and does not follow model.eval(). "
             "Pass training=self.training, or use an nn.Dropout layer (said once)")
-    return output
+    return output, spotter.off

@@ -90,10 +90,11 @@ class SilentChecks:
         if update == SCALER_PROBE_STEPS - 1:  # the last update looked at: a long run need not wait for its end
             self._unchanged(final=False)
 
-    def in_eval_mode(self, model: torch.nn.Module, step: int) -> None:
-        """``model`` is updated in eval mode at ``step``: said once."""
+    def in_eval_mode(self, model: torch.nn.Module, step: int, loop: Any = None) -> None:
+        """``model`` is updated in eval mode at ``step``: said once (with a functional dropout the unchanged ``loop``'s
+        capture saw off in an evaluation, where the model has no layer the mode changes)."""
         self.eval_said = True
-        eval_mode.say_once(model, step)
+        eval_mode.say_once(model, step, loop.evaluations.dropout_off if loop is not None else None)
 
     def look_for_totals(self, step: int) -> None:
         """Every ``running_total.EVERY`` updates: a running total of the loss kept with its graph since the last look

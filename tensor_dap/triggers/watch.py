@@ -383,7 +383,7 @@ class watch(Investigation, LoopSteps, CrashExplanation):
         elif found is False:
             self._latched = False  # clean again: the next failure is news
         if not self._inner.training and not self._silent.eval_said:  # model.eval() with no model.train() after it
-            self._guard(self._silent.in_eval_mode, self._inner, index)
+            self._guard(self._silent.in_eval_mode, self._inner, index, self._loop)
         if not index % running_total.EVERY and index and not self._silent.total_said:
             self._guard(self._silent.look_for_totals, index)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from markers import file_marker_line
 from torch import nn
 
 import tensor_dap
@@ -65,6 +66,37 @@ def test_a_model_whose_mode_changes_nothing_is_not_told(capfd):
     no_drop = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.0), nn.Linear(16, 2))  # p=0: as in eval
     _epochs(no_drop, train_each_epoch=False)
     assert "eval mode" not in capfd.readouterr().err
+
+
+class FunctionalDropout(nn.Module):
+    """GAT's way (pytorch/examples): no Dropout module, ``F.dropout(..., training=self.training)`` in the forward."""
+
+    def __init__(self, p: float) -> None:
+        super().__init__()
+        self.p = p
+        self.a, self.b = nn.Linear(8, 16), nn.Linear(16, 2)
+
+    def forward(self, x):
+        h = F.dropout(torch.relu(self.a(x)), self.p, training=self.training)  # FOLLOWS THE MODE
+        return self.b(h)
+
+
+@pytest.mark.parametrize("p", [0.4, 0.0])
+def test_a_functional_dropout_that_follows_the_mode_is_named_with_its_line(capfd, p):
+    """No layer the mode changes, but the forward's own dropout reads ``self.training``: the evaluation saw it off,
+    so a model then trained in eval mode is told, with the dropout's line (p=0 drops nothing either way: silent)."""
+    torch.manual_seed(0)
+    _epochs(FunctionalDropout(p), train_each_epoch=False)
+    err = " ".join(capfd.readouterr().err.split())
+    if not p:
+        assert "eval mode" not in err
+        return
+    line = file_marker_line(__file__, "FOLLOWS THE MODE")
+    assert err.count("is in eval mode") == 1, err
+    assert (f"FunctionalDropout is in eval mode at the update of step 4, so dropout(p=0.4) at test_eval_mode.py:{line}"
+            " (`h = F.dropout(torch.relu(self.a(x)), self.p, training=self.training)`), whose training flag follows "
+            "the model's mode, is off while it trains") in err, err
+    assert "Call model.train() before training steps" in err
 
 
 def test_a_submodule_frozen_in_eval_mode_on_purpose_is_not_told(capfd):
