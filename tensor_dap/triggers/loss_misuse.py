@@ -7,7 +7,9 @@ minimizes ``-p`` instead of ``-log p``. ``mse_loss`` (and the smooth L1 and Hube
 of shape ``[N, 1]`` and a target of shape ``[N]`` broadcasts both to ``[N, N]``: every prediction is
 compared with every target (torch warns once; many scripts silence warnings). ``nll_loss`` of a ``log_softmax``
 taken over another dim than its classes' (``dim=0``, the batch; or ``nn.LogSoftmax()`` with no dim on a 3-D
-input, which torch normalizes over dim 0) normalizes each class over the batch. All show in the loss's
+input, which torch normalizes over dim 0) normalizes each class over the batch; ``nll_loss`` of raw scores (no
+``log_softmax`` at all: pytorch/examples' GAT with its last line dropped) minimizes ``-score``, which falls without
+bound, and the loss goes negative: a value above 0, which no log-probability is, tells it. All show in the loss's
 autograd graph, a few nodes from its root: ``watch`` reads it once, at the first ``backward()`` it sees
 (``loss_tap``), and says what it found.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..format import fmt_num
 from .ops import first_input, forward_name, graph_nodes, producers
 
 NODES = 64  # nodes of the loss's graph looked at, nearest its root first (the loss's own ops are there)
@@ -60,7 +63,7 @@ def _walk(loss: Any) -> str | None:
             if said is not None:
                 return said
         if op in _NLL:
-            said = _class_dim(node)
+            said = _class_dim(node) or _not_log_probabilities(node)
             if said is not None:
                 return said
     return None
@@ -95,6 +98,27 @@ def _class_dim(node: Any) -> str | None:
             f"are dim {classes}: each class is normalized across {across}, not each sample over its classes, and the "
             f"loss still falls; take log_softmax(x, dim={classes}) (nn.LogSoftmax and nn.Softmax need their dim: with "
             f"none, a 3-D input is normalized over dim 0)")
+
+
+MAX_READ = 1 << 16  # elements of an nll_loss's input read, at most (its first rows)
+
+
+def _not_log_probabilities(node: Any) -> str | None:
+    """``nll_loss``'s input holds a value above 0: not log-probabilities (read where no log_softmax made them)."""
+    made = producers(node, 2)
+    if len(made) > 1 and made[1] == "log_softmax":
+        return None
+    given = node._saved_self
+    if given.dim() == 0 or given.numel() == 0 or not given.is_floating_point():
+        return None
+    rows = max(1, MAX_READ // max(1, given[0].numel()))
+    top = float(given.detach()[:rows].amax())
+    if not (top > 1e-4):  # (a log of a probability rounded up past 1 is barely above 0; NaN is not said here)
+        return None
+    by = f" (made by {made[1]})" if len(made) > 1 else ""
+    return (f"nll_loss is given values up to {fmt_num(top)}{by}, which log-probabilities never are (they are at most "
+            "0): it is not handed a log_softmax, so it minimizes -score, which falls without bound, and the loss goes "
+            "negative; end the model with log_softmax(x, dim=1), or use cross_entropy of the logits")
 
 
 _ELEMENTWISE = {"mse_loss", "smooth_l1_loss", "huber_loss"}  # losses that broadcast their input to the target's

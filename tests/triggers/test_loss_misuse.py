@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import tensor_dap
+from tensor_dap.format import fmt_num
 from tensor_dap.triggers import loss_misuse
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.filterwarnings("ignore:Using a target size"),  # (torch's own)
@@ -42,9 +43,16 @@ TARGETS = torch.arange(16) % 4
      "log_softmax taken over dim 0 of a [2, 8, 4] tensor, but its classes are dim 2"),
     (lambda s: F.nll_loss(F.log_softmax(s.view(2, 8, 4), dim=1).reshape(16, 4), TARGETS),
      "log_softmax taken over dim 1 of a [2, 8, 4] tensor, but its classes are dim 2"),
+    (lambda s: F.nll_loss(s[TARGETS > 0], TARGETS[TARGETS > 0]),  # raw scores (GAT without its log_softmax)
+     lambda s: f"nll_loss is given values up to {fmt_num(float(s.detach()[TARGETS > 0].max()))} (made by addmm), which "
+               "log-probabilities never are"),
+    (lambda s: nn.NLLLoss()(torch.log(torch.sigmoid(s) * 3), TARGETS),  # a log, of values above 1
+     "(made by log), which log-probabilities never are (they are at most 0): it is not handed a log_softmax"),
 ])
 def test_a_loss_given_what_it_computes_itself_is_named(loss, said):
-    assert said in (loss_misuse.misuse(loss(_scores())) or "")
+    scores = _scores()
+    said = said(scores) if callable(said) else said
+    assert said in (loss_misuse.misuse(loss(scores)) or "")
 
 
 @pytest.mark.parametrize("loss", [
@@ -60,6 +68,8 @@ def test_a_loss_given_what_it_computes_itself_is_named(loss, said):
     lambda s: F.nll_loss(F.log_softmax(s, dim=-1), TARGETS),  # a negative dim (torch keeps it unsigned)
     lambda s: F.nll_loss(F.log_softmax(s.view(2, 8, 4), dim=-1).view(-1, 4), TARGETS),  # a sequence model's
     lambda s: F.nll_loss(F.log_softmax(s.view(2, 8, 4), dim=1), TARGETS[:8].view(2, 4)),  # classes: dim 1 of 3
+    lambda s: F.nll_loss(torch.log(F.softmax(s, dim=1)), TARGETS),  # log-probabilities made another way
+    lambda s: F.nll_loss(-F.softplus(s), TARGETS),  # log-sigmoids: at most 0
 ])
 def test_right_uses_are_not_named(loss):
     assert loss_misuse.misuse(loss(_scores())) is None
