@@ -7,7 +7,8 @@ the first few, ``one_class_batches``); at the first updates only, the parameters
 (``unoptimized``), updates that find no gradient (``step_order``) or unclipped gradients (``clip_order``),
 gradients carried into the next step (``zero_grad``) and units a constant initialization keeps identical
 (``symmetric``); at the 20th update or the end of the run, what those found; every 64th update, the variables of
-the frames running the loop, for a running total of the loss kept with its graph (``running_total``).
+the frames running the loop, for a running total of the loss kept with its graph (``running_total``), and the
+learning rates, for one decayed to nothing (``lr_collapse``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from . import eval_mode, running_total, symmetric
 from .aftermath import say
 from .clip_order import ClipOrder
 from .loss_misuse import misuse
+from .lr_collapse import LrCollapse
 from .one_class_batches import OneClassBatches
 from .optimizer_call import SCALER_PROBE_STEPS
 from .step_order import GradlessUpdates
@@ -44,6 +46,7 @@ class SilentChecks:
         self._gradless = GradlessUpdates(say)
         self._clip_order = ClipOrder(say)
         self._batches = OneClassBatches(say)
+        self._rates = LrCollapse()  # a learning rate decayed to nothing
         self._losses = 0
         self._wants_strays, self._wants_targets = False, True  # the losses still wanted
         self._stop_misuse: Any = listen_guarded(self._loss)
@@ -80,6 +83,7 @@ class SilentChecks:
         if update == 0:
             self._unoptimized.first_update(model, optimizer)
             self._since = running_total.now()
+            self._rates.first_update(optimizer)
         self._updates = update + 1
         self._gradless.updating(update, model, optimizer, params, closure)
         self._clip_order.updating(update, params)
@@ -96,13 +100,17 @@ class SilentChecks:
         self.eval_said = True
         eval_mode.say_once(model, step, loop.evaluations.dropout_off if loop is not None else None)
 
-    def look_for_totals(self, step: int) -> None:
+    def now_and_then(self, step: int, optimizer: Any) -> None:
         """Every ``running_total.EVERY`` updates: a running total of the loss kept with its graph since the last look
-        (the first update, for the first), said once."""
-        text = running_total.kept_total(step, self._since) if self._since >= 0 else None
-        self._since = running_total.now()
+        (the first update, for the first), and a learning rate decayed to nothing (``lr_collapse``), each said once."""
+        if not self.total_said:
+            text = running_total.kept_total(step, self._since) if self._since >= 0 else None
+            self._since = running_total.now()
+            if text is not None:
+                self.total_said = True
+                say(text)
+        text = self._rates.look(optimizer, step, step)
         if text is not None:
-            self.total_said = True
             say(text)
 
     def at_end(self) -> None:

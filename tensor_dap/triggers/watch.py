@@ -384,8 +384,8 @@ class watch(Investigation, LoopSteps, CrashExplanation):
             self._latched = False  # clean again: the next failure is news
         if not self._inner.training and not self._silent.eval_said:  # model.eval() with no model.train() after it
             self._guard(self._silent.in_eval_mode, self._inner, index, self._loop)
-        if not index % running_total.EVERY and index and not self._silent.total_said:
-            self._guard(self._silent.look_for_totals, index)
+        if not index % running_total.EVERY and index:
+            self._guard(self._silent.now_and_then, index, self.optimizer)
 
     def _unstepped(self, index: int, ctx: StepContext | None) -> None:
         """A step ended without an update: a GradScaler skipped it, or gradients accumulate. Its gradients may
