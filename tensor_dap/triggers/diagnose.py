@@ -84,9 +84,9 @@ DIAGNOSES = {
     "fp16_backward": "float16 overflow in the gradients (its largest value is 65504): compute in bfloat16 "
                      "(torch.autocast(dtype=torch.bfloat16)), keep this op in float32, or let a torch.amp.GradScaler "
                      "skip such steps",
-    "no_targets": "every target of this batch is the ignore_index (-100 by default: a batch of padding only), and "
-                  "the mean over zero targets is 0/0: skip batches with no real targets, or sum the loss and divide "
-                  "by max(1, number of targets)",
+    "no_targets": "every target of this batch is the ignore_index ({index}: a batch of padding only, or a mask "
+                  "that covers every position), and the mean over zero targets is 0/0: skip batches with no real "
+                  "targets, or sum the loss and divide by max(1, number of targets)",
     "ctc": "CTC's loss is infinite for a sample that its input is too short to align to{samples}: a target of L "
            "labels needs L frames, plus one for each label repeated next to itself, and its gradient is NaN whatever "
            "multiplies it: keep more frames (less downsampling), or drop or trim such samples; zero_infinity=True in "
@@ -156,8 +156,8 @@ def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: floa
     if op in ctc.OPS:  # +Inf forward, NaN from its backward (a loss filtered afterwards): what the node saved
         args = list(birth.saved.items()) if birth.forward_op else birth.inputs
         return DIAGNOSES["ctc"].format(samples=ctc.explain(args))
-    if op in _NLL and birth.kind == "nan" and _all_ignored(birth):
-        return DIAGNOSES["no_targets"]
+    if op in _NLL and birth.kind == "nan" and (index := _all_ignored(birth)) is not None:
+        return DIAGNOSES["no_targets"].format(index=index)
     if _half_overflow(birth, op):
         return DIAGNOSES["fp16_backward" if birth.forward_op else "fp16"]
     if op in _WEIGHT_NORM and birth.kind == "nan":
@@ -326,18 +326,24 @@ def _all_keys_masked(birth: Birth) -> bool:
         return bool((seen == 0).any())
 
 
-def _all_ignored(birth: Birth) -> bool:
-    """Class-index targets that are all outside the classes: cross_entropy raises for such a target unless it is
-    the ignore_index, so every target was ignored."""
+def _all_ignored(birth: Birth) -> int | None:
+    """The ignore_index, when every class-index target is it: the one the loss's graph saved (``loss_graph``), or,
+    not known, a value outside the classes (cross_entropy raises for such a target unless it is the ignore_index);
+    else None."""
     tensors = _tensors(birth.inputs)
     if len(tensors) < 2 or tensors[0].dim() == 0:
-        return False
+        return None
     scores, target = tensors[0], tensors[1]
     if target.is_floating_point() or target.is_complex() or target.numel() == 0:
-        return False
+        return None
     classes = scores.shape[1] if scores.dim() > 1 else scores.shape[0]
+    index = birth.saved.get("ignore_index")
     with torch.no_grad():
-        return bool(((target < 0) | (target >= classes)).all())
+        if isinstance(index, int):
+            return index if bool((target == index).all()) else None
+        if not bool(((target < 0) | (target >= classes)).all()):
+            return None
+        return int(target.reshape(-1)[0])
 
 
 def _made_by(birth: Birth, ops: set[str]) -> bool:

@@ -169,10 +169,11 @@ def _birth_at(node: Any) -> Birth | None:
     kind = kind_of(output)
     if kind is None:
         return None
+    kept = {"ignore_index": _signed(saved["ignore_index"])} if op == "nll_loss" and "ignore_index" in saved else {}
     return Birth("loss", op, kind, inputs=inputs, output=output.detach(), made_by=producers(first_input(node)),
-                 note="born in the loss computation outside the model, between the model's call and backward() (read "
-                      "from the loss's autograd graph: the loss function is not re-run, so the op's own line is not "
-                      "known; hand the step to watch.step for it)")
+                 saved=kept, note="born in the loss computation outside the model, between the model's call and "
+                 "backward() (read from the loss's autograd graph: the loss function is not re-run, so the op's own "
+                 "line is not known; hand the step to watch.step for it)")
 
 
 def _came_in(op: str, name: str, t: torch.Tensor, kind: str) -> Birth:

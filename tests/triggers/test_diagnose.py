@@ -50,7 +50,7 @@ def test_a_batch_of_padding_only_is_diagnosed_as_every_target_ignored(loop):
             train_step(ids, labels) if loop else w.step(train_step, ids, labels)
     report = info.value.report
     assert (report.step, report.phase, report.module, report.op) == (3, "forward", "", "cross_entropy")
-    assert report.diagnosis == DIAGNOSES["no_targets"]
+    assert report.diagnosis == DIAGNOSES["no_targets"].format(index=-100)
 
 
 def test_a_nan_in_cross_entropy_with_real_targets_is_not_called_all_ignored():
@@ -58,7 +58,8 @@ def test_a_nan_in_cross_entropy_with_real_targets_is_not_called_all_ignored():
     birth = Birth("forward", "cross_entropy", "nan", inputs=[("args[0]", logits), ("args[1]", targets)])
     assert diagnose(birth, phase="forward", kind="nonfinite", max_abs=None, loss_history=[]) is None
     birth.inputs[1] = ("args[1]", torch.full((6,), -100))
-    assert diagnose(birth, phase="forward", kind="nonfinite", max_abs=None, loss_history=[]) == DIAGNOSES["no_targets"]
+    said = diagnose(birth, phase="forward", kind="nonfinite", max_abs=None, loss_history=[])
+    assert said == DIAGNOSES["no_targets"].format(index=-100)
 
 
 def test_a_parameter_an_update_made_non_finite_is_called_a_divergence_only_with_evidence():
@@ -101,7 +102,7 @@ def test_a_padding_only_batch_in_a_loss_outside_the_model_is_diagnosed_in_the_un
             optimizer.zero_grad()
     report = info.value.report
     assert (report.step, report.phase, report.module, report.op) == (2, "loss", None, "nll_loss")
-    assert report.diagnosis == DIAGNOSES["no_targets"]
+    assert report.diagnosis == DIAGNOSES["no_targets"].format(index=-100)
 
 
 @pytest.mark.parametrize("phase, op, kind, key", [
@@ -384,7 +385,7 @@ def test_a_half_nan_needs_evidence_of_an_overflow():
     ignored = Birth("forward", "cross_entropy", "nan", inputs=[("a", scores), ("b", targets)],
                     output=torch.tensor(float("nan")).half())
     assert diagnose(ignored, phase="forward", kind="nonfinite", max_abs=None, loss_history=[]) == \
-        DIAGNOSES["no_targets"]
+        DIAGNOSES["no_targets"].format(index=-100)
     one = torch.ones(1).half()
     std = Birth("forward", "std", "nan", inputs=[("a", one)], output=torch.tensor(float("nan")).half())  # of one value
     assert diagnose(std, phase="forward", kind="nonfinite", max_abs=None, loss_history=[]) == DIAGNOSES["std_single"]

@@ -13,6 +13,7 @@ from gan import hand_bce
 from torch import nn
 
 from tensor_dap.triggers import loss_graph
+from tensor_dap.triggers.diagnose import diagnose
 from tensor_dap.triggers.loss_graph import read
 
 pytestmark = [pytest.mark.timeout(60)]
@@ -69,6 +70,8 @@ def test_a_mean_over_targets_all_ignored_is_named_nll_loss_with_the_targets(redu
                                                    reduction=reduction), logits)
     assert (birth.op, birth.kind) == ("nll_loss", "nan")
     assert torch.equal(dict(birth.inputs)["target"], targets)
+    said = diagnose(birth, phase="loss", kind="nonfinite", max_abs=None, loss_history=[])
+    assert f"every target of this batch is the ignore_index ({ignore_index}: a batch of padding only" in said, said
     with_one = targets.clone()
     with_one[0] = 1
     assert loss_birth(nn.functional.cross_entropy(logits, with_one, ignore_index=ignore_index), logits) is None
