@@ -2,7 +2,8 @@
 
 A head replaced after the optimizer was made (it never learns), a validation's ``model.eval()`` left on (the
 rest of the run trains without dropout), a head built inside ``forward`` (new random weights at every
-call) and a running total of the loss kept with its graph (memory grows every step). ``watch`` says each in one
+call), a running total of the loss kept with its graph (memory grows every step) and a scheduler meant for epochs
+stepped after every batch (the rate decays to nothing). ``watch`` says each in one
 line, which these scenarios take from the ``tensor_dap.triggers`` log where every such line also goes. One more
 does crash, but with a message that names no line of the program (an in-place ReLU after a sigmoid): watch's note
 under it names the op, its module and its line.
@@ -157,3 +158,25 @@ def running_total(ctx: Context) -> Outcome:
     evidence = (f"`total_loss` holds {found.group(2)} steps' graphs at step {found.group(1)}, named with its function"
                 if found else "nothing said")
     return Outcome(found is not None, [evidence, "while every loss printed right"])
+
+
+def lr_schedule(ctx: Context) -> Outcome:
+    """``StepLR(step_size=1, gamma=0.7)`` meant for epochs, stepped after every batch: the rate decays to nothing
+    within 40 updates and the loss flattens, with no error."""
+    import torch
+
+    from ..triggers.running_total import EVERY
+    from ..triggers.watch import watch
+
+    model = DemoNet()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.7)
+    with _lines() as said, watch(model, optimizer, on="raise", capture=False):
+        losses = train(model, optimizer, 2 * EVERY + 1, bug=False,
+                       log=lambda step, loss: scheduler.step())  # BUG: once per epoch was meant
+    line = next((s for s in said if "under a millionth" in s), "")
+    found = re.search(r"the learning rate is (\S+) at the update of step (\d+).*StepLR\(step_size=1, gamma=0\.7\) "
+                      r"stepped (\d+) times", line)
+    evidence = (f"the rate is {found.group(1)} at step {found.group(2)}: StepLR stepped {found.group(3)} times, once "
+                "per batch" if found else "nothing said")
+    return Outcome(found is not None, [evidence, f"while the loss sat at {losses[-1]:.3f}"])

@@ -44,6 +44,8 @@ SCENARIOS = (
              "tensor_dap.watch, in a note under the error", silent_scenarios.inplace),
     Scenario("running-total", "`total_loss += loss` keeps every step's graph: memory grows, every loss prints right",
              "tensor_dap.watch, at the 128th update", silent_scenarios.running_total),
+    Scenario("lr-schedule", "StepLR(step_size=1) stepped after every batch: the rate decays to nothing, no error",
+             "tensor_dap.watch, at the 128th update", silent_scenarios.lr_schedule),
     Scenario("bce-on-logits", "nn.BCELoss handed the head's raw scores: torch names no tensor",
              "tensor-dap run's crash report", crash_scenarios.bce_on_logits),
     Scenario("monitor", "the training curves of a healthy run, for TensorBoard", "tensor_dap.Monitor",

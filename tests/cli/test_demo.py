@@ -33,7 +33,7 @@ def test_every_planted_bug_is_caught_and_said(whole_tour):
     r, root, took = whole_tour
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out = r.stdout
-    assert "13 of 13 planted bugs caught, 2 of 2 files written" in out
+    assert "14 of 14 planted bugs caught, 2 of 2 files written" in out
     for scenario in tour.SCENARIOS:
         assert re.search(rf"^{re.escape(scenario.name)}\s+✓ ", out, re.M), scenario.name
     assert took < 60  # the issue's promise on 2 CPU cores (about 14 s measured)
@@ -54,6 +54,7 @@ def test_each_scenario_names_what_the_tool_found(whole_tour):
                      r"silent_scenarios\.py:\d+, under torch's error", out)
     assert "torch said: [torch.FloatTensor [32, 32]], which is output 0 of Sigmoid" in out
     assert "`total_loss` holds 128 steps' graphs at step 128, named with its function" in out
+    assert re.search(r"the rate is [\d.e+-]+ at step 128: StepLR stepped 128 times, once per batch", out)
     assert re.search(r"`scores` \[32, 4\] holds -?[\d.]+…[\d.]+, not probabilities: use BCEWithLogitsLoss", out)
     assert "→ `scores` [32, 4] holds" in out  # the crash report's own lines, whole
 
