@@ -244,6 +244,7 @@ class LoopSteps:
         if self._rerunning or self._replaying:
             return
         if self.scaler is None and not scaling():
+            self._guard(self._silent.reset_unstepped, self.step_count, self.optimizer)
             if self._loop is not None:
                 self._loop.settle()
                 self._loop.losses = []

@@ -296,8 +296,10 @@ def scaling() -> bool:
 
 
 def _remember_scaled(scaled: Any, loss: Any) -> None:
+    if scaled is loss:  # a disabled scaler (nanoGPT's GradScaler(enabled=False) off float16) skips no step
+        return
     _scaling[0] = True
-    if isinstance(scaled, torch.Tensor) and isinstance(loss, torch.Tensor) and scaled is not loss:
+    if isinstance(scaled, torch.Tensor) and isinstance(loss, torch.Tensor):
         for key in [k for k, v in _scaled.items() if v[0]() is None]:  # drop the dead
             del _scaled[key]
         _scaled[id(scaled)] = (weakref.ref(scaled), weakref.ref(loss))

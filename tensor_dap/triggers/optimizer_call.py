@@ -46,7 +46,8 @@ def scaler_calling(optimizer: Any) -> Any:
         if frame.f_code.co_name in ("_maybe_opt_step", "step"):
             owner = frame.f_locals.get("self")
             if owner is not None and type(owner).__name__ == "GradScaler" and hasattr(owner, "get_scale"):
-                return owner
+                enabled = getattr(owner, "is_enabled", None)
+                return owner if enabled is None or enabled() else None  # a disabled one only calls step()
         frame = frame.f_back
     return None
 

@@ -8,7 +8,8 @@ the first few, ``one_class_batches``); at the first updates only, the parameters
 gradients carried into the next step (``zero_grad``) and units a constant initialization keeps identical
 (``symmetric``); at the 20th update or the end of the run, what those found; every 64th update, the variables of
 the frames running the loop, for a running total of the loss kept with its graph (``running_total``), and the
-learning rates, for one decayed to nothing (``lr_collapse``).
+learning rates, for one decayed to nothing (``lr_collapse``); at gradients reset with no update, whether any optimizer
+stepped on them (``discarded_grads``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from .aftermath import say
 from .clip_order import ClipOrder
 from .loss_misuse import misuse
 from .lr_collapse import LrCollapse
+from .discarded_grads import DiscardedGradients
 from .one_class_batches import OneClassBatches
 from .optimizer_call import SCALER_PROBE_STEPS
 from .step_order import GradlessUpdates
@@ -47,6 +49,7 @@ class SilentChecks:
         self._clip_order = ClipOrder(say)
         self._batches = OneClassBatches(say)
         self._rates = LrCollapse()  # a learning rate decayed to nothing
+        self._discards = DiscardedGradients(say)  # zero_grad() before each backward() of an accumulation
         self._losses = 0
         self._wants_strays, self._wants_targets = False, True  # the losses still wanted
         self._stop_misuse: Any = listen_guarded(self._loss)
@@ -113,8 +116,13 @@ class SilentChecks:
         if text is not None:
             say(text)
 
+    def reset_unstepped(self, update: int, optimizer: Any) -> None:
+        """The unchanged loop's gradients were reset with no update since a ``backward()`` (``update``: the next)."""
+        self._discards.reset(update, optimizer)
+
     def at_end(self) -> None:
         """The end of the run: the lines about parameters never updated, if not said yet; nothing listens after."""
+        self._discards.close()
         self._zero_grad.close()
         self._clip_order.close()
         self._stop_listening()
