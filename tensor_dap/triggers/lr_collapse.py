@@ -31,8 +31,9 @@ class LrCollapse:
     def first_update(self, optimizer: Any) -> None:
         self._largest = _rates(optimizer)
 
-    def look(self, optimizer: Any, step: int, updates: int) -> str | None:
-        """The line to say when a group's rate collapsed at this look and the last (``updates``: made before this)."""
+    def look(self, optimizer: Any, step: int) -> str | None:
+        """The line to say when a group's rate collapsed at this look and the last (at the update of ``step``: as many
+        updates were made before it)."""
         if self.said or optimizer is None:
             return None
         rates = _rates(optimizer)
@@ -49,7 +50,7 @@ class LrCollapse:
             why = "something lowers it at every update (a learning-rate scheduler stepped in the batch loop?)"
         else:
             stepped = int(getattr(scheduler, "last_epoch", -1))
-            times = f"stepped {stepped} times in {updates} updates" if stepped >= 0 else "stepped"
+            times = f"stepped {stepped} times in {step} updates" if stepped >= 0 else "stepped"
             why = (f"{_shown(scheduler)} {times}: a scheduler meant for epochs called in the batch loop? Call "
                    f"scheduler.step() once per epoch, after the batch loop, or size it in updates")
         return (f"tensor_dap: the learning rate is {fmt_num(rate)} at the update of step {step}, under a millionth of "

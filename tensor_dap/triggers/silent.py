@@ -21,9 +21,9 @@ import torch
 from . import eval_mode, running_total, symmetric
 from .aftermath import say
 from .clip_order import ClipOrder
+from .discarded_grads import DiscardedGradients
 from .loss_misuse import misuse
 from .lr_collapse import LrCollapse
-from .discarded_grads import DiscardedGradients
 from .one_class_batches import OneClassBatches
 from .optimizer_call import SCALER_PROBE_STEPS
 from .step_order import GradlessUpdates
@@ -112,7 +112,7 @@ class SilentChecks:
             if text is not None:
                 self.total_said = True
                 say(text)
-        text = self._rates.look(optimizer, step, step)
+        text = self._rates.look(optimizer, step)
         if text is not None:
             say(text)
 
