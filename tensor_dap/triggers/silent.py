@@ -4,12 +4,12 @@ Each is looked at where it costs nothing a step: the model's mode at each update
 ``eval_mode``); the graph of the first loss handed to ``backward()`` (a loss given what it computes itself,
 ``loss_misuse``; parameters the model does not hold, ``stray_params``, and then the second loss's; the targets of
 the first few, ``one_class_batches``); at the first updates only, the parameters the optimizer does not hold
-(``unoptimized``), updates that find no gradient (``step_order``) or unclipped gradients (``clip_order``),
-gradients carried into the next step (``zero_grad``) and units a constant initialization keeps identical
-(``symmetric``); at the 20th update or the end of the run, what those found; every 64th update, the variables of
-the frames running the loop, for a running total of the loss kept with its graph (``running_total``), and the
-learning rates, for one decayed to nothing (``lr_collapse``); at gradients reset with no update, whether any optimizer
-stepped on them (``discarded_grads``).
+(``unoptimized``), updates that find no gradient (``step_order``), parameters no gradient reaches (``cut_off``) or
+unclipped gradients (``clip_order``), gradients carried into the next step (``zero_grad``) and units a constant
+initialization keeps identical (``symmetric``); at the 20th update or the end of the run, what those found; every
+64th update, the variables of the frames running the loop, for a running total of the loss kept with its graph
+(``running_total``), and the learning rates, for one decayed to nothing (``lr_collapse``); at gradients reset with no
+update, whether any optimizer stepped on them (``discarded_grads``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import torch
 from . import eval_mode, running_total, symmetric
 from .aftermath import say
 from .clip_order import ClipOrder
+from .cut_off import CutOff
 from .discarded_grads import DiscardedGradients
 from .loss_misuse import misuse
 from .lr_collapse import LrCollapse
@@ -46,6 +47,7 @@ class SilentChecks:
         self._strays = StrayParams(model, say, Followed(lambda: self._updates))
         self._zero_grad = MissingZeroGrad(say)
         self._gradless = GradlessUpdates(say)
+        self._cut_off = CutOff(say)  # parameters no gradient reaches (a .detach() in the forward)
         self._clip_order = ClipOrder(say)
         self._batches = OneClassBatches(say)
         self._rates = LrCollapse()  # a learning rate decayed to nothing
@@ -89,6 +91,7 @@ class SilentChecks:
             self._rates.first_update(optimizer)
         self._updates = update + 1
         self._gradless.updating(update, model, optimizer, params, closure)
+        self._cut_off.updating(update, model, optimizer, params, closure)
         self._clip_order.updating(update, params)
         if update < CHECKS:
             self._zero_grad.updating(params, step)
