@@ -40,7 +40,8 @@ class CutOff:
         if self._looked < UPDATES or not self._reached:  # (none at all: step_order's line)
             return
         held = param_ids(optimizer) if hasattr(optimizer, "param_groups") else set()
-        missing = [i for i in range(len(params)) if i not in self._reached and id(params[i]) in held]
+        missing = [i for i in range(len(params))  # (one frozen since the watch began is meant to stay)
+                   if i not in self._reached and id(params[i]) in held and params[i].requires_grad]
         if missing:
             self.say(_line(model, [params[i] for i in missing], len(params)))
 

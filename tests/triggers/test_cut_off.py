@@ -58,6 +58,22 @@ def test_a_model_whose_every_parameter_learns_or_a_short_run_is_not_said(capfd):
     assert "got no gradient" not in capfd.readouterr().err
 
 
+def test_a_layer_frozen_after_the_watch_began_is_not_said(capfd):
+    """A fine-tuning schedule that freezes the encoder at its first step: no gradient reaches it, as meant."""
+    torch.manual_seed(0)
+    model = Net("none")
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    with tensor_dap.watch(model, optimizer, on="raise"):
+        model.encoder.requires_grad_(False)
+        for _ in range(UPDATES + 2):
+            x = torch.randn(32, 8)
+            loss = F.cross_entropy(model(x), (x[:, 0] > 0).long())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    assert "got no gradient" not in capfd.readouterr().err
+
+
 def test_a_part_used_now_and_then_is_not_said(capfd):
     """A branch taken at some of the first updates only (an expert routed to rarely) did get gradients."""
     class Sometimes(nn.Module):
