@@ -26,10 +26,13 @@ def _batch() -> tuple[torch.Tensor, torch.Tensor]:
 def test_zero_grad_before_each_micro_batch_is_said_once_with_the_count(capfd, accum, scaler):
     """``scaler``: nanoGPT's way off float16, a ``GradScaler(enabled=False)`` handing the loss and the step through:
     it skips no step, so a reset is not one it skipped."""
+    from torch.optim.optimizer import _global_optimizer_post_hooks as hooks
+
     torch.manual_seed(0)
     model = _net()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     off = torch.amp.GradScaler("cpu", enabled=False) if scaler else None
+    before = dict(hooks)
     with tensor_dap.watch(model, optimizer, on="raise"):
         for i in range(8 * accum):
             optimizer.zero_grad()  # the bug: the micro-batches before this one are thrown away
@@ -43,10 +46,14 @@ def test_zero_grad_before_each_micro_batch_is_said_once_with_the_count(capfd, ac
     calls = f"{accum - 1} backward() call{'s' if accum > 2 else ''}"
     assert f"zero_grad() reset the gradients of {calls} before the update of step 1 (and again before step 2)" in err
     assert "Call optimizer.zero_grad() right after optimizer.step()" in err
+    assert dict(hooks) == before  # the step counter put on at the first reset is gone with the watch
 
 
 @pytest.mark.parametrize("how", ["accumulation done right", "a batch skipped now and then"])
 def test_resets_that_lose_nothing_every_step_are_not_said(capfd, how):
+    from torch.optim.optimizer import _global_optimizer_post_hooks as hooks
+
+    before = dict(hooks)
     torch.manual_seed(0)
     model = _net()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -62,6 +69,7 @@ def test_resets_that_lose_nothing_every_step_are_not_said(capfd, how):
                 optimizer.step()
                 optimizer.zero_grad()
     assert "reset the gradients" not in capfd.readouterr().err
+    assert dict(hooks) == before  # the step counter (put on at the skipped batch's reset) went with the watch
 
 
 def test_a_discriminator_reset_after_the_generator_stepped_is_not_said(capfd):
