@@ -23,6 +23,7 @@ from typing import Any
 from ..format import fmt_num, printable, shown_path
 from ..state import rng_kept
 from ..summary import TensorSummary, jsonable
+from .birth import module_label
 
 logger = logging.getLogger("tensor_dap.triggers")
 # A library must not print through logging's last-resort handler: the console shows the
@@ -76,7 +77,7 @@ class Report:
         if self.phase:
             parts.append(self.phase)
         if self.module is not None:
-            name = self.module or "the model itself"
+            name = module_label(self.module)
             typ = f" ({self.module_type})" if self.module_type else ""
             parts.append(f"{'of ' if self.phase else ''}{name}{typ}")
         elif self.phase in ("forward", "backward", "loss") and self.op:
