@@ -14,9 +14,9 @@ import gc
 from typing import Any
 
 from ..format import fmt_num
+from .optimizer_call import learning_rates
 
 FRACTION = 1e-6  # of the largest rate a group had: below it, an update no longer moves the weights
-MAX_GROUPS = 64  # parameter groups looked at, at most
 _SHOWN = (int, float, bool)
 
 
@@ -59,13 +59,11 @@ class LrCollapse:
 
 
 def _rates(optimizer: Any) -> list[float]:
-    rates = []
-    for group in list(getattr(optimizer, "param_groups", ()))[:MAX_GROUPS]:
-        try:
-            rates.append(float(group["lr"]))  # (a tensor rate too: read every EVERY updates only)
-        except Exception:  # noqa: BLE001 - a group with no plain rate: not looked at
-            rates.append(-1.0)
-    return rates
+    """Each group's rate as reports read it (a tensor rate too: read every EVERY updates only); [] where unreadable."""
+    try:
+        return learning_rates(optimizer)
+    except Exception:  # noqa: BLE001 - a group with a rate of its own kind: not looked at
+        return []
 
 
 def _scheduler_of(optimizer: Any) -> Any:
