@@ -30,7 +30,7 @@ class DiscardedGradients:
         self._say = say
         self._mine: Any = None  # the watched optimizer
         self._others = 0  # steps of other optimizers since the hook was put on
-        self._mark = -1  # ``_others`` at the watched optimizer's last step or the last reset (-1: not counting yet)
+        self._mark = 0  # ``_others`` at the watched optimizer's last step or the last reset (set when counting starts)
         self._counts: dict[int, int] = {}  # the update each discard came before -> how many (the last two)
         self._first = 0  # the update the first reset came before: its count misses that reset
         self._handle: Any = None
