@@ -20,6 +20,7 @@ import math
 from typing import Any
 
 from ..format import fmt_num
+from .finite import slices
 from .ops import first_input, forward_name, graph_nodes, producers
 
 NODES = 64  # nodes of the loss's graph looked at, nearest its root first (the loss's own ops are there)
@@ -100,7 +101,7 @@ def _class_dim(node: Any) -> str | None:
             f"none, a 3-D input is normalized over dim 0)")
 
 
-MAX_READ = 1 << 16  # elements of an nll_loss's input read, at most (its first rows)
+MAX_READ = 1 << 16  # elements of an nll_loss's input read, at most (its first rows, ``finite.slices``' first piece)
 
 
 def _not_log_probabilities(node: Any) -> str | None:
@@ -111,8 +112,7 @@ def _not_log_probabilities(node: Any) -> str | None:
     given = node._saved_self
     if given.dim() == 0 or given.numel() == 0 or not given.is_floating_point():
         return None
-    rows = max(1, MAX_READ // max(1, given[0].numel()))
-    top = float(given.detach()[:rows].amax())
+    top = float(next(slices(given.detach(), MAX_READ)).amax())  # (rows whole where they fit, else part of one)
     if not (top > 1e-4):  # (a log of a probability rounded up past 1 is barely above 0; NaN is not said here)
         return None
     by = f" (made by {made[1]})" if len(made) > 1 else ""

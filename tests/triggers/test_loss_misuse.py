@@ -119,3 +119,14 @@ def test_a_check_that_fails_never_breaks_the_backward(monkeypatch, caplog):
             F.cross_entropy(model(torch.randn(16, 8)), TARGETS).backward()
             optimizer.step()
     assert "internal error, check skipped: RuntimeError: a bug of ours" in caplog.text
+
+
+def test_the_raw_scores_read_stops_at_its_bound_even_inside_one_row():
+    """One row of more values than MAX_READ (a vocabulary of 100,000): only its first piece is read."""
+    targets = torch.tensor([0, 1])
+    early, late = torch.full((2, 100_000), -1.0), torch.full((2, 100_000), -1.0)
+    early[0, 10] = 3.0  # inside the first piece: said
+    late[0, loss_misuse.MAX_READ + 10] = 3.0  # past it: not read
+    said = loss_misuse.misuse(F.nll_loss(early.requires_grad_() * 1.0, targets)) or ""
+    assert "nll_loss is given values up to 3 (made by mul)" in said, said
+    assert loss_misuse.misuse(F.nll_loss(late.requires_grad_() * 1.0, targets)) is None
