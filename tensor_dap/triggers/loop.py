@@ -29,10 +29,9 @@ from ..errors import STOPS
 from ..debug.frames import CallSites, Site, SourceLine, user_line
 from ..dynamo import compiler_loaded, compiling, eager, eager_around
 from ..state import BufferSnapshot, Buffers, RngUse
-from ..summary.held import held_bytes
 from .active import open_watches
 from .eval_mode import Evaluations
-from .forwards import Forward, loss_value, output_tensors
+from .forwards import Forward, input_bytes, loss_value, output_tensors
 from .loss_graph import read as read_loss
 
 MAX_FORWARDS = 4096  # forwards kept per step (an RL episode runs the policy once per environment step); more drops
@@ -56,18 +55,6 @@ _isfinite = math.isfinite
 
 _WRAPPED_CALL = torch.nn.Module._wrapped_call_impl  # Module.__call__
 _ABSENT = object()
-
-
-def _bytes_of(args: Any, kwargs: Any) -> int:
-    """The bytes of the tensors a forward was called with, held by the capture: its arguments and the tensors one
-    container deep in them (a dict batch). No walk: it runs for every forward of an RL episode."""
-    total = 0
-    for v in (*args, *kwargs.values()) if kwargs else args:
-        inner = v.values() if type(v) is dict else v if isinstance(v, (tuple, list)) else (v,)  # (namedtuples too)
-        for t in inner:
-            if isinstance(t, _Tensor):
-                total += held_bytes(t)
-    return total
 
 
 def _caller_frames(model: torch.nn.Module) -> int:
@@ -318,7 +305,7 @@ class LoopCapture:
                     for f in forwards[-MAX_UNUSED:]:
                         if f.retained or f.nodes:
                             f.weaken(self._see_at_node)
-                self._held += _bytes_of(args, kwargs)
+                self._held += input_bytes(args, kwargs)
                 if self._held > MAX_HELD_BYTES and self.dropped is None:
                     return self._drop(f"the inputs of the forwards with no backward() after them passed "
                                       f"{MAX_HELD_BYTES >> 20} MiB (an evaluation with gradients on?)")

@@ -1064,12 +1064,23 @@ def test_the_bytes_held_count_a_namedtuple_s_tensors():
 
     from torch.nn.utils.rnn import pack_sequence
 
-    from tensor_dap.triggers.loop import _bytes_of
+    from tensor_dap.triggers.forwards import input_bytes
 
     Batch = collections.namedtuple("Batch", "x y")
-    assert _bytes_of((Batch(torch.zeros(256), torch.zeros(64, dtype=torch.int64)),), {}) == 1024 + 512
+    assert input_bytes((Batch(torch.zeros(256), torch.zeros(64, dtype=torch.int64)),), {}) == 1024 + 512
     packed = pack_sequence([torch.zeros(3, 8), torch.zeros(2, 8)])
-    assert _bytes_of((packed,), {"lengths": torch.zeros(2)}) == 5 * 8 * 4 + packed.batch_sizes.nbytes + 2 * 4
+    assert input_bytes((packed,), {"lengths": torch.zeros(2)}) == 5 * 8 * 4 + packed.batch_sizes.nbytes + 2 * 4
+
+
+def test_the_bytes_held_count_a_broadcast_view_by_its_storage_and_a_sparse_batch_by_its_parts():
+    """Small tensors are counted by their logical size (the fast path of every RL forward); a large broadcast view
+    holds only its storage, and a sparse tensor (which refuses ``nbytes``) its values and indices."""
+    from tensor_dap.triggers.forwards import input_bytes
+
+    mask = torch.zeros(1, 512).expand(4096, 512)  # 8 MiB logically, 2 KiB held
+    assert input_bytes((mask,), {}) == 512 * 4
+    sparse = torch.eye(4).to_sparse()
+    assert input_bytes((sparse,), {"x": torch.zeros(3)}) == 4 * 4 + 2 * 4 * 8 + 3 * 4
 
 
 def test_an_episode_s_nan_advantage_is_charged_to_its_backward_line():
