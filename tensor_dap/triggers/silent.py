@@ -8,8 +8,9 @@ the first few, ``one_class_batches``); at the first updates only, the parameters
 unclipped gradients (``clip_order``), gradients carried into the next step (``zero_grad``) and units a constant
 initialization keeps identical (``symmetric``); at the 20th update or the end of the run, what those found; every
 64th update, the variables of the frames running the loop, for a running total of the loss kept with its graph
-(``running_total``), and the learning rates, for one decayed to nothing (``lr_collapse``); at gradients reset with no
-update, whether any optimizer stepped on them (``discarded_grads``).
+(``running_total``), the learning rates, for one decayed to nothing (``lr_collapse``), and which gradients are
+exactly zero (``stalled``); at gradients reset with no update, whether any optimizer stepped on them
+(``discarded_grads``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from .lr_collapse import LrCollapse
 from .one_class_batches import OneClassBatches
 from .optimizer_call import SCALER_PROBE_STEPS
 from .step_order import GradlessUpdates
+from .stalled import StalledGradients
 from .stop import listen_guarded
 from .stray_params import StrayParams
 from .unoptimized import Followed, Unoptimized
@@ -51,6 +53,7 @@ class SilentChecks:
         self._clip_order = ClipOrder(say)
         self._batches = OneClassBatches(say)
         self._rates = LrCollapse()  # a learning rate decayed to nothing
+        self._stalled = StalledGradients()  # every gradient exactly zero: the model stopped learning
         self._discards = DiscardedGradients(say)  # zero_grad() before each backward() of an accumulation
         self._losses = 0
         self._wants_strays, self._wants_targets = False, True  # the losses still wanted
@@ -106,18 +109,19 @@ class SilentChecks:
         self.eval_said = True
         eval_mode.say_once(model, step, loop.evaluations.dropout_off if loop is not None else None)
 
-    def now_and_then(self, step: int, optimizer: Any) -> None:
+    def now_and_then(self, step: int, optimizer: Any, params: list[torch.Tensor], model: torch.nn.Module) -> None:
         """Every ``running_total.EVERY`` updates: a running total of the loss kept with its graph since the last look
-        (the first update, for the first), and a learning rate decayed to nothing (``lr_collapse``), each said once."""
+        (the first update, for the first), a learning rate decayed to nothing (``lr_collapse``) and gradients all
+        exactly zero (``stalled``), each said once."""
         if not self.total_said:
             text = running_total.kept_total(step, self._since) if self._since >= 0 else None
             self._since = running_total.now()
             if text is not None:
                 self.total_said = True
                 say(text)
-        text = self._rates.look(optimizer, step)
-        if text is not None:
-            say(text)
+        for text in (self._rates.look(optimizer, step), self._stalled.look(params, optimizer, step, model)):
+            if text is not None:
+                say(text)
 
     def reset_unstepped(self, update: int, optimizer: Any) -> None:
         """The unchanged loop's gradients were reset with no update since a ``backward()`` (``update``: the next)."""

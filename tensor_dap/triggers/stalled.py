@@ -1,0 +1,89 @@
+"""Gradients exactly zero: a model that stopped learning while the run goes on.
+
+pytorch/examples' REINFORCE with Adam's rate raised to 3 saturates its policy's softmax within a few dozen
+episodes: the probabilities are exactly 1 and 0, the log-probability of the action taken is exactly 0, and so is
+every gradient from then on. The run goes on for hours at the reward of a fixed action, with no error and no NaN.
+An MLP whose ReLUs all died (a large negative bias) is the same but for its last layer's bias. Every
+``running_total.EVERY`` updates the watch reads which gradients the optimizer will use are exactly zero (one norm
+per tensor on its device, one read back per device); when no weight matrix (a tensor of two dimensions or more:
+biases and norm scales alone cannot learn from the inputs) gets one at two looks in a row (one such update can be a
+batch whose loss is exactly flat), it is said once, with the tensors still learning, the learning rate and the usual
+causes. An expert or an embedding row left idle does not count: another weight matrix learns.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..format import fmt_num
+from .optimizer_call import learning_rates, stored_values
+
+_NAMED = 3  # tensors still learning named at most
+
+
+class StalledGradients:
+    """The looks at which gradients are exactly zero, for one watch."""
+
+    def __init__(self) -> None:
+        self._zero_at: int | None = None  # the step of the last look that found no weight matrix learning
+        self.said = False
+
+    def look(self, params: list[torch.Tensor], optimizer: Any, step: int, model: torch.nn.Module) -> str | None:
+        """The line to say when no weight matrix gets a non-zero gradient at the update of ``step`` and at the last
+        look (a model of vectors only: no tensor)."""
+        if self.said:
+            return None
+        held = [p for p in params if p.grad is not None]
+        zero = zero_grads(held)
+        weights = [z for p, z in zip(held, zero) if p.dim() >= 2] or zero
+        stalled = bool(held) and all(weights)
+        last, self._zero_at = self._zero_at, (step if stalled else None)
+        if not stalled or last is None:
+            return None
+        self.said = True
+        live = [p for p, z in zip(held, zero) if not z]
+        which = (f"every gradient the optimizer holds ({len(held)} tensors) is" if not live else
+                 f"the gradients of {len(held) - len(live)} of the {len(held)} tensors the optimizer holds are "
+                 f"(only {_names(live, model)} still get{'s' if len(live) == 1 else ''} one)")
+        rate = _largest_rate(optimizer)
+        at_rate = f" (the learning rate: {fmt_num(rate)})" if rate is not None else ""
+        return (f"tensor_dap: {which} exactly zero at the updates of steps {last} and {step}, so the weights no "
+                f"longer learn while the run goes on{at_rate}. Usual causes: saturated outputs (a softmax or sigmoid "
+                f"at exactly 0 and 1, often after a learning rate too high), ReLUs that all died (a large negative "
+                f"bias, a rate too high), or a loss that does not depend on the parameters (multiplied by 0, computed "
+                f"from detached tensors); a hinge loss whose margins are all met gives zero gradients too (said once)")
+
+
+def zero_grads(tensors: list[torch.Tensor]) -> list[bool]:
+    """Whether each gradient (of ``tensors``) is exactly zero (a NaN is not): one norm per tensor, one read back per
+    device. Unreadable ones count as non-zero (nothing said)."""
+    by_device: dict[torch.device, list[int]] = {}
+    zero = [False] * len(tensors)
+    try:
+        values = [stored_values(t.grad) for t in tensors]
+        for i, v in enumerate(values):
+            by_device.setdefault(v.device, []).append(i)
+        for indices in by_device.values():
+            norms = torch._foreach_norm([values[i] for i in indices])
+            for i, z in zip(indices, torch.stack([n.float() for n in norms]).eq(0).tolist()):
+                zero[i] = z
+    except Exception:  # noqa: BLE001 - a gradient of a kind foreach cannot read: not looked at
+        return [False] * len(tensors)
+    return zero
+
+
+def _names(live: list[torch.Tensor], model: torch.nn.Module) -> str:
+    """``fc3.bias``: the model's names of the tensors still learning (the first few)."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    shown = [names.get(id(p), f"a parameter of shape {list(p.shape)}") for p in live[:_NAMED]]
+    return ", ".join(shown) + (f" and {len(live) - _NAMED} more" if len(live) > _NAMED else "")
+
+
+def _largest_rate(optimizer: Any) -> float | None:
+    try:
+        rates = learning_rates(optimizer)
+    except Exception:  # noqa: BLE001 - a rate of its own kind
+        return None
+    return max(rates) if rates else None
