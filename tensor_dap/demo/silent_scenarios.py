@@ -2,8 +2,9 @@
 
 A head replaced after the optimizer was made (it never learns), a validation's ``model.eval()`` left on (the
 rest of the run trains without dropout), a head built inside ``forward`` (new random weights at every
-call), a running total of the loss kept with its graph (memory grows every step) and a scheduler meant for epochs
-stepped after every batch (the rate decays to nothing). ``watch`` says each in one
+call), a running total of the loss kept with its graph (memory grows every step), a scheduler meant for epochs
+stepped after every batch (the rate decays to nothing) and Adam at a rate meant for SGD (the loss reads 0 while
+nothing learns). ``watch`` says each in one
 line, which these scenarios take from the ``tensor_dap.triggers`` log where every such line also goes. One more
 does crash, but with a message that names no line of the program (an in-place ReLU after a sigmoid): watch's note
 under it names the op, its module and its line.
@@ -180,3 +181,22 @@ def lr_schedule(ctx: Context) -> Outcome:
     evidence = (f"the rate is {found.group(1)} at step {found.group(2)}: StepLR stepped {found.group(3)} times, once "
                 "per batch" if found else "nothing said")
     return Outcome(found is not None, [evidence, f"while the loss sat at {losses[-1]:.3f}"])
+
+
+def stalled(ctx: Context) -> Outcome:
+    """Adam given ``lr=1.0``, a rate meant for SGD: the logits blow up until the loss reads exactly 0, which looks
+    like success, but every softmax is saturated and no gradient moves the weights any more."""
+    import torch
+
+    from ..triggers.running_total import EVERY
+    from ..triggers.watch import watch
+
+    model = DemoNet()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1.0)  # BUG: Adam's rate is 1e-3; 1.0 was SGD's habit
+    with _lines() as said, watch(model, optimizer, on="raise", capture=False):
+        losses = train(model, optimizer, 2 * EVERY + 1, bug=False)
+    line = next((s for s in said if "exactly zero at the updates" in s), "")
+    found = re.search(r"tensor_dap: (.*?) exactly zero at the updates of steps (\d+) and (\d+)", line)
+    evidence = (f"{found.group(1)} exactly zero at steps {found.group(2)} and {found.group(3)}" if found
+                else "nothing said")
+    return Outcome(found is not None, [evidence, f"while the loss read {losses[-1]:.3g}"])

@@ -46,6 +46,8 @@ SCENARIOS = (
              "tensor_dap.watch, at the 128th update", silent_scenarios.running_total),
     Scenario("lr-schedule", "StepLR(step_size=1) stepped after every batch: the rate decays to nothing, no error",
              "tensor_dap.watch, at the 128th update", silent_scenarios.lr_schedule),
+    Scenario("stalled", "Adam at lr=1.0: the loss reads exactly 0 while no gradient moves the weights any more",
+             "tensor_dap.watch, at the 128th update", silent_scenarios.stalled),
     Scenario("bce-on-logits", "nn.BCELoss handed the head's raw scores: torch names no tensor",
              "tensor-dap run's crash report", crash_scenarios.bce_on_logits),
     Scenario("monitor", "the training curves of a healthy run, for TensorBoard", "tensor_dap.Monitor",
