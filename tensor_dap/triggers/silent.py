@@ -15,6 +15,7 @@ exactly zero (``stalled``); at gradients reset with no update, whether any optim
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Callable
 
 import torch
@@ -109,17 +110,18 @@ class SilentChecks:
         self.eval_said = True
         eval_mode.say_once(model, step, loop.evaluations.dropout_off if loop is not None else None)
 
-    def now_and_then(self, step: int, optimizer: Any, params: list[torch.Tensor], model: torch.nn.Module) -> None:
+    def now_and_then(self, step: int, optimizer: Any, params: list[torch.Tensor], model: torch.nn.Module,
+                     losses: Sequence[Any] = ()) -> None:
         """Every ``running_total.EVERY`` updates: a running total of the loss kept with its graph since the last look
         (the first update, for the first), a learning rate decayed to nothing (``lr_collapse``) and gradients all
-        exactly zero (``stalled``), each said once."""
+        exactly zero (``stalled``, with the latest of ``losses``), each said once."""
         if not self.total_said:
             text = running_total.kept_total(step, self._since) if self._since >= 0 else None
             self._since = running_total.now()
             if text is not None:
                 self.total_said = True
                 say(text)
-        for text in (self._rates.look(optimizer, step), self._stalled.look(params, optimizer, step, model)):
+        for text in (self._rates.look(optimizer, step), self._stalled.look(params, optimizer, step, model, losses)):
             if text is not None:
                 say(text)
 

@@ -13,6 +13,7 @@ causes. An expert or an embedding row left idle does not count: another weight m
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -30,9 +31,10 @@ class StalledGradients:
         self._zero_at: int | None = None  # the step of the last look that found no weight matrix learning
         self.said = False
 
-    def look(self, params: list[torch.Tensor], optimizer: Any, step: int, model: torch.nn.Module) -> str | None:
+    def look(self, params: list[torch.Tensor], optimizer: Any, step: int, model: torch.nn.Module,
+             losses: Sequence[Any] = ()) -> str | None:
         """The line to say when no weight matrix gets a non-zero gradient at the update of ``step`` and at the last
-        look (a model of vectors only: no tensor)."""
+        look (a model of vectors only: no tensor); ``losses``: the watch's recent ones, the latest read when said."""
         if self.said:
             return None
         held = [p for p in params if p.grad is not None]
@@ -47,10 +49,12 @@ class StalledGradients:
         which = (f"every gradient the optimizer holds ({len(held)} tensors) is" if not live else
                  f"the gradients of {len(held) - len(live)} of the {len(held)} tensors the optimizer holds are "
                  f"(only {_names(live, model)} still get{'s' if len(live) == 1 else ''} one)")
-        rate = _largest_rate(optimizer)
-        at_rate = f" (the learning rate: {fmt_num(rate)})" if rate is not None else ""
+        rate, loss = _largest_rate(optimizer), _latest(losses)
+        known = ([f"the loss: {fmt_num(loss)}"] if loss is not None else []) + (
+            [f"the learning rate: {fmt_num(rate)}"] if rate is not None else [])
+        context = f" ({', '.join(known)})" if known else ""
         return (f"tensor_dap: {which} exactly zero at the updates of steps {last} and {step}, so the weights no "
-                f"longer learn while the run goes on{at_rate}. Usual causes: saturated outputs (a softmax or sigmoid "
+                f"longer learn while the run goes on{context}. Usual causes: saturated outputs (a softmax or sigmoid "
                 f"at exactly 0 and 1, often after a learning rate too high), ReLUs that all died (a large negative "
                 f"bias, a rate too high), or a loss that does not depend on the parameters (multiplied by 0, computed "
                 f"from detached tensors); a hinge loss whose margins are all met gives zero gradients too (said once)")
@@ -87,3 +91,11 @@ def _largest_rate(optimizer: Any) -> float | None:
     except Exception:  # noqa: BLE001 - a rate of its own kind
         return None
     return max(rates) if rates else None
+
+
+def _latest(losses: Sequence[Any]) -> float | None:
+    """The latest loss (a value, or a tensor read once, when said)."""
+    try:
+        return float(losses[-1]) if len(losses) else None
+    except Exception:  # noqa: BLE001 - a device that cannot be read: not shown
+        return None

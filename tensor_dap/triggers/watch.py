@@ -385,7 +385,7 @@ class watch(Investigation, LoopSteps, CrashExplanation):
         if not self._inner.training and not self._silent.eval_said:  # model.eval() with no model.train() after it
             self._guard(self._silent.in_eval_mode, self._inner, index, self._loop)
         if not index % running_total.EVERY and index:
-            self._guard(self._silent.now_and_then, index, self.optimizer, self._params, self._inner)
+            self._guard(self._silent.now_and_then, index, self.optimizer, self._params, self._inner, self._history)
 
     def _unstepped(self, index: int, ctx: StepContext | None) -> None:
         """A step ended without an update: a GradScaler skipped it, or gradients accumulate. Its gradients may

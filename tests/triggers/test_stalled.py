@@ -48,7 +48,7 @@ def test_a_saturated_softmax_is_said_once_with_the_learning_rate(capfd):
     err = " ".join(capfd.readouterr().err.split())
     assert err.count("exactly zero at the updates") == 1, err  # said once, at the second look (update 128)
     assert ("every gradient the optimizer holds (2 tensors) is exactly zero at the updates of steps 64 and 128, "
-            "so the weights no longer learn while the run goes on (the learning rate: 3)") in err
+            "so the weights no longer learn while the run goes on (the loss: 0, the learning rate: 3)") in err
     assert "saturated outputs (a softmax or sigmoid at exactly 0 and 1" in err
 
 
