@@ -8,9 +8,9 @@ the first few, ``one_class_batches``); at the first updates only, the parameters
 unclipped gradients (``clip_order``), gradients carried into the next step (``zero_grad``) and units a constant
 initialization keeps identical (``symmetric``); at the 20th update or the end of the run, what those found; every
 64th update, the variables of the frames running the loop, for a running total of the loss kept with its graph
-(``running_total``), the learning rates, for one decayed to nothing (``lr_collapse``), and which gradients are
-exactly zero (``stalled``); at gradients reset with no update, whether any optimizer stepped on them
-(``discarded_grads``).
+(``running_total``), the learning rates, for one decayed to nothing (``lr_collapse``), which gradients are exactly
+zero (``stalled``), and the latest loss, for one a million times the first (``diverged``, at the end of the run
+too); at gradients reset with no update, whether any optimizer stepped on them (``discarded_grads``).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from .aftermath import say
 from .clip_order import ClipOrder
 from .cut_off import CutOff
 from .discarded_grads import DiscardedGradients
+from .diverged import diverged
 from .loss_misuse import misuse
 from .lr_collapse import LrCollapse
 from .one_class_batches import OneClassBatches
@@ -57,6 +58,8 @@ class SilentChecks:
         self._stalled = StalledGradients()  # every gradient exactly zero: the model stopped learning
         self._discards = DiscardedGradients(say)  # zero_grad() before each backward() of an accumulation
         self._losses = 0
+        self._first: Any = None  # the first loss handed to backward(): what a diverging one is measured from
+        self.diverged_said = False
         self._wants_strays, self._wants_targets = False, True  # the losses still wanted
         self._stop_misuse: Any = listen_guarded(self._loss)
 
@@ -66,6 +69,7 @@ class SilentChecks:
         self._losses += 1
         try:
             if self._losses == 1:
+                self._first = loss.detach().clone()  # (``diverged``; read at a look: no sync on a device now)
                 try:
                     text = misuse(loss)
                     if text is not None:
@@ -114,7 +118,8 @@ class SilentChecks:
                      losses: Sequence[Any] = ()) -> None:
         """Every ``running_total.EVERY`` updates: a running total of the loss kept with its graph since the last look
         (the first update, for the first), a learning rate decayed to nothing (``lr_collapse``) and gradients all
-        exactly zero (``stalled``, with the latest of ``losses``), each said once."""
+        exactly zero (``stalled``, with the latest of ``losses``) and a loss diverging with no overflow
+        (``diverged``), each said once."""
         if not self.total_said:
             text = running_total.kept_total(step, self._since) if self._since >= 0 else None
             self._since = running_total.now()
@@ -124,13 +129,24 @@ class SilentChecks:
         for text in (self._rates.look(optimizer, step), self._stalled.look(params, optimizer, step, model, losses)):
             if text is not None:
                 say(text)
+        self._diverging(losses)
+
+    def _diverging(self, losses: Sequence[Any]) -> None:
+        """The latest of ``losses`` over a million times the first, still finite: said once (``diverged``)."""
+        if not self.diverged_said and self._first is not None and len(losses):
+            text = diverged(self._first, losses[-1])
+            if text is not None:
+                self.diverged_said = True
+                say(text)
 
     def reset_unstepped(self, update: int, optimizer: Any) -> None:
         """The unchanged loop's gradients were reset with no update since a ``backward()`` (``update``: the next)."""
         self._discards.reset(update, optimizer)
 
-    def at_end(self) -> None:
-        """The end of the run: the lines about parameters never updated, if not said yet; nothing listens after."""
+    def at_end(self, losses: Sequence[Any] = ()) -> None:
+        """The end of the run: the lines about parameters never updated and a diverging loss (the latest of
+        ``losses``), if not said yet; nothing listens after."""
+        self._diverging(losses)
         self._discards.close()
         self._zero_grad.close()
         self._clip_order.close()
