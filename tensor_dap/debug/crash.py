@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import TriggerError
 from ..libraries import library_of
-from . import load_errors, oom, torch_errors
+from . import load_errors, oom, overflow, torch_errors
 from .frames import failing_frame, is_runner
 from ..probe.shape_errors import ShapeExplanation, explain
 from ..summary import TensorSummary
@@ -92,7 +92,8 @@ def build_report(exc: BaseException, tb: Any = None) -> CrashReport:
     except Exception:
         explanation = None
     return CrashReport(traceback=text, frame=where, tensors=rows, explanation=explanation, more_tensors=more,
-                       hint=hint_for(exc), advice=load_errors.advice(exc, tb) or oom.advice(exc, tb))
+                       hint=hint_for(exc),
+                       advice=load_errors.advice(exc, tb) or oom.advice(exc, tb) or overflow.advice(exc, tb))
 
 
 def collapsed_traceback(exc: BaseException, tb: Any) -> str:

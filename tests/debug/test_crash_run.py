@@ -266,3 +266,33 @@ def test_errors_that_are_not_about_shapes_are_titled_for_what_they_are(tmp_path)
     err = " ".join(_run("-m", "tensor_dap", "run", str(script)).stderr.split())
     assert "Out of range: IndexError: Target 3 is out of bounds." in err and "Shape error" not in err
     assert "`y` holds classes 0–3 but `scores` scores 3 classes (0–2)" in err, err
+
+
+@pytest.mark.timeout(60)
+def test_a_perplexity_that_overflows_names_the_loss_that_diverged(tmp_path):
+    """word_language_model's logging line, `math.exp(cur_loss)`, after AdamW kept the SGD rate of 20: Python says
+    "math range error" and nothing more; the report names the value and what a loss that large means."""
+    script = tmp_path / "lm.py"
+    script.write_text("import argparse, math\n"
+                      "import torch\n"
+                      "args = argparse.Namespace(log_interval=20)\n"
+                      "loss = torch.tensor(2110.0)\n"
+                      "total_loss = float(loss) * args.log_interval\n"
+                      "cur_loss = total_loss / args.log_interval\n"
+                      "print('loss {:5.2f} | ppl {:8.2f}'.format(\n"
+                      "    cur_loss, math.exp(cur_loss)))\n")
+    r = _run("-m", "tensor_dap", "run", str(script))
+    assert r.returncode == 1
+    err = " ".join(r.stderr.split())
+    assert "OverflowError: math range error" in err
+    assert ("tensor_dap: cur_loss = 2110 on this line, where exp() of anything above 709.78 overflows a float. Taken "
+            "of a loss (a perplexity), a loss that large means the training diverged: lower the learning rate") in err
+
+
+@pytest.mark.timeout(60)
+def test_a_math_range_error_away_from_exp_gets_no_advice(tmp_path):
+    script = tmp_path / "pw.py"
+    script.write_text("import math\nx = 1e200\nprint(math.pow(x, 3))\n")
+    r = _run("-m", "tensor_dap", "run", str(script))
+    assert "OverflowError: math range error" in r.stderr
+    assert "overflows a float" not in r.stderr
