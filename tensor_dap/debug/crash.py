@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import TriggerError
 from ..libraries import library_of
-from . import load_errors, oom, overflow, torch_errors
+from . import load_errors, no_kernel, oom, overflow, torch_errors
 from .frames import failing_frame, is_runner
 from ..probe.shape_errors import ShapeExplanation, explain
 from ..summary import TensorSummary
@@ -93,13 +93,15 @@ def build_report(exc: BaseException, tb: Any = None) -> CrashReport:
         explanation = None
     return CrashReport(traceback=text, frame=where, tensors=rows, explanation=explanation, more_tensors=more,
                        hint=hint_for(exc),
-                       advice=load_errors.advice(exc, tb) or oom.advice(exc, tb) or overflow.advice(exc, tb))
+                       advice=load_errors.advice(exc, tb) or oom.advice(exc, tb) or overflow.advice(exc, tb)
+                       or no_kernel.advice(exc, tb))
 
 
 def collapsed_traceback(exc: BaseException, tb: Any) -> str:
     """Python's traceback with each run of library frames (torch, the standard library, tensor_dap) folded
-    into one line that says how many there were and where, so your own frames stand out. The frame that
-    raised is always shown. ``TENSOR_DAP_FULL_TRACEBACK=1`` keeps every frame."""
+    into one line that says how many there were and where, so your own frames stand out, and so is the dispatch
+    table that torch's "Could not run 'aten::op'" appends (90 lines). The frame that raised is always shown.
+    ``TENSOR_DAP_FULL_TRACEBACK=1`` keeps every frame and line."""
     te = traceback.TracebackException(type(exc), exc, tb)
     if os.environ.get(FULL_TRACEBACK, "").strip() not in ("", "0"):
         return "".join(te.format())
@@ -111,7 +113,15 @@ def collapsed_traceback(exc: BaseException, tb: Any) -> str:
         seen.add(id(t))
         t.stack = _Folded(t.stack, ours=t is te and isinstance(exc, TriggerError))
         todo += [c for c in (t.__cause__, t.__context__) if c is not None]
-    return "".join(te.format())
+    return _fold_dispatch_table("".join(te.format()))
+
+
+def _fold_dispatch_table(text: str) -> str:
+    rows = list(no_kernel.DISPATCH_ROW.finditer(text))
+    if len(rows) < 3:
+        return text
+    return (text[:rows[0].start()] + f"[... {len(rows)} lines of torch's dispatch table (the backends with a kernel) "
+            f"hidden; {FULL_TRACEBACK}=1 shows them]\n" + text[rows[-1].end():])
 
 
 class _Folded(traceback.StackSummary):

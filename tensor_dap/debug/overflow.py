@@ -8,17 +8,15 @@ above what ``exp`` can take (709.78) are named, with what such a loss means.
 
 from __future__ import annotations
 
-import linecache
 import math
-import re
 from typing import Any
 
 from ..format import fmt_num
 from .frames import failing_frame
+from .line_values import failing_line, named_values
 
 RANGE = "math range error"  # math.exp's (and math.pow's: a line with no exp is left alone)
 EXP_MAX = math.log(1.7976931348623157e308)  # 709.78: the largest x whose exp is a float
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 MAX_NAMED = 3
 
 
@@ -29,11 +27,11 @@ def advice(exc: BaseException, tb: Any) -> str:
         if not isinstance(exc, OverflowError) or RANGE not in str(exc):
             return ""
         frame, lineno = failing_frame(tb)
-        line = linecache.getline(frame.f_code.co_filename, lineno).strip() if frame is not None else ""
+        line = failing_line(frame, lineno)
         if "exp" not in line:
             return ""
-        large = [(name, value) for name in dict.fromkeys(_NAME.findall(line))
-                 if (value := _number(_lookup(frame, name))) is not None and abs(value) > EXP_MAX][:MAX_NAMED]
+        large = [(name, number) for name, value in named_values(frame, line)
+                 if (number := _number(value)) is not None and abs(number) > EXP_MAX][:MAX_NAMED]
     except Exception:  # noqa: BLE001 - advice must never replace the program's own error
         return ""
     if large:
@@ -43,15 +41,6 @@ def advice(exc: BaseException, tb: Any) -> str:
         what = f"a value computed on this line is above {EXP_MAX:.2f}, where exp() overflows a float"
     return (f"tensor_dap: {what}. Taken of a loss (a perplexity), a loss that large means the training diverged: "
             f"lower the learning rate (a rate tuned for SGD handed to Adam?) or clip gradients")
-
-
-def _lookup(frame: Any, dotted: str) -> Any:
-    """``dotted`` (``args.lr``, ``loss``) read from the frame's locals, then its globals; None if absent."""
-    head, *rest = dotted.split(".")
-    value = frame.f_locals.get(head, frame.f_globals.get(head))
-    for attr in rest:  # an instance's own attributes only (``args.lr``): no property's code runs
-        value = getattr(value, "__dict__", {}).get(attr)
-    return value
 
 
 def _number(value: Any) -> float | None:

@@ -296,3 +296,29 @@ def test_a_math_range_error_away_from_exp_gets_no_advice(tmp_path):
     r = _run("-m", "tensor_dap", "run", str(script))
     assert "OverflowError: math range error" in r.stderr
     assert "overflows a float" not in r.stderr
+
+
+@pytest.mark.timeout(60)
+def test_an_op_with_no_sparse_kernel_names_the_sparse_tensor_and_folds_torch_s_dispatch_table(tmp_path):
+    """pytorch/examples' GCN without self-loops: its degree vector stays sparse int64 and `1 / degree` has no kernel.
+    torch's message is followed by ~90 lines of its dispatch table; the report folds them and names the tensor."""
+    script = tmp_path / "gcn.py"
+    script.write_text("import torch\n"
+                      "adj = torch.sparse_coo_tensor(torch.tensor([[0, 1], [1, 0]]), torch.ones(2), (3, 3),\n"
+                      "                              dtype=torch.int64)\n"
+                      "weights = torch.ones(3)\n"
+                      "degree = torch.sum(adj, dim=1)\n"
+                      "norm = weights * torch.sqrt(1 / degree)\n")
+    r = _run("-m", "tensor_dap", "run", str(script))
+    assert r.returncode == 1
+    assert ("NotImplementedError: Could not run 'aten::reciprocal' with arguments from the 'SparseCPU' backend"
+            in r.stderr)
+    assert "registered at" not in r.stderr
+    assert re.search(r"\[\.\.\. \d{2,} lines of torch's dispatch table \(the backends with a kernel\) hidden; "
+                     r"TENSOR_DAP_FULL_TRACEBACK=1 shows them\]", r.stderr)
+    err = " ".join(r.stderr.split())
+    assert ("tensor_dap: reciprocal has no kernel for sparse tensors (SparseCPU), and `degree` is sparse: torch "
+            "implements only some ops for sparse layouts; make it dense first (`degree.to_dense()`)") in err
+    assert "`weights`" not in err  # the line's dense tensor is not named
+    full = _run("-m", "tensor_dap", "run", str(script), env={**_env(), "TENSOR_DAP_FULL_TRACEBACK": "1"})
+    assert full.stderr.count("registered at") > 10
