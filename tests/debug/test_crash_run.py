@@ -272,17 +272,14 @@ def test_errors_that_are_not_about_shapes_are_titled_for_what_they_are(tmp_path)
 def test_a_perplexity_that_overflows_names_the_loss_that_diverged(tmp_path):
     """word_language_model's logging line, `math.exp(cur_loss)`, after AdamW kept the SGD rate of 20: Python says
     "math range error" and nothing more; the report names the value and what a loss that large means."""
-    script = tmp_path / "lm.py"
-    script.write_text("import argparse, math\n"
-                      "import torch\n"
-                      "args = argparse.Namespace(log_interval=20)\n"
-                      "loss = torch.tensor(2110.0)\n"
-                      "total_loss = float(loss) * args.log_interval\n"
-                      "cur_loss = total_loss / args.log_interval\n"
-                      "print('loss {:5.2f} | ppl {:8.2f}'.format(\n"
-                      "    cur_loss, math.exp(cur_loss)))\n")
-    r = _run("-m", "tensor_dap", "run", str(script))
-    assert r.returncode == 1
+    r = _crashed(tmp_path / "lm.py", "import argparse, math\n"
+                                     "import torch\n"
+                                     "args = argparse.Namespace(log_interval=20)\n"
+                                     "loss = torch.tensor(2110.0)\n"
+                                     "total_loss = float(loss) * args.log_interval\n"
+                                     "cur_loss = total_loss / args.log_interval\n"
+                                     "print('loss {:5.2f} | ppl {:8.2f}'.format(\n"
+                                     "    cur_loss, math.exp(cur_loss)))\n")
     err = " ".join(r.stderr.split())
     assert "OverflowError: math range error" in err
     assert ("tensor_dap: cur_loss = 2110 on this line, where exp() of anything above 709.78 overflows a float. Taken "
@@ -291,9 +288,7 @@ def test_a_perplexity_that_overflows_names_the_loss_that_diverged(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_a_math_range_error_away_from_exp_gets_no_advice(tmp_path):
-    script = tmp_path / "pw.py"
-    script.write_text("import math\nx = 1e200\nprint(math.pow(x, 3))\n")
-    r = _run("-m", "tensor_dap", "run", str(script))
+    r = _crashed(tmp_path / "pw.py", "import math\nx = 1e200\nprint(math.pow(x, 3))\n")
     assert "OverflowError: math range error" in r.stderr
     assert "overflows a float" not in r.stderr
 
@@ -303,14 +298,12 @@ def test_an_op_with_no_sparse_kernel_names_the_sparse_tensor_and_folds_torch_s_d
     """pytorch/examples' GCN without self-loops: its degree vector stays sparse int64 and `1 / degree` has no kernel.
     torch's message is followed by ~90 lines of its dispatch table; the report folds them and names the tensor."""
     script = tmp_path / "gcn.py"
-    script.write_text("import torch\n"
-                      "adj = torch.sparse_coo_tensor(torch.tensor([[0, 1], [1, 0]]), torch.ones(2), (3, 3),\n"
-                      "                              dtype=torch.int64)\n"
-                      "weights = torch.ones(3)\n"
-                      "degree = torch.sum(adj, dim=1)\n"
-                      "norm = weights * torch.sqrt(1 / degree)\n")
-    r = _run("-m", "tensor_dap", "run", str(script))
-    assert r.returncode == 1
+    r = _crashed(script, "import torch\n"
+                         "adj = torch.sparse_coo_tensor(torch.tensor([[0, 1], [1, 0]]), torch.ones(2), (3, 3),\n"
+                         "                              dtype=torch.int64)\n"
+                         "weights = torch.ones(3)\n"
+                         "degree = torch.sum(adj, dim=1)\n"
+                         "norm = weights * torch.sqrt(1 / degree)\n")
     assert ("NotImplementedError: Could not run 'aten::reciprocal' with arguments from the 'SparseCPU' backend"
             in r.stderr)
     assert "registered at" not in r.stderr
@@ -322,3 +315,11 @@ def test_an_op_with_no_sparse_kernel_names_the_sparse_tensor_and_folds_torch_s_d
     assert "`weights`" not in err  # the line's dense tensor is not named
     full = _run("-m", "tensor_dap", "run", str(script), env={**_env(), "TENSOR_DAP_FULL_TRACEBACK": "1"})
     assert full.stderr.count("registered at") > 10
+
+
+def _crashed(script, source):
+    """``source`` written to ``script`` and run by `tensor-dap run`: it crashes (exit code 1)."""
+    script.write_text(source)
+    r = _run("-m", "tensor_dap", "run", str(script))
+    assert r.returncode == 1
+    return r
