@@ -37,7 +37,8 @@ def advice(exc: BaseException, tb: Any) -> str:
         shown = ", ".join(f"`{n}`" for n in named[:MAX_NAMED])
         which = f", and {shown} {'is' if len(named) == 1 else 'are'} {kind}"
     fix = fix.format(first=named[0] if named else "x")
-    return f"tensor_dap: {op} has no kernel for {kind} tensors ({backend}){which}: {fix}"
+    backend = f" ({backend})" if kind != backend else ""
+    return f"tensor_dap: {op} has no kernel for {kind} tensors{backend}{which}: {fix}"
 
 
 def _kind(backend: str) -> tuple[str, str, str]:
@@ -56,8 +57,8 @@ def _kind(backend: str) -> tuple[str, str, str]:
     if backend.startswith("NestedTensor"):
         return ("nested", "nested", "nested tensors support few ops: `{first}.to_padded_tensor(0.0)` first, or a "
                                     "jagged layout (torch.nested.nested_tensor(..., layout=torch.jagged))")
-    return (backend, "", "this torch has no kernel for the op on this device or dtype; move the tensor or change "
-                         "its dtype for this op")
+    return (backend, "", "this build of torch has none for this device (an op of another device's library, such "
+                         "as cuDNN's, called on the CPU?); run it where its kernel is, or use the op's portable form")
 
 
 def _holds(kind: str, value: Any) -> bool:

@@ -323,3 +323,17 @@ def _crashed(script, source):
     r = _run("-m", "tensor_dap", "run", str(script))
     assert r.returncode == 1
     return r
+
+
+def test_an_op_with_no_kernel_on_the_cpu_is_said_plainly():
+    """An op of another device's library called on the CPU: the backend is named once, no tensor is."""
+    import torch
+
+    from tensor_dap.debug import no_kernel
+
+    try:
+        torch.ops.aten._cudnn_init_dropout_state(0.5, True, 1, dtype=torch.uint8, device="cpu")
+    except NotImplementedError as exc:
+        text = no_kernel.advice(exc, exc.__traceback__)
+    assert text.startswith("tensor_dap: _cudnn_init_dropout_state has no kernel for CPU tensors: this build of "
+                           "torch has none for this device"), text
