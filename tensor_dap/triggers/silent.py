@@ -55,11 +55,11 @@ class SilentChecks:
         self._clip_order = ClipOrder(say)
         self._batches = OneClassBatches(say)
         self._rates = LrCollapse()  # a learning rate decayed to nothing
-        self._stalled = StalledGradients()  # every gradient exactly zero: the model stopped learning
+        self._stalled = StalledGradients()  # no weight matrix gets a non-zero gradient: the model stopped learning
         self._discards = DiscardedGradients(say)  # zero_grad() before each backward() of an accumulation
         self._losses = 0
         self._first: Any = None  # the first loss handed to backward(): what a diverging one is measured from
-        self.diverged_said = False
+        self._diverged_said = False
         self._wants_strays, self._wants_targets = False, True  # the losses still wanted
         self._stop_misuse: Any = listen_guarded(self._loss)
 
@@ -117,9 +117,9 @@ class SilentChecks:
     def now_and_then(self, step: int, optimizer: Any, params: list[torch.Tensor], model: torch.nn.Module,
                      losses: Sequence[Any] = ()) -> None:
         """Every ``running_total.EVERY`` updates: a running total of the loss kept with its graph since the last look
-        (the first update, for the first), a learning rate decayed to nothing (``lr_collapse``) and gradients all
-        exactly zero (``stalled``, with the latest of ``losses``) and a loss diverging with no overflow
-        (``diverged``), each said once."""
+        (the first update, for the first), a learning rate decayed to nothing (``lr_collapse``), no weight matrix
+        learning (``stalled``, with the latest of ``losses``) and a loss diverging with no overflow (``diverged``),
+        each said once."""
         if not self.total_said:
             text = running_total.kept_total(step, self._since) if self._since >= 0 else None
             self._since = running_total.now()
@@ -133,10 +133,10 @@ class SilentChecks:
 
     def _diverging(self, losses: Sequence[Any]) -> None:
         """The latest of ``losses`` over a million times the first, still finite: said once (``diverged``)."""
-        if not self.diverged_said and self._first is not None and len(losses):
+        if not self._diverged_said and self._first is not None and len(losses):
             text = diverged(self._first, losses[-1])
             if text is not None:
-                self.diverged_said = True
+                self._diverged_said = True
                 say(text)
 
     def reset_unstepped(self, update: int, optimizer: Any) -> None:
