@@ -1,12 +1,15 @@
-"""A loss that grew a millionfold and is still finite: a run diverging where nothing overflows.
+"""A loss that diverges and stays finite: no NaN, no Inf, no trigger, and the run goes on.
 
-pytorch/examples' time-sequence LSTM trains in float64 with LBFGS; at a rate 100 times its 0.8 the loss goes from
-0.5 to 1e69 within the first step's 20 evaluations and to 1e225 by the third, and float64 does not overflow there:
-no NaN, no Inf, no trigger, and the run ends as if it had trained. (In float32 or bfloat16 the same run overflows
-within a few steps and the non-finite trigger names it, with this diagnosis.) The watch keeps the run's first loss;
-at each look every ``running_total.EVERY`` updates and at the end of the run, a latest loss above ``GROWTH`` times it
-(and above ``GROWTH`` itself) is said once. Losses that start at or below 0 (a log-likelihood, a policy gradient)
-are not compared.
+Two ways it happens. pytorch/examples' time-sequence LSTM trains in float64 with LBFGS; at a rate 100 times its 0.8
+the loss goes from 0.5 to 1e69 within the first step's 20 evaluations and to 1e225 by the third, and float64 does not
+overflow there. Its word-language model given ``--use-optimizer`` keeps its SGD rate of 20 for AdamW: the
+cross-entropy climbs from 6.2 (a uniform guess over 501 words) to 2110 with finite logits, until the logging line's
+``math.exp`` of it crashes. The watch keeps the run's first loss and, when that loss is a mean cross-entropy itself
+(its node is ``nll_loss``'s), what a uniform guess over its classes scores (ln C). At each look every
+``running_total.EVERY`` updates and at the end of the run the latest loss is said once when it is over ``GROWTH``
+times the first (and over ``GROWTH`` itself), or over ``CHANCE_FACTOR`` times that guess at two looks in a row (or
+at the end).
+Losses that start at or below 0 (a log-likelihood, a policy gradient) are not compared with the first.
 """
 
 from __future__ import annotations
@@ -18,18 +21,70 @@ from ..format import fmt_num
 
 GROWTH = 1e6  # no loss that trains grows this much from its first value (nor past it from one under 1: a loss that
 # starts near 0, an auxiliary term alone in a warm-up, may grow a millionfold and be fine); a diverging one passes it
+CHANCE_FACTOR = 10  # a mean cross-entropy this many times ln C gives the true class under C^-10 on average
+_NLL = ("NllLossBackward0", "NllLoss2DBackward0")
+_MEAN = 1  # nll_loss's reduction code for 'mean'
+_FIX = "lower the learning rate or clip gradients (torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))"
 
 
-def diverged(first: Any, latest: Any) -> str | None:
-    """The line to say when ``latest`` (a value or a 0-dim tensor, read here) is over ``GROWTH`` times ``first``, and
-    over ``GROWTH``."""
-    try:
-        start, now = float(first), float(latest)
-    except Exception:  # noqa: BLE001 - a device that cannot be read any more: nothing said
-        return None
+class Divergence:
+    """The run's first loss and its chance level, compared with the latest loss now and then."""
+
+    def __init__(self) -> None:
+        self._first: Any = None  # detached: read at a look, so no sync on a device now
+        self._classes = 0  # the classes of a first loss that is a mean cross-entropy itself (0: it is not)
+        self._high = False  # the last look found the loss over CHANCE_FACTOR times a uniform guess
+        self.said = False
+
+    def first_loss(self, loss: Any) -> None:
+        """The first loss handed to backward(), its graph still whole."""
+        self._first = loss.detach().clone()
+        self._classes = _classes(loss)
+
+    def look(self, losses: Any, step: int | None) -> str | None:
+        """The line to say about the latest of ``losses`` (at the update of ``step``; None: the end of the run)."""
+        if self.said or self._first is None or not len(losses):
+            return None
+        try:
+            start, now = float(self._first), float(losses[-1])
+        except Exception:  # noqa: BLE001 - a device that cannot be read any more: nothing said
+            return None
+        text = _grown(start, now) or self._above_chance(now, step)
+        self.said = text is not None
+        return text
+
+    def _above_chance(self, now: float, step: int | None) -> str | None:
+        """Over CHANCE_FACTOR times a uniform guess at two looks in a row, or at the end of the run (``step`` None:
+        the last value is no passing spike)."""
+        if not self._classes:
+            return None
+        guess = math.log(self._classes)
+        was, self._high = self._high, math.isfinite(now) and now > CHANCE_FACTOR * guess
+        if not (self._high and (was or step is None)):
+            return None
+        when = (f"at the update of step {step} (and was over {fmt_num(CHANCE_FACTOR * guess)} at the look before)"
+                if step is not None else "at the end of the run")
+        return (f"tensor_dap: the loss is {fmt_num(now)} {when}, more than {CHANCE_FACTOR} times the "
+                f"{fmt_num(guess)} of a uniform guess over its {self._classes} classes: the model is confidently "
+                f"wrong, so the training diverged while the loss stays finite; {_FIX} (said once)")
+
+
+def _grown(start: float, now: float) -> str | None:
     if not (math.isfinite(start) and math.isfinite(now)) or start <= 0 or now <= GROWTH * max(start, 1.0):
         return None
     return (f"tensor_dap: the loss grew from {fmt_num(start)} at the first step to {fmt_num(now)} "
             f"({fmt_num(now / start)} times) and is still finite: the training diverges (in float64 it may never "
-            f"overflow); lower the learning rate or clip gradients "
-            f"(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)) (said once)")
+            f"overflow); {_FIX} (said once)")
+
+
+def _classes(loss: Any) -> int:
+    """C, when ``loss`` is itself a mean ``nll_loss`` (``cross_entropy``) over C >= 2 classes; else 0."""
+    try:
+        node = loss.grad_fn
+        if node is None or node.name() not in _NLL or int(node._saved_reduction) != _MEAN:
+            return 0
+        scores = node._saved_self
+        classes = int(scores.shape[1] if scores.dim() >= 2 else scores.shape[0])
+        return classes if classes >= 2 else 0
+    except Exception:  # noqa: BLE001 - a graph of another kind: no chance level
+        return 0

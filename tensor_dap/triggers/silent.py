@@ -9,8 +9,9 @@ unclipped gradients (``clip_order``), gradients carried into the next step (``ze
 initialization keeps identical (``symmetric``); at the 20th update or the end of the run, what those found; every
 64th update, the variables of the frames running the loop, for a running total of the loss kept with its graph
 (``running_total``), the learning rates, for one decayed to nothing (``lr_collapse``), which gradients are exactly
-zero (``stalled``), and the latest loss, for one a million times the first (``diverged``, at the end of the run
-too); at gradients reset with no update, whether any optimizer stepped on them (``discarded_grads``).
+zero (``stalled``), and the latest loss, for one a million times the first or ten times a uniform guess's
+cross-entropy (``diverged``, the first at the end of the run too); at gradients reset with no update, whether any
+optimizer stepped on them (``discarded_grads``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from .aftermath import say
 from .clip_order import ClipOrder
 from .cut_off import CutOff
 from .discarded_grads import DiscardedGradients
-from .diverged import diverged
+from .diverged import Divergence
 from .loss_misuse import misuse
 from .lr_collapse import LrCollapse
 from .one_class_batches import OneClassBatches
@@ -58,8 +59,7 @@ class SilentChecks:
         self._stalled = StalledGradients()  # no weight matrix gets a non-zero gradient: the model stopped learning
         self._discards = DiscardedGradients(say)  # zero_grad() before each backward() of an accumulation
         self._losses = 0
-        self._first: Any = None  # the first loss handed to backward(): what a diverging one is measured from
-        self._diverged_said = False
+        self._divergence = Divergence()  # a loss diverging while it stays finite
         self._wants_strays, self._wants_targets = False, True  # the losses still wanted
         self._stop_misuse: Any = listen_guarded(self._loss)
 
@@ -69,7 +69,7 @@ class SilentChecks:
         self._losses += 1
         try:
             if self._losses == 1:
-                self._first = loss.detach().clone()  # (``diverged``; read at a look: no sync on a device now)
+                self._divergence.first_loss(loss)
                 try:
                     text = misuse(loss)
                     if text is not None:
@@ -118,7 +118,7 @@ class SilentChecks:
                      losses: Sequence[Any] = ()) -> None:
         """Every ``running_total.EVERY`` updates: a running total of the loss kept with its graph since the last look
         (the first update, for the first), a learning rate decayed to nothing (``lr_collapse``), no weight matrix
-        learning (``stalled``, with the latest of ``losses``) and a loss diverging with no overflow (``diverged``),
+        learning (``stalled``, with the latest of ``losses``) and a loss diverging while finite (``diverged``),
         each said once."""
         if not self.total_said:
             text = running_total.kept_total(step, self._since) if self._since >= 0 else None
@@ -129,15 +129,12 @@ class SilentChecks:
         for text in (self._rates.look(optimizer, step), self._stalled.look(params, optimizer, step, model, losses)):
             if text is not None:
                 say(text)
-        self._diverging(losses)
+        self._diverging(losses, step)
 
-    def _diverging(self, losses: Sequence[Any]) -> None:
-        """The latest of ``losses`` over a million times the first, still finite: said once (``diverged``)."""
-        if not self._diverged_said and self._first is not None and len(losses):
-            text = diverged(self._first, losses[-1])
-            if text is not None:
-                self._diverged_said = True
-                say(text)
+    def _diverging(self, losses: Sequence[Any], step: int | None) -> None:
+        text = self._divergence.look(losses, step)
+        if text is not None:
+            say(text)
 
     def reset_unstepped(self, update: int, optimizer: Any) -> None:
         """The unchanged loop's gradients were reset with no update since a ``backward()`` (``update``: the next)."""
@@ -146,7 +143,7 @@ class SilentChecks:
     def at_end(self, losses: Sequence[Any] = ()) -> None:
         """The end of the run: the lines about parameters never updated and a diverging loss (the latest of
         ``losses``), if not said yet; nothing listens after."""
-        self._diverging(losses)
+        self._diverging(losses, None)
         self._discards.close()
         self._zero_grad.close()
         self._clip_order.close()

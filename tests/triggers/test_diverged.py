@@ -1,6 +1,9 @@
-"""A loss a million times its first value and still finite (a float64 run diverging): said once."""
+"""A loss diverging while finite (a float64 run a million times its first loss; a cross-entropy ten times a uniform
+guess's): said once."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
@@ -8,7 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import tensor_dap
-from tensor_dap.triggers.diverged import diverged
+from tensor_dap.format import fmt_num
+from tensor_dap.triggers.diverged import Divergence
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -39,8 +43,6 @@ def test_a_float64_run_diverging_is_said_at_its_end(capfd):
     losses, err = _regression(30, 0.1, capfd)
     assert all(map(lambda v: v < float("inf"), losses)) and losses[-1] > 1e20  # diverged, never overflowed
     assert err.count("the training diverges") == 1, err
-    from tensor_dap.format import fmt_num
-
     assert f"the loss grew from {fmt_num(losses[0])} at the first step to {fmt_num(losses[-1])} " in err
     assert "lower the learning rate or clip gradients" in err
 
@@ -66,4 +68,50 @@ def test_a_run_that_trains_is_not_said(capfd):
     (torch.tensor(2.0), torch.tensor(3e6), True),
 ])
 def test_the_growth_rule(first, latest, said):
-    assert (diverged(first, latest) is not None) is said
+    divergence = Divergence()
+    divergence.first_loss(first if isinstance(first, torch.Tensor) else torch.tensor(first))
+    assert (divergence.look([latest], None) is not None) is said
+
+
+def _classifier_run(lr: float, updates: int, capfd, label_smoothing: float = 0.0) -> tuple[list[float], str]:
+    """A 50-class linear classifier trained with Adam at ``lr`` under watch: its losses and what was said."""
+    torch.manual_seed(0)
+    model = nn.Linear(16, 50)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    gen = torch.Generator().manual_seed(1)
+    losses = []
+    with tensor_dap.watch(model, optimizer, on="raise"):
+        for _ in range(updates):
+            x = torch.randn(32, 16, generator=gen)
+            loss = F.cross_entropy(model(x), torch.randint(0, 50, (32,), generator=gen),
+                                   label_smoothing=label_smoothing)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+    return losses, " ".join(capfd.readouterr().err.split())
+
+
+def test_a_cross_entropy_far_above_a_uniform_guess_is_said_at_the_second_look(capfd):
+    """word_language_model's AdamW at its SGD rate of 20: a finite cross-entropy in the thousands. Random labels
+    here: the model can only grow its logits."""
+    losses, err = _classifier_run(20.0, 130, capfd)
+    assert max(losses) < float("inf") and losses[128] > 10 * math.log(50)  # (the look of step 128: its loss)
+    assert err.count("times the 3.912 of a uniform guess over its 50 classes") == 1, err
+    assert f"the loss is {fmt_num(losses[128])} at the update of step 128 (and was over 39.12 at the look " in err
+    assert "the model is confidently wrong, so the training diverged while the loss stays finite" in err
+
+
+@pytest.mark.parametrize("lr, smoothing", [(1e-3, 0.0), (20.0, 0.1)])
+def test_a_cross_entropy_near_chance_or_not_alone_in_its_graph_is_not_compared_with_chance(capfd, lr, smoothing):
+    """A run that learns; and label smoothing, whose loss is not nll_loss's node (no chance level read)."""
+    _, err = _classifier_run(lr, 130, capfd, label_smoothing=smoothing)
+    assert "uniform guess" not in err
+
+
+def test_a_short_run_ending_far_above_a_uniform_guess_is_said_at_its_end(capfd):
+    """Fewer updates than a look needs (word_language_model crashed at its first epoch's end): the end of the run
+    says it from its last loss."""
+    losses, err = _classifier_run(20.0, 40, capfd)
+    assert (f"tensor_dap: the loss is {fmt_num(losses[-1])} at the end of the run, more than 10 times the 3.912 of a "
+            f"uniform guess over its 50 classes") in err, err
