@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..checks.result import names as listed
 from .optimizer_call import param_ids
 
 UPDATES = 20  # the first updates looked at (a mixture of experts' expert unused at all of them is rare)
@@ -48,10 +49,9 @@ class CutOff:
 
 def _line(model: torch.nn.Module, missing: list[torch.Tensor], of: int) -> str:
     names = {id(p): n for n, p in model.named_parameters()}
-    shown = [names.get(id(p), "?") for p in missing[:SHOWN]]
-    more = f" and {len(missing) - SHOWN} more" if len(missing) > SHOWN else ""
+    shown = listed([names.get(id(p), "?") for p in missing], SHOWN)
     return (f"tensor_dap: {len(missing)} of {type(model).__name__}'s {of} parameters that require grad got no gradient "
-            f"at any of its first {UPDATES} updates, so they never learn: {', '.join(shown)}{more}. Something cuts "
+            f"at any of its first {UPDATES} updates, so they never learn: {shown}. Something cuts "
             f"them off from the loss (a .detach() or .data in the forward, a torch.no_grad() block, an output the loss "
             f"does not use), or the forward never calls them (an unused pooler: then nothing is wrong); if they are "
             f"meant to stay as they are, requires_grad_(False) says so (said once)")

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from ..checks.result import names as listed
 from ..format import fmt_num
 from .optimizer_call import learning_rates, stored_values
 
@@ -81,8 +82,7 @@ def zero_grads(tensors: list[torch.Tensor]) -> list[bool]:
 def _names(live: list[torch.Tensor], model: torch.nn.Module) -> str:
     """``fc3.bias``: the model's names of the tensors still learning (the first few)."""
     names = {id(p): n for n, p in model.named_parameters()}
-    shown = [names.get(id(p), f"a parameter of shape {list(p.shape)}") for p in live[:_NAMED]]
-    return ", ".join(shown) + (f" and {len(live) - _NAMED} more" if len(live) > _NAMED else "")
+    return listed([names.get(id(p), f"a parameter of shape {list(p.shape)}") for p in live], _NAMED)
 
 
 def _largest_rate(optimizer: Any) -> float | None:

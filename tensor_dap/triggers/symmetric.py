@@ -17,6 +17,8 @@ from typing import Callable
 import torch
 from torch import nn
 
+from ..checks.result import names
+
 AT = 2  # the update looked at (0 the first): two updates have run
 ROWS = 64  # output units compared, at most, per weight
 NAMED = 4
@@ -43,9 +45,8 @@ def say_once(model: nn.Module, say: Callable[[str], None]) -> None:
     found = identical_units(model)
     if not found:
         return
-    listed = ", ".join(f"{name} ({units} units)" for name, units in found[:NAMED])
-    more = f" and {len(found) - NAMED} more" if len(found) > NAMED else ""
-    say(f"tensor_dap: after {AT} updates the output units of {listed}{more} still have identical weights, so they "
+    listed = names([f"{name} ({units} units)" for name, units in found], NAMED)
+    say(f"tensor_dap: after {AT} updates the output units of {listed} still have identical weights, so they "
         f"compute the same thing and get the same gradient: a constant or zero initialization (nn.init.zeros_, "
         f"constant_) never breaks that symmetry, and the layer acts as one unit; initialize the weights randomly "
         f"(the layer's own default, or nn.init.kaiming_uniform_) (said once)")

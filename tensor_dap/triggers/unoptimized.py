@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..checks.result import names
 from .finite import spread
 
 SAMPLE = 4096  # elements of each suspect parameter kept (spread over it), to tell at the end whether it changed
@@ -49,9 +50,9 @@ class Followed:
         return [name for name, _ in still]
 
 
-def listed(names: list[str]) -> str:
+def listed(found: list[str]) -> str:
     """The first names, and how many more."""
-    return ", ".join(names[:NAMED]) + (f" and {len(names) - NAMED} more" if len(names) > NAMED else "")
+    return names(found, NAMED)
 
 
 class Unoptimized:
