@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from ..dist import launch_rank
@@ -105,6 +106,15 @@ class Aftermath:
         note = flat_loss(history)
         if note is not None:
             self.at_end(note)
+
+
+def latest_loss(history: Sequence[Any]) -> float | None:
+    """The latest of a watch's losses (a value, or a 0-dim tensor read here: at a look or the end of a run), None where
+    there is none or it cannot be read."""
+    try:
+        return float(history[-1]) if len(history) else None
+    except Exception:  # noqa: BLE001 - a device that cannot be read any more: nothing said
+        return None
 
 
 def flat_loss(history: list[Any]) -> str | None:

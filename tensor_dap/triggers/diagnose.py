@@ -34,6 +34,7 @@ _STD = {"std", "var", "std_mean", "var_mean"}  # NaN from finite values only whe
 _EXP = {"exp", "exp_", "exp2", "expm1", "sinh", "cosh"}
 _NLL = {"cross_entropy", "nll_loss", "nll_loss2d", "nll_loss_nd"}
 
+DIVERGENCE_FIX = "lower the learning rate or clip gradients (torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))"
 DIAGNOSES = {
     "masked_softmax": "a softmax row whose entries are all -inf (a fully masked row) gives NaN: mask with a "
                       "large negative number (torch.finfo(dtype).min) instead of -inf, or guard rows with "
@@ -96,8 +97,7 @@ DIAGNOSES = {
     "input_no_grad": "a tensor the loss takes without gradient holds NaN/Inf: the batch or its targets, or a value "
                      "computed from them outside autograd (returns normalized by the std of a single value, class "
                      "weights, a mask): assert torch.isfinite(t).all() where it is made, or skip such batches",
-    "divergence": "the training diverged: lower the learning rate or clip gradients "
-                  "(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))",
+    "divergence": f"the training diverged: {DIVERGENCE_FIX}",
     # clipping bounds each gradient, not each update (Adam's steps are about lr in size whatever the gradient's)
     "divergence_clipped": "the training diverged although its gradients are clipped ({clip}): lower the learning "
                           "rate (or the peak of its warm-up)",

@@ -18,13 +18,14 @@ import math
 from typing import Any
 
 from ..format import fmt_num
+from .aftermath import latest_loss
+from .diagnose import DIVERGENCE_FIX
 
 GROWTH = 1e6  # no loss that trains grows this much from its first value (nor past it from one under 1: a loss that
 # starts near 0, an auxiliary term alone in a warm-up, may grow a millionfold and be fine); a diverging one passes it
 CHANCE_FACTOR = 10  # a mean cross-entropy this many times ln C gives the true class under C^-10 on average
 _NLL = ("NllLossBackward0", "NllLoss2DBackward0")
 _MEAN = 1  # nll_loss's reduction code for 'mean'
-_FIX = "lower the learning rate or clip gradients (torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))"
 
 
 class Divergence:
@@ -43,10 +44,11 @@ class Divergence:
 
     def look(self, losses: Any, step: int | None) -> str | None:
         """The line to say about the latest of ``losses`` (at the update of ``step``; None: the end of the run)."""
-        if self.said or self._first is None or not len(losses):
+        now = latest_loss(losses) if not self.said and self._first is not None else None
+        if now is None:
             return None
         try:
-            start, now = float(self._first), float(losses[-1])
+            start = float(self._first)
         except Exception:  # noqa: BLE001 - a device that cannot be read any more: nothing said
             return None
         text = _grown(start, now) or self._above_chance(now, step)
@@ -66,7 +68,7 @@ class Divergence:
                 if step is not None else "at the end of the run")
         return (f"tensor_dap: the loss is {fmt_num(now)} {when}, more than {CHANCE_FACTOR} times the "
                 f"{fmt_num(guess)} of a uniform guess over its {self._classes} classes: the model is confidently "
-                f"wrong, so the training diverged while the loss stays finite; {_FIX} (said once)")
+                f"wrong, so the training diverged while the loss stays finite; {DIVERGENCE_FIX} (said once)")
 
 
 def _grown(start: float, now: float) -> str | None:
@@ -74,7 +76,7 @@ def _grown(start: float, now: float) -> str | None:
         return None
     return (f"tensor_dap: the loss grew from {fmt_num(start)} at the first step to {fmt_num(now)} "
             f"({fmt_num(now / start)} times) and is still finite: the training diverges (in float64 it may never "
-            f"overflow); {_FIX} (said once)")
+            f"overflow); {DIVERGENCE_FIX} (said once)")
 
 
 def _classes(loss: Any) -> int:

@@ -14,7 +14,7 @@ import gc
 from typing import Any
 
 from ..format import fmt_num
-from .optimizer_call import learning_rates
+from .optimizer_call import readable_rates
 
 FRACTION = 1e-6  # of the largest rate a group had: below it, an update no longer moves the weights
 _SHOWN = (int, float, bool)
@@ -29,14 +29,14 @@ class LrCollapse:
         self.said = False
 
     def first_update(self, optimizer: Any) -> None:
-        self._largest = _rates(optimizer)
+        self._largest = readable_rates(optimizer)
 
     def look(self, optimizer: Any, step: int) -> str | None:
         """The line to say when a group's rate collapsed at this look and the last (at the update of ``step``: as many
         updates were made before it)."""
         if self.said or optimizer is None:
             return None
-        rates = _rates(optimizer)
+        rates = readable_rates(optimizer)
         largest = [max(a, b) for a, b in zip(rates, self._largest)] + rates[len(self._largest):]
         self._largest = largest
         low = next(((r, top) for r, top in zip(rates, largest) if top > 0 and 0 <= r < top * FRACTION), None)
@@ -56,14 +56,6 @@ class LrCollapse:
         return (f"tensor_dap: the learning rate is {fmt_num(rate)} at the update of step {step}, under a millionth of "
                 f"the {fmt_num(top)} it had, so updates no longer move the weights and the loss just flattens; "
                 f"{why} (said once)")
-
-
-def _rates(optimizer: Any) -> list[float]:
-    """Each group's rate as reports read it (a tensor rate too: read every EVERY updates only); [] where unreadable."""
-    try:
-        return learning_rates(optimizer)
-    except Exception:  # noqa: BLE001 - a group with a rate of its own kind: not looked at
-        return []
 
 
 def _scheduler_of(optimizer: Any) -> Any:

@@ -28,6 +28,15 @@ def learning_rates(optimizer: Any) -> list[float]:
     return [float(g["lr"]) for g in optimizer.param_groups if "lr" in g]
 
 
+def readable_rates(optimizer: Any) -> list[float]:
+    """``learning_rates`` for a look that must not raise: [] where they cannot be read (a group with a rate of its
+    own kind, no optimizer). A tensor rate is read too: the looks run every few dozen updates only."""
+    try:
+        return learning_rates(optimizer)
+    except Exception:  # noqa: BLE001 - not looked at
+        return []
+
+
 def stored_values(grad: torch.Tensor) -> torch.Tensor:
     """A sparse gradient (``nn.Embedding(sparse=True)``) by its stored values: NaN there is NaN in the update."""
     if grad.layout == torch.sparse_coo:

@@ -20,7 +20,8 @@ import torch
 
 from ..checks.result import names as listed
 from ..format import fmt_num
-from .optimizer_call import learning_rates, stored_values
+from .aftermath import latest_loss
+from .optimizer_call import readable_rates, stored_values
 
 _NAMED = 3  # tensors still learning named at most
 
@@ -50,7 +51,7 @@ class StalledGradients:
         which = (f"every gradient the optimizer holds ({len(held)} tensors) is" if not live else
                  f"the gradients of {len(held) - len(live)} of the {len(held)} tensors the optimizer holds are "
                  f"(only {_names(live, model)} still get{'s' if len(live) == 1 else ''} one)")
-        rate, loss = _largest_rate(optimizer), _latest(losses)
+        rate, loss = max(readable_rates(optimizer), default=None), latest_loss(losses)
         known = ([f"the loss: {fmt_num(loss)}"] if loss is not None else []) + (
             [f"the learning rate: {fmt_num(rate)}"] if rate is not None else [])
         context = f" ({', '.join(known)})" if known else ""
@@ -83,19 +84,3 @@ def _names(live: list[torch.Tensor], model: torch.nn.Module) -> str:
     """``fc3.bias``: the model's names of the tensors still learning (the first few)."""
     names = {id(p): n for n, p in model.named_parameters()}
     return listed([names.get(id(p), f"a parameter of shape {list(p.shape)}") for p in live], _NAMED)
-
-
-def _largest_rate(optimizer: Any) -> float | None:
-    try:
-        rates = learning_rates(optimizer)
-    except Exception:  # noqa: BLE001 - a rate of its own kind
-        return None
-    return max(rates) if rates else None
-
-
-def _latest(losses: Sequence[Any]) -> float | None:
-    """The latest loss (a value, or a tensor read once, when said)."""
-    try:
-        return float(losses[-1]) if len(losses) else None
-    except Exception:  # noqa: BLE001 - a device that cannot be read: not shown
-        return None
