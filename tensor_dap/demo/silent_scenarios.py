@@ -41,12 +41,14 @@ def _lines() -> Iterator[list[str]]:
         logger.removeHandler(handler)
 
 
-def _trained(model: Any, optimizer: Any, said_with: str) -> tuple[str, list[float]]:
-    """Train ``STEPS`` clean steps under a watch: the first line it said containing ``said_with``, and the losses."""
+def _trained(model: Any, optimizer: Any, said_with: str, steps: int = STEPS,
+             log: Any = None) -> tuple[str, list[float]]:
+    """Train ``steps`` clean steps under a watch (``log(step, loss)`` after each): the first line it said containing
+    ``said_with``, and the losses."""
     from ..triggers.watch import watch
 
     with _lines() as said, watch(model, optimizer, on="raise", capture=False):
-        losses = train(model, optimizer, STEPS, bug=False)
+        losses = train(model, optimizer, steps, bug=False, log=log)
     return next((s for s in said if said_with in s), ""), losses
 
 
@@ -141,7 +143,6 @@ def running_total(ctx: Context) -> Outcome:
     import torch
 
     from ..triggers.running_total import EVERY
-    from ..triggers.watch import watch
 
     model = DemoNet()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -151,9 +152,7 @@ def running_total(ctx: Context) -> Outcome:
         nonlocal total_loss
         total_loss = total_loss + loss  # BUG: loss.item()
 
-    with _lines() as said, watch(model, optimizer, on="raise", capture=False):
-        train(model, optimizer, 2 * EVERY + 1, bug=False, log=log)
-    line = next((s for s in said if "holds a running total of the loss kept with its graph" in s), "")
+    line, _ = _trained(model, optimizer, "holds a running total of the loss kept with its graph", 2 * EVERY + 1, log)
     found = re.search(r"`total_loss` \(in running_total at silent_scenarios\.py\) holds a running total of the loss "
                       r"kept with its graph at step (\d+): (\d+) additions", line)
     evidence = (f"`total_loss` holds {found.group(2)} steps' graphs at step {found.group(1)}, named with its function"
@@ -167,15 +166,12 @@ def lr_schedule(ctx: Context) -> Outcome:
     import torch
 
     from ..triggers.running_total import EVERY
-    from ..triggers.watch import watch
 
     model = DemoNet()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.7)
-    with _lines() as said, watch(model, optimizer, on="raise", capture=False):
-        losses = train(model, optimizer, 2 * EVERY + 1, bug=False,
-                       log=lambda step, loss: scheduler.step())  # BUG: once per epoch was meant
-    line = next((s for s in said if "under a millionth" in s), "")
+    line, losses = _trained(model, optimizer, "under a millionth", 2 * EVERY + 1,
+                            log=lambda step, loss: scheduler.step())  # BUG: once per epoch was meant
     found = re.search(r"the learning rate is (\S+) at the update of step (\d+).*StepLR\(step_size=1, gamma=0\.7\) "
                       r"stepped (\d+) times", line)
     evidence = (f"the rate is {found.group(1)} at step {found.group(2)}: StepLR stepped {found.group(3)} times, once "
@@ -189,13 +185,10 @@ def stalled(ctx: Context) -> Outcome:
     import torch
 
     from ..triggers.running_total import EVERY
-    from ..triggers.watch import watch
 
     model = DemoNet()
     optimizer = torch.optim.Adam(model.parameters(), lr=1.0)  # BUG: Adam's rate is 1e-3; 1.0 was SGD's habit
-    with _lines() as said, watch(model, optimizer, on="raise", capture=False):
-        losses = train(model, optimizer, 2 * EVERY + 1, bug=False)
-    line = next((s for s in said if "exactly zero at the updates" in s), "")
+    line, losses = _trained(model, optimizer, "exactly zero at the updates", 2 * EVERY + 1)
     found = re.search(r"tensor_dap: (.*?) exactly zero at the updates of steps (\d+) and (\d+)", line)
     evidence = (f"{found.group(1)} exactly zero at steps {found.group(2)} and {found.group(3)}" if found
                 else "nothing said")
