@@ -50,8 +50,8 @@ def find_module(local_vars: Mapping[str, Any], global_vars: Mapping[str, Any] | 
     return None
 
 
-def _norms(grads: list[Any]) -> list[float | None]:
-    """2-norms in float32 or wider, computed on each grad's device; one transfer per device."""
+def grad_norms(grads: list[Any]) -> list[float | None]:
+    """2-norms in float32 or wider, computed on each grad's device; one transfer per device (None: unreadable)."""
     import torch
 
     out: list[float | None] = [None] * len(grads)
@@ -96,7 +96,7 @@ def grad_report(module: Any, name: str = "model", *, vanishing: float = VANISHIN
     params = [(n, p) for n, p in module.named_parameters()]
     trainable = [(n, p) for n, p in params if p.requires_grad]
     with_grad = [(n, p) for n, p in trainable if p.grad is not None]
-    norms = dict(zip((n for n, _ in with_grad), _norms([p.grad for _, p in with_grad])))
+    norms = dict(zip((n for n, _ in with_grad), grad_norms([p.grad for _, p in with_grad])))
     rows = []
     for n, p in trainable:
         shape = tuple(int(d) for d in p.shape)

@@ -20,8 +20,9 @@ import torch
 
 from ..checks.result import names as listed
 from ..format import fmt_num
+from ..probe.grads import grad_norms
 from .aftermath import latest_loss
-from .optimizer_call import readable_rates, stored_values
+from .optimizer_call import readable_rates
 
 _NAMED = 3  # tensors still learning named at most
 
@@ -63,21 +64,9 @@ class StalledGradients:
 
 
 def zero_grads(tensors: list[torch.Tensor]) -> list[bool]:
-    """Whether each gradient (of ``tensors``) is exactly zero (a NaN is not): one norm per tensor, one read back per
-    device. Unreadable ones count as non-zero (nothing said)."""
-    by_device: dict[torch.device, list[int]] = {}
-    zero = [False] * len(tensors)
-    try:
-        values = [stored_values(t.grad) for t in tensors]
-        for i, v in enumerate(values):
-            by_device.setdefault(v.device, []).append(i)
-        for indices in by_device.values():
-            norms = torch._foreach_norm([values[i] for i in indices])
-            for i, z in zip(indices, torch.stack([n.float() for n in norms]).eq(0).tolist()):
-                zero[i] = z
-    except Exception:  # noqa: BLE001 - a gradient of a kind foreach cannot read: not looked at
-        return [False] * len(tensors)
-    return zero
+    """Whether each gradient (of ``tensors``) is exactly zero (a NaN is not): ``probe.grads``' norms, one read back
+    per device. Unreadable ones count as non-zero (nothing said)."""
+    return [norm == 0.0 for norm in grad_norms([t.grad for t in tensors])]
 
 
 def _names(live: list[torch.Tensor], model: torch.nn.Module) -> str:
