@@ -101,7 +101,7 @@ class SilentChecks:
         self._gradless.updating(update, model, optimizer, params, closure)
         self._cut_off.updating(update, model, optimizer, params, closure)
         self._clip_order.updating(update, params)
-        if update < CHECKS:
+        if update <= CHECKS:  # (the last one only tells what the one before noted)
             self._zero_grad.updating(params, step)
         if update == symmetric.AT:
             symmetric.say_once(model, say)

@@ -3,12 +3,15 @@
 ``backward()`` adds to the gradients already there, so a loop that never resets them updates with the sum of every
 gradient so far: the run trains (badly, with momentum it cannot have wanted) and nothing fails. Gradient
 accumulation resets them after each update, so a gradient still there, untouched, when a ``backward()`` that
-reaches the model begins is this bug. At the first ``CHECKS`` updates the watch notes one parameter's gradient
-(the tensor, its version counter and a copy of 64 of its values) and listens to the next ``backward()`` calls
-(``loss_tap``): one that begins with that gradient untouched and writes into it added to it. A ``backward()`` that
+reaches the model begins, and still holding that sum at the next update, is this bug. At the first ``CHECKS``
+updates the watch notes one parameter's gradient (the tensor, its version counter and a copy of 64 of its values)
+and listens to the next ``backward()`` calls (``loss_tap``): one that begins with that gradient untouched and writes
+into it added to it, and the next update tells: that sum, untouched since, is what it uses. A ``backward()`` that
 does not reach the model (a GAN's other model, before this one's ``zero_grad()``) leaves it alone and is passed
-over; a reset through ``.data`` (old code: ``p.grad.data.zero_()``) keeps the version but not the values. After
-those checks nothing listens.
+over; one that reaches it after its update while the model resets before its next (DCGAN's generator step, whose
+loss runs through the discriminator after the discriminator's update) is passed over at that reset; a reset
+through ``.data`` (old code: ``p.grad.data.zero_()``) keeps the version but not the values. After those checks
+nothing listens.
 """
 
 from __future__ import annotations
@@ -34,10 +37,18 @@ class MissingZeroGrad:
         self._noted: tuple[torch.Tensor, torch.Tensor, int, torch.Tensor, int] | None = None
         self._stops: list[Callable[[], None]] = []
         self._suspect = False
+        self._added = False  # a backward() added to the noted gradient (noted again as it left it): the update tells
 
     def updating(self, params: list[torch.Tensor], update: int) -> None:
-        """An update is about to run (one of the first ``CHECKS``): note a gradient to look at in the next step."""
+        """An update is about to run (one of the first ``CHECKS`` + 1): after a backward() that added to the last
+        update's gradient, with that sum untouched since, this one uses it; otherwise note a gradient to look at in
+        the next step."""
+        noted, added, self._added = self._noted, self._added, False
+        if added and noted is not None and _untouched(*noted[:4]):
+            self._say(noted[4])
+            return
         if self.checks >= CHECKS:
+            self.close()
             return
         self.checks += 1
         # the last parameter with a gradient: usually the output layer's, dense (an embedding's first rows are often
@@ -69,14 +80,22 @@ class MissingZeroGrad:
         param, grad, version = noted[:3]
         if param.grad is grad and grad._version == version:
             return  # it did not reach this model: the next backward() tells
+        total = param.grad  # the sum: a new tensor where backward() did not add in place (the one noted is held)
+        if total is None or total.layout != torch.strided:
+            self._next()
+            return
+        with torch.no_grad():  # noted as the next backward() or update must find it (on a device: nothing read)
+            self._noted, self._added = (param, total, total._version, spread(total, VALUES), noted[4]), True
+
+    def _say(self, update: int) -> None:
         self.checks = CHECKS
-        self.say(f"tensor_dap: the gradients of step {noted[4]} were still there when the next step's backward() "
+        self.say(f"tensor_dap: the gradients of step {update} were still there when the next step's backward() "
                  "began, so backward() added to them and each update uses the sum of every gradient so far: no "
                  "optimizer.zero_grad() between steps? Call it once per step, before backward() (said once)")
         self._next()
 
     def _next(self) -> None:
-        self._noted = None
+        self._noted, self._added = None, False
         if self.checks >= CHECKS:
             self.close()
 

@@ -81,6 +81,49 @@ def test_a_gan_s_other_model_backward_before_this_ones_reset_is_passed_over(capf
     assert "still there" not in _said(capfd)
 
 
+def _bce(logits: torch.Tensor, label: float) -> torch.Tensor:
+    return F.binary_cross_entropy_with_logits(logits, torch.full_like(logits, label))
+
+
+@pytest.mark.parametrize("set_to_none", [True, False])
+def test_a_loss_run_through_a_model_after_its_update_and_reset_before_its_next_is_passed_over(capfd, set_to_none):
+    """DCGAN's order, both models watched (``tensor-dap run --break-on-nan``): the generator's loss runs through the
+    discriminator after the discriminator's update, adding to its gradients; ``netD.zero_grad()`` resets them
+    before its next backward(), so no update uses that sum (pytorch/examples' dcgan was told it was)."""
+    torch.manual_seed(0)
+    net_g, net_d = nn.Linear(4, 8), nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1))
+    opt_g, opt_d = torch.optim.Adam(net_g.parameters()), torch.optim.Adam(net_d.parameters())
+    with tensor_dap.watch(net_g, opt_g, on="raise"), tensor_dap.watch(net_d, opt_d, on="raise"):
+        for _ in range(6):
+            net_d.zero_grad(set_to_none=set_to_none)
+            _bce(net_d(torch.randn(16, 8)), 1.0).backward()
+            fake = net_g(torch.randn(16, 4))
+            _bce(net_d(fake.detach()), 0.0).backward()
+            opt_d.step()
+            net_g.zero_grad(set_to_none=set_to_none)
+            _bce(net_d(fake), 1.0).backward()  # through net_d, after its update: adds to its gradients
+            opt_g.step()
+    assert "still there" not in _said(capfd)
+
+
+def test_the_same_loop_without_the_discriminator_s_reset_is_told(capfd):
+    """The sum reaches net_d's next update when nothing resets it: told, of net_d's first update."""
+    torch.manual_seed(0)
+    net_g, net_d = nn.Linear(4, 8), nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1))
+    opt_g, opt_d = torch.optim.Adam(net_g.parameters()), torch.optim.Adam(net_d.parameters())
+    with tensor_dap.watch(net_g, opt_g, on="raise"), tensor_dap.watch(net_d, opt_d, on="raise"):
+        for _ in range(6):
+            fake = net_g(torch.randn(16, 4))
+            _bce(net_d(fake.detach()), 0.0).backward()
+            opt_d.step()
+            net_g.zero_grad()
+            _bce(net_d(fake), 1.0).backward()
+            opt_g.step()
+    said = _said(capfd)
+    assert said.count("were still there") == 1, said
+    assert "the gradients of step 0 were still there" in said
+
+
 def test_nothing_listens_after_the_first_updates():
     model = _model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
