@@ -5,7 +5,9 @@ still non-finite prints one line on stderr, and so do later ones, at most one ev
 seconds (with how many were not printed); the end of the run (``close``, the ``with`` block,
 interpreter exit) says how many steps were non-finite in all, and whether the loss had one exact
 value over its last ``FLAT_STEPS`` steps (``flat_loss``): a run that trains nothing looks calm too
-(pytorch/examples' DDP tutorial takes a cross-entropy over a single class, which is 0 whatever the model).
+(pytorch/examples' DDP tutorial takes a cross-entropy over a single class, which is 0 whatever the model; its
+dcgan with a learning rate of 0.05 saturates both models' sigmoids, at binary cross-entropy's cap of 100). That
+one is also said during the run, at the watch's looks every ``running_total.EVERY`` updates, and not again.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from ..format import printable
 log = logging.getLogger("tensor_dap.triggers")
 INTERVAL = 5.0  # seconds between two "still non-finite" lines
 FLAT_STEPS = 32  # steps in a row with one exact loss value: no loss computed from changing batches does that
+BCE_CAP = 100.0  # nn.BCELoss / F.binary_cross_entropy clamp log at -100: a prediction of exactly 0 or 1 on the wrong
+# side costs this, with a gradient all but 0 through the sigmoid that saturated (sigmoid'(x) = s(1 - s))
 
 
 def say(text: str) -> None:
@@ -47,6 +51,7 @@ class Aftermath:
         self.unprinted = 0
         self._last = float("-inf")
         self._counted = -1  # the last step counted: a step's loss and gradients are read apart
+        self._said: set[str] = set()  # the lines ``at_end`` said: one said during the run is not said again at its end
 
     @property
     def through(self) -> int:
@@ -90,8 +95,9 @@ class Aftermath:
 
     def at_end(self, text: str | None) -> None:
         """A line of the end of the run, named after the watch that says it (none for None)."""
-        if text is None:
+        if text is None or text in self._said:
             return
+        self._said.add(text)
         self._say(f"tensor_dap.watch{f'({self.model})' if self.model else ''}: {text}")
 
     def summary(self, steps: int) -> None:
@@ -117,22 +123,30 @@ def latest_loss(history: Sequence[Any]) -> float | None:
         return None
 
 
-def flat_loss(history: list[Any]) -> str | None:
+def flat_loss(history: Sequence[Any]) -> str | None:
     """What a loss with one exact finite value in each of its last ``FLAT_STEPS`` steps means, None for any other
-    (values or 0-dim tensors: read here, once, at the end of a run)."""
+    (values or 0-dim tensors: read here, at a look of the watch's or the end of a run)."""
     if len(history) < FLAT_STEPS:
         return None
-    try:
-        values = [float(v) for v in history[-FLAT_STEPS:]]
+    try:  # latest first, each read only while the ones after it are equal: a moving loss costs two reads
+        recent = list(history)[-FLAT_STEPS:]  # (a watch's history is a deque: no slices)
+        value = float(recent[-1])
+        if not math.isfinite(value) or any(float(v) != value for v in reversed(recent[:-1])):
+            return None
     except Exception:  # noqa: BLE001 - a device that cannot be read any more (the run crashed on it): nothing said
-        return None
-    value = values[0]
-    if not math.isfinite(value) or any(v != value for v in values):
         return None
     if value == 0:
         return (f"the loss was exactly 0 in each of the last {FLAT_STEPS} steps, so no gradient came from it: a loss "
                 f"that is 0 whatever the model does (a cross-entropy over a single class: logits of shape [N, 1]), "
-                f"or a model that already fits every batch exactly")
+                f"or a model that already fits every batch exactly (with binary cross-entropy: a sigmoid saturated at "
+                f"exactly the targets, passing back no gradient; a GAN's generator once its discriminator calls "
+                f"everything real)")
+    if value > 0 and value % BCE_CAP == 0:
+        return (f"the loss was exactly {value:.6g} in each of the last {FLAT_STEPS} steps: "
+                f"{'' if value == BCE_CAP else 'a multiple of '}binary cross-entropy's cap (nn.BCELoss clamps log at "
+                f"-100), the cost of a prediction of exactly 0 or 1 on the wrong side, where the sigmoid saturated and "
+                f"passes back all but no gradient: lower the learning rate (a large one saturates it), and give the "
+                f"logits to nn.BCEWithLogitsLoss (no sigmoid in the model), which keeps a gradient there")
     return (f"the loss was exactly {value:.6g} in each of the last {FLAT_STEPS} steps: nothing the model learns "
             f"changes it (a learning rate of 0, frozen parameters, an output detached from them, or one batch "
             f"repeated with no update)")

@@ -22,7 +22,7 @@ from typing import Any, Callable
 import torch
 
 from . import eval_mode, running_total, symmetric
-from .aftermath import say
+from .aftermath import flat_loss, say
 from .clip_order import ClipOrder
 from .cut_off import CutOff
 from .discarded_grads import DiscardedGradients
@@ -118,8 +118,8 @@ class SilentChecks:
                      losses: Sequence[Any] = ()) -> None:
         """Every ``running_total.EVERY`` updates: a running total of the loss kept with its graph since the last look
         (the first update, for the first), a learning rate decayed to nothing (``lr_collapse``), no weight matrix
-        learning (``stalled``, with the latest of ``losses``) and a loss diverging while finite (``diverged``),
-        each said once."""
+        learning (``stalled``, with the latest of ``losses``), a loss diverging while finite (``diverged``) and one
+        stuck at one exact value (``aftermath.flat_loss``), each said once."""
         if not self.total_said:
             text = running_total.kept_total(step, self._since) if self._since >= 0 else None
             self._since = running_total.now()
@@ -130,6 +130,7 @@ class SilentChecks:
             if text is not None:
                 say(text)
         self._diverging(losses, step)
+        self._line(flat_loss(losses))  # a loss that stopped moving, said now rather than when the run ends
 
     def _diverging(self, losses: Sequence[Any], step: int | None) -> None:
         text = self._divergence.look(losses, step)

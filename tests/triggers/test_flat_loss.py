@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import tensor_dap
+from tensor_dap.triggers import running_total
 from tensor_dap.triggers.aftermath import FLAT_STEPS, flat_loss
 
 
@@ -83,3 +84,35 @@ def test_the_rule_reads_values_and_tensors_and_skips_what_it_cannot_read():
             raise RuntimeError("device lost")
 
     assert flat_loss([Unreadable()] * FLAT_STEPS) is None
+
+
+def test_a_saturated_sigmoid_at_binary_cross_entropy_s_cap_is_said_during_the_run_and_once(capsys):
+    """pytorch/examples' dcgan at a learning rate of 0.05: both models' sigmoids saturate and each loss sits at exactly
+    100, nn.BCELoss's cap, for the rest of the run. Said at the watch's first look (64 updates), not only at the
+    end, and not twice."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 4), nn.ReLU(), nn.Linear(4, 1), nn.Sigmoid())
+    with torch.no_grad():
+        model[2].bias.fill_(-200.0)  # saturated: sigmoid gives exactly 0 where the target is 1
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
+    criterion = nn.BCELoss()
+    with tensor_dap.watch(model, optimizer, on="raise", capture=False):
+        for step in range(running_total.EVERY + 8):
+            optimizer.zero_grad()
+            loss = criterion(model(torch.randn(16, 8)).squeeze(1), torch.ones(16))
+            loss.backward()
+            optimizer.step()
+            if step == running_total.EVERY + 1:
+                during = capsys.readouterr().err
+    said = " ".join((during + capsys.readouterr().err).split())
+    assert loss.item() == 100.0
+    assert f"the loss was exactly 100 in each of the last {FLAT_STEPS} steps: binary cross-entropy's cap" in \
+        " ".join(during.split())
+    assert said.count("the loss was exactly") == 1, said
+    assert "nn.BCEWithLogitsLoss" in said and "lower the learning rate" in said
+
+
+def test_the_cap_is_told_for_its_multiples_only():
+    assert "a multiple of binary cross-entropy's cap" in flat_loss([200.0] * FLAT_STEPS)
+    assert "cap" not in flat_loss([150.0] * FLAT_STEPS)
+    assert "nothing the model learns changes it" in flat_loss([-100.0] * FLAT_STEPS)
