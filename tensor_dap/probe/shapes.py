@@ -196,7 +196,8 @@ def shape_flow(module: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] |
             for m in module.modules():
                 handles.append(m.register_forward_pre_hook(pre_hook, with_kwargs=True))
                 handles.append(m.register_forward_hook(post_hook))
-            module.eval()
+                m.training = False  # eval mode, set as ``preserved`` puts it back: ``eval()`` calls ``train()``,
+                # which a model may override with a meaning of its own (mnist_forward_forward's layers train there)
             with torch.no_grad():
                 module(*args, **kwargs)
         except Exception as exc:

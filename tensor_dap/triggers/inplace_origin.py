@@ -25,6 +25,7 @@ from torch.overrides import TorchFunctionMode
 from ..debug import torch_errors
 from ..debug.frames import SourceLine, call_site, site_line
 from ..format import parse_shape
+from . import as_called
 from .origin import op_tensors
 
 _NODE = re.compile(r"which is output \d+ of (\w+),")
@@ -109,9 +110,9 @@ class _Watcher(TorchFunctionMode):
     def __torch_function__(self, func: Callable[..., Any], types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         if self.found is not None:
-            return func(*args, **kwargs)
+            return as_called.call(func, args, kwargs)
         before = [(t, t._version, t.grad_fn, t._base, _node_of(t._base)) for t in op_tensors((args, kwargs))]
-        result = func(*args, **kwargs)
+        result = as_called.call(func, args, kwargs)
         for t, version, node, base, base_node in before:
             # a tensor made in the re-run starts at version 0 as in the step; an input (a copy) is any version
             if t._version != version and (version == self.wanted.expected or self.wanted.node is None):

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from ..debug.frames import user_line
+from . import as_called
 from .aftermath import say
 
 # the dropouts whose flag is ``training`` (default True), and torch's own, whose flag is ``train`` (no default)
@@ -45,7 +46,7 @@ class _Spotter(TorchFunctionMode):
                 self._look(func, args, kwargs)
             except Exception:  # noqa: BLE001 - looking must never change the forward
                 pass
-        return func(*args, **kwargs)
+        return as_called.call(func, args, kwargs)
 
     def _look(self, func: Any, args: tuple, kwargs: dict) -> None:
         flag = "training" if func in _FUNCTIONAL else "train"

@@ -31,6 +31,7 @@ from torch.overrides import TorchFunctionMode
 from ..debug.frames import SourceLine, user_line
 from ..nested import walk
 from ..summary.rows import with_rows
+from . import as_called
 from .birth import Birth, Born, module_label, root
 from .finite import kind_of
 from .ops import anomaly_line, first_input, forward_name, inplace, op_name, producers, saved_values, sequence_nr
@@ -183,12 +184,12 @@ class Tracker(TorchFunctionMode):
             birth = self._guarded(lambda: self._loss_birth(loss))
             if birth is not None:
                 raise Born(birth)
-            return func(*args, **kwargs)
+            return as_called.call(func, args, kwargs)
         before = None
         if inplace(raw) and args and isinstance(args[0], torch.Tensor):
             target = args[0]  # its state before the op is gone after it
             before = self._guarded(lambda: (target, self._input_kind(target)))
-        out = func(*args, **kwargs)
+        out = as_called.call(func, args, kwargs)
         self._guarded(lambda: self._after(name, args, kwargs, out, before))
         return out
 

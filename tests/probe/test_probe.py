@@ -144,6 +144,20 @@ def test_shape_flow_records_every_layer_and_leaves_state_untouched():
     assert torch.equal(rng, torch.random.get_rng_state())
 
 
+class _ForwardForwardLayer(nn.Linear):
+    """pytorch/examples' mnist_forward_forward: a layer whose ``train`` trains it (an override of Module.train)."""
+
+    def train(self, x_pos, x_neg):  # noqa: D102 - the example's own meaning
+        raise AssertionError("the probe called the model's own train()")
+
+
+def test_shape_flow_sets_eval_mode_without_calling_the_model_s_train():
+    model = nn.Sequential(_ForwardForwardLayer(8, 4), nn.Dropout(0.5))
+    flow = shape_flow(model, *call_args(torch.randn(2, 8)))
+    assert flow.error is None and [r.output for r in flow.rows][-1] == "[2, 4]"
+    assert all(m.training for m in model.modules())  # put back as it was
+
+
 class _Blocks(nn.Module):
     """minGPT's layout: a ModuleDict and a ModuleList that are never called, only reached through."""
 

@@ -3,12 +3,17 @@
 
 from __future__ import annotations
 
+import os
+import sys
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 import tensor_dap
+from tensor_dap.triggers.live_dropout import _Spotter
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -89,3 +94,53 @@ def test_a_model_with_a_compiled_part_is_not_looked_at(capfd):
         with torch.no_grad():
             model(x)
     assert "still drops" not in capfd.readouterr().err
+
+
+class Recurrent(nn.Module):
+    """pytorch/examples' mnist_rnn: ``nn.Dropout2d`` on the LSTM's last output, a 2-D input torch warns about."""
+
+    def __init__(self):
+        super().__init__()
+        self.rnn, self.drop, self.fc = nn.LSTM(28, 16, batch_first=True), nn.Dropout2d(0.25), nn.Linear(16, 10)
+
+    def forward(self, x):
+        out, _ = self.rnn(x)
+        return self.fc(self.drop(out[:, -1, :]))
+
+
+def test_a_warning_of_the_looked_at_evaluation_is_given_where_the_program_called_once():
+    """The looked-at evaluation runs each dropout call again from tensor_dap's mode: torch's warning about its caller
+    (dropout2d of a 2-D input) must keep its place, torch's dropout layer, and not be shown a second time "from"
+    tensor_dap's file (as it was in mnist_rnn)."""
+    torch.manual_seed(0)
+    model = Recurrent()
+    optimizer = torch.optim.Adam(model.parameters())
+    x, y = torch.randn(8, 28, 28), torch.randint(0, 10, (8,))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("default")  # as a program runs: each warning once per place
+        with tensor_dap.watch(model, optimizer):
+            for _ in range(2):
+                model.train()
+                optimizer.zero_grad()
+                F.cross_entropy(model(x), y).backward()
+                optimizer.step()
+                model.eval()
+                with torch.no_grad():
+                    model(x)
+    dropout2d = [w for w in seen if "dropout2d" in str(w.message)]
+    assert len(dropout2d) == 1, [(w.filename, w.lineno) for w in dropout2d]
+    assert dropout2d[0].filename.endswith(os.path.join("torch", "nn", "modules", "dropout.py"))
+    assert not [w for w in seen if os.sep + "tensor_dap" + os.sep in w.filename]
+
+
+def test_an_op_run_by_the_mode_warns_at_the_program_s_line_whatever_its_stacklevel():
+    """``as_called.call`` in one of tensor_dap's modes: a warning about the op's caller names the program's line, the
+    one below it in this file; one torch gives about its own code is left where torch gave it."""
+    x = torch.randn(4, 8)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with _Spotter():
+            F.dropout2d(x, 0.5, True); line = sys._getframe().f_lineno  # noqa: E702 - the line the warning names
+            F.softmax(x)  # implicit dim: warned with stacklevel=3
+    places = [(os.path.basename(w.filename), w.lineno) for w in seen]
+    assert places == [("test_live_dropout.py", line), ("test_live_dropout.py", line + 1)], places
