@@ -44,18 +44,24 @@ def _train_then_evaluate(how: str, watched: bool = True) -> torch.Tensor:
     model = Net(how)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     x, y = torch.randn(16, 8), torch.randint(0, 3, (16,))
-    outputs = []
     with tensor_dap.watch(model, optimizer) if watched else torch.enable_grad():
-        for _ in range(2):
-            model.train()
-            for _ in range(3):
-                optimizer.zero_grad()
-                F.cross_entropy(model(x), y).backward()
-                optimizer.step()
-            model.eval()
-            with torch.no_grad():
-                outputs.append(model(x))
-    return torch.stack(outputs)
+        return torch.stack(_rounds(model, optimizer, x, y))
+
+
+def _rounds(model: nn.Module, optimizer, x: torch.Tensor, y: torch.Tensor, rounds: int = 2,
+            steps: int = 3) -> list[torch.Tensor]:
+    """``rounds`` times: ``steps`` training steps, then an evaluation in eval mode (its outputs returned)."""
+    outputs = []
+    for _ in range(rounds):
+        model.train()
+        for _ in range(steps):
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        model.eval()
+        with torch.no_grad():
+            outputs.append(model(x))
+    return outputs
 
 
 @pytest.mark.parametrize("how, op", [("functional", "dropout(p=0.3)"), ("torch", "dropout(p=0.3)")])
@@ -87,12 +93,7 @@ def test_a_model_with_a_compiled_part_is_not_looked_at(capfd):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     x, y = torch.randn(16, 8), torch.randint(0, 3, (16,))
     with tensor_dap.watch(model, optimizer):
-        optimizer.zero_grad()
-        F.cross_entropy(model(x), y).backward()
-        optimizer.step()
-        model.eval()
-        with torch.no_grad():
-            model(x)
+        _rounds(model, optimizer, x, y, rounds=1, steps=1)
     assert "still drops" not in capfd.readouterr().err
 
 
@@ -119,14 +120,7 @@ def test_a_warning_of_the_looked_at_evaluation_is_given_where_the_program_called
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("default")  # as a program runs: each warning once per place
         with tensor_dap.watch(model, optimizer):
-            for _ in range(2):
-                model.train()
-                optimizer.zero_grad()
-                F.cross_entropy(model(x), y).backward()
-                optimizer.step()
-                model.eval()
-                with torch.no_grad():
-                    model(x)
+            _rounds(model, optimizer, x, y, steps=1)
     dropout2d = [w for w in seen if "dropout2d" in str(w.message)]
     assert len(dropout2d) == 1, [(w.filename, w.lineno) for w in dropout2d]
     assert dropout2d[0].filename.endswith(os.path.join("torch", "nn", "modules", "dropout.py"))
