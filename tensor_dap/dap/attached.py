@@ -23,10 +23,24 @@ def dap_client_attached() -> bool:
 
 
 def interactive_terminal() -> bool:
-    """True when a person can answer a prompt on stdin."""
+    """True when a person can answer a prompt: on stdin, or through a notebook's page (``notebook_prompt``)."""
     try:
-        return bool(sys.stdin and not sys.stdin.closed and sys.stdin.isatty())
+        return bool(sys.stdin and not sys.stdin.closed and sys.stdin.isatty()) or notebook_prompt()
     except Exception:
+        return False
+
+
+def notebook_prompt() -> bool:
+    """True inside a Jupyter kernel whose cell now running may ask its page for input: ``input()`` (ipykernel's
+    ``raw_input``), which pdb reads its commands with, is answered there, as ``pdb.set_trace()`` is in a notebook.
+    A kernel run with no page to answer (``jupyter nbconvert --execute``, papermill) does not allow it."""
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
+        return False
+    try:
+        kernel = getattr(ipython.get_ipython(), "kernel", None)
+        return bool(kernel is not None and getattr(kernel, "_allow_stdin", False))
+    except Exception:  # noqa: BLE001 - an IPython of another shape: no prompt
         return False
 
 

@@ -1,0 +1,82 @@
+"""A real Jupyter kernel (ipykernel) driven as a notebook page drives it, for the tests of stops in notebooks.
+
+Why: a notebook answers ``input()`` (and so pdb's prompt) through the page, over the kernel's stdin channel, only
+for a cell run with ``allow_stdin``; that is what decides whether tensor_dap may stop there, so the tests run cells
+in a kernel process over ZeroMQ, as JupyterLab or VS Code would, and type the replies a person would.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from jupyter_client import KernelManager
+
+
+@dataclass
+class Cell:
+    """What running one cell showed: its printed text (streams and results, in order), the prompts the page was
+    asked to answer, and the error it ended with (its name and message), if any."""
+
+    text: str = ""
+    prompts: list[str] = field(default_factory=list)
+    error: tuple[str, str] | None = None
+
+
+class Kernel:
+    def __init__(self, manager: KernelManager) -> None:
+        self._manager = manager
+        self._client = manager.client()
+        self._client.start_channels()
+        self._client.wait_for_ready(timeout=120)
+
+    def run(self, code: str, replies: Sequence[str] = (), *, allow_stdin: bool = True, timeout: float = 120) -> Cell:
+        """Run ``code`` as a cell; each input request gets the next of ``replies`` ("c" once they run out)."""
+        client, cell, left = self._client, Cell(), list(replies)
+        msg_id = client.execute(code, allow_stdin=allow_stdin)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                request = client.stdin_channel.get_msg(timeout=0.02)
+                if request["msg_type"] == "input_request":
+                    cell.prompts.append(request["content"]["prompt"])
+                    client.input(left.pop(0) if left else "c")
+            except queue.Empty:
+                pass
+            try:
+                msg = client.iopub_channel.get_msg(timeout=0.02)
+            except queue.Empty:
+                continue
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "stream":
+                cell.text += content["text"]
+            elif kind in ("execute_result", "display_data"):
+                cell.text += str(content["data"].get("text/plain", "")) + "\n"
+            elif kind == "error":
+                cell.error = (content["ename"], content["evalue"])
+            elif kind == "status" and content["execution_state"] == "idle":
+                return cell
+        raise TimeoutError(f"the cell did not finish in {timeout} s; so far: {cell}")
+
+
+@contextmanager
+def kernel(env: dict[str, str] | None = None) -> Iterator[Kernel]:
+    """A kernel of this interpreter (its own process), shut down on the way out."""
+    manager = KernelManager()
+    manager.kernel_cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    manager.start_kernel(env={**os.environ, **(env or {})})
+    running = None
+    try:
+        running = Kernel(manager)
+        yield running
+    finally:
+        if running is not None:
+            running._client.stop_channels()
+        manager.shutdown_kernel(now=True)
