@@ -39,6 +39,7 @@ from .localize import (
 )
 from .forwards import Forward
 from .optimizer_call import learning_rates
+from .replay_names import program_names
 from .report import Report, source_field
 from .stop import dispatch, guarded
 from .upstream import upstream
@@ -107,6 +108,8 @@ class Investigation:
         """The report's mode is the step it came from; that step is bundled when capturing."""
         if source is not None:
             report.mode = source.ctx.mode
+            report.names = self._guard(program_names, (self.model, self._inner), self.optimizer or source.ctx.optimizer
+                                       ) or {}
             if self.capture:
                 self._write_bundle(report, source)
 

@@ -68,6 +68,8 @@ class Report:
     args: list[str] = field(default_factory=list)
     clipping: str | None = None  # how the program clipped its gradients ("norm 1"), kept for a replay's diagnosis
     clip_norm_seen: float | None = None  # the largest gradient norm its recent clips by norm measured
+    names: dict[str, str] = field(default_factory=dict)  # the program's names of "model" and "optimizer", for the
+    # replay line (``replay_names``), where they are not those
     version: int = VERSION
 
     @property
@@ -200,9 +202,10 @@ def to_text(report: Report) -> str:
 
 def _bundle_lines(report: Report) -> list[str]:
     bundle = report.bundle
-    call = {"loop": "model", "closure": "model, closure"}.get(report.mode or "step", "model, step_fn")
+    model, optimizer = (report.names.get(key, key) for key in ("model", "optimizer"))  # as the program holds them
+    call = {"loop": model, "closure": f"{model}, closure"}.get(report.mode or "step", f"{model}, step_fn")
     if report.lr:  # an optimizer was known (a loop updating by hand has none): its update is replayed too
-        call += ", optimizer=optimizer" if report.mode == "loop" else ", optimizer"
+        call += f", optimizer={optimizer}" if report.mode == "loop" or optimizer != "optimizer" else ", optimizer"
     lines = [f"incident bundle: {bundle}", f"reproduce it: tensor_dap.replay({bundle!r}, {call})"]
     if report.program and report.mode in ("loop", "closure"):  # the script that trained builds the model and
         # optimizer (and the closure, which only it has); a w.step bundle needs its step function: code

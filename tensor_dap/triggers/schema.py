@@ -68,9 +68,21 @@ def report_fields(data: Any, known: set[str]) -> dict[str, Any]:
     out["args"] = [_check(f"args[{i}]", v, str) for i, v in enumerate(_list("args", data.get("args", [])))]
     for name in ("loss_history", "lr"):
         out[name] = [_check(f"{name}[{i}]", v, NUMBER) for i, v in enumerate(_list(name, data.get(name, [])))]
+    out["names"] = _names(data.get("names", {}))
     out["source"] = _source(data.get("source"), out)
     out["tensors"] = [_tensor_row(i, row) for i, row in enumerate(_list("tensors", data.get("tensors", [])))]
     return {k: v for k, v in out.items() if k in known}
+
+
+def _names(value: Any) -> dict[str, str]:
+    """``Report.names``: "model"/"optimizer" to the program's expression for it (``ddpm``, ``self.model``)."""
+    if not isinstance(value, dict):
+        raise ValueError(f"field 'names': expected an object, got {type(value).__name__}")
+    for key, name in value.items():
+        if key not in ("model", "optimizer") or not isinstance(name, str) or \
+                not all(part.isidentifier() for part in name.split(".")):
+            raise ValueError(f"field 'names': {key!r} is not a model or optimizer named by a Python name")
+    return dict(value)
 
 
 def _list(name: str, value: Any) -> list[Any]:

@@ -22,6 +22,7 @@ import tensor_dap
 from tensor_dap import NonFiniteError
 from tensor_dap.cli import main
 from tensor_dap.triggers.incident import BundleError, read_bundle
+from tensor_dap.triggers.report import to_text
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -154,6 +155,27 @@ def test_a_loop_bundle_replays_without_a_step_function(tmp_path):
         tensor_dap.replay(bundle_of("log_zero", tmp_path / "s").bundle, model2, optimizer=optimizer2)
 
 
+def test_the_replay_line_names_the_model_and_optimizer_as_the_program_holds_them(tmp_path, capsys):
+    """minDiffusion's loop holds ``ddpm`` and ``optim``: the line to type at the stop's prompt (the frame calling the
+    optimizer's step) or to paste uses those names, in the report, its bundle's report.txt and ``tensor-dap
+    replay``'s rendering of report.json. (A step function holding them as ``model`` and ``optimizer``, where the
+    stop would open, keeps those: ``test_a_loop_bundle_replays_without_a_step_function``.)"""
+    ddpm, optim, batch, _ = planted.build("backward_nan")
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(ddpm, optim, on="raise", capture=str(tmp_path)):
+        for step in range(8):
+            x, y = batch(step)
+            optim.zero_grad()
+            torch.nn.functional.mse_loss(ddpm(x), y).backward()
+            optim.step()
+    report = info.value.report
+    line = f"tensor_dap.replay({report.bundle!r}, ddpm, optimizer=optim)"
+    assert report.names == {"model": "ddpm", "optimizer": "optim"}
+    assert line in str(info.value) and line in Path(report.bundle, "report.txt").read_text()
+    assert main(["replay", "--json", report.bundle]) == 0
+    assert json.loads(capsys.readouterr().out)["names"] == report.names
+    assert line in to_text(read_bundle(report.bundle).report)  # read back: what `tensor-dap replay` renders
+
+
 # ------------------------------------------------------------------ tensor-dap replay: the CLI
 
 def test_cli_replay_prints_the_report(tmp_path, capsys):
@@ -195,6 +217,9 @@ DAMAGED = {
         **SUMMARY, "grad": SUMMARY}}]]}),
     "nested 100000 deep": '{"kind": "x", "headline": "x", "notes": ' + "[" * 100000 + "]" * 100000 + "}",
     "too many notes": json.dumps({**GOOD, "notes": ["n"] * 20000}),
+    "names a list": json.dumps({**GOOD, "names": ["model"]}),
+    "a name that is code": json.dumps({**GOOD, "names": {"model": "__import__('os').system('x')"}}),
+    "a name for something else": json.dumps({**GOOD, "names": {"step_fn": "step"}}),
 }
 
 
