@@ -109,7 +109,7 @@ def stop_in_debugger(report: Report, *, how: str, **found: Any) -> None:
     """
     fields = {k: v for k, v in found.items() if k in Culprit.__dataclass_fields__}
     _last[:] = [Culprit(report, **{"step": report.step, **fields})]
-    frame = _training_loop(user_frame(sys._getframe(1)) or sys._getframe(1))
+    frame = stop_frame(sys._getframe(1))
     try:
         if how == "dap":
             _break_into_dap(frame)
@@ -117,6 +117,11 @@ def stop_in_debugger(report: Report, *, how: str, **found: Any) -> None:
             _open_pdb(frame, report)
     finally:
         _last.clear()  # the culprit's tensors (activations) are not kept alive once training goes on
+
+
+def stop_frame(frame: Any) -> Any:
+    """The frame a stop from a hook running in ``frame`` opens in: the user's, the loop that stepped."""
+    return _training_loop(user_frame(frame) or frame)
 
 
 def _training_loop(frame: Any) -> Any:

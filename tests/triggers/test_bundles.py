@@ -176,6 +176,27 @@ def test_the_replay_line_names_the_model_and_optimizer_as_the_program_holds_them
     assert line in to_text(read_bundle(report.bundle).report)  # read back: what `tensor-dap replay` renders
 
 
+class _Wrapped:
+    """A library's optimizer wrapper (accelerate's AcceleratedOptimizer keeps the real one as ``.optimizer``)."""
+
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+
+
+def test_an_optimizer_the_loop_holds_only_in_a_wrapper_is_named_through_it(tmp_path):
+    net, optim, batch, _ = planted.build("backward_nan")
+    opt = _Wrapped(optim)
+    del optim  # the loop holds the optimizer only inside the wrapper
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(net, opt.optimizer, on="raise",
+                                                                 capture=str(tmp_path)):
+        for step in range(8):
+            x, y = batch(step)
+            opt.optimizer.zero_grad()
+            torch.nn.functional.mse_loss(net(x), y).backward()
+            opt.optimizer.step()
+    assert info.value.report.names == {"model": "net", "optimizer": "opt.optimizer"}
+
+
 # ------------------------------------------------------------------ tensor-dap replay: the CLI
 
 def test_cli_replay_prints_the_report(tmp_path, capsys):
