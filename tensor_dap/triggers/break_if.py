@@ -71,6 +71,7 @@ def break_if(loss: Any, *, above: float | None = None, below: float | None = Non
     earlier calls from this line. Returns True when it fired (and did not raise); ``on``
     chooses where a firing goes (see ``tensor_dap.watch``).
     """
+    __tracebackhide__ = True  # a trigger raises through here: IPython and pytest leave the frame out
     return check(loss, _site(), above=above, below=below, nan=nan, spike=spike, step=step, on=on, ranks=ranks)
 
 
@@ -80,6 +81,7 @@ def check(loss: Any, site: Site, *, above: float | None = None, below: float | N
     """``break_if`` with its state kept in ``site``. ``optimizer``: the one about to update with this loss
     (``tensor-dap run --loss-above`` compares in its pre-step hook), whose learning rates a report outside a watch
     carries, as a watch's does."""
+    __tracebackhide__ = True  # a trigger raises through here: IPython and pytest leave the frame out
     check_mode(on)
     index = site.calls if step is None else step
     site.calls += 1

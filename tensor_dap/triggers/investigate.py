@@ -59,9 +59,11 @@ class Investigation:
     # ------------------------------------------------------------ sentinel → report
     def _guard(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run our own code so that a failure of tensor_dap never breaks the training loop."""
+        __tracebackhide__ = True  # a trigger raises through here: IPython and pytest leave the frame out
         return guarded("tensor_dap.watch", fn, *args)
 
     def _read_and_fire(self, index: int, ctx: StepContext | None) -> None:
+        __tracebackhide__ = True  # a trigger raises through here: IPython and pytest leave the frame out
         first = self._sentinel.read()
         window, self._window = self._window or None, None
         if first is None:
@@ -93,6 +95,7 @@ class Investigation:
     def _finish(self, report: Report, culprit: dict[str, Any], source: Source | None,
                 error: type[TriggerError] = NonFiniteError) -> None:
         """Bundle the step, keep the report, and send it where ``on`` says."""
+        __tracebackhide__ = True  # a trigger raises through here: IPython and pytest leave the frame out
         self._bundle(report, source)
         if self.capture and source is None and report.bundle is None:
             dropped = self._loop.dropped if self._loop is not None else None  # the capture let this step go: why

@@ -92,6 +92,7 @@ class LoopSteps:
         ~0.3 µs (the caches are cold after the step's kernels). False, with nothing done but settling the
         last loss, when the step needs the general path (several or no losses, a loss the model returned,
         a break_if's loss, ``every`` > 1)."""
+        __tracebackhide__ = True  # a trigger raises through here: IPython and pytest leave the frame out
         loop, losses, sentinel = self._loop, self._step_losses, self._sentinel
         if loop is not None:
             if loop.pending is not None:
@@ -143,12 +144,14 @@ class LoopSteps:
     def _backward_done(self, loss: torch.Tensor) -> None:
         """A backward() returned and no torch.optim optimizer has stepped: a loop that updates its
         parameters by hand does so next, so its gradients are checked now, before that update."""
+        __tracebackhide__ = True  # a trigger raises through here: IPython and pytest leave the frame out
         if self._ctx is None and not (self._rerunning or self._replaying):
             self._guard(self._step_by_hand)
 
     def _step_by_hand(self) -> None:
         """Without torch.optim each backward() is a step: its loss into the history, the check, its end
         (micro-batches accumulated by hand are then steps of their own, each checked)."""
+        __tracebackhide__ = True  # a trigger raises through here: IPython and pytest leave the frame out
         index = self.step_count
         self._take_loop_losses()
         self._guard(self._check, index, None)

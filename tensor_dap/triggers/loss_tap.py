@@ -95,6 +95,7 @@ def _install() -> None:
 
     @functools.wraps(original)
     def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # a trigger raises through here: IPython and pytest leave the frame out
         loss = _loss_of(tensors, args, kwargs)
         if loss is None:
             return original(tensors, *args, **kwargs)

@@ -30,6 +30,7 @@ MODES = ("auto", "break", "raise", "log")
 def guarded(who: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``fn``, tensor_dap's own code run inside the user's program: a trigger stopping the run on purpose
     (``STOPS``) passes, any other failure is a warning from ``who`` and None, never the program's."""
+    __tracebackhide__ = True  # a trigger raises through here: IPython and pytest leave the frame out
     try:
         return fn(*args, **kwargs)
     except STOPS:  # (KeyboardInterrupt is no Exception: it passes too)
@@ -53,6 +54,7 @@ def check_mode(on: str) -> str:
 def dispatch(report: Report, *, on: str, error: type[TriggerError], ranks: Collection[int] | None = None,
              culprit: dict | None = None) -> None:
     """Send the report where ``on`` says. Raises ``error`` for "raise" (and "auto" with nobody to ask)."""
+    __tracebackhide__ = True  # a trigger raises through here: IPython and pytest leave the frame out
     culprit = culprit or {}
     if on == "log":
         emit(report)

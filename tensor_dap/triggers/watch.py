@@ -12,13 +12,13 @@ or, to hand each step over (the exact mode: the loss function is re-run too)::
         for x, y in loader:
             loss = w.step(train_step, x, y)      # train_step(x, y) does zero_grad/forward/backward/step
 
-Every step costs a few device kernels (see ``sentinel``). The check runs in an optimizer
-*pre*-step hook, so when it fires the parameters and optimizer state are still those from
-before the step: together with what was captured at the step's start (``w.step``'s arguments,
-or the model's forwards for an unchanged loop, see ``loop``), that is enough to re-run the
-step with every op and module watched (``investigate``, ``localize``) and to write a
-replayable incident bundle. After reporting, the update goes ahead exactly as it would without
-``watch`` (unless the trigger raised), so numerics are unchanged.
+Every step costs a few device kernels (see ``sentinel``). The check runs in an optimizer *pre*-step hook, so when it
+fires the parameters and optimizer state are still those from before the step: together with what was captured at the
+step's start (``w.step``'s arguments, or the model's forwards for an unchanged loop, see ``loop``), that is enough to
+re-run the step with every op and module watched (``investigate``, ``localize``) and to write a replayable incident
+bundle. After reporting, the update goes ahead exactly as it would without ``watch`` (unless the trigger raised), so
+numerics are unchanged. The frames a trigger raises through set ``__tracebackhide__``, which IPython's and pytest's
+tracebacks leave out.
 """
 
 from __future__ import annotations
@@ -103,15 +103,12 @@ class watch(Investigation, LoopSteps, CrashExplanation):
         self._silent = SilentChecks(self._inner, self._aftermath.at_end)  # what a loop gets wrong with no error
         self._watched = 0  # steps seen, for the end-of-run count
         self._scaler_probes = 0
-        # RNG states cost microseconds to copy; a step that does not draw from a stream leaves it as
-        # it was at its start, so reading it when a trigger fires is enough (see state.RngUse).
+        # RNG states cost µs to copy; a stream a step does not draw from is read when a trigger fires (state.RngUse)
         self._rngs = RngUse()
-        # How steps update the parameters decides where the check runs. "optimizer": in the
-        # pre-step hook of a torch.optim optimizer; a step without an update is then deliberate
-        # (a GradScaler skipping an overflow, gradient accumulation) and only its loss is read.
-        # "manual": the parameters change without torch.optim, so the check runs when
-        # w.step returns and the parameters are copied at each step start for the re-run.
-        # None: not known yet (parameters are copied and compared until it is).
+        # How steps update the parameters decides where the check runs. "optimizer": in the pre-step hook of a
+        # torch.optim optimizer; a step without an update is then deliberate (a GradScaler skipping an overflow,
+        # gradient accumulation) and only its loss is read. "manual": the parameters change without torch.optim, so
+        # the check runs when w.step returns, parameters copied at each step start for the re-run. None: not known.
         self._mode: str | None = "optimizer" if optimizer is not None else None
         self._param_store: list[torch.Tensor] | None = None
         self._last_loss: tuple[int, torch.Tensor | None] = (-1, None)
@@ -197,6 +194,7 @@ class watch(Investigation, LoopSteps, CrashExplanation):
 
     def step(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run ``fn(*args, **kwargs)`` as training step ``self.step_count`` under the sentinel."""
+        __tracebackhide__ = True  # a trigger raises through here: IPython and pytest leave the frame out
         windowed = self.every > 1 and self._windowed()
         rng, probing = self._rngs.before()
         ctx = StepContext(self.step_count, fn, args, kwargs, rng,
@@ -287,6 +285,7 @@ class watch(Investigation, LoopSteps, CrashExplanation):
 
     # ------------------------------------------------------------ optimizer hooks
     def _before_update(self, optimizer: Any, args: Any, kwargs: Any) -> Any:
+        __tracebackhide__ = True  # a trigger raises through here: IPython and pytest leave the frame out
         if self._replaying:
             self._after_hook()
             return None  # a window's earlier steps run again as they ran, updates included
@@ -375,6 +374,7 @@ class watch(Investigation, LoopSteps, CrashExplanation):
     # ------------------------------------------------------------ checks
     def _check(self, index: int, ctx: StepContext | None) -> None:
         """Observe this step's gradients, read the sentinel when due. Callers guard it (``_guard``)."""
+        __tracebackhide__ = True  # a trigger raises through here: IPython and pytest leave the frame out
         found = self._sentinel.check_params(self._groups, index)
         windowed = ctx is not None and self.every > 1 and self._windowed()
         renew = found is False and (self._window is not None or windowed)

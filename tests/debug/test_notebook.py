@@ -8,6 +8,8 @@ nbconvert --execute``, papermill) still never waits. Driven through a real ipyke
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from harness.kernel import kernel
@@ -68,3 +70,8 @@ def test_a_cell_run_with_nobody_to_answer_never_waits(notebook):
     assert not cell.prompts, cell
     assert cell.error is not None and cell.error[0] == "NonFiniteError", cell
     assert "non-finite input batch" in cell.error[1]
+    # its traceback: the cell's line, torch's optimizer wrapper, and of tensor_dap's frames (__tracebackhide__) only
+    # the raise, which IPython always shows
+    shown = cell.traceback.replace("\\", "/")
+    assert "opt.step()" in shown and re.search(r"skipping hidden [5-9] frame", shown), shown
+    assert shown.count("File /") == 2 and shown.count("tensor_dap/triggers/") == 1, shown  # (the cell: "Cell In")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -17,15 +18,18 @@ from dataclasses import dataclass, field
 
 from jupyter_client import KernelManager
 
+_COLOURS = re.compile(r"\x1b\[[0-9;]*m")
+
 
 @dataclass
 class Cell:
     """What running one cell showed: its printed text (streams and results, in order), the prompts the page was
-    asked to answer, and the error it ended with (its name and message), if any."""
+    asked to answer, and the error it ended with (its name and message, and its traceback), if any."""
 
     text: str = ""
     prompts: list[str] = field(default_factory=list)
     error: tuple[str, str] | None = None
+    traceback: str = ""  # the error's, as the page shows it (colours taken out)
 
 
 class Kernel:
@@ -61,6 +65,7 @@ class Kernel:
                 cell.text += str(content["data"].get("text/plain", "")) + "\n"
             elif kind == "error":
                 cell.error = (content["ename"], content["evalue"])
+                cell.traceback = _COLOURS.sub("", "\n".join(content["traceback"]))
             elif kind == "status" and content["execution_state"] == "idle":
                 return cell
         raise TimeoutError(f"the cell did not finish in {timeout} s; so far: {cell}")
