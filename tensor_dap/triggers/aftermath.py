@@ -141,7 +141,7 @@ def flat_loss(history: Sequence[Any]) -> str | None:
                 f"or a model that already fits every batch exactly (with binary cross-entropy: a sigmoid saturated at "
                 f"exactly the targets, passing back no gradient; a GAN's generator once its discriminator calls "
                 f"everything real)")
-    if value > 0 and value % BCE_CAP == 0:
+    if 0 < value <= BCE_CAP * 1e6 and value % BCE_CAP == 0:  # (a sum over up to a million predictions)
         return (f"the loss was exactly {value:.6g} in each of the last {FLAT_STEPS} steps: "
                 f"{'' if value == BCE_CAP else 'a multiple of '}binary cross-entropy's cap (nn.BCELoss clamps log at "
                 f"-100), the cost of a prediction of exactly 0 or 1 on the wrong side, where the sigmoid saturated and "

@@ -116,3 +116,4 @@ def test_the_cap_is_told_for_its_multiples_only():
     assert "a multiple of binary cross-entropy's cap" in flat_loss([200.0] * FLAT_STEPS)
     assert "cap" not in flat_loss([150.0] * FLAT_STEPS)
     assert "nothing the model learns changes it" in flat_loss([-100.0] * FLAT_STEPS)
+    assert "cap" not in flat_loss([100.0 * 2.0 ** 60] * FLAT_STEPS)  # a huge value, a multiple of 100 by chance
