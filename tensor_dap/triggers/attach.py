@@ -4,7 +4,9 @@
 the optimizer and finds the model itself: the first module called with gradients on whose
 parameters the optimizer updates (a training loop calls the whole model, the outermost module,
 first). The watch is attached inside that first forward and captures it, so even a NaN in the
-very first step is localized. From then on it is an ordinary unchanged-loop ``watch``.
+very first step is localized. Until the first update, a later call of a module holding that one
+and more of the parameters moves the watch to it (a loop that calls a submodule first). From then
+on it is an ordinary unchanged-loop ``watch``.
 
 An optimizer first seen when it already steps (created before tensor_dap was switched on) is
 handled by ``find_model`` over the modules the caller noted (``seen``): the root one holding most
@@ -70,6 +72,7 @@ class Attachment:
             self.watch = watch(model, optimizer, **options)
             return
         self._params = param_ids(optimizer)
+        self._watched_holds = 0  # of those, how many the watched module holds
         self._hook = global_forward_pre_hook(self._called)  # also inside compiled models
         self._step_hooks = [optimizer.register_step_pre_hook(self._step_begins),
                             optimizer.register_step_post_hook(self._step_ends)]
@@ -81,18 +84,42 @@ class Attachment:
         self._closure = None
 
     def _called(self, module: torch.nn.Module, args: Any) -> None:
-        if self.watch is not None or not torch.is_grad_enabled():
+        if not torch.is_grad_enabled():
             return  # (evaluation under no_grad is not training: wait for a training forward)
-        if not any(id(p) in self._params for p in module.parameters()):
+        if self.watch is not None:
+            self._outer_call(module, args)
             return
-        self._hook.remove()  # removing a global hook from inside it is safe: torch iterates over a copy
-        self._hook = None
+        held = self._held(module)
+        if not held:
+            return
         closure = self._closure
         self._remove_step_hooks()
-        self.watch = watch(module, self.optimizer, **self.options)
-        self.watch.begin_forward(module, args)  # its own pre-hook missed the call already running
+        self._watch(module, args, held)
         if closure is not None:
             self.watch.join_step(closure)  # ... and the step already running, whose closure called the model
+
+    def _watch(self, module: torch.nn.Module, args: Any, held: int) -> None:
+        self.watch, self._watched_holds = watch(module, self.optimizer, **self.options), held
+        self.watch.begin_forward(module, args)  # its own pre-hook missed the call already running
+
+    def _held(self, module: torch.nn.Module) -> int:
+        return sum(1 for p in module.parameters() if id(p) in self._params)
+
+    def _outer_call(self, module: torch.nn.Module, args: Any) -> None:
+        """Until the first update, or the watched module's next call: a module holding more of the optimizer's
+        parameters than the one watched, and holding it, is the model (a loop that calls a submodule first:
+        ``model.emb(tokens)`` to pack a sequence, then ``model(packed)``); the watch moves to it, inside its call.
+        Then the hook goes (an optimizer that never steps leaves no cost on later forwards)."""
+        watched = self.watch
+        assert watched is not None
+        if watched.step_count or self._closure is not None or module is watched.model:  # (a closure's step: joined)
+            self._hook.remove()  # removing a global hook from inside it is safe: torch iterates over a copy
+            self._hook = None
+            return
+        if self._held(module) <= self._watched_holds or not any(sub is watched.model for sub in module.modules()):
+            return
+        watched.close(flush=False)
+        self._watch(module, args, self._held(module))
 
     def _remove_step_hooks(self) -> None:
         for h in self._step_hooks:

@@ -64,6 +64,46 @@ def test_attached_at_the_first_step_and_removed_on_close():
     assert not optim_module._global_optimizer_pre_hooks and not optim_module._global_optimizer_post_hooks
 
 
+class _Packed(nn.Module):
+    """An RNN classifier whose loop embeds and packs the batch before calling it: ``model.emb`` runs first."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb, self.rnn, self.head = nn.Embedding(20, 8), nn.GRU(8, 8, batch_first=True), nn.Linear(8, 3)
+
+    def forward(self, packed, mask):
+        out, _ = self.rnn(packed)
+        out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=mask.shape[1])
+        return self.head((out * mask.unsqueeze(-1)).sum(1) / mask.sum(1, keepdim=True))  # BUG: an empty row
+
+
+def test_a_loop_calling_a_submodule_before_the_model_watches_the_model():
+    """A text classifier's loop calls ``model.emb`` to pack its batch, then ``model(packed, mask)``: the first module
+    run holding the optimizer's parameters is the embedding, and watching it named the model's NaN "outside any
+    module", in the loss. Until the first update the watch moves to a module holding it and more of them."""
+    torch.manual_seed(0)
+    model = _Packed()
+    with AutoTriggers(nan=True, on="raise") as auto, pytest.raises(NonFiniteError) as info:
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)  # seen made: attached before the first forward
+        for step in range(6):
+            lengths = torch.randint(1, 7, (4,))
+            tokens = torch.randint(1, 20, (4, 6)) * (torch.arange(6) < lengths[:, None])
+            mask = (tokens != 0).float()
+            if step == 4:
+                mask[2] = 0.0
+            packed = nn.utils.rnn.pack_padded_sequence(model.emb(tokens), lengths, batch_first=True,
+                                                       enforce_sorted=False)
+            loss = torch.nn.functional.cross_entropy(model(packed, mask), torch.randint(0, 3, (4,)))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            watched = [w.model for w in auto.watches]
+    assert watched == [model]
+    report = info.value.report
+    assert (report.step, report.phase, report.module, report.op) == (4, "forward", "", "div"), report
+    assert report.source["text"].startswith("return self.head((out * mask.unsqueeze(-1)).sum(1) / mask.sum(1")
+
+
 # ---------------------------------------------------------------- end to end, in batch mode (no terminal, no IDE)
 
 def test_guard_keeps_numerics_bit_identical_and_never_fires_on_a_clean_run(tmp_path):
