@@ -21,6 +21,7 @@ from typing import Any, Optional
 import torch
 
 from ..dynamo import global_forward_pre_hook
+from . import active
 from .optimizer_call import closure_of, param_ids
 from .watch import watch
 
@@ -58,6 +59,7 @@ class Attachment:
                  seen: Optional[Iterable[torch.nn.Module]] = None) -> None:
         self.optimizer, self.options = optimizer, options
         self.watch: Optional[watch] = None
+        self.shared = False  # ``watch`` is another attachment's, on the same model (``_shared_watch``)
         self.others: list[torch.nn.Module] = []
         self._hook: Any = None
         # A step with a closure (LBFGS) runs the model inside step(): the watch is then made after that step's
@@ -69,7 +71,7 @@ class Attachment:
             if model is None:
                 return
         if model is not None:
-            self.watch = watch(model, optimizer, **options)
+            self.watch = self._shared_watch(model) or watch(model, optimizer, **options)
             return
         self._params = param_ids(optimizer)
         self._watched_holds = 0  # of those, how many the watched module holds
@@ -99,8 +101,20 @@ class Attachment:
             self.watch.join_step(closure)  # ... and the step already running, whose closure called the model
 
     def _watch(self, module: torch.nn.Module, args: Any, held: int) -> None:
-        self.watch, self._watched_holds = watch(module, self.optimizer, **self.options), held
-        self.watch.begin_forward(module, args)  # its own pre-hook missed the call already running
+        self._watched_holds = held
+        self.watch = self._shared_watch(module)
+        if self.watch is None:
+            self.watch = watch(module, self.optimizer, **self.options)
+            self.watch.begin_forward(module, args)  # its own pre-hook missed the call already running
+
+    def _shared_watch(self, module: torch.nn.Module) -> watch | None:
+        """The watch another optimizer's attachment already keeps on ``module``, now checking this optimizer's
+        updates too (one model, two optimizers: one watch, one report, one stop); None when there is none."""
+        shared = next((w for w in active.watches() if w.model is module and w.optimizer is not self.optimizer), None)
+        if shared is not None:
+            shared.also_step(self.optimizer)
+            self.shared = True
+        return shared
 
     def _held(self, module: torch.nn.Module) -> int:
         return sum(1 for p in module.parameters() if id(p) in self._params)
@@ -112,7 +126,7 @@ class Attachment:
         Then the hook goes (an optimizer that never steps leaves no cost on later forwards)."""
         watched = self.watch
         assert watched is not None
-        if watched.step_count or self._closure is not None or module is watched.model:  # (a closure's step: joined)
+        if watched.step_count or self._closure is not None or module is watched.model or self.shared:
             self._hook.remove()  # removing a global hook from inside it is safe: torch iterates over a copy
             self._hook = None
             return

@@ -83,7 +83,7 @@ class AutoTriggers:
     @property
     def watches(self) -> list[Any]:
         """The watches attached so far (one per optimizer whose model has run)."""
-        found = [a.watch for a in self._attachments if a.watch is not None]
+        found = [a.watch for a in self._attachments if a.watch is not None and not a.shared]
         return found + [self._by_hand] if self._by_hand is not None else found
 
     def close(self) -> None:

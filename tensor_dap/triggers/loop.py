@@ -103,6 +103,11 @@ class LoopCapture:
         self.forwards, self.losses = [], []
 
     @property
+    def between_steps(self) -> bool:
+        """The step's update ran, and no forward of the next has begun."""
+        return self.updated and not self._open
+
+    @property
     def replayable(self) -> bool:
         return bool(self.forwards) and self.dropped is None
 

@@ -42,6 +42,8 @@ _isfinite = math.isfinite
 class LoopSteps:
     """Mixed into ``watch``: the state it reads is the watch's own (see watch.__init__)."""
 
+    _shared = False  # several optimizers update the model, each hooked (``also_step``)
+
     def _backward_loss(self, loss: torch.Tensor) -> None:
         """A loss handed to ``backward()`` outside ``w.step`` with no capture (``rerun=False``): the unchanged
         loop's loss, for the reports. (A capture takes it itself: ``LoopCapture.backward_called``.) Inside
@@ -128,6 +130,21 @@ class LoopSteps:
             self._sentinel.observe_number(loss, index)
         else:
             self._guard(self._sentinel.observe_value, loss, index)
+
+    def also_step(self, optimizer: Any) -> None:
+        """Another optimizer updates this model too (the speedruns' Muon for its matrices and AdamW for the rest; a
+        ``SparseAdam`` for its embedding): its update is checked as well, once a step, in the hook of whichever of
+        them steps first (``_stepped_already``)."""
+        self._shared = True
+        self._handles.append(optimizer.register_step_pre_hook(self._before_update))
+
+    def _stepped_already(self, optimizer: Any) -> bool:
+        """True when this update needs no check of its own: the backward() before it checked and ended this step (a
+        loop updating by hand until this optimizer stepped: ``_optimizer_found``), or another optimizer of the
+        model's did in its hook, this step (``also_step``; the unchanged loop's capture tells)."""
+        if self._untap_done is not None:
+            return self._optimizer_found(optimizer)
+        return self._loop is not None and self._loop.between_steps
 
     def _optimizer_found(self, optimizer: Any) -> bool:
         """A torch.optim optimizer updating the model steps (none was given): it is the watch's optimizer from now

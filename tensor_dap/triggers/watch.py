@@ -291,8 +291,8 @@ class watch(Investigation, LoopSteps, CrashExplanation):
             return None  # a window's earlier steps run again as they ran, updates included
         if self._rerunning:
             raise StopRerun()  # localization re-runs forward and backward, never the update
-        if self._untap_done is not None and self._optimizer_found(optimizer):
-            return None  # the backward() before it checked this step and ended it
+        if (self._untap_done is not None or self._shared) and self._stepped_already(optimizer):
+            return None  # the backward() before it, or another optimizer's hook, checked this step and ended it
         if self._scaler_probes < SCALER_PROBE_STEPS:
             self._guard(self._silent.early_update, self._scaler_probes, self._inner, optimizer, self._params,
                         self.step_count, closure_of(args, kwargs) is not None)

@@ -1,5 +1,6 @@
 """Triggers switched on from the command line, on a training loop nobody changed (``tensor-dap run --guard``)."""
 
+import contextlib
 import os
 import re
 import shlex
@@ -10,6 +11,7 @@ import pytest
 import torch
 from torch import nn
 
+import tensor_dap
 from markers import marker_line
 from tensor_dap import NonFiniteError
 from tensor_dap.triggers.attach import find_model
@@ -102,6 +104,49 @@ def test_a_loop_calling_a_submodule_before_the_model_watches_the_model():
     report = info.value.report
     assert (report.step, report.phase, report.module, report.op) == (4, "forward", "", "div"), report
     assert report.source["text"].startswith("return self.head((out * mask.unsqueeze(-1)).sum(1) / mask.sum(1")
+
+
+class _Trap(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(6, 8), nn.Linear(8, 2)
+
+    def forward(self, x):
+        h = self.fc1(x)
+        return self.fc2(h / h.norm(dim=1, keepdim=True))  # 0/0 for a row that is exactly 0
+
+
+@pytest.mark.parametrize("how", ["auto, AdamW first", "auto, SGD first", "by hand, AdamW first"])
+def test_one_model_two_optimizers_is_one_watch_checked_before_either_update(how):
+    """The speedruns' split: one optimizer for the weight matrices, AdamW for the rest. Each got its own watch on
+    the same model: two reports and two stops for one NaN, every step counted twice. One watch now hooks both and
+    checks in whichever steps first, before either update (by hand: ``w.also_step``)."""
+    torch.manual_seed(0)
+    model = _Trap()
+    with contextlib.ExitStack() as stack, pytest.raises(NonFiniteError) as info:
+        auto = stack.enter_context(AutoTriggers(nan=True, on="raise")) if how.startswith("auto") else None
+        matrices = torch.optim.SGD([p for p in model.parameters() if p.dim() == 2], lr=0.1, momentum=0.9)
+        rest = torch.optim.AdamW([p for p in model.parameters() if p.dim() < 2], lr=1e-3)
+        if auto is None:
+            w = stack.enter_context(tensor_dap.watch(model, matrices, on="raise"))
+            w.also_step(rest)
+        order = [rest, matrices] if "AdamW first" in how else [matrices, rest]
+        for step in range(8):
+            x = torch.randn(16, 6)
+            if step == 5:
+                x[3] = 0.0
+                with torch.no_grad():
+                    model.fc1.bias.zero_()  # a zero row meets a zero bias: h is exactly 0 there
+            torch.nn.functional.mse_loss(model(x), torch.zeros(16, 2)).backward()
+            for optimizer in order:
+                optimizer.step()
+            for optimizer in order:
+                optimizer.zero_grad()
+            watches = list(auto.watches) if auto is not None else [w]
+    assert len(watches) == 1 and watches[0].step_count == 5, [(w.model, w.step_count) for w in watches]
+    report = info.value.report
+    assert (report.step, report.op, report.phase) == (5, "div", "forward"), report.headline
+    assert all(torch.isfinite(p).all() for p in model.parameters())  # stopped before either update
 
 
 # ---------------------------------------------------------------- end to end, in batch mode (no terminal, no IDE)
