@@ -141,10 +141,11 @@ class LoopSteps:
     def _stepped_already(self, optimizer: Any) -> bool:
         """True when this update needs no check of its own: the backward() before it checked and ended this step (a
         loop updating by hand until this optimizer stepped: ``_optimizer_found``), or another optimizer of the
-        model's did in its hook, this step (``also_step``; the unchanged loop's capture tells)."""
+        model's did in its hook, this step (``also_step``: the unchanged loop's capture tells; with none, no loss
+        was handed to backward() since that hook took the step's)."""
         if self._untap_done is not None:
             return self._optimizer_found(optimizer)
-        return self._loop is not None and self._loop.between_steps
+        return self._loop.between_steps if self._loop is not None else not self._step_losses
 
     def _optimizer_found(self, optimizer: Any) -> bool:
         """A torch.optim optimizer updating the model steps (none was given): it is the watch's optimizer from now
