@@ -145,6 +145,8 @@ class LoopSteps:
         was handed to backward() since that hook took the step's)."""
         if self._untap_done is not None:
             return self._optimizer_found(optimizer)
+        if self._ctx is not None:  # a step handed to w.step: its first update checked it
+            return self._ctx.checked
         return self._loop.between_steps if self._loop is not None else not self._step_losses
 
     def _optimizer_found(self, optimizer: Any) -> bool:

@@ -117,7 +117,7 @@ class _Trap(nn.Module):
 
 
 @pytest.mark.parametrize("how", ["auto, AdamW first", "auto, SGD first", "by hand, AdamW first",
-                                 "by hand, rerun=False, AdamW first"])
+                                 "by hand, rerun=False, AdamW first", "by hand, w.step, AdamW first"])
 def test_one_model_two_optimizers_is_one_watch_checked_before_either_update(how):
     """The speedruns' split: one optimizer for the weight matrices, AdamW for the rest. Each got its own watch on
     the same model: two reports and two stops for one NaN, every step counted twice. One watch now hooks both and
@@ -132,19 +132,24 @@ def test_one_model_two_optimizers_is_one_watch_checked_before_either_update(how)
             w = stack.enter_context(tensor_dap.watch(model, matrices, on="raise", rerun="rerun=False" not in how))
             w.also_step(rest)
         order = [rest, matrices] if "AdamW first" in how else [matrices, rest]
+
+        def train_step(x):
+            torch.nn.functional.mse_loss(model(x), torch.zeros(16, 2)).backward()
+            for optimizer in order:
+                optimizer.step()
+            for optimizer in order:
+                optimizer.zero_grad()
+
         for step in range(8):
             x = torch.randn(16, 6)
             if step == 5:
                 x[3] = 0.0
                 with torch.no_grad():
                     model.fc1.bias.zero_()  # a zero row meets a zero bias: h is exactly 0 there
-            torch.nn.functional.mse_loss(model(x), torch.zeros(16, 2)).backward()
-            for optimizer in order:
-                optimizer.step()
-            for optimizer in order:
-                optimizer.zero_grad()
+            w.step(train_step, x) if "w.step" in how else train_step(x)
             watches = list(auto.watches) if auto is not None else [w]
-    assert len(watches) == 1 and watches[0].step_count == 5, [(w.model, w.step_count) for w in watches]
+    begun = 6 if "w.step" in how else 5  # (w.step counts a step when it begins; the loop, at its update)
+    assert len(watches) == 1 and watches[0].step_count == begun, [(w.model, w.step_count) for w in watches]
     report = info.value.report
     assert report.step == 5, report.headline  # (with no capture, no re-run: the gradients as they are, not the op)
     assert (report.op, report.phase) == ("div", "forward") or "rerun=False" in how, report.headline
