@@ -112,7 +112,7 @@ class Attachment:
         updates too (one model, two optimizers: one watch, one report, one stop); None when there is none."""
         shared = next((w for w in active.watches() if w.model is module and w.optimizer is not self.optimizer), None)
         if shared is not None:
-            shared.also_step(self.optimizer)
+            shared.add_optimizer(self.optimizer)
             self.shared = True
         return shared
 

@@ -42,7 +42,7 @@ _isfinite = math.isfinite
 class LoopSteps:
     """Mixed into ``watch``: the state it reads is the watch's own (see watch.__init__)."""
 
-    _shared = False  # several optimizers update the model, each hooked (``also_step``)
+    _shared = False  # several optimizers update the model, each hooked (``add_optimizer``)
 
     def _backward_loss(self, loss: torch.Tensor) -> None:
         """A loss handed to ``backward()`` outside ``w.step`` with no capture (``rerun=False``): the unchanged
@@ -131,7 +131,7 @@ class LoopSteps:
         else:
             self._guard(self._sentinel.observe_value, loss, index)
 
-    def also_step(self, optimizer: Any) -> None:
+    def add_optimizer(self, optimizer: Any) -> None:
         """Another optimizer updates this model too (the speedruns' Muon for its matrices and AdamW for the rest; a
         ``SparseAdam`` for its embedding): its update is checked as well, once a step, in the hook of whichever of
         them steps first (``_stepped_already``)."""
@@ -141,7 +141,7 @@ class LoopSteps:
     def _stepped_already(self, optimizer: Any) -> bool:
         """True when this update needs no check of its own: the backward() before it checked and ended this step (a
         loop updating by hand until this optimizer stepped: ``_optimizer_found``), or another optimizer of the
-        model's did in its hook, this step (``also_step``: the unchanged loop's capture tells; with none, no loss
+        model's did in its hook, this step (``add_optimizer``: the unchanged loop's capture tells; with none, no loss
         was handed to backward() since that hook took the step's)."""
         if self._untap_done is not None:
             return self._optimizer_found(optimizer)

@@ -121,7 +121,7 @@ class _Trap(nn.Module):
 def test_one_model_two_optimizers_is_one_watch_checked_before_either_update(how):
     """The speedruns' split: one optimizer for the weight matrices, AdamW for the rest. Each got its own watch on
     the same model: two reports and two stops for one NaN, every step counted twice. One watch now hooks both and
-    checks in whichever steps first, before either update (by hand: ``w.also_step``)."""
+    checks in whichever steps first, before either update (by hand: ``w.add_optimizer``)."""
     torch.manual_seed(0)
     model = _Trap()
     with contextlib.ExitStack() as stack, pytest.raises(NonFiniteError) as info:
@@ -130,7 +130,7 @@ def test_one_model_two_optimizers_is_one_watch_checked_before_either_update(how)
         rest = torch.optim.AdamW([p for p in model.parameters() if p.dim() < 2], lr=1e-3)
         if auto is None:
             w = stack.enter_context(tensor_dap.watch(model, matrices, on="raise", rerun="rerun=False" not in how))
-            w.also_step(rest)
+            w.add_optimizer(rest)
         order = [rest, matrices] if "AdamW first" in how else [matrices, rest]
 
         def train_step(x):
