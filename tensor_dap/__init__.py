@@ -4,10 +4,8 @@ The public API is re-exported here. Heavy parts load lazily so that importing
 tensor_dap (for example from the debugpy plugin) never imports torch by itself.
 """
 
-from __future__ import annotations
-
-import importlib
-from typing import Any
+import importlib as _importlib  # (private names: dir(tensor_dap), what a notebook completes, lists the API)
+from typing import Any as _Any
 
 from .version import __version__
 
@@ -60,11 +58,11 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'tensor_dap' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(_importlib.import_module(module), name)
     globals()[name] = value
     return value
 
