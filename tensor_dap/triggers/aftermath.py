@@ -3,11 +3,11 @@
 Once a trigger has reported and the user continued (or ``on="log"``), the next step that is
 still non-finite prints one line on stderr, and so do later ones, at most one every ``INTERVAL``
 seconds (with how many were not printed); the end of the run (``close``, the ``with`` block,
-interpreter exit) says how many steps were non-finite in all, and whether the loss had one exact
-value over its last ``FLAT_STEPS`` steps (``flat_loss``): a run that trains nothing looks calm too
-(pytorch/examples' DDP tutorial takes a cross-entropy over a single class, which is 0 whatever the model; its
-dcgan with a learning rate of 0.05 saturates both models' sigmoids, at binary cross-entropy's cap of 100). That
-one is also said during the run, at the watch's looks every ``running_total.EVERY`` updates, and not again.
+interpreter exit) says how many steps were non-finite in all. ``flat_loss`` tells a loss with one exact value over
+its last ``FLAT_STEPS`` steps: a run that trains nothing looks calm too (pytorch/examples' DDP tutorial takes a
+cross-entropy over a single class, which is 0 whatever the model; its dcgan with a learning rate of 0.05 saturates
+both models' sigmoids, at binary cross-entropy's cap of 100). The silent checks say it at the watch's looks every
+``running_total.EVERY`` updates and at the end of the run, through ``at_end``, which says a line once.
 """
 
 from __future__ import annotations
@@ -106,12 +106,6 @@ class Aftermath:
             were = "was" if self.count == 1 else "were"
             self.at_end(f"{self.count} of the {steps} steps watched {were} non-finite (the first at step "
                              f"{self.first})")
-
-    def flat(self, history: list[Any]) -> None:
-        """The end of the run: a loss with one exact value over its last ``FLAT_STEPS`` steps is said."""
-        note = flat_loss(history)
-        if note is not None:
-            self.at_end(note)
 
 
 def latest_loss(history: Sequence[Any]) -> float | None:

@@ -130,10 +130,11 @@ class Attachment:
             self._hook.remove()  # removing a global hook from inside it is safe: torch iterates over a copy
             self._hook = None
             return
-        if self._held(module) <= self._watched_holds or not any(sub is watched.model for sub in module.modules()):
+        held = self._held(module)
+        if held <= self._watched_holds or not any(sub is watched.model for sub in module.modules()):
             return
         watched.close(flush=False)
-        self._watch(module, args, self._held(module))
+        self._watch(module, args, held)
 
     def _remove_step_hooks(self) -> None:
         for h in self._step_hooks:

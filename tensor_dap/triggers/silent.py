@@ -142,8 +142,9 @@ class SilentChecks:
         self._discards.reset(update, optimizer)
 
     def at_end(self, losses: Sequence[Any] = ()) -> None:
-        """The end of the run: the lines about parameters never updated and a diverging loss (the latest of
-        ``losses``), if not said yet; nothing listens after."""
+        """The end of the run: the lines about a loss that never moved, parameters never updated and a diverging loss
+        (the latest of ``losses``), if not said yet; nothing listens after."""
+        self._line(flat_loss(losses))
         self._diverging(losses, None)
         self._discards.close()
         self._zero_grad.close()

@@ -180,7 +180,6 @@ class watch(Investigation, LoopSteps, CrashExplanation):
             atexit.unregister(self._at_exit)
             # a step that raised in the optimizer's hook did not end: it counts too
             self._aftermath.summary(self._watched + (self._aftermath.through >= self.step_count))
-            self._guard(self._aftermath.flat, list(self._history))
             self._guard(self._silent.at_end, self._history)
 
     def begin_forward(self, module: torch.nn.Module, args: Any) -> None:
