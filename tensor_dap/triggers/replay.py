@@ -107,8 +107,10 @@ def replay(bundle: str | Bundle, model: torch.nn.Module, step_fn: Callable[..., 
 def _carry_over(original: Report, report: Report, finding: Finding) -> None:
     """What the re-run cannot know and the bundle's report does, of the same step: the losses before it, the
     learning rates (whose presence also says the replay call takes the optimizer), how the run clipped its gradients,
-    and the diagnosis they allow."""
+    and the diagnosis they allow; the names the program holds the model and optimizer by (its replay line: the
+    program that replays is the one that ran)."""
     report.loss_history, report.lr, report.clipping = list(original.loss_history), list(original.lr), original.clipping
+    report.names = dict(original.names)
     report.clip_norm_seen = original.clip_norm_seen
     if report.loss is None:
         report.loss = original.loss

@@ -174,6 +174,10 @@ def test_the_replay_line_names_the_model_and_optimizer_as_the_program_holds_them
     assert main(["replay", "--json", report.bundle]) == 0
     assert json.loads(capsys.readouterr().out)["names"] == report.names
     assert line in to_text(read_bundle(report.bundle).report)  # read back: what `tensor-dap replay` renders
+    fresh, fresh_optim, _, _ = planted.build("backward_nan")  # replayed (``run --replay`` re-runs the program): the
+    with pytest.raises(NonFiniteError) as again:  # same names, not "model" and "optimizer"
+        tensor_dap.replay(report.bundle, fresh, optimizer=fresh_optim, on="raise")
+    assert again.value.report.names == report.names and line in str(again.value)
 
 
 class _Wrapped:
