@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import warned
+
 # Every watch still open, oldest first. The unchanged loop's capture reads its length at every backward()
 # (more than one: two models training in one loop, and not every loss is every model's).
 open_watches: list[Any] = []
@@ -12,11 +14,13 @@ open_watches: list[Any] = []
 
 def push(w: Any) -> None:
     open_watches.append(w)
+    warned.listen(open_watches)  # its reports name the warnings given in their step
 
 
 def remove(w: Any) -> None:
     if w in open_watches:
         open_watches.remove(w)
+        warned.stop_listening()
 
 
 def current() -> Any:

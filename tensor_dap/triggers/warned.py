@@ -1,0 +1,102 @@
+"""The warnings a program was given during the step a report is about, for that report.
+
+A NaN that came in as data carries no line: ``returns.std()`` of a one-step episode is NaN, and the graph only
+shows it arriving in the loss. torch said so where it happened, though ("std(): degrees of freedom is <= 0", named
+at the line calling it), as numpy does of its divisions ("invalid value encountered in divide"). While a watch is
+open, the warnings that pass the program's filters (so none the program silenced, and each place once, as Python
+shows them) are noted with the step every open watch is in, and shown as they are; a report names those given at the
+program's own lines in its step. ``warnings.showwarning`` is wrapped, not replaced: whatever showed warnings still
+does, and the wrapper only adds a note (nothing is done where no warning comes).
+"""
+
+from __future__ import annotations
+
+import collections
+import warnings
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from ..debug.frames import SourceLine, is_library
+
+KEPT = 32  # the latest warnings noted, at most
+SHOWN = 3  # named in one report, at most
+MESSAGE_CHARS = 160
+_CATEGORIES = (UserWarning, RuntimeWarning)  # numerics (torch's are UserWarning, numpy's RuntimeWarning)
+
+
+class Warned(NamedTuple):
+    where: SourceLine
+    text: str  # "UserWarning: std(): degrees of freedom is <= 0. ..."
+    steps: dict[int, int]  # id(watch) -> the step that watch was in
+
+
+_noted: collections.deque[Warned] = collections.deque(maxlen=KEPT)
+_watches: Sequence[Any] = ()
+
+
+def listen(watches: Sequence[Any]) -> None:
+    """Note warnings while ``watches`` (the open watches, a live list) holds any; called as one opens."""
+    global _watches
+    _watches = watches
+    show = warnings.showwarning
+    if getattr(show, "_tensor_dap", False):  # ours (one a ``catch_warnings`` put back, maybe): not wrapped twice
+        _current[0] = show
+    else:
+        warnings.showwarning = _wrap(show)
+
+
+def stop_listening() -> None:
+    """Called as the last watch closes: the wrapper gives the showing back, where nothing replaced it since (one
+    left inside another's notes nothing while no watch is open)."""
+    if _watches:
+        return
+    if warnings.showwarning is _current[0] and _current[0] is not None:
+        warnings.showwarning = _current[0].__wrapped__
+    _noted.clear()
+
+
+def notes(watch: Any, step: int) -> list[str]:
+    """Lines for a report of ``watch`` about ``step``: the warnings given at the program's lines in that step."""
+    try:
+        seen: dict[tuple[SourceLine, str], None] = {}  # a step re-run (the report's) warns again: once each
+        for w in _noted:
+            if w.steps.get(id(watch)) == step:
+                seen[(w.where, w.text)] = None
+        return [_line(where, text) for where, text in list(seen)[-SHOWN:]]
+    except Exception:  # noqa: BLE001 - the report goes without them
+        return []
+
+
+def _line(where: SourceLine, text: str) -> str:
+    code = where.code
+    return f"warned in this step at {where}{f'  {code}' if code else ''}: {text}"
+
+
+_current: list[Any] = [None]  # the wrapper installed last
+
+
+def _wrap(show: Any) -> Any:
+    def showwarning(message: Any, category: Any, filename: str, lineno: int, *args: Any, **kwargs: Any) -> Any:
+        _note(message, category, filename, lineno)
+        return show(message, category, filename, lineno, *args, **kwargs)
+
+    showwarning.__wrapped__ = show  # type: ignore[attr-defined]
+    showwarning._tensor_dap = True  # type: ignore[attr-defined]
+    _current[0] = showwarning
+    return showwarning
+
+
+def _note(message: Any, category: Any, filename: str, lineno: int) -> None:
+    """Never raises: it runs wherever the program warns."""
+    try:
+        if not (_watches and isinstance(category, type) and issubclass(category, _CATEGORIES)) \
+                or is_library(filename):
+            return
+        steps = {id(w): step for w in _watches if isinstance(step := getattr(w, "step_count", None), int)}
+        first = str(message).strip().splitlines()[0] if str(message).strip() else ""
+        text = f"{category.__name__}: {first}"
+        if len(text) > MESSAGE_CHARS:
+            text = text[:MESSAGE_CHARS - 1] + "…"
+        _noted.append(Warned(SourceLine(filename, lineno), text, steps))
+    except Exception:  # noqa: BLE001 - a warning is shown whatever happens here
+        pass
