@@ -175,6 +175,9 @@ def start_helpers(args: argparse.Namespace, ranks: Optional[frozenset]) -> list[
     if nan or args.loss_above is not None or args.replay is not None:
         from ..triggers.auto import AutoTriggers  # check_options made sure it imports
 
+        from ..triggers.warned import BeforeTraining
+
+        opened.append(BeforeTraining())  # a report of a non-finite batch names the data's warnings (numpy's 0/0)
         opened.append(AutoTriggers(nan=nan, loss_above=args.loss_above, ranks=ranks, replay=args.replay,
                                    trusted=args.trust))
     if args.hang_after is not None or rank.distributed:

@@ -60,6 +60,9 @@ def rows_text(t: Any) -> str:
     listed = _listed(rows, count)
     of = f"of {int(t.shape[0]):,}" if complete else "among the first rows read"
     said = f"{plural(count, 'row')} {of} along dim 0 {'holds' if count == 1 else 'hold'} NaN/Inf: {listed}"
+    columns = _inner_dims(t)
+    if columns:  # a feature standardized by a zero std: column 3 of every row
+        said += f"; the NaN/Inf only at {columns}"
     samples = dataset_rows(t, rows, lambda b: (nonfinite_rows(b) or ([], 0, False))[0])
     if samples:
         which = "index" if len(samples) == 1 else "indices"
@@ -86,14 +89,31 @@ def masked_rows_text(t: Any) -> str:
         count = int(bad.sum())
         if not count:
             return ""
-        named = []
-        for d in range(bad.dim()):
-            hit = bad.any(dim=tuple(i for i in range(bad.dim()) if i != d)) if bad.dim() > 1 else bad
-            where = hit.nonzero().flatten()
-            if where.numel() < bad.shape[d]:
-                shown = _listed([int(i) for i in where[:SHOWN]], int(where.numel()))
-                named.append(f"{'index' if where.numel() == 1 else 'indices'} {shown} of dim {d} "
-                             f"(of {bad.shape[d]})")
+        named = _hit_dims(bad, range(bad.dim()))
     where_text = "; ".join(named) if named else "every index of every dim"
     return (f"{count:,} of {bad.numel():,} rows along the last dim {'is' if count == 1 else 'are'} entirely -inf: "
             f"{where_text}")
+
+
+def _inner_dims(t: Any) -> str:
+    """``index 3 of dim 1 (of 8)``: the indices past dim 0 that hold every NaN/Inf of ``t``, where half at most do;
+    empty for a tensor over ``CHUNK`` elements or with NaN/Inf at most indices."""
+    import torch
+
+    if t.dim() < 2 or not 0 < t.numel() <= CHUNK or t.is_complex():
+        return ""
+    with torch.no_grad():
+        return "; ".join(_hit_dims(~torch.isfinite(t), range(1, t.dim()), few=True))
+
+
+def _hit_dims(bad: Any, dims: range, few: bool = False) -> list[str]:
+    """For each of ``dims`` where ``bad`` (a bool tensor) is true at some indices, not all (``few``: half at most, a
+    clue): ``indices 0, 5 of dim 2 (of 16)``."""
+    named = []
+    for d in dims:
+        hit = bad.any(dim=tuple(i for i in range(bad.dim()) if i != d)) if bad.dim() > 1 else bad
+        where = hit.nonzero().flatten()
+        if 0 < where.numel() < bad.shape[d] and not (few and where.numel() * 2 > bad.shape[d]):
+            shown = _listed([int(i) for i in where[:SHOWN]], int(where.numel()))
+            named.append(f"{'index' if where.numel() == 1 else 'indices'} {shown} of dim {d} (of {bad.shape[d]})")
+    return named

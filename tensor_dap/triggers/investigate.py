@@ -97,7 +97,7 @@ class Investigation:
                 error: type[TriggerError] = NonFiniteError) -> None:
         """Bundle the step, keep the report, and send it where ``on`` says."""
         __tracebackhide__ = True  # a trigger raises through here: IPython and pytest leave the frame out
-        report.notes.extend(warned.notes(self, report.step))  # (std() of one value: the line a NaN came in from)
+        report.notes.extend(warned.notes(self, report.step, report.phase))  # std() of one value: where a NaN came in
         self._bundle(report, source)
         if self.capture and source is None and report.bundle is None:
             dropped = self._loop.dropped if self._loop is not None else None  # the capture let this step go: why

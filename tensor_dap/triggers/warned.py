@@ -5,8 +5,10 @@ shows it arriving in the loss. torch said so where it happened, though ("std(): 
 at the line calling it), as numpy does of its divisions ("invalid value encountered in divide"). While a watch is
 open, the warnings that pass the program's filters (so none the program silenced, and each place once, as Python
 shows them) are noted with the step every open watch is in, and shown as they are; a report names those given at the
-program's own lines in its step. ``warnings.showwarning`` is wrapped, not replaced: whatever showed warnings still
-does, and the wrapper only adds a note (nothing is done where no warning comes).
+program's own lines in its step. Under ``tensor-dap run`` they are noted from the start (``BeforeTraining``): a
+report of a batch that came in non-finite names those given before any watch opened too (the data standardized by a
+zero std: numpy's "invalid value encountered in divide"). ``warnings.showwarning`` is wrapped, not replaced: whatever
+showed warnings still does, and the wrapper only adds a note (nothing is done where no warning comes).
 """
 
 from __future__ import annotations
@@ -31,13 +33,19 @@ class Warned(NamedTuple):
 
 
 _noted: collections.deque[Warned] = collections.deque(maxlen=KEPT)
+_before: collections.deque[Warned] = collections.deque(maxlen=SHOWN)  # given while no watch was open yet
 _watches: Sequence[Any] = ()
+_early = [False]  # noting before any watch opens (``BeforeTraining``)
 
 
 def listen(watches: Sequence[Any]) -> None:
     """Note warnings while ``watches`` (the open watches, a live list) holds any; called as one opens."""
     global _watches
     _watches = watches
+    _install()
+
+
+def _install() -> None:
     show = warnings.showwarning
     if getattr(show, "_tensor_dap", False):  # ours (one a ``catch_warnings`` put back, maybe): not wrapped twice
         _current[0] = show
@@ -48,28 +56,45 @@ def listen(watches: Sequence[Any]) -> None:
 def stop_listening() -> None:
     """Called as the last watch closes: the wrapper gives the showing back, where nothing replaced it since (one
     left inside another's notes nothing while no watch is open)."""
-    if _watches:
+    if _watches or _early[0]:
         return
     if warnings.showwarning is _current[0] and _current[0] is not None:
         warnings.showwarning = _current[0].__wrapped__
     _noted.clear()
+    _before.clear()
 
 
-def notes(watch: Any, step: int) -> list[str]:
-    """Lines for a report of ``watch`` about ``step``: the warnings given at the program's lines in that step."""
+class BeforeTraining:
+    """Warnings noted from now, before any watch opens (``tensor-dap run``'s triggers); ``close`` stops that."""
+
+    def __init__(self) -> None:
+        _early[0] = True
+        _install()
+
+    def close(self) -> None:
+        _early[0] = False
+        stop_listening()
+
+
+def notes(watch: Any, step: int, phase: str | None = None) -> list[str]:
+    """Lines for a report of ``watch`` about ``step``: the warnings given at the program's lines in that step; for a
+    non-finite input (``phase``), those given before training too."""
     try:
         seen: dict[tuple[SourceLine, str], None] = {}  # a step re-run (the report's) warns again: once each
         for w in _noted:
             if w.steps.get(id(watch)) == step:
                 seen[(w.where, w.text)] = None
-        return [_line(where, text) for where, text in list(seen)[-SHOWN:]]
+        said = [_line("in this step", where, text) for where, text in list(seen)[-SHOWN:]]
+        if phase == "input":
+            said += [_line("before training", w.where, w.text) for w in _before]
+        return said
     except Exception:  # noqa: BLE001 - the report goes without them
         return []
 
 
-def _line(where: SourceLine, text: str) -> str:
+def _line(when: str, where: SourceLine, text: str) -> str:
     code = where.code
-    return f"warned in this step at {where}{f'  {code}' if code else ''}: {text}"
+    return f"warned {when} at {where}{f'  {code}' if code else ''}: {text}"
 
 
 _current: list[Any] = [None]  # the wrapper installed last
@@ -89,7 +114,7 @@ def _wrap(show: Any) -> Any:
 def _note(message: Any, category: Any, filename: str, lineno: int) -> None:
     """Never raises: it runs wherever the program warns."""
     try:
-        if not (_watches and isinstance(category, type) and issubclass(category, _CATEGORIES)) \
+        if not ((_watches or _early[0]) and isinstance(category, type) and issubclass(category, _CATEGORIES)) \
                 or is_library(filename):
             return
         steps = {id(w): step for w in _watches if isinstance(step := getattr(w, "step_count", None), int)}
@@ -97,6 +122,6 @@ def _note(message: Any, category: Any, filename: str, lineno: int) -> None:
         text = f"{category.__name__}: {first}"
         if len(text) > MESSAGE_CHARS:
             text = text[:MESSAGE_CHARS - 1] + "…"
-        _noted.append(Warned(SourceLine(filename, lineno), text, steps))
+        (_noted if _watches else _before).append(Warned(SourceLine(filename, lineno), text, steps))
     except Exception:  # noqa: BLE001 - a warning is shown whatever happens here
         pass

@@ -21,6 +21,22 @@ def test_rows_are_found_in_chunks_that_keep_rows_whole(monkeypatch):
     assert rows_text(many) == "12 rows of 12 along dim 0 hold NaN/Inf: 0, 1, 2, 3, 4, 5, 6, 7, …"
 
 
+def test_a_feature_that_holds_every_nan_is_named_by_its_index(monkeypatch):
+    """Tabular data standardized by a zero std: one column NaN in every row; an image batch with one bad channel."""
+    x = torch.randn(64, 8)
+    x[:, 3] = float("nan")
+    assert rows_text(x).endswith("; the NaN/Inf only at index 3 of dim 1 (of 8)")
+    images = torch.randn(4, 3, 5, 5)
+    images[1:3, 2] = float("inf")
+    assert rows_text(images) == \
+        "2 rows of 4 along dim 0 hold NaN/Inf: 1, 2; the NaN/Inf only at index 2 of dim 1 (of 3)"
+    spread = torch.randn(6, 4)
+    spread[0, 0] = spread[1, 1] = spread[2, 2] = float("nan")  # in most columns: no clue, not said
+    assert rows_text(spread) == "3 rows of 6 along dim 0 hold NaN/Inf: 0, 1, 2"
+    monkeypatch.setattr(rows, "CHUNK", 511)  # x is over the bound: its rows are read in chunks, its columns not
+    assert rows_text(x) == "64 rows of 64 along dim 0 hold NaN/Inf: 0, 1, 2, 3, 4, 5, 6, 7, …"
+
+
 def test_a_tensor_too_large_to_read_whole_is_cut_short_and_says_so(monkeypatch):
     monkeypatch.setattr(rows, "CHUNK", 40)
     monkeypatch.setattr(rows, "SCANNED", 100)  # 3 chunks of 40

@@ -170,7 +170,7 @@ def test_an_inf_the_lstm_saturates_on_is_blamed_on_the_batch_with_the_backward_t
     assert math.isfinite(report.loss)
     note = report.notes[0]
     assert note.startswith("the batch handed to the step is already non-finite "
-                           "(1 row of 8 along dim 0 holds NaN/Inf: 5)")
+                           "(1 row of 8 along dim 0 holds NaN/Inf: 5; the NaN/Inf only at index ")
     assert " in rnn stayed finite on it, and its backward " in note and note.endswith(" made NaN from it")
     assert f"origins.py:{origins.birth_line('inf_batch_rnn')}" in note  # where the backward's node was made
 

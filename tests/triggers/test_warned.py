@@ -4,6 +4,8 @@ The program's warnings are shown as before, and the warnings module is left as i
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -112,3 +114,40 @@ def test_a_note_that_fails_does_not_stop_the_warning(monkeypatch):
             monkeypatch.undo()
             assert warned.notes(w, w.step_count) == []
     assert [str(x.message) for x in shown] == ["still shown"]
+
+
+STANDARDIZED = '''
+import numpy as np
+import torch
+from torch import nn
+
+X = np.random.default_rng(0).normal(size=(256, 8)).astype(np.float32)
+X[:, 3] = 1.0  # a feature constant in this split
+y = X[:, 0] * 2
+X = (X - X.mean(axis=0)) / X.std(axis=0)  # LINE: standardize
+loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.from_numpy(X), torch.from_numpy(y)),
+                                     batch_size=32, shuffle=True)
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+opt = torch.optim.Adam(model.parameters())
+for xb, yb in loader:
+    opt.zero_grad()
+    nn.functional.mse_loss(model(xb).squeeze(-1), yb).backward()
+    opt.step()
+print("TRAINED")
+'''
+
+
+def test_a_batch_that_came_in_non_finite_names_the_datas_warning_given_before_training(tmp_path):
+    """``tensor-dap run --break-on-nan`` on a script that standardizes its features before training: a constant
+    feature's 0/0 is named where numpy warned, and the column that holds every NaN."""
+    script = tmp_path / "train.py"
+    script.write_text(STANDARDIZED)
+    done = subprocess.run([sys.executable, "-m", "tensor_dap", "run", "--break-on-nan", str(script)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+    line = next(i for i, text in enumerate(STANDARDIZED.splitlines(), 1) if text.endswith("# LINE: standardize"))
+    assert done.returncode == 1 and "TRAINED" not in done.stdout
+    assert "non-finite input batch" in done.stderr
+    assert "the NaN/Inf only at index 3 of dim 1 (of 8)" in done.stderr
+    said = [x for x in done.stderr.splitlines() if "warned before training" in x]
+    assert len(said) == 1 and f"train.py:{line}" in said[0]
+    assert "RuntimeWarning: invalid value encountered in divide" in said[0]
