@@ -18,6 +18,19 @@ def closure_of(args: Any, kwargs: Any) -> Callable[[], Any] | None:
     return closure if callable(closure) else None
 
 
+def optimizers_given(optimizer: Any) -> tuple[Any, tuple[Any, ...]]:
+    """``watch``'s ``optimizer``: one, None, or a list or tuple of those that update one model (Muon for the matrices
+    and AdamW for the rest): (the first, the others). Anything else is a ``TypeError`` that says what was given."""
+    several = tuple(optimizer) if isinstance(optimizer, (list, tuple)) else (optimizer,)
+    for o in several:
+        if not callable(getattr(o, "register_step_pre_hook", None)) and (o is not None or len(several) > 1):
+            raise TypeError(f"watch: optimizer is {type(o).__name__}: expected a torch.optim optimizer, a list of "
+                            "the optimizers updating the model, or None")
+    if not several:
+        raise TypeError("watch: optimizer is an empty list: give the optimizers updating the model, or None")
+    return several[0], several[1:]
+
+
 def param_ids(optimizer: torch.optim.Optimizer) -> set[int]:
     """The ids of the parameters ``optimizer`` updates: which model is its (``attach``, ``watch`` finding one)."""
     return {id(p) for group in optimizer.param_groups for p in group["params"]}

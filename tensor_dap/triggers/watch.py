@@ -17,8 +17,7 @@ fires the parameters and optimizer state are still those from before the step: t
 step's start (``w.step``'s arguments, or the model's forwards for an unchanged loop, see ``loop``), that is enough to
 re-run the step with every op and module watched (``investigate``, ``localize``) and to write a replayable incident
 bundle. After reporting, the update goes ahead exactly as it would without ``watch`` (unless the trigger raised), so
-numerics are unchanged. The frames a trigger raises through set ``__tracebackhide__``, which IPython's and pytest's
-tracebacks leave out.
+numerics are unchanged. Frames a trigger raises through set ``__tracebackhide__`` (IPython and pytest hide them).
 """
 
 from __future__ import annotations
@@ -42,7 +41,7 @@ from .investigate import Investigation
 from .localize import StopRerun
 from .loss_tap import listen
 from .silent import SilentChecks
-from .optimizer_call import MIN_SCALE, SCALER_PROBE_STEPS, closure_of, scaler_calling
+from .optimizer_call import MIN_SCALE, SCALER_PROBE_STEPS, closure_of, optimizers_given, scaler_calling
 from .loop import LoopCapture
 from .loop_steps import LoopSteps
 from .report import Report
@@ -58,24 +57,24 @@ LOSS_HISTORY = max(32, FLAT_STEPS)
 class watch(Investigation, LoopSteps, CrashExplanation):
     """Watch forward outputs, gradients, losses and parameter updates of ``model`` for NaN/Inf.
 
-    Around an unchanged loop it captures what re-running a step needs from hooks (``rerun=False``
-    keeps nothing: see docs/triggers.md for what that costs in memory); hand steps to
-    ``w.step(fn, *args, **kwargs)`` to also re-run the loss function (``fn`` must run one whole
-    step from its arguments). ``every`` reads the sentinel back once every that many steps (use
-    it on GPU; detection is then up to every-1 steps late). ``capture`` writes incident bundles
-    (True: ``.tensor_dap/incidents``, or a folder). ``scaler``: the ``torch.amp.GradScaler`` in
-    use, if any (found by itself when it calls ``optimizer.step``). ``on`` and ``ranks``: see
-    docs/triggers.md. ``hang_after``: seconds without a finished optimizer step before every
-    thread's stack is written and where each rank waits is said (``hang``). The handle is active
-    on creation; ``close()``, leaving the ``with`` block or the end of the program removes its
-    hooks and says how many steps were non-finite.
+    ``optimizer``: the one updating ``model``, a list of those that do (checked once a step, before the first
+    update), or None (found when it steps). Around an unchanged loop it captures what re-running a step needs from
+    hooks (``rerun=False`` keeps nothing: see docs/triggers.md for what that costs in memory); hand steps to
+    ``w.step(fn, *args, **kwargs)`` to also re-run the loss function (``fn`` must run one whole step from its
+    arguments). ``every`` reads the sentinel back once every that many steps (use it on GPU; detection is then up to
+    every-1 steps late). ``capture`` writes incident bundles (True: ``.tensor_dap/incidents``, or a folder).
+    ``scaler``: the ``torch.amp.GradScaler`` in use, if any (found by itself when it calls ``optimizer.step``). ``on``
+    and ``ranks``: see docs/triggers.md. ``hang_after``: seconds without a finished optimizer step before every
+    thread's stack is written and where each rank waits is said (``hang``). The handle is active on creation;
+    ``close()``, leaving the ``with`` block or the end of the program removes its hooks and says how many steps were
+    non-finite.
     """
 
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
-                 on: str = "auto", every: int = 1, capture: bool | str = True,
-                 ranks: Collection[int] | None = None, scaler: Any = None, rerun: bool = True,
-                 hang_after: float | None = None) -> None:
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | list | None = None, *,
+                 on: str = "auto", every: int = 1, capture: bool | str = True, ranks: Collection[int] | None = None,
+                 scaler: Any = None, rerun: bool = True, hang_after: float | None = None) -> None:
         check_mode(on)
+        optimizer, more = optimizers_given(optimizer)  # several updating the model: the others are added
         if not isinstance(every, int) or every < 1:
             raise ValueError(f"every={every!r}: expected a positive integer")
         self.model, self.optimizer, self.scaler = model, optimizer, scaler
@@ -140,6 +139,8 @@ class watch(Investigation, LoopSteps, CrashExplanation):
             self._handles.append(register_optimizer_step_pre_hook(self._before_update))
         active.push(self)
         atexit.register(self._at_exit)
+        for other in more:
+            self.add_optimizer(other)
 
     @property
     def reads(self) -> int:

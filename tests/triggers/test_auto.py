@@ -117,18 +117,21 @@ class _Trap(nn.Module):
 
 
 @pytest.mark.parametrize("how", ["auto, AdamW first", "auto, SGD first", "by hand, AdamW first",
-                                 "by hand, rerun=False, AdamW first", "by hand, w.step, AdamW first"])
+                                 "by hand, rerun=False, AdamW first", "by hand, w.step, AdamW first",
+                                 "a list, AdamW first", "a list, SGD first"])
 def test_one_model_two_optimizers_is_one_watch_checked_before_either_update(how):
     """The speedruns' split: one optimizer for the weight matrices, AdamW for the rest. Each got its own watch on
     the same model: two reports and two stops for one NaN, every step counted twice. One watch now hooks both and
-    checks in whichever steps first, before either update (by hand: ``w.add_optimizer``)."""
+    checks in whichever steps first, before either update (by hand: ``w.add_optimizer``, or both given as a list)."""
     torch.manual_seed(0)
     model = _Trap()
     with contextlib.ExitStack() as stack, pytest.raises(NonFiniteError) as info:
         auto = stack.enter_context(AutoTriggers(nan=True, on="raise")) if how.startswith("auto") else None
         matrices = torch.optim.SGD([p for p in model.parameters() if p.dim() == 2], lr=0.1, momentum=0.9)
         rest = torch.optim.AdamW([p for p in model.parameters() if p.dim() < 2], lr=1e-3)
-        if auto is None:
+        if how.startswith("a list"):
+            w = stack.enter_context(tensor_dap.watch(model, [matrices, rest], on="raise"))
+        elif auto is None:
             w = stack.enter_context(tensor_dap.watch(model, matrices, on="raise", rerun="rerun=False" not in how))
             w.add_optimizer(rest)
         order = [rest, matrices] if "AdamW first" in how else [matrices, rest]
@@ -154,6 +157,15 @@ def test_one_model_two_optimizers_is_one_watch_checked_before_either_update(how)
     assert report.step == 5, report.headline  # (with no capture, no re-run: the gradients as they are, not the op)
     assert (report.op, report.phase) == ("div", "forward") or "rerun=False" in how, report.headline
     assert all(torch.isfinite(p).all() for p in model.parameters())  # stopped before either update
+
+
+@pytest.mark.parametrize("given, said", [([], "an empty list"), ("adam", "optimizer is str"),
+                                         ([None, None], "optimizer is NoneType"), (nn.Linear(2, 2), "is Linear")])
+def test_an_optimizer_argument_of_the_wrong_kind_is_one_clear_error(given, said):
+    model = nn.Linear(2, 2)
+    with pytest.raises(TypeError, match=said):
+        tensor_dap.watch(model, given)
+    assert not tensor_dap.triggers.active.watches()  # nothing left hooked
 
 
 # ---------------------------------------------------------------- end to end, in batch mode (no terminal, no IDE)
