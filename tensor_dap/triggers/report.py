@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..format import fmt_num, printable, shown_path
+from ..libraries import library_of
 from ..state import rng_kept
 from ..summary import TensorSummary, jsonable
 from .birth import module_label
@@ -88,7 +89,8 @@ class Report:
 
     @property
     def origin(self) -> str:
-        """'SqrtBackward0 (the backward of sqrt) at model.py:41  y = torch.sqrt(x)', or ''."""
+        """'SqrtBackward0 (the backward of sqrt) at model.py:41  y = torch.sqrt(x)', or ''; a line in an installed
+        package's file says whose (``at _torch_specific.py:74 (einops)``)."""
         text = self.op or ""
         if self.op and self.forward_op:
             text += f" (the backward of {self.forward_op})"
@@ -102,6 +104,9 @@ class Report:
             else:
                 at = " at " if text else ""
             text += f"{at}{os.path.basename(str(src['file']))}:{src.get('line')}"
+            owner = library_of(str(src["file"]))
+            if owner not in (None, "python"):  # a package's file (einops, transformers): whose it is
+                text += f" ({owner})"
             if src.get("text"):
                 text += f"  {src['text']}"
         return text

@@ -306,6 +306,21 @@ def test_version_1_reports_still_read(tmp_path, capsys):
     assert report.version == 1 and report.op is None and report.loss_history == []
 
 
+def test_an_op_line_in_an_installed_package_says_whose_it_is():
+    """einops' ``rearrange`` ran the op: the line is einops' own file, named with its package (the user's and the
+    standard library's lines are not)."""
+    import sysconfig
+
+    from tensor_dap.triggers.report import Report
+
+    site = sysconfig.get_paths()["purelib"]
+    lines = {os.path.join(site, "einops", "_torch_specific.py"): "reshape at _torch_specific.py:74 (einops)  x",
+             "/home/me/train.py": "reshape at train.py:74  x",
+             os.path.join(sysconfig.get_paths()["stdlib"], "functools.py"): "reshape at functools.py:74  x"}
+    for file, origin in lines.items():
+        assert Report("nonfinite", "h", op="reshape", source={"file": file, "line": 74, "text": "x"}).origin == origin
+
+
 @pytest.mark.parametrize(("mode", "phase", "after", "origin"), [
     ("loop", "loss", False, "log, in the loss computed before train.py:9"),
     ("loop", "loss", True, "log, in the loss computed after train.py:9"),
