@@ -30,6 +30,13 @@ def interactive_terminal() -> bool:
         return False
 
 
+def nobody_can_debug() -> bool:
+    """No person can answer a stop anywhere in this job, as far as this process can tell: no terminal here, and no
+    debugpy loaded (the way an IDE attaches, to this rank or, in the same program, another). A rank that may not
+    stop then need not wait for a debugged one: a batch job."""
+    return not interactive_terminal() and "debugpy" not in sys.modules
+
+
 def notebook_prompt() -> bool:
     """True inside a Jupyter kernel whose cell now running may ask its page for input: ``input()`` (ipykernel's
     ``raw_input``), which pdb reads its commands with, is answered there, as ``pdb.set_trace()`` is in a notebook.

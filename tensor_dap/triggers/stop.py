@@ -59,7 +59,8 @@ def dispatch(report: Report, *, on: str, error: type[TriggerError], ranks: Colle
     if on == "log":
         emit(report)
         return
-    if on in ("auto", "break") and not may_stop(report.rank, ranks):
+    if on in ("auto", "break") and not may_stop(report.rank, ranks) and not (
+            on == "auto" and ranks is None and attached.nobody_can_debug()):  # (a batch job: every rank raises)
         report.notes.append(f"rank {report.rank} may not stop (ranks={sorted(ranks) if ranks else [0]}): "
                             "logging and continuing; it waits at the next collective while the "
                             "debugged rank is stopped")

@@ -40,6 +40,17 @@ def test_raise_on_every_rank_with_the_rank_in_each_report(tmp_path):
     assert not any("without a re-run" in n for n in ranks[0]["error"]["notes"])  # (it re-ran: finite alone)
 
 
+def test_a_batch_job_raises_on_every_rank_under_the_default_mode(tmp_path):
+    """``on="auto"`` with no terminal and no debugger anywhere (a batch job, this test's processes): rank 1 used to
+    log and go on, as if rank 0 were stopped in a debugger, and then crashed in its next all-reduce ("Connection
+    closed by peer") once rank 0 raised; now each rank raises with its own report."""
+    ranks = run_job(tmp_path, "auto")
+    for r, result in enumerate(ranks):
+        assert result["error"] is not None, f"rank {r} did not raise"
+        assert result["error"]["rank"] == r and result["error"]["step"] == planted.BUG_STEP
+        assert not any("may not stop" in n for n in result["error"]["notes"])
+
+
 def test_only_allowed_ranks_stop_and_the_others_log_and_continue(tmp_path):
     ranks = run_job(tmp_path, "break")  # default ranks=None: only rank 0 may stop
     assert ranks[0]["stops"] == [planted.BUG_STEP] and ranks[1]["stops"] == []
