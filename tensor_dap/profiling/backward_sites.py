@@ -8,16 +8,19 @@ the next node will take (so a batch stacked by the DataLoader shares it with the
 node was made by the *last* operator outside backward to start with its number, on its forward thread.
 An operator under ``autograd::engine::evaluate_function: X`` is charged to the function above the
 one that made X: ``Net.forward (backward)``. Where that forward was not recorded (it ran before the
-window opened), the backward keeps the ``backward()`` caller.
+window opened), the backward keeps the ``backward()`` caller. An optimizer's operators run where the loop called
+``step()``; torch.optim records each call (``Optimizer.step#AdamW.step``), so they are told apart from the loop's own:
+``train_step (AdamW.step)`` (a ViT's loop row said ``aten::mul_, aten::sqrt``: Adam's, not the loop's).
 """
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
-from .memory_sites import user_frame
+from .memory_sites import named_frame, user_frame
 
 _NODE = "autograd::engine::evaluate_function: "
+_OPTIMIZER = "Optimizer."  # torch.optim's records around its calls: "Optimizer.step#AdamW.step", "...zero_grad#..."
 MAX_DEPTH = 256  # parents walked up from an event to find its autograd node (operators nest a few deep)
 Frame = Optional[tuple[str, int, str]]
 
@@ -47,6 +50,17 @@ class Attribution:
                 return made, True
         return self._frame(event), False
 
+    def named(self, event: Any) -> tuple[Frame, bool]:
+        """``of``, the function named by its ``def`` (``named_frame``), with the optimizer call it ran in said:
+        ``train_step (AdamW.step)``."""
+        found, backward = self.of(event)
+        frame = named_frame(found)
+        if frame is not None and not backward:
+            call = _optimizer_call(event)
+            if call is not None:
+                frame = (frame[0], frame[1], f"{frame[2]} ({call})")
+        return frame, backward
+
     def _frame(self, event: Any) -> Frame:
         key = id(event)
         if key not in self._frames:
@@ -62,6 +76,17 @@ def is_node_record(name: str) -> bool:
 def _start(event: Any) -> float:
     span = getattr(event, "time_range", None)
     return getattr(span, "start", 0.0) if span is not None else 0.0
+
+
+def _optimizer_call(event: Any) -> str | None:
+    """``AdamW.step`` for an event inside torch.optim's record of a call (``Optimizer.step#AdamW.step``); else None."""
+    e, depth = event, 0
+    while e is not None and depth < MAX_DEPTH:
+        name = e.name
+        if name.startswith(_OPTIMIZER) and "#" in name:
+            return name.split("#", 1)[1]
+        e, depth = getattr(e, "cpu_parent", None), depth + 1
+    return None
 
 
 def _node_above(event: Any) -> Any:

@@ -136,7 +136,7 @@ class MemoryRecorder(Recorder):
         if prof is None:
             return
         try:
-            self._torch_sites = torch_sites(prof, SITES_KEPT, Attribution(list(prof.events())).of)
+            self._torch_sites = torch_sites(prof, SITES_KEPT, Attribution(list(prof.events())).named)
         except Exception as exc:  # noqa: BLE001 - torch's own parsing failed: the rest of the profile stands
             self.notes.append(unreadable(exc))
 

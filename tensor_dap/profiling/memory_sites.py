@@ -66,8 +66,8 @@ def enclosing_def(file: str, line: int) -> Optional[tuple[int, str]]:
 
 def def_line(line: int, function: Optional[str]) -> Optional[int]:
     """The line to show for a function torch's events name: its ``def`` line; none for a module, whose line is
-    where its frame stood when recording began."""
-    return None if function == "<module>" or not line else line
+    where its frame stood when recording began (also for its optimizer's calls: ``<module> (AdamW.step)``)."""
+    return None if not line or (function or "").split(" (")[0] == "<module>" else line
 
 
 @lru_cache(maxsize=4096)  # (an event's frame: one of a few functions, thousands of events)
@@ -137,8 +137,8 @@ def user_frame(event: Any) -> Optional[tuple[str, int, str]]:
 
 def torch_sites(prof: Any, top: int, frame_of: Callable[[Any], tuple[Any, bool]]) -> list[Site]:
     """Bytes each operator allocated on the CPU during the recorded steps, by operator and calling function.
-    ``frame_of``: (function, is its backward) of an event: ``backward_sites.Attribution.of``, which builds on
-    ``user_frame`` here (so it is handed in, not imported).
+    ``frame_of``: (function named by its ``def``, is its backward) of an event: ``backward_sites.Attribution.named``,
+    which builds on ``user_frame`` and ``named_frame`` here (so it is handed in, not imported).
 
     These are allocations made (the sum of sizes), not memory live at one moment: a tensor
     allocated and freed every step counts every time.
@@ -149,7 +149,7 @@ def torch_sites(prof: Any, top: int, frame_of: Callable[[Any], tuple[Any, bool]]
         if size <= 0 or event.name.startswith(("[memory]", "<")) or _PY_EVENT.match(event.name):
             continue  # allocator records and Python calls; the operators that allocated are what count
         found, backward = frame_of(event)
-        file, line, function = named_frame(found) or ("<torch internals>", 0, None)
+        file, line, function = found or ("<torch internals>", 0, None)
         entry = grouped.setdefault((file, line, function, event.name, backward), [0, 0])
         entry[0] += size
         entry[1] += 1

@@ -18,7 +18,7 @@ from ..format import fmt_shape
 from .output import TRACE, TRACE_GZ
 from .recorder import Options, Recorder
 from .backward_sites import Attribution, is_node_record
-from .memory_sites import def_line, named_frame
+from .memory_sites import def_line
 from .tables import plain, seconds, table, where
 from .window import NO_DEVICE_TIME, StepWindow, unreadable
 
@@ -159,7 +159,8 @@ def by_function(prof: Any, cuda: bool, python: set[str] | None = None, ops_shown
     """Operators' self time summed by the innermost function of the program above them (``user_frame``: a
     model's ``forward``, the training loop): where in the user's own code the time in torch goes, which the
     operator table cannot say. Backward's operators count as the backward of the function whose forward made
-    their autograd node (``backward_sites``), apart from its forward; the optimizer's where ``step()`` was called."""
+    their autograd node (``backward_sites``), apart from its forward; the optimizer's where ``step()`` was called,
+    as that function's call of it (``train_step (AdamW.step)``)."""
     from torch.autograd import DeviceType
 
     python = _not_operators(prof) if python is None else python
@@ -171,8 +172,8 @@ def by_function(prof: Any, cuda: bool, python: set[str] | None = None, ops_shown
             continue
         if getattr(e, "device_type", DeviceType.CPU) != DeviceType.CPU:
             continue  # a GPU kernel: its time is in the self device time of the operator that launched it
-        found, backward = attribution.of(e)
-        frame = named_frame(found) or ("<no function of yours>", 0, None)
+        found, backward = attribution.named(e)
+        frame = found or ("<no function of yours>", 0, None)
         times = grouped.setdefault((frame, backward), {}).setdefault(e.name, [0, 0])
         times[0] += e.self_cpu_time_total / 1e6
         times[1] += _device_s(e)

@@ -200,23 +200,26 @@ def test_torch_time_is_told_by_the_program_s_own_functions(tmp_path):
     """The operator table says aten::mm, not whose: the second table sums operators' self time by the innermost
     function of the program above them, its dotted name and def line, with its costliest operators; backward's
     count as the backward of the function whose forward made their autograd nodes (they ran under the backward()
-    call: they counted there), the optimizer's where step() was called."""
+    call: they counted there), the optimizer's as the call of step() in the function that called it."""
     (tmp_path / "train.py").write_text(BY_FUNCTION)
     r = tensor_dap("profile", "--mode", "torch", "train.py", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert not re.search(r"tensor_dap/\S+:\d+: \w*Warning", r.stderr), r.stderr  # (torch 2.13's deprecated names)
     table = r.stderr[r.stderr.index("torch time by your function"):]
-    row = r"^\s*[\d.]+ (?:s|ms|µs|ns)\s+(train\.py(?::\d+)? \S+(?: \(backward\))?)\s+(.*)$"
+    row = r"^\s*[\d.]+ (?:s|ms|µs|ns)\s+(train\.py(?::\d+)? \S+(?: \((?:backward|SGD\.\w+)\))?)\s+(.*)$"
     rows = {m.group(1): m.group(2) for m in re.finditer(row, table, re.M)}
     lines = BY_FUNCTION.splitlines()
     forward, step, made = (next(i for i, line in enumerate(lines, 1) if line.strip().startswith(f"def {name}("))
                            for name in ("forward", "train_step", "batch"))
     net, loop = f"train.py:{forward} Net.forward", f"train.py:{step} train_step"
-    allowed = {net, f"{net} (backward)", loop, f"{loop} (backward)", f"train.py:{made} batch"}  # no batch (backward)
-    assert {net, f"{net} (backward)", loop} <= set(rows) <= allowed, table
+    update = f"{loop} (SGD.step)"  # the optimizer's operators: its call in train_step, apart from train_step's own
+    allowed = {net, f"{net} (backward)", loop, f"{loop} (backward)", f"train.py:{made} batch", update,
+               f"{loop} (SGD.zero_grad)"}  # no batch (backward)
+    assert {net, f"{net} (backward)", loop, update} <= set(rows) <= allowed, table
     assert re.match(r"aten::(tanh|addmm|mm)", rows[net]), rows
     assert re.match(r"aten::(mm|tanh_backward|sum)", rows[f"{net} (backward)"]), rows  # tanh's and the matmuls'
-    assert "backward" not in rows[net] and "SGD.step" in rows[loop]  # the update counts where step() was called
+    assert "backward" not in rows[net] and re.match(r"(aten::\w+|Optimizer.step#SGD.step)", rows[update]), rows
+    assert "SGD" not in rows.get(loop, "")  # the loop's own row holds none of the update's operators
     assert "evaluate_function" not in table  # autograd's node records: in the totals, not named as operators
     assert "<listcomp>" not in table and "Linear.forward" not in table  # torch's own modules are not the user's
 
