@@ -2,7 +2,10 @@
 
 Why: a notebook answers ``input()`` (and so pdb's prompt) through the page, over the kernel's stdin channel, only
 for a cell run with ``allow_stdin``; that is what decides whether tensor_dap may stop there, so the tests run cells
-in a kernel process over ZeroMQ, as JupyterLab or VS Code would, and type the replies a person would.
+in a kernel process over ZeroMQ, as JupyterLab or VS Code would, and type the replies a person would. JupyterLab's
+visual debugger speaks the Debug Adapter Protocol to the kernel's own debugpy over the control channel
+(``debug_request``/``debug_reply``, events as ``debug_event`` on iopub): ``debug`` and ``debug_event`` send and read
+those messages as the page does.
 """
 
 from __future__ import annotations
@@ -71,12 +74,46 @@ class Kernel:
         raise TimeoutError(f"the cell did not finish in {timeout} s; so far: {cell}")
 
 
+    def debug(self, command: str, arguments: dict | None = None, timeout: float = 60) -> dict:
+        """A DAP request to the kernel's debugger, as JupyterLab sends it; the response's content."""
+        client = self._client
+        self._seq = getattr(self, "_seq", 0) + 1
+        request = client.session.msg("debug_request", {"type": "request", "seq": self._seq, "command": command,
+                                                        "arguments": arguments or {}})
+        client.control_channel.send(request)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                reply = client.control_channel.get_msg(timeout=0.1)
+            except queue.Empty:
+                continue
+            if reply["parent_header"].get("msg_id") == request["header"]["msg_id"]:
+                return reply["content"]
+        raise TimeoutError(f"no reply to the debugger's {command!r} in {timeout} s")
+
+    def debug_event(self, name: str, timeout: float = 60) -> dict:
+        """The next DAP event ``name`` the kernel's debugger sends (other iopub messages are passed over)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                msg = self._client.iopub_channel.get_msg(timeout=0.1)
+            except queue.Empty:
+                continue
+            if msg["msg_type"] == "debug_event" and msg["content"].get("event") == name:
+                return msg["content"]
+        raise TimeoutError(f"no {name!r} event from the kernel's debugger in {timeout} s")
+
+    def execute(self, code: str) -> str:
+        """Start running ``code`` as a cell without waiting for it (a breakpoint may stop it); its message id."""
+        return self._client.execute(code)
+
+
 @contextmanager
-def kernel(env: dict[str, str] | None = None) -> Iterator[Kernel]:
-    """A kernel of this interpreter (its own process), shut down on the way out."""
+def kernel(env: dict[str, str] | None = None, cwd: str | None = None) -> Iterator[Kernel]:
+    """A kernel of this interpreter (its own process, in ``cwd``), shut down on the way out."""
     manager = KernelManager()
     manager.kernel_cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
-    manager.start_kernel(env={**os.environ, **(env or {})})
+    manager.start_kernel(env={**os.environ, **(env or {})}, **({"cwd": cwd} if cwd else {}))
     running = None
     try:
         running = Kernel(manager)
