@@ -47,3 +47,43 @@ def test_the_variables_panel_and_its_explorer_show_the_summary_and_its_children(
         assert k.debug("continue", {"threadId": thread})["success"]
         explorer = {v["name"]: v["value"] for v in k.debug("inspectVariables")["body"]["variables"]}  # not stopped
         assert explorer["x"].startswith("tensor[3, 4]") and "NaN!×1" in explorer["x"], explorer.get("x")
+
+
+TRAIN = """import torch, torch.nn as nn, torch.nn.functional as F
+import tensor_dap
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+with tensor_dap.watch(model, opt):
+    for step in range(5):
+        x = torch.randn(16, 4)
+        if step == 3:
+            x[0, 0] = float("nan")  # the planted bug
+        loss = F.mse_loss(model(x), torch.zeros(16, 1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+UPDATE_LINE = 14  # opt.step()
+
+
+def test_a_trigger_stops_in_jupyterlabs_debugger_in_the_cell_with_the_tensors_shown(tmp_path):
+    """With the page's debugger on, a watch's trigger stops there (a DAP client is attached: the kernel's debugpy),
+    in the cell's own frame before the update, and the run goes on when the page continues."""
+    with kernel(cwd=str(tmp_path)) as k:
+        assert k.debug("initialize", {"clientID": "jupyterlab", "adapterID": "python", "pathFormat": "path",
+                                      "linesStartAt1": True, "columnsStartAt1": True})["success"]
+        assert k.debug("attach")["success"]
+        path = k.debug("dumpCell", {"code": TRAIN})["body"]["sourcePath"]
+        assert k.debug("configurationDone")["success"]
+        k.execute(TRAIN)
+        thread = k.debug_event("stopped")["body"]["threadId"]
+        frame = k.debug("stackTrace", {"threadId": thread})["body"]["stackFrames"][0]
+        assert (frame["source"]["path"], frame["line"]) == (path, UPDATE_LINE), frame
+        scope = k.debug("scopes", {"frameId": frame["id"]})["body"]["scopes"][0]
+        listed = k.debug("variables", {"variablesReference": scope["variablesReference"]})["body"]["variables"]
+        shown = {v["name"]: v["value"] for v in listed}
+        assert shown["step"] == "3" and "NaN!×1" in shown["x"] and shown["loss"].startswith("tensor[] nan"), shown
+        assert k.debug("continue", {"threadId": thread})["success"]
+        after = k.run("print(step)")  # run once the training cell has ended
+        assert after.text.strip() == "4", after
