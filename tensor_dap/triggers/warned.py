@@ -36,6 +36,7 @@ _noted: collections.deque[Warned] = collections.deque(maxlen=KEPT)
 _before: collections.deque[Warned] = collections.deque(maxlen=SHOWN)  # given while no watch was open yet
 _watches: Sequence[Any] = ()
 _early = [False]  # noting before any watch opens (``BeforeTraining``)
+_current: list[Any] = [None]  # the wrapper installed last
 
 
 def listen(watches: Sequence[Any]) -> None:
@@ -95,9 +96,6 @@ def notes(watch: Any, step: int, phase: str | None = None) -> list[str]:
 def _line(when: str, where: SourceLine, text: str) -> str:
     code = where.code
     return f"warned {when} at {where}{f'  {code}' if code else ''}: {text}"
-
-
-_current: list[Any] = [None]  # the wrapper installed last
 
 
 def _wrap(show: Any) -> Any:
