@@ -241,6 +241,19 @@ def test_subclass_torch_function_never_runs_while_explaining():
     assert _ops(ex.frames[0]) == {"x.transpose(0, 1).mT": (4, 3), "w.T": (5, 4)}
 
 
+def test_a_patch_size_that_does_not_divide_the_image_is_named():
+    """lucidrains' ViT cuts patches with einops: a 30x30 image and 8x8 patches fail inside einops' own code."""
+    from einops.layers.torch import Rearrange
+
+    to_patches = Rearrange("b c (h p1) (w p2) -> b (h w) (p1 p2 c)", p1=8, p2=8)
+    img = torch.randn(2, 3, 30, 30)
+    ex = explained(lambda: to_patches(img))
+    assert ex.kind == "size mismatch"
+    assert any("splits an axis of length 30 into groups of 8, and 30 is not a multiple of 8" in f.hint
+               and "pad it to 32, or use a size that divides 30 (2, 3, 5, 6, 10, 15)" in f.hint for f in ex.frames), \
+        [f.hint for f in ex.frames]
+
+
 def test_layer_norm_on_the_wrong_width():
     norm = nn.LayerNorm(64)
     x = torch.randn(4, 8, 32)

@@ -115,7 +115,8 @@ def mismatch_hint(ev: Evaluator, node: ast.AST, operands: list[Operand], kind: s
     if kind == "not contiguous":
         return _view_hint(ev, node, tensors, message)
     if kind == "size mismatch":
-        return _state_dict_hint(ev, node) or _view_hint(ev, node, tensors, message) or _norm_hint(message)
+        return (_state_dict_hint(ev, node) or _view_hint(ev, node, tensors, message) or _norm_hint(message)
+                or _chunks_hint(message))
     if kind == "batch of one":
         return _batch_of_one_hint(tensors, message)
     if kind == "out of range":
@@ -195,6 +196,22 @@ def _norm_hint(message: str) -> str:
     return (f"the input {fmt_shape(tuple(got))} ends in {fmt_shape(tuple(tail))}, but the norm normalizes over "
             f"{fmt_shape(tuple(normalized))}: its last {plural(len(normalized), 'dim')} "
             f"must be {fmt_shape(tuple(normalized))}")
+
+
+_CHUNKS = re.compile(r"can't divide axis of length (\d+) in chunks of (\d+)")
+
+
+def _chunks_hint(message: str) -> str:
+    """einops splitting an axis into groups (a ViT's ``'b c (h p1) (w p2) -> ...'``) that do not divide it."""
+    found = _CHUNKS.search(message)
+    if not found:
+        return ""
+    length, chunk = map(int, found.groups())
+    fits = [d for d in range(2, length) if length % d == 0][:6]
+    return (f"the pattern splits an axis of length {length} into groups of {chunk}, and {length} is not a multiple "
+            f"of {chunk}: an image size the patch size does not divide? Resize or pad it to "
+            f"{-(-length // chunk) * chunk}" + (f", or use a size that divides {length} ({', '.join(map(str, fits))})"
+                                               if fits else ""))
 
 
 def _operation_hint(ev: Evaluator, node: ast.AST, operands: list[Operand]) -> str:
