@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.kernel import kernel
+from harness.kernel import TRAIN, kernel
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -49,22 +49,7 @@ def test_the_variables_panel_and_its_explorer_show_the_summary_and_its_children(
         assert explorer["x"].startswith("tensor[3, 4]") and "NaN!×1" in explorer["x"], explorer.get("x")
 
 
-TRAIN = """import torch, torch.nn as nn, torch.nn.functional as F
-import tensor_dap
-torch.manual_seed(0)
-model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-with tensor_dap.watch(model, opt):
-    for step in range(5):
-        x = torch.randn(16, 4)
-        if step == 3:
-            x[0, 0] = float("nan")  # the planted bug
-        loss = F.mse_loss(model(x), torch.zeros(16, 1))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-"""
-UPDATE_LINE = 14  # opt.step()
+UPDATE_LINE = next(i for i, line in enumerate(TRAIN.splitlines(), 1) if line.strip() == "opt.step()")
 
 
 def test_a_trigger_stops_in_jupyterlabs_debugger_in_the_cell_with_the_tensors_shown(tmp_path):

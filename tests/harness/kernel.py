@@ -23,6 +23,25 @@ from jupyter_client import KernelManager
 
 _COLOURS = re.compile(r"\x1b\[[0-9;]*m")
 
+# A notebook's training cell under a watch, with a NaN planted in step 3's batch (the stops' tests run it).
+TRAIN = """
+import torch, torch.nn as nn, torch.nn.functional as F
+import tensor_dap
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+with tensor_dap.watch(model, opt):
+    for step in range(5):
+        x = torch.randn(16, 4)
+        if step == 3:
+            x[0, 0] = float("nan")  # the planted bug: a NaN in the batch
+        loss = F.mse_loss(model(x), torch.zeros(16, 1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+print("trained to step", step)
+"""
+
 
 @dataclass
 class Cell:
