@@ -252,6 +252,11 @@ def test_a_patch_size_that_does_not_divide_the_image_is_named():
     assert any("splits an axis of length 30 into groups of 8, and 30 is not a multiple of 8" in f.hint
                and "pad it to 32, or use a size that divides 30 (2, 3, 5, 6, 10, 15)" in f.hint for f in ex.frames), \
         [f.hint for f in ex.frames]
+    from tensor_dap.probe.shape_errors.hints import _chunks_hint  # an axis of 10**15 + 37: no divisor below
+    # 10,000, and no search up to it
+
+    huge = _chunks_hint(f"can't divide axis of length {10**15 + 37} in chunks of 8")
+    assert huge.endswith(f"pad it to {10**15 + 40}"), huge
 
 
 def test_layer_norm_on_the_wrong_width():

@@ -199,6 +199,7 @@ def _norm_hint(message: str) -> str:
 
 
 _CHUNKS = re.compile(r"can't divide axis of length (\d+) in chunks of (\d+)")
+_DIVISORS_TRIED = 10_000  # the sizes that divide an axis are looked for below this: an image's, exactly
 
 
 def _chunks_hint(message: str) -> str:
@@ -207,7 +208,7 @@ def _chunks_hint(message: str) -> str:
     if not found:
         return ""
     length, chunk = map(int, found.groups())
-    fits = [d for d in range(2, length) if length % d == 0][:6]
+    fits = [d for d in range(2, min(length, _DIVISORS_TRIED)) if length % d == 0][:6]  # (a flattened axis may be huge)
     return (f"the pattern splits an axis of length {length} into groups of {chunk}, and {length} is not a multiple "
             f"of {chunk}: an image size the patch size does not divide? Resize or pad it to "
             f"{-(-length // chunk) * chunk}" + (f", or use a size that divides {length} ({', '.join(map(str, fits))})"
