@@ -174,7 +174,6 @@ def start_helpers(args: argparse.Namespace, ranks: Optional[frozenset]) -> list[
     nan = args.break_on_nan or args.guard
     if nan or args.loss_above is not None or args.replay is not None:
         from ..triggers.auto import AutoTriggers  # check_options made sure it imports
-
         from ..triggers.warned import BeforeTraining
 
         opened.append(BeforeTraining())  # a report of a non-finite batch names the data's warnings (numpy's 0/0)

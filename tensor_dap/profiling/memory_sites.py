@@ -67,7 +67,7 @@ def enclosing_def(file: str, line: int) -> Optional[tuple[int, str]]:
 def def_line(line: int, function: Optional[str]) -> Optional[int]:
     """The line to show for a function torch's events name: its ``def`` line; none for a module, whose line is
     where its frame stood when recording began (also for its optimizer's calls: ``<module> (AdamW.step)``)."""
-    return None if not line or (function or "").split(" (")[0] == "<module>" else line
+    return None if not line or (function or "").startswith("<module>") else line
 
 
 @lru_cache(maxsize=4096)  # (an event's frame: one of a few functions, thousands of events)

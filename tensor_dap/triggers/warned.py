@@ -35,8 +35,8 @@ class Warned(NamedTuple):
 _noted: collections.deque[Warned] = collections.deque(maxlen=KEPT)
 _before: collections.deque[Warned] = collections.deque(maxlen=SHOWN)  # given while no watch was open yet
 _watches: Sequence[Any] = ()
-_early = [False]  # noting before any watch opens (``BeforeTraining``)
-_current: list[Any] = [None]  # the wrapper installed last
+_early = False  # noting before any watch opens (``BeforeTraining``)
+_current: Any = None  # the wrapper installed last
 
 
 def listen(watches: Sequence[Any]) -> None:
@@ -47,9 +47,10 @@ def listen(watches: Sequence[Any]) -> None:
 
 
 def _install() -> None:
+    global _current
     show = warnings.showwarning
     if getattr(show, "_tensor_dap", False):  # ours (one a ``catch_warnings`` put back, maybe): not wrapped twice
-        _current[0] = show
+        _current = show
     else:
         warnings.showwarning = _wrap(show)
 
@@ -57,10 +58,10 @@ def _install() -> None:
 def stop_listening() -> None:
     """Called as the last watch closes: the wrapper gives the showing back, where nothing replaced it since (one
     left inside another's notes nothing while no watch is open)."""
-    if _watches or _early[0]:
+    if _watches or _early:
         return
-    if warnings.showwarning is _current[0] and _current[0] is not None:
-        warnings.showwarning = _current[0].__wrapped__
+    if _current is not None and warnings.showwarning is _current:
+        warnings.showwarning = _current.__wrapped__
     _noted.clear()
     _before.clear()
 
@@ -69,11 +70,13 @@ class BeforeTraining:
     """Warnings noted from now, before any watch opens (``tensor-dap run``'s triggers); ``close`` stops that."""
 
     def __init__(self) -> None:
-        _early[0] = True
+        global _early
+        _early = True
         _install()
 
     def close(self) -> None:
-        _early[0] = False
+        global _early
+        _early = False
         stop_listening()
 
 
@@ -99,25 +102,27 @@ def _line(when: str, where: SourceLine, text: str) -> str:
 
 
 def _wrap(show: Any) -> Any:
+    global _current
+
     def showwarning(message: Any, category: Any, filename: str, lineno: int, *args: Any, **kwargs: Any) -> Any:
         _note(message, category, filename, lineno)
         return show(message, category, filename, lineno, *args, **kwargs)
 
     showwarning.__wrapped__ = show  # type: ignore[attr-defined]
     showwarning._tensor_dap = True  # type: ignore[attr-defined]
-    _current[0] = showwarning
+    _current = showwarning
     return showwarning
 
 
 def _note(message: Any, category: Any, filename: str, lineno: int) -> None:
     """Never raises: it runs wherever the program warns."""
     try:
-        if not ((_watches or _early[0]) and isinstance(category, type) and issubclass(category, _CATEGORIES)) \
+        if not ((_watches or _early) and isinstance(category, type) and issubclass(category, _CATEGORIES)) \
                 or is_library(filename):
             return
         steps = {id(w): step for w in _watches if isinstance(step := getattr(w, "step_count", None), int)}
-        first = str(message).strip().splitlines()[0] if str(message).strip() else ""
-        text = f"{category.__name__}: {first}"
+        said = str(message).strip()
+        text = f"{category.__name__}: {said.splitlines()[0] if said else ''}"
         if len(text) > MESSAGE_CHARS:
             text = text[:MESSAGE_CHARS - 1] + "…"
         (_noted if _watches else _before).append(Warned(SourceLine(filename, lineno), text, steps))
