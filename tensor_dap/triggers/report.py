@@ -225,8 +225,6 @@ def to_json(report: Report) -> str:
 
 def to_rich(report: Report) -> Any:
     """A rich Panel: where it happened, then one table row per tensor. Every string is plain Text."""
-    from rich.console import Group
-    from rich.panel import Panel
     from rich.text import Text
 
     from ..summary.tables import summaries_table
@@ -245,7 +243,26 @@ def to_rich(report: Report) -> Any:
         parts.append(summaries_table(((Text(name), s) for name, s in rows), title=Text(sec)))  # type: ignore[misc]
     if report.bundle:
         parts.append(Text("\n".join(_bundle_lines(report))))
-    return Panel(Group(*parts), title=Text(title(report)), title_align="left", border_style="red")
+    return _Titled(report, parts)
+
+
+class _Titled:
+    """The report's panel, its title whole: a title wider than the terminal would be cut mid-word by rich (the module
+    and op at its end lost), so there the headline opens the panel instead, under a short title."""
+
+    def __init__(self, report: Report, parts: list[Any]) -> None:
+        self.report, self.parts = report, parts
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        from rich.cells import cell_len
+        from rich.console import Group
+        from rich.panel import Panel
+        from rich.text import Text
+
+        full, parts = title(self.report), self.parts
+        if cell_len(full) + 6 > options.max_width:  # (the border's corners and the spaces around the title)
+            full, parts = full[:-len(self.report.headline)].rstrip(" ·"), [Text(self.report.headline, "bold"), *parts]
+        yield Panel(Group(*parts), title=Text(full), title_align="left", border_style="red")
 
 
 def emit(report: Report, *, show: bool = True) -> None:

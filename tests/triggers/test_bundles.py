@@ -371,3 +371,23 @@ def test_the_program_kept_for_a_replay_is_the_users_script_not_a_librarys_entry_
     for entry in (os.path.join(os.path.dirname(tensor_dap.__file__), "__main__.py"), pytest.__file__):
         monkeypatch.setattr("sys.argv", [entry, "demo"])
         assert _program() == (None, [])
+
+
+@pytest.mark.parametrize("width", [60, 100, 220])
+def test_the_report_panel_keeps_its_whole_headline_at_any_width(width):
+    """rich cuts a panel title wider than the terminal mid-word: the module and op at the headline's end were lost."""
+    import io
+
+    from rich.console import Console
+
+    from tensor_dap.triggers.report import Report, title, to_rich
+
+    headline = "NaN born in SqrtBackward0 (the backward of sqrt), in the backward of transformer.h.3.mlp.act"
+    report = Report("nonfinite", headline, step=7)
+    out = io.StringIO()
+    Console(file=out, width=width, color_system=None).print(to_rich(report))
+    lines = out.getvalue().splitlines()
+    text = " ".join(" ".join(line.strip("│╭╮╰╯─ ") for line in lines).split())
+    assert headline in text
+    assert "step 7" in lines[0] and all(len(line) <= width for line in lines)
+    assert (title(report) in lines[0]) == (len(title(report)) + 6 <= width)
