@@ -7,14 +7,16 @@ cross-entropy climbs from 6.2 (a uniform guess over 501 words) to 2110 with fini
 ``math.exp`` of it crashes. The watch keeps the run's first loss and, when that loss is a mean cross-entropy itself
 (its node is ``nll_loss``'s), what a uniform guess over its classes scores (ln C). At each look every
 ``running_total.EVERY`` updates and at the end of the run the latest loss is said once when it is over ``GROWTH``
-times the first (and over ``GROWTH`` itself), or over ``CHANCE_FACTOR`` times that guess at two looks in a row (or
-at the end).
+times the first (and over ``GROWTH`` itself), or when the median of the last ``RECENT`` losses is over
+``CHANCE_FACTOR`` times that guess (a passing spike does not move a median: makemore at a rate of 3 sat at a
+cross-entropy of 300-1200 from its 10th update and was said at its first look, update 64).
 Losses that start at or below 0 (a log-likelihood, a policy gradient) are not compared with the first.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any
 
 from ..format import fmt_num
@@ -24,6 +26,7 @@ from .diagnose import DIVERGENCE_FIX
 GROWTH = 1e6  # no loss that trains grows this much from its first value (nor past it from one under 1: a loss that
 # starts near 0, an auxiliary term alone in a warm-up, may grow a millionfold and be fine); a diverging one passes it
 CHANCE_FACTOR = 10  # a mean cross-entropy this many times ln C gives the true class under C^-10 on average
+RECENT = 16  # the latest losses whose median is compared with a uniform guess
 _NLL = ("NllLossBackward0", "NllLoss2DBackward0")
 _MEAN = 1  # nll_loss's reduction code for 'mean'
 
@@ -34,7 +37,6 @@ class Divergence:
     def __init__(self) -> None:
         self._first: Any = None  # detached: read at a look, so no sync on a device now
         self._classes = 0  # the classes of a first loss that is a mean cross-entropy itself (0: it is not)
-        self._high = False  # the last look found the loss over CHANCE_FACTOR times a uniform guess
         self.said = False
 
     def first_loss(self, loss: Any) -> None:
@@ -51,24 +53,43 @@ class Divergence:
             start = float(self._first)
         except Exception:  # noqa: BLE001 - a device that cannot be read any more: nothing said
             return None
-        text = _grown(start, now) or self._above_chance(now, step)
+        text = _grown(start, now) or self._above_chance(now, losses, step)
         self.said = text is not None
         return text
 
-    def _above_chance(self, now: float, step: int | None) -> str | None:
-        """Over CHANCE_FACTOR times a uniform guess at two looks in a row, or at the end of the run (``step`` None:
-        the last value is no passing spike)."""
-        if not self._classes:
+    def _above_chance(self, now: float, losses: Any, step: int | None) -> str | None:
+        """The median of the latest losses over CHANCE_FACTOR times a uniform guess (``step`` None: the end)."""
+        if not self._classes or not math.isfinite(now):
             return None
         guess = math.log(self._classes)
-        was, self._high = self._high, math.isfinite(now) and now > CHANCE_FACTOR * guess
-        if not (self._high and (was or step is None)):
+        recent = _median_of_recent(losses) if now > CHANCE_FACTOR * guess else None
+        if recent is None or recent[0] <= CHANCE_FACTOR * guess:
             return None
-        when = (f"at the update of step {step} (and was over {fmt_num(CHANCE_FACTOR * guess)} at the look before)"
-                if step is not None else "at the end of the run")
-        return (f"tensor_dap: the loss is {fmt_num(now)} {when}, more than {CHANCE_FACTOR} times the "
+        median, count = recent
+        when = f"at the update of step {step}" if step is not None else "at the end of the run"
+        over = f" (a median of {fmt_num(median)} over its last {count} steps)" if count > 1 else ""
+        return (f"tensor_dap: the loss is {fmt_num(now)} {when}{over}, more than {CHANCE_FACTOR} times the "
                 f"{fmt_num(guess)} of a uniform guess over its {self._classes} classes: the model is confidently "
                 f"wrong, so the training diverged while the loss stays finite; {DIVERGENCE_FIX} (said once)")
+
+
+def _median_of_recent(losses: Any) -> tuple[float, int] | None:
+    """(the median of the last RECENT losses, how many), read here (values, or 0-dim tensors: one read for all of
+    them); None where they cannot be read."""
+    import torch
+
+    try:
+        recent = list(losses)[-RECENT:]  # (a watch's history is a deque: no slices)
+        tensors = [v for v in recent if isinstance(v, torch.Tensor)]
+        try:
+            values = torch.stack([v.detach().float().reshape(()) for v in tensors]).tolist() if tensors else []
+        except RuntimeError:  # on several devices: one read each
+            values = [float(v) for v in tensors]
+        read = iter(values)
+        numbers = [next(read) if isinstance(v, torch.Tensor) else float(v) for v in recent]
+    except Exception:  # noqa: BLE001 - a device that cannot be read any more: nothing said
+        return None
+    return (statistics.median(numbers), len(numbers)) if numbers else None
 
 
 def _grown(start: float, now: float) -> str | None:

@@ -4,6 +4,7 @@ guess's): said once."""
 from __future__ import annotations
 
 import math
+import statistics
 
 import pytest
 import torch
@@ -92,14 +93,32 @@ def _classifier_run(lr: float, updates: int, capfd, label_smoothing: float = 0.0
     return losses, " ".join(capfd.readouterr().err.split())
 
 
-def test_a_cross_entropy_far_above_a_uniform_guess_is_said_at_the_second_look(capfd):
+def test_a_cross_entropy_far_above_a_uniform_guess_is_said_at_the_first_look(capfd):
     """word_language_model's AdamW at its SGD rate of 20: a finite cross-entropy in the thousands. Random labels
     here: the model can only grow its logits."""
     losses, err = _classifier_run(20.0, 130, capfd)
-    assert max(losses) < float("inf") and losses[128] > 10 * math.log(50)  # (the look of step 128: its loss)
+    assert max(losses) < float("inf") and losses[64] > 10 * math.log(50)  # (the look of step 64: its loss)
     assert err.count("times the 3.912 of a uniform guess over its 50 classes") == 1, err
-    assert f"the loss is {fmt_num(losses[128])} at the update of step 128 (and was over 39.12 at the look " in err
+    median = statistics.median(losses[49:65])
+    assert f"the loss is {fmt_num(losses[64])} at the update of step 64 (a median of {fmt_num(median)} over its " \
+           f"last 16 steps)" in err, err
     assert "the model is confidently wrong, so the training diverged while the loss stays finite" in err
+
+
+@pytest.mark.parametrize("latest, recent, said", [
+    (80.0, [80.0] * 16, True),
+    (80.0, [3.0] * 15 + [80.0], False),  # a spike at the look: the median stays near chance
+    (3.0, [80.0] * 15 + [3.0], False),  # back near chance at the look: nothing to say now
+    (80.0, [3.0] * 7 + [80.0] * 9, True),
+    (torch.tensor(80.0), [torch.tensor(80.0)] * 8 + [80.0] * 8, True),  # tensors and values, read together
+])
+def test_the_chance_rule_takes_the_median_of_the_recent_losses(latest, recent, said):
+    """A cross-entropy over 10 classes (chance 2.303): over 23.03 in the median of the last 16 losses."""
+    divergence = Divergence()
+    logits = torch.zeros(4, 10, requires_grad=True)
+    divergence.first_loss(F.cross_entropy(logits, torch.tensor([0, 1, 2, 3])))
+    text = divergence.look([*recent[:-1], latest], 64)
+    assert (text is not None) is said, text
 
 
 @pytest.mark.parametrize("lr, smoothing", [(1e-3, 0.0), (20.0, 0.1)])
@@ -113,5 +132,6 @@ def test_a_short_run_ending_far_above_a_uniform_guess_is_said_at_its_end(capfd):
     """Fewer updates than a look needs (word_language_model crashed at its first epoch's end): the end of the run
     says it from its last loss."""
     losses, err = _classifier_run(20.0, 40, capfd)
-    assert (f"tensor_dap: the loss is {fmt_num(losses[-1])} at the end of the run, more than 10 times the 3.912 of a "
+    assert (f"tensor_dap: the loss is {fmt_num(losses[-1])} at the end of the run (a median of "
+            f"{fmt_num(statistics.median(losses[-16:]))} over its last 16 steps), more than 10 times the 3.912 of a "
             f"uniform guess over its 50 classes") in err, err
