@@ -10,17 +10,23 @@ An operator under ``autograd::engine::evaluate_function: X`` is charged to the f
 one that made X: ``Net.forward (backward)``. Where that forward was not recorded (it ran before the
 window opened), the backward keeps the ``backward()`` caller. An optimizer's operators run where the loop called
 ``step()``; torch.optim records each call (``Optimizer.step#AdamW.step``), so they are told apart from the loop's own:
-``train_step (AdamW.step)`` (a ViT's loop row said ``aten::mul_, aten::sqrt``: Adam's, not the loop's).
+``train_step (AdamW.step)`` (a ViT's loop row said ``aten::mul_, aten::sqrt``: Adam's, not the loop's). Where steps
+are counted by ``optimizer.step()``, the window closes in torch's post-step hook, inside the last step's record, which
+then ends early (before its update's operators): those are told by torch.optim's own Python frames above them, and
+given to the record on their thread that started last before them (makemore's loop row held one step's ``sqrt``).
 """
 
 from __future__ import annotations
 
+import bisect
 from typing import Any, Optional
 
 from .memory_sites import named_frame, user_frame
 
 _NODE = "autograd::engine::evaluate_function: "
 _OPTIMIZER = "Optimizer."  # torch.optim's records around its calls: "Optimizer.step#AdamW.step", "...zero_grad#..."
+_OPTIM_CODE = "torch/optim/"  # in the names of the Python frames torch.optim runs (with_stack=True):
+# "torch/optim/adam.py(347): _single_tensor_adam"
 MAX_DEPTH = 256  # parents walked up from an event to find its autograd node (operators nest a few deep)
 Frame = Optional[tuple[str, int, str]]
 
@@ -40,6 +46,11 @@ class Attribution:
                 if key not in last or _start(e) >= _start(last[key]):
                     last[key] = e
         self._made = {key: self._frame(e) for key, e in last.items()}  # -> the function of that operator
+        calls: dict[Any, list[tuple[float, str]]] = {}  # thread -> (start, "AdamW.step") of torch.optim's records
+        for e in events:
+            if e.name.startswith(_OPTIMIZER) and "#" in e.name:
+                calls.setdefault(e.thread, []).append((_start(e), e.name.split("#", 1)[1]))
+        self._calls = {thread: sorted(starts) for thread, starts in calls.items()}
 
     def of(self, event: Any) -> tuple[Frame, bool]:
         key = id(event)
@@ -56,10 +67,19 @@ class Attribution:
         found, backward = self.of(event)
         frame = named_frame(found)
         if frame is not None and not backward:
-            call = _optimizer_call(event)
+            call = _optimizer_call(event) or self._cut_call(event)
             if call is not None:
                 frame = (frame[0], frame[1], f"{frame[2]} ({call})")
         return frame, backward
+
+    def _cut_call(self, event: Any) -> str | None:
+        """The optimizer call an operator ran in whose record ended before it (``named``): torch.optim's frames are
+        above it, and the call is the one on its thread that started last before it."""
+        starts = self._calls.get(event.thread)
+        if not starts or not _in_optimizer_code(event):
+            return None
+        i = bisect.bisect_right(starts, (_start(event), "\uffff"))
+        return starts[i - 1][1] if i else None
 
     def _frame(self, event: Any) -> Frame:
         key = id(event)
@@ -87,6 +107,15 @@ def _optimizer_call(event: Any) -> str | None:
             return name.split("#", 1)[1]
         e, depth = getattr(e, "cpu_parent", None), depth + 1
     return None
+
+
+def _in_optimizer_code(event: Any) -> bool:
+    e, depth = getattr(event, "cpu_parent", None), 0
+    while e is not None and depth < MAX_DEPTH:
+        if _OPTIM_CODE in e.name:
+            return "lr_scheduler" not in e.name  # (a scheduler's step is not the optimizer's)
+        e, depth = getattr(e, "cpu_parent", None), depth + 1
+    return False
 
 
 def _node_above(event: Any) -> Any:

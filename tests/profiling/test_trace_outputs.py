@@ -259,6 +259,49 @@ def test_a_lambda_called_by_forward_is_named_where_it_was_written_not_as_the_ini
     assert not re.search(r"Block\.__init__(?!\.<lambda>)", table), table  # __init__ itself ran no operator
 
 
+UNMARKED_ADAM = '''
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(64, 64)
+
+    def forward(self, x):
+        return torch.tanh(self.fc(x)).sum()
+
+
+def train_step(net, opt, x):
+    opt.zero_grad()
+    net(x).backward()
+    opt.step()
+
+
+net = Net()
+opt = torch.optim.Adam(net.parameters(), lr=0.01)
+for i in range(7):
+    train_step(net, opt, torch.randn(32, 64))
+'''
+
+
+def test_the_last_step_s_update_is_the_optimizer_s_where_optimizer_steps_count_the_steps(tmp_path):
+    """With no tensor_dap.step(), the window closes in torch's post-step hook, inside the last update's record,
+    which then ends before its operators: they went to the loop's own row (makemore's said ``aten::sqrt``)."""
+    (tmp_path / "train.py").write_text(UNMARKED_ADAM)
+    r = tensor_dap("profile", "--mode", "torch", "train.py", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    table = r.stderr[r.stderr.index("torch time by your function"):]
+    assert "counted by optimizer.step()" in table, table
+    rows = {m.group(1): m.group(2) for m in re.finditer(
+        r"^\s*[\d.]+ (?:s|ms|µs|ns)\s+(train\.py:\d+ train_step(?: \([\w.]+\))?)\s+(.*)$", table, re.M)}
+    update = next((ops for name, ops in rows.items() if name.endswith("(Adam.step)")), None)
+    assert update is not None and re.search(r"aten::(sqrt|lerp_|addcdiv_|mul_|_to_copy|add_)", update), table
+    own = next((ops for name, ops in rows.items() if name.endswith("train_step")), "")
+    assert not re.search(r"aten::(sqrt|lerp_|addcdiv_|mul_|_to_copy|add_)", own), table  # backward's seed only
+
+
 QUIET = '''
 import os, subprocess, sys
 import torch
