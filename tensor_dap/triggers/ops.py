@@ -123,6 +123,16 @@ def saved_values(node: Any) -> dict[str, Any]:
     return values
 
 
+def next_sequence_nr() -> int:
+    """The number autograd gives the next node made on this thread (-1 where torch cannot say)."""
+    import torch
+
+    try:
+        return int(torch._C._autograd._get_sequence_nr())
+    except Exception:  # noqa: BLE001 - a private call: another torch may lack it
+        return -1
+
+
 def sequence_nr(node: Any) -> int:
     """When autograd made ``node``, in this thread: later nodes have larger numbers."""
     try:

@@ -34,7 +34,8 @@ from ..summary.rows import with_rows
 from . import as_called
 from .birth import Birth, Born, module_label, root
 from .finite import kind_of
-from .ops import anomaly_line, first_input, forward_name, inplace, op_name, producers, saved_values, sequence_nr
+from .ops import (anomaly_line, first_input, forward_name, inplace, next_sequence_nr, op_name, producers,
+                  saved_values, sequence_nr)
 
 log = logging.getLogger("tensor_dap.triggers")
 
@@ -72,6 +73,7 @@ class Tracker(TorchFunctionMode):
         super().__init__()
         self.names = {id(m): path for path, m in model.named_modules()}
         self.stack: list[torch.nn.Module] = []
+        self._entries: list[int] = []  # the autograd sequence number each module on the stack was entered at
         self.model_done = False  # the root module's forward has returned once: ops outside modules are the loss
         self.inputs: set[int] = set()
         self._lineage: dict[int, tuple[Any, str, Birth]] = {}  # id(tensor) -> (weakref, kind now, birth)
@@ -90,12 +92,14 @@ class Tracker(TorchFunctionMode):
 
     def enter(self, module: torch.nn.Module) -> None:
         self.stack.append(module)
+        self._entries.append(next_sequence_nr())
 
     def leave(self, module: torch.nn.Module, output: Any, inputs: Any = None) -> None:
         """``module``'s forward returned ``output`` from ``inputs``: autograd nodes behind it that no tracked op
         made (a custom ``autograd.Function``) were made by this module's own code."""
         if self.stack and self.stack[-1] is module:
             self.stack.pop()
+            self._entries.pop()
         if not self.stack and self.names.get(id(module)) == "":
             self.model_done = True
         if not self.broken:
@@ -338,8 +342,22 @@ class Tracker(TorchFunctionMode):
                 self._nodes[n] = origin
                 self._handles.append(n.register_hook(self._node_hook(n)))
             else:
-                self._note(n, origin)
+                self._note(n, origin if n is node else self._maker(n, origin))
             todo.extend(m for m, _ in n.next_functions)
+
+    def _maker(self, n: Any, origin: tuple[str | None, str | None, str | None, SourceLine | None]
+               ) -> tuple[str | None, str | None, str | None, SourceLine | None]:
+        """Whose code made ``n``, a node behind the op recorded now that no tracked op made (a custom
+        ``autograd.Function``): the innermost module already running when it was made. A ``SafeLog.apply(h)`` in the
+        model's own forward, fed to ``self.fc2``, is the model's, not fc2's (fc2's op came across it first)."""
+        made, entries = sequence_nr(n), self._entries
+        if not entries or entries[-1] <= made:
+            return origin  # made inside the module running now
+        for i in range(len(entries) - 2, -1, -1):
+            if entries[i] <= made:
+                module = self.stack[i]
+                return self.names.get(id(module)), type(module).__name__, None, None
+        return None, None, None, None  # made before the model's forward: outside any module
 
     def _note(self, n: Any, origin: tuple[str | None, str | None, str | None, SourceLine | None]) -> None:
         """A node no tracked op made: its op named after the node, its line read from anomaly mode's record."""

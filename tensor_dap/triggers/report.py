@@ -261,7 +261,8 @@ class _Titled:
 
         full, parts = title(self.report), self.parts
         if cell_len(full) + 6 > options.max_width:  # (the border's corners and the spaces around the title)
-            full, parts = full[:-len(self.report.headline)].rstrip(" ·"), [Text(self.report.headline, "bold"), *parts]
+            full, rest = full.split(" · ", 1)
+            parts = [Text(rest, "bold"), *parts]  # "step 3 · NaN born in ...", wrapped at words
         yield Panel(Group(*parts), title=Text(full), title_align="left", border_style="red")
 
 

@@ -29,6 +29,8 @@ EXPECTED = {
     "nan_batch": ("inp", "input", "linear"),
     # an Inf in the batch that the LSTM's gates saturate on: its forward stays finite, its backward makes the NaN
     "inf_batch_rnn": ("rnn", "input", "lstm"),
+    # a custom autograd.Function in the model's own forward, whose backward divides by zero; fed to a submodule
+    "custom_backward": ("", "backward", "SafeLogBackward"),
 }
 BUGS = tuple(EXPECTED)
 
@@ -125,6 +127,20 @@ class HalfMatmul(nn.Module):
         return (x.half() @ self.weight.half()).float()  # BIRTH: fp16_matmul
 
 
+class SafeLog(torch.autograd.Function):
+    """log, clamped in its forward; its hand-written backward forgot the clamp: 1/0 where the input is 0."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.log(x.clamp_min(1e-6))
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad / x
+
+
 class Net(nn.Module):
     def __init__(self, half: bool = False) -> None:
         super().__init__()
@@ -132,10 +148,14 @@ class Net(nn.Module):
         self.act = nn.Tanh() if not half else nn.Identity()  # float16 needs large inputs to overflow
         self.proj = HalfMatmul(32, 32) if half else nn.Linear(32, 32)
         self.head = nn.Linear(32, 4)
+        self.gated = False  # gates its features through SafeLog (the custom_backward bug)
 
     def forward(self, x):
         h = self.act(self.inp(x))  # BIRTH: nan_batch
-        h = self.proj(h)
+        if self.gated:  # the features a gate closed are exactly 0 there, and SafeLog's backward divides by them
+            h = self.proj(SafeLog.apply(h * (h > 0).float()))  # BIRTH: custom_backward
+        else:
+            h = self.proj(h)
         return self.head(self.act(h))
 
 
@@ -243,6 +263,7 @@ def build(bug: str, seed: int = 0):
             x[3, 1] = float("nan")
         if step == BUG_STEP and bug == "fp16_matmul":
             x = x * 3e4  # large but representable activations: their float16 products overflow
+        model.gated = bug == "custom_backward" and step >= BUG_STEP
         if bug == "exploding_lr" and step >= BUG_STEP:
             for group in optimizer.param_groups:  # a warm-up schedule with a typo: x100 every step
                 group["lr"] *= 100.0

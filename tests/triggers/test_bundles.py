@@ -388,6 +388,5 @@ def test_the_report_panel_keeps_its_whole_headline_at_any_width(width):
     Console(file=out, width=width, color_system=None).print(to_rich(report))
     lines = out.getvalue().splitlines()
     text = " ".join(" ".join(line.strip("│╭╮╰╯─ ") for line in lines).split())
-    assert headline in text
-    assert "step 7" in lines[0] and all(len(line) <= width for line in lines)
-    assert (title(report) in lines[0]) == (len(title(report)) + 6 <= width)
+    assert f"step 7 · {headline}" in text and all(len(line) <= width for line in lines)
+    assert (title(report) in lines[0]) == (len(title(report)) + 6 <= width)  # whole in the border where it fits

@@ -26,7 +26,8 @@ STEPS = origins.BUG_STEP + 8
 DIAGNOSIS = {"masked_softmax": "fully masked row", "where_sqrt": "torch.where does not stop",
              "log_zero_loss": "torch.log_softmax(x, dim) instead of torch.log(torch.softmax",  # a softmax's 0
              "zero_norm": "division by zero", "exploding_lr": "diverged", "fp16_matmul": "float16 overflow",
-             "nan_batch": "the batch itself", "inf_batch_rnn": "the batch itself"}
+             "nan_batch": "the batch itself", "inf_batch_rnn": "the batch itself",
+             "custom_backward": "SafeLog.backward, written by hand, made Inf from finite gradients"}
 IN_MODEL = [b for b, (module, _, _) in origins.EXPECTED.items() if module is not None]
 
 
