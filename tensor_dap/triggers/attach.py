@@ -6,7 +6,9 @@ parameters the optimizer updates (a training loop calls the whole model, the out
 first). The watch is attached inside that first forward and captures it, so even a NaN in the
 very first step is localized. Until the first update, a later call of a module holding that one
 and more of the parameters moves the watch to it (a loop that calls a submodule first). From then
-on it is an ordinary unchanged-loop ``watch``.
+on it is an ordinary unchanged-loop ``watch``. A module holding only part of the parameters, called from code whose
+frames hold a module with it and more of them (CleanRL's PPO: ``agent.get_action_and_value`` calls ``agent.actor``
+and ``agent.critic``; the agent itself is never called), is watched as that module (``owner_in_frames``).
 
 An optimizer first seen when it already steps (created before tensor_dap was switched on) is
 handled by ``find_model`` over the modules the caller noted (``seen``): the root one holding most
@@ -15,6 +17,7 @@ of its parameters. Call ``close()`` when the program ends (the watch also closes
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Collection, Iterable
 from typing import Any, Optional
 
@@ -48,6 +51,43 @@ def find_model(modules: Collection[torch.nn.Module], optimizer: Optional[torch.o
     return scored[0][1], [m for _, m in scored[1:]]
 
 
+OWNER_FRAMES = 24  # frames looked at, innermost first, for a module holding the part of the model that ran
+
+
+def owner_in_frames(parts: list[torch.nn.Module], params: Collection[int], frame: Any) -> Optional[torch.nn.Module]:
+    """The module in the locals of ``frame`` and its callers (the ``self`` of a method, the loop's variables)
+    that holds every one of ``parts`` (none of them itself) and the most of ``params`` (ids), at least as many as
+    they hold together; the innermost such module where several hold as many. None where none does."""
+    held = sum(1 for part in parts for p in part.parameters() if id(p) in params)
+    best, seen = None, {id(part) for part in parts}
+    for _ in range(OWNER_FRAMES):
+        if frame is None:
+            break
+        for value in list(frame.f_locals.values()):
+            if isinstance(value, torch.nn.Module) and id(value) not in seen:
+                seen.add(id(value))
+                n = sum(1 for p in value.parameters() if id(p) in params)
+                inside = best is not None and any(sub is value for sub in best.modules())
+                if (n > held or n == held and (best is None or inside)) and \
+                        all(any(sub is part for sub in value.modules()) for part in parts):
+                    best, held = value, n
+        frame = frame.f_back
+    return best
+
+
+def model_of(seen: Iterable[torch.nn.Module], optimizer: Optional[torch.optim.Optimizer], frame: Any
+             ) -> tuple[Optional[torch.nn.Module], list[torch.nn.Module]]:
+    """``find_model`` among the modules that ran, or, where several roots among them hold the parameters, the module
+    in the program's frames holding them all (``owner_in_frames``: an agent whose actor and critic ran)."""
+    model, others = find_model(list(seen), optimizer)
+    if model is None or not others:
+        return model, others
+    params = param_ids(optimizer) if optimizer is not None else {
+        id(p) for m in (model, *others) for p in m.parameters() if p.requires_grad}
+    owner = owner_in_frames([model, *others], params, frame)
+    return (owner, []) if owner is not None else (model, others)
+
+
 class Attachment:
     """A watch attached from outside; ``.watch`` is None until the model has run its first forward.
 
@@ -67,7 +107,7 @@ class Attachment:
         self._closure: Any = None
         self._step_hooks: list[Any] = []
         if model is None and seen is not None:  # the optimizer already steps: choose among what ran
-            model, self.others = find_model(list(seen), optimizer)
+            model, self.others = model_of(seen, optimizer, sys._getframe(1))
             if model is None:
                 return
         if model is not None:
@@ -94,17 +134,20 @@ class Attachment:
         held = self._held(module)
         if not held:
             return
+        owner = owner_in_frames([module], self._params, sys._getframe(1)) if held < len(self._params) else None
         closure = self._closure
         self._remove_step_hooks()
-        self._watch(module, args, held)
+        self._watch(module, args, held, owner)
         if closure is not None:
             self.watch.join_step(closure)  # ... and the step already running, whose closure called the model
 
-    def _watch(self, module: torch.nn.Module, args: Any, held: int) -> None:
-        self._watched_holds = held
-        self.watch = self._shared_watch(module)
+    def _watch(self, module: torch.nn.Module, args: Any, held: int, owner: Optional[torch.nn.Module] = None) -> None:
+        """Watch ``module`` (or ``owner``, a module holding it and more of the parameters, called through its parts),
+        from inside its call."""
+        self._watched_holds = held if owner is None else self._held(owner)
+        self.watch = self._shared_watch(owner or module)
         if self.watch is None:
-            self.watch = watch(module, self.optimizer, **self.options)
+            self.watch = watch(owner or module, self.optimizer, **self.options)
             self.watch.begin_forward(module, args)  # its own pre-hook missed the call already running
 
     def _shared_watch(self, module: torch.nn.Module) -> watch | None:

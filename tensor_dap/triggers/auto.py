@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 import weakref
 from collections.abc import Collection
 from typing import Any, Callable, Optional
@@ -271,15 +272,14 @@ class AutoTriggers:
         """``--replay BUNDLE``: the program built its model and optimizer; re-run the bundle's step on them, then end.
         ``optimizer`` None: a bundle of a loop updating by hand, replayed at the program's first backward().
 
-        It stops where the NaN was born, in the debugger the user is in; the program does not
-        train on (exit code 0 when the failure reproduced, 1 when the step ran clean).
-        """
+        It stops where the NaN was born, in the debugger the user is in; the program does not train on (exit code 0
+        when the failure reproduced, 1 when the step ran clean)."""
         from ..errors import TriggerError
-        from .attach import find_model
+        from .attach import model_of
         from .replay import replay
 
         self._replayed = True
-        model, _ = find_model(list(self._seen), optimizer)
+        model, _ = model_of(self._seen, optimizer, sys._getframe(1))
         trains = f"the parameters of {type(optimizer).__name__}" if optimizer is not None else "parameters"
         if model is None:
             note(f"tensor_dap: --replay: no module that ran before the first step holds {trains}; nothing to "

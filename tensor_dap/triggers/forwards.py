@@ -51,6 +51,7 @@ class Forward:
     # the last loss handed to backward() after it, until the update: the structure of its graph names the op when a
     # non-finite gradient reaches the outputs (``loss_graph.unsafe_backward``)
     loss_tensor: torch.Tensor | None = None
+    entry: str | None = None  # the part of the model it called, for a model with no forward of its own ("critic")
 
     def __init__(self, args: tuple[Any, ...], kwargs: dict[str, Any] | None, rng: dict[str, Any],
                  probing: bool = False, call_at: Site = None) -> None:
@@ -170,7 +171,7 @@ def replay_forwards(model: torch.nn.Module, forwards: list[Forward], rng: dict[s
     params: list[torch.Tensor] | None = None
     for f in forwards:
         restore_rng({**(rng or {}), **f.rng})
-        out = model(*f.args, **f.kwargs)
+        out = (model.get_submodule(f.entry) if f.entry else model)(*f.args, **f.kwargs)
         pairs = [(t, g) for t, g in zip(output_tensors(out), f.output_grads()) if g is not None and t.requires_grad]
         if f.loss is not None and (k := kind_of(f.loss)) is not None:  # the model's outputs came out finite
             if f.loss_birth is not None:  # the op, found in the loss's graph when backward() was called

@@ -1,18 +1,16 @@
 """The unchanged loop: what ``watch`` keeps from the model's calls to re-run a step nobody handed it.
 
-``with tensor_dap.watch(model, optimizer):`` around an existing loop gives watch no step
-function, so it keeps what the model itself saw between two optimizer steps: the root module's
-forward inputs (references, no copy) and RNG states for every forward (gradient accumulation
-runs several), the gradient that reached the model's outputs (kept by each output, or seen by a
-hook on the node that made it), the buffers at the first forward, and the line that called
-``backward``. It is recorded by a function in the model's ``_compiled_call_impl``, around torch's
-own call (``LoopCapture._wrap``). That is enough to run the model's forward and backward again
-exactly (``forwards.replay_forwards``); the loss function itself, outside the model, is not re-run: a NaN
-born there is named as a non-finite gradient arriving at the model's outputs, with the line of the
-``backward()`` call.
+``with tensor_dap.watch(model, optimizer):`` around an existing loop gives watch no step function, so it keeps what
+the model itself saw between two optimizer steps: the root module's forward inputs (references, no copy) and RNG
+states for every forward (gradient accumulation runs several), the gradient that reached the model's outputs (kept
+by each output, or seen by a hook on the node that made it), the buffers at the first forward, and the line that
+called ``backward``. It is recorded by a function in the model's ``_compiled_call_impl``, around torch's own call
+(``LoopCapture._wrap``). That is enough to run the model's forward and backward again exactly
+(``forwards.replay_forwards``); the loss function, outside the model, is not re-run: a NaN born there is named as a
+non-finite gradient arriving at the model's outputs, with the line of the ``backward()`` call.
 
-A step starts at the first forward after an optimizer step or after the gradients were reset
-(``zero_grad``), so a step a ``GradScaler`` skipped does not run into the next one.
+A step starts at the first forward after an optimizer step or after the gradients were reset (``zero_grad``), so a
+step a ``GradScaler`` skipped does not run into the next one.
 """
 
 from __future__ import annotations
@@ -54,6 +52,7 @@ _isfinite = math.isfinite
 
 
 _WRAPPED_CALL = torch.nn.Module._wrapped_call_impl  # Module.__call__
+_NO_FORWARD = torch.nn.Module.forward  # a model's class that defines none
 _ABSENT = object()
 
 
@@ -112,14 +111,12 @@ class LoopCapture:
         return bool(self.forwards) and self.dropped is None
 
     def backward_called(self, loss: torch.Tensor) -> None:
-        """A loss was handed to backward() (watch listens for it with this, ``loss_tap``). Every backward() of the
-        program comes here. With one watch open, it is the latest forward's. With several (a GAN's two models),
-        not every loss reaches every model: it is this step's once the gradients of the latest forward's outputs
-        are seen replaced by it (``settle``, at the next backward or the step's end). A non-finite loss on the
-        CPU (read now: no sync; on an accelerator that read would stall the step) has its graph read before
-        backward() frees what its nodes saved: if it reaches the outputs, it is the forward's loss, with the op
-        that made it (``loss_graph``) and this backward()'s line. The line calling backward() is looked up
-        once a step."""
+        """A loss was handed to backward() (``loss_tap``: every backward() of the program comes here). With one watch
+        open, it is the latest forward's. With several (a GAN's two models), not every loss reaches every model: it
+        is this step's once the gradients of the latest forward's outputs are seen replaced by it (``settle``, at the
+        next backward or the step's end). A non-finite loss on the CPU (read now: no sync there) has its graph read
+        before backward() frees what its nodes saved: if it reaches the outputs, it is the forward's loss, with the
+        op that made it (``loss_graph``) and this backward()'s line, looked up once a step."""
         if self.pending is not None:
             self.settle()
         self._unused = 0
@@ -191,8 +188,9 @@ class LoopCapture:
                 f.nodes = f.larger = None
             if f.loss_tensor is not None:
                 f.loss_tensor = None  # its graph freed where the loop frees it
-        if self._model_dict.get("_compiled_call_impl") is not self._call:
-            self._wrap()  # the model was compiled in place (``model.compile()``) since: around that, now
+        for i, (module, entry, _, call) in enumerate(self._wrapped):
+            if module.__dict__.get("_compiled_call_impl") is not call:  # compiled in place (``model.compile()``)
+                self._wrapped[i] = self._wrap_one(module, entry)  # since: around that, now
         if self._probe is None:
             self._find_probe()
 
@@ -206,21 +204,29 @@ class LoopCapture:
     # It runs in every training step, where each microsecond of Python costs several (caches are
     # cold after the step's kernels): the common path does as little as it can.
     def _wrap(self) -> None:
-        """Put the capture around the model's call: ``Module.__call__`` runs ``_compiled_call_impl``
-        when a module has one (``Module.compile`` sets it), so the model keeps torch's fast path (no
-        hooks of ours for ``_call_impl`` to dispatch) and one call of ours records the forward before
-        and after it runs. Pickling and ``copy.deepcopy`` leave it out (``Module.__getstate__``)."""
+        """Put the capture around the model's call: ``Module.__call__`` runs ``_compiled_call_impl`` when a module
+        has one (``Module.compile`` sets it), so the model keeps torch's fast path (no hooks of ours for ``_call_impl``
+        to dispatch) and one call of ours records the forward before and after it runs. Pickling and ``deepcopy``
+        leave it out (``Module.__getstate__``). A model with no ``forward`` of its own (CleanRL's PPO agent: its
+        ``get_action_and_value`` calls its ``actor`` and ``critic``) is run through its parts: the capture is around
+        each direct child holding parameters too, and a forward keeps the part it called (``Forward.entry``)."""
         model = self.model
-        self._model_dict = model.__dict__
-        self._saved = model.__dict__.get("_compiled_call_impl", _ABSENT)
-        self.evaluations.compiled = self._saved is not _ABSENT or type(model).__name__ == "OptimizedModule"
-        inner = model._compiled_call_impl or model._call_impl  # a model compiled in place stays compiled
-        begin, end, above = self._begin, self._end, 2 + _caller_frames(model)
-        # A loop calling ``torch.compile(model)`` while the watch holds ``model`` has dynamo trace the model's call
-        # (``_tracing``: a constant there). Traced, the call goes to the capture through a mark (``eager_around``):
-        # dynamo runs the capture as plain Python (its frame walks would break dynamo's graph with warnings) and
-        # compiles the model inside it; the capture's own functions, called while dynamo is on (``compiling``), go
-        # through marks that keep dynamo out of them too (a few µs a call). The marks come with dynamo (torch.optim
+        entries = [(name, child) for name, child in model.named_children() if next(child.parameters(), None) is not None
+                   ] if type(model).forward is _NO_FORWARD else []
+        self._wrapped = [self._wrap_one(model, None)] + [self._wrap_one(child, name) for name, child in entries]
+
+    def _wrap_one(self, module: torch.nn.Module, entry: str | None) -> tuple[torch.nn.Module, str | None, Any, Any]:
+        """(module, ``entry``, what its ``_compiled_call_impl`` was, the capture's call put there); ``entry``: its
+        name in the model, for a part of a model with no forward of its own (None: the model)."""
+        saved = module.__dict__.get("_compiled_call_impl", _ABSENT)
+        if entry is None:
+            self.evaluations.compiled = saved is not _ABSENT or type(module).__name__ == "OptimizedModule"
+        inner = module._compiled_call_impl or module._call_impl  # a model compiled in place stays compiled
+        begin, end, above = self._begin, self._end, 2 + _caller_frames(module)
+        # ``torch.compile(model)`` of a watched model has dynamo trace its call (``_tracing``: a constant there), which
+        # then goes to the capture through a mark (``eager_around``): the capture runs as plain Python (its frame
+        # walks would break dynamo's graph), the model compiled inside it; the capture's own functions, called while
+        # dynamo is on (``compiling``), go through marks too (a few µs a call). The marks come with dynamo (torch.optim
         # loads it); where it is not loaded yet, dynamo traces the capture itself.
         untraced = (eager(begin), eager(end)) if compiler_loaded() else None
 
@@ -228,6 +234,8 @@ class LoopCapture:
             traced = untraced if untraced is not None and compiling() else None
             try:
                 f = (begin if traced is None else traced[0])(args, kwargs, _getframe(above))  # may fire a trigger
+                if entry is not None and f is not None:
+                    f.entry = entry
             except STOPS:
                 raise
             except Exception:  # noqa: BLE001 - the capture's failure must not stop training
@@ -260,26 +268,26 @@ class LoopCapture:
                 return self.evaluations.forward(inner, args, kwargs)
             return (marked if _tracing() else capture)(*args, **kwargs)
 
-        self._call = call
-        model._compiled_call_impl = self._call
+        module._compiled_call_impl = call
+        return module, entry, saved, call
 
     def _unwrap(self) -> None:
-        """Give the model back its own call (unless something replaced ours since: then theirs stays)."""
-        model = self.model
-        if model.__dict__.get("_compiled_call_impl") is self._call:
-            if self._saved is _ABSENT:
-                del model.__dict__["_compiled_call_impl"]
-            else:
-                model.__dict__["_compiled_call_impl"] = self._saved
+        """Give the model (and its parts) their own calls back (unless something replaced ours since: theirs stays)."""
+        for module, _, saved, call in self._wrapped:
+            if module.__dict__.get("_compiled_call_impl") is call:
+                if saved is _ABSENT:
+                    del module.__dict__["_compiled_call_impl"]
+                else:
+                    module.__dict__["_compiled_call_impl"] = saved
 
-    def begin_running(self, args: Any) -> None:
-        """A forward of the model already running when the capture began (a watch attached from inside it:
-        ``attach``): recorded now, and its output by a forward hook that removes itself."""
-        if not (self.enabled and _grad_enabled()):
-            return
-        f = self._begin(args, None, _getframe(1))
+    def begin_running(self, module: torch.nn.Module, args: Any) -> None:
+        """A forward of the model (or of a part: ``_wrap``) running when the capture began (a watch attached from inside
+        it: ``attach``): recorded now, and its output by a forward hook that removes itself."""
+        entry = next((e for m, e, _, _ in self._wrapped if m is module), _ABSENT)
+        f = self._begin(args, None, _getframe(1)) if self.enabled and _grad_enabled() and entry is not _ABSENT else None
         if f is None:
             return
+        f.entry = entry
 
         def returned(module: torch.nn.Module, args: Any, kwargs: Any, output: Any) -> None:
             handle.remove()
@@ -287,7 +295,7 @@ class LoopCapture:
                 f.kwargs = kwargs
                 self._end(f, output)
 
-        handle = self.model.register_forward_hook(returned, with_kwargs=True)
+        handle = module.register_forward_hook(returned, with_kwargs=True)
 
     def _begin(self, args: Any, kwargs: Any, caller: Any) -> Forward | None:
         """A forward of the root module starts: the first after an update opens a step. ``caller``: the frame

@@ -133,9 +133,11 @@ def _forward(saved: dict[str, Any], device: torch.device) -> Forward:
                                        list(saved.get("grads", []))), lambda t: t.to(device))
     line, call = (where if isinstance(where, (list, tuple)) and len(where) == 3 else None
                   for where in (saved.get("line"), saved.get("call")))  # (bundles before Dec 2026 have no call)
-    loss = saved.get("loss")  # (bundles before Dec 2026 have none)
-    return Forward.saved(args, kwargs, dict(saved.get("rng") or {}), grads, SourceLine(*line) if line else None,
-                         SourceLine(*call) if call else None, loss if isinstance(loss, (float, torch.Tensor)) else None)
+    loss, entry = saved.get("loss"), saved.get("entry")  # (bundles before Dec 2026 have neither)
+    f = Forward.saved(args, kwargs, dict(saved.get("rng") or {}), grads, SourceLine(*line) if line else None,
+                      SourceLine(*call) if call else None, loss if isinstance(loss, (float, torch.Tensor)) else None)
+    f.entry = entry if isinstance(entry, str) else None  # a part of a model with no forward of its own
+    return f
 
 
 class _UpdateGuard:

@@ -187,7 +187,7 @@ class watch(Investigation, LoopSteps, CrashExplanation):
         """Capture the model's forward already running (a watch attached from inside it: ``attach``, from
         a global forward pre-hook); its keyword arguments are taken when it returns."""
         if self._loop is not None:
-            self._loop.begin_running(args)
+            self._loop.begin_running(module, args)
 
     def _at_exit(self) -> None:
         self.close(flush=False)

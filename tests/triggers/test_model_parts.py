@@ -1,0 +1,158 @@
+"""A model with no forward of its own, run through its parts: CleanRL's PPO agent, whose ``get_action_and_value``
+calls ``agent.actor`` and ``agent.critic`` (the agent itself is never called). ``watch(agent)`` captures each part's
+calls and re-runs them; ``tensor-dap run`` watches the agent, not the part that happened to run first."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from torch import nn
+
+import tensor_dap
+from tensor_dap import NonFiniteError
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.filterwarnings("ignore::UserWarning")]
+
+AGENT = '''
+import torch
+from torch import nn
+from torch.distributions import Categorical
+
+
+class SqrtGate(nn.Module):
+    """sqrt of the positive part, through torch.where: its gradient is NaN where the input is negative."""
+
+    armed = False
+
+    def forward(self, x):
+        return torch.where(x > 0, torch.sqrt(x), x) if self.armed else torch.tanh(x)  # BIRTH
+
+
+class Agent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.critic = nn.Sequential(nn.Linear(4, 16), SqrtGate(), nn.Linear(16, 1))
+        self.actor = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 2))
+
+    def get_value(self, x):
+        return self.critic(x)
+
+    def get_action_and_value(self, x, action=None):
+        probs = Categorical(logits=self.actor(x))
+        if action is None:
+            action = probs.sample()
+        return action, probs.log_prob(action), probs.entropy(), self.critic(x)
+
+
+def train(agent, optimizer, updates, armed_at=None, gen=None):
+    for update in range(updates):
+        agent.critic[1].armed = armed_at is not None and update >= armed_at
+        with torch.no_grad():  # the rollout: the policy acts, no gradients
+            obs = torch.randn(64, 4, generator=gen)
+            actions, old_logp, _, _ = agent.get_action_and_value(obs)
+            returns = torch.randn(64, generator=gen)
+        _, logp, entropy, value = agent.get_action_and_value(obs, actions)
+        adv = returns - value.detach().squeeze(1)
+        loss = (-(torch.exp(logp - old_logp) * adv).mean() + 0.5 * ((value.squeeze(1) - returns) ** 2).mean()
+                - 0.01 * entropy.mean())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+'''
+ARMED_AT = 3
+
+
+@pytest.fixture()
+def agent_module(tmp_path, monkeypatch):
+    (tmp_path / "agent.py").write_text(AGENT)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("agent", None)
+    import agent
+    yield agent
+    sys.modules.pop("agent", None)
+
+
+def _built(agent_module, seed=0):
+    torch.manual_seed(seed)
+    agent = agent_module.Agent()
+    return agent, torch.optim.Adam(agent.parameters(), lr=1e-3), torch.Generator().manual_seed(seed + 1)
+
+
+def test_a_model_with_no_forward_is_captured_through_its_parts_and_names_the_birthplace(agent_module, tmp_path,
+                                                                                        monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    agent, optimizer, gen = _built(agent_module)
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(agent, optimizer, on="raise"):
+        agent_module.train(agent, optimizer, 10, armed_at=ARMED_AT, gen=gen)
+    report = info.value.report
+    assert (report.step, report.phase, report.module, report.op) == (ARMED_AT, "backward", "critic.1",
+                                                                     "SqrtBackward0"), report.headline
+    assert report.source["text"].endswith("# BIRTH") and report.bundle, report.source
+    assert "torch.where does not stop" in report.diagnosis
+    assert all(torch.isfinite(p).all() for p in agent.parameters())  # stopped before the update
+
+    # the bundle keeps which part each forward called: it replays on a fresh agent
+    again, optimizer2, _ = _built(agent_module, seed=7)
+    again.critic[1].armed = True
+    with pytest.raises(NonFiniteError) as replayed:
+        tensor_dap.replay(report.bundle, again, optimizer=optimizer2, on="raise")
+    assert (replayed.value.report.module, replayed.value.report.op) == ("critic.1", "SqrtBackward0")
+
+
+def test_watching_a_model_run_through_its_parts_keeps_training_bit_identical(agent_module):
+    runs = []
+    for watched in (False, True):
+        agent, optimizer, gen = _built(agent_module)
+        torch.manual_seed(5)  # the rollout samples actions: watch must not move the RNG stream
+        if watched:
+            with tensor_dap.watch(agent, optimizer, on="raise") as w:
+                agent_module.train(agent, optimizer, 12, gen=gen)
+            assert not w.reports
+        else:
+            agent_module.train(agent, optimizer, 12, gen=gen)
+        runs.append([p.detach().clone() for p in agent.parameters()] + [torch.rand(3)])
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
+    # and the parts are given their own calls back
+    assert all("_compiled_call_impl" not in m.__dict__ for m in (agent, agent.actor, agent.critic))
+
+
+def test_tensor_dap_run_watches_the_agent_not_the_part_that_ran_first(tmp_path):
+    (tmp_path / "agent.py").write_text(AGENT)
+    (tmp_path / "ppo.py").write_text(textwrap.dedent(f'''
+        import torch
+        from agent import Agent, train
+
+        torch.manual_seed(0)
+        agent = Agent()
+        optimizer = torch.optim.Adam(agent.parameters(), lr=1e-3)
+        train(agent, optimizer, 10, armed_at={ARMED_AT})
+        print("TRAINED")
+    '''))
+    r = subprocess.run([sys.executable, "-m", "tensor_dap", "run", "--break-on-nan", "ppo.py"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL,
+                       env={**os.environ, "COLUMNS": "200"})
+    assert r.returncode == 1 and "TRAINED" not in r.stdout, r.stderr[-3000:]
+    assert f"step {ARMED_AT} · NaN born in SqrtBackward0 (the backward of sqrt), in the backward of critic.1" \
+        in r.stderr, r.stderr[-3000:]
+    assert "tensor_dap.watch(Agent)" in r.stderr  # the model, not its actor (the first part to run)
+    assert "tensor_dap.replay(" in r.stderr and ", agent, optimizer=optimizer)" in r.stderr
+
+
+def test_a_part_called_alone_is_still_its_own_model_where_nothing_holds_more():
+    """The owner search looks for a module holding more of the optimizer's parameters: a model trained alone stays
+    the model (a Sequential called by the loop)."""
+    from tensor_dap.triggers.attach import owner_in_frames
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))
+    other = nn.Linear(3, 3)  # in these locals too, holding none of them
+    params = {id(p) for p in model.parameters()}
+    assert owner_in_frames([model], params, sys._getframe()) is None
+    agent = nn.Module()
+    agent.actor, agent.critic = model, nn.Linear(4, 1)
+    params |= {id(p) for p in agent.critic.parameters()}
+    assert owner_in_frames([model], params, sys._getframe()) is agent
+    assert owner_in_frames([model, agent.critic], params, sys._getframe()) is agent
+    assert other is not agent
