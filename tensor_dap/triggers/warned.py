@@ -18,7 +18,8 @@ import warnings
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from ..debug.frames import SourceLine, is_library
+from ..debug.frames import SourceLine
+from ..libraries import is_user_file
 
 KEPT = 32  # the latest warnings noted, at most
 SHOWN = 3  # named in one report, at most
@@ -118,7 +119,7 @@ def _note(message: Any, category: Any, filename: str, lineno: int) -> None:
     """Never raises: it runs wherever the program warns."""
     try:
         if not ((_watches or _early) and isinstance(category, type) and issubclass(category, _CATEGORIES)) \
-                or is_library(filename):
+                or not is_user_file(filename):  # (an installed package's own, about itself: tyro's on its Args)
             return
         steps = {id(w): step for w in _watches if isinstance(step := getattr(w, "step_count", None), int)}
         said = str(message).strip()

@@ -93,6 +93,8 @@ def test_warnings_of_library_code_and_of_other_categories_are_not_named():
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         with tensor_dap.watch(model, optimizer, on="raise", capture=False) as w:
             warnings.warn_explicit("inside torch", UserWarning, torch.__file__, 1)
+            warnings.warn_explicit("inside an installed package", UserWarning, pytest.__file__, 1)  # (CleanRL's
+            # PPO: tyro warning about its Args class was named in a report of a NaN)
             warnings.warn("deprecated here", DeprecationWarning, stacklevel=1)
             warnings.warn("a user warning here", UserWarning, stacklevel=1)
             named = warned.notes(w, w.step_count)
