@@ -2,21 +2,18 @@
 
 Written against the public ``watch`` and ``break_if``; what it adds is *finding* their arguments:
 
-- The optimizer: a global optimizer step pre-hook sees every ``torch.optim`` optimizer at its
-  first ``step()``.
-- The model: until that first step a global forward pre-hook notes which modules ran, and
-  ``attach`` (the one way to find a model from its optimizer) picks it among them and attaches
-  ``watch`` before the update of that first step. The forward hook is then removed, so later
-  steps pay only for ``watch``.
-- The loss: the scalar tensor ``.backward()`` is called on (``loss_tap``); a GradScaler's scaled
-  loss is traced back to the loss it scaled, so thresholds compare the real value.
+- The optimizer: a global optimizer step pre-hook sees every ``torch.optim`` optimizer at its first ``step()``.
+- The model: until that first step a global forward pre-hook notes which modules ran, and ``attach`` (the one way to
+  find a model from its optimizer) picks it among them and attaches ``watch`` before the update of that first step. The
+  forward hook is then removed, so later steps pay only for ``watch``.
+- The loss: the scalar tensor ``.backward()`` is called on (``loss_tap``); a GradScaler's scaled loss is traced back to
+  the loss it scaled, so thresholds compare the real value.
 
-Until a watch is attached the loss is checked for NaN/Inf at each ``.backward()``. A first
-``backward()`` with no ``torch.optim`` optimizer created yet is a loop that updates its parameters
-by hand: the root module that ran holding most trainable parameters gets a ``watch`` without an
-optimizer, which checks the gradients as each ``backward()`` returns. It is usually the first module
-called with gradients on, and is then watched from inside that first forward, so that step 0 is
-captured too (an optimizer made before the first backward() ends that watch). Where no watch can apply
+Until a watch is attached the loss is checked for NaN/Inf at each ``.backward()``. A first ``backward()`` with no
+``torch.optim`` optimizer created yet is a loop that updates its parameters by hand: the root module that ran holding
+most trainable parameters gets a ``watch`` without an optimizer, which checks the gradients as each ``backward()``
+returns. It is usually the first module called with gradients on, and is then watched from inside that first forward, so
+that step 0 is captured too (an optimizer made before the first backward() ends that watch). Where no watch can apply
 (parameters no called module holds) the loss check stays on for the whole run instead.
 """
 
@@ -32,6 +29,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..console import note
+from ..debug.frames import held_as
 from .break_if import break_if
 from ..dynamo import global_forward_pre_hook
 from .loss_tap import listen
@@ -232,8 +230,10 @@ class AutoTriggers:
         if attached is None or attached.watch is not None or optimizer in self._unwatched:
             return
         self._unwatched.add(optimizer)
+        attached.close()  # its hook on every module's call goes: none will be found now (SAC's [log_alpha]: 30 %)
+        name = next((f" ({n})" for n, within in held_as(optimizer, sys._getframe(1)) if within is None), "")
         note(f"tensor_dap: --break-on-nan: no module run with gradients holds the parameters of "
-             f"{type(optimizer).__name__}; checking the loss at .backward() for NaN/Inf instead")
+             f"{type(optimizer).__name__}{name}; checking the loss at .backward() for NaN/Inf instead")
         self._fall_back_to_loss()
 
     def _attach(self, optimizer: torch.optim.Optimizer) -> None:
