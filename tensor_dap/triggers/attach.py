@@ -26,6 +26,7 @@ import torch
 from ..dynamo import global_forward_pre_hook
 from . import active
 from .optimizer_call import closure_of, param_ids
+from .parts import parts_of
 from .watch import watch
 
 
@@ -78,14 +79,17 @@ def owner_in_frames(parts: list[torch.nn.Module], params: Collection[int], frame
 def model_of(seen: Iterable[torch.nn.Module], optimizer: Optional[torch.optim.Optimizer], frame: Any
              ) -> tuple[Optional[torch.nn.Module], list[torch.nn.Module]]:
     """``find_model`` among the modules that ran, or, where several roots among them hold the parameters, the module
-    in the program's frames holding them all (``owner_in_frames``: an agent whose actor and critic ran)."""
+    in the program's frames holding them all (``owner_in_frames``: an agent whose actor and critic ran), else, of an
+    optimizer's, those roots together (``parts``: SAC's two Q-networks)."""
     model, others = find_model(list(seen), optimizer)
     if model is None or not others:
         return model, others
     params = param_ids(optimizer) if optimizer is not None else {
         id(p) for m in (model, *others) for p in m.parameters() if p.requires_grad}
     owner = owner_in_frames([model, *others], params, frame)
-    return (owner, []) if owner is not None else (model, others)
+    if owner is None and optimizer is None:  # (every module's trainable parameters: the largest root is the model)
+        return model, others
+    return (owner if owner is not None else parts_of([model, *others], frame)), []
 
 
 class Attachment:
@@ -115,6 +119,7 @@ class Attachment:
             return
         self._params = param_ids(optimizer)
         self._watched_holds = 0  # of those, how many the watched module holds
+        self._parts: list[torch.nn.Module] = []  # roots called holding some of them, none all: watched together
         self._hook = global_forward_pre_hook(self._called)  # also inside compiled models
         self._step_hooks = [optimizer.register_step_pre_hook(self._step_begins),
                             optimizer.register_step_post_hook(self._step_ends)]
@@ -142,8 +147,8 @@ class Attachment:
             self.watch.join_step(closure)  # ... and the step already running, whose closure called the model
 
     def _watch(self, module: torch.nn.Module, args: Any, held: int, owner: Optional[torch.nn.Module] = None) -> None:
-        """Watch ``module`` (or ``owner``, a module holding it and more of the parameters, called through its parts),
-        from inside its call."""
+        """Watch ``module`` (or ``owner``: a module holding it and more of the parameters, or the parts trained
+        together with it), from inside its call."""
         self._watched_holds = held if owner is None else self._held(owner)
         self.watch = self._shared_watch(owner or module)
         if self.watch is None:
@@ -172,8 +177,17 @@ class Attachment:
         if watched.step_count or self._closure is not None or module is watched.model or self.shared:
             self._hook.remove()  # removing a global hook from inside it is safe: torch iterates over a copy
             self._hook = None
+            self._remove_step_hooks()  # (a watch of parts, made in one of them)
             return
         held = self._held(module)
+        if held and self._watched_holds + held <= len(self._params) and not any(
+                sub is module for sub in watched.model.modules()) and not any(
+                sub is watched.model for sub in module.modules()):  # another part trained with the one watched (SAC's
+            self._parts = self._parts or [watched.model]  # qf2 after qf1): the parts are watched together
+            watched.close(flush=False)
+            self._parts.append(module)
+            self._watch(module, args, held, parts_of(self._parts, sys._getframe(1)))
+            return
         if held <= self._watched_holds or not any(sub is watched.model for sub in module.modules()):
             return
         watched.close(flush=False)

@@ -26,6 +26,7 @@ from .incident import Bundle, read_bundle
 from .investigate import report_of
 from .localize import Finding, StopRerun, any_nonfinite, localize_rerun, nonfinite_parameters
 from .forwards import Forward, replay_forwards
+from .parts import as_model
 from .report import Report
 from .stop import check_mode, dispatch
 
@@ -39,7 +40,7 @@ def _restore(bundle: Bundle, model: torch.nn.Module, optimizer: torch.optim.Opti
         restore_rng(bundle.rng)
 
 
-def replay(bundle: str | Bundle, model: torch.nn.Module, step_fn: Callable[..., Any] | None = None,
+def replay(bundle: str | Bundle, model: torch.nn.Module | list | dict, step_fn: Callable[..., Any] | None = None,
            optimizer: torch.optim.Optimizer | None = None, *, on: str = "auto",
            ranks: Collection[int] | None = None, trusted: bool = False) -> Report | None:
     """Re-run the bundle's step on ``model``; returns the new report, or None if the step ran clean.
@@ -53,6 +54,7 @@ def replay(bundle: str | Bundle, model: torch.nn.Module, step_fn: Callable[..., 
     written before tensor_dap stored bundles in safe types: unpickling them can run code.
     """
     check_mode(on)
+    model = as_model(model)  # (a list of the modules one optimizer trains: ``parts``)
     if isinstance(bundle, str):
         bundle = read_bundle(bundle, trusted=trusted)
     device = next((p.device for p in model.parameters()), torch.device("cpu"))

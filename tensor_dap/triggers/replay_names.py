@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..debug.frames import held_as, names_in
+from .parts import Parts
 from .stop import stop_frame
 
 WRAPPED_AS = ("optimizer", "module", "model", "_orig_mod")  # where wrappers keep what they wrap (a plain attribute)
@@ -26,6 +27,8 @@ def program_names(models: Sequence[Any], optimizer: Any) -> dict[str, str]:
     names = {}
     for key, candidates in (("model", models), ("optimizer", () if optimizer is None else (optimizer,))):
         found = next((name for obj in candidates if (name := _held(obj, frame)) is not None), None)
+        if found is None and key == "model" and isinstance(models[0], Parts):
+            found = models[0].names()  # several modules one optimizer trains: handed over as a list
         if found is not None and found != key:
             names[key] = found
     return names

@@ -75,12 +75,15 @@ def report_fields(data: Any, known: set[str]) -> dict[str, Any]:
 
 
 def _names(value: Any) -> dict[str, str]:
-    """``Report.names``: "model"/"optimizer" to the program's expression for it (``ddpm``, ``self.model``)."""
+    """``Report.names``: "model"/"optimizer" to the program's expression for it (``ddpm``, ``self.model``; the model
+    a list of those, ``[qf1, qf2]``: ``parts``)."""
     if not isinstance(value, dict):
         raise ValueError(f"field 'names': expected an object, got {type(value).__name__}")
     for key, name in value.items():
-        if key not in ("model", "optimizer") or not isinstance(name, str) or \
-                not all(part.isidentifier() for part in name.split(".")):
+        listed = key == "model" and isinstance(name, str) and name[:1] == "[" and name[-1:] == "]"
+        names = name[1:-1].split(", ") if listed else [name]
+        if key not in ("model", "optimizer") or not all(
+                isinstance(one, str) and all(part.isidentifier() for part in one.split(".")) for one in names):
             raise ValueError(f"field 'names': {key!r} is not a model or optimizer named by a Python name")
     return dict(value)
 

@@ -42,6 +42,7 @@ from .localize import StopRerun
 from .loss_tap import listen
 from .silent import SilentChecks
 from .optimizer_call import MIN_SCALE, SCALER_PROBE_STEPS, closure_of, optimizers_given, scaler_calling
+from .parts import as_model
 from .loop import LoopCapture
 from .loop_steps import LoopSteps
 from .report import Report
@@ -55,30 +56,28 @@ LOSS_HISTORY = max(32, FLAT_STEPS)
 
 
 class watch(Investigation, LoopSteps, CrashExplanation):
-    """Watch forward outputs, gradients, losses and parameter updates of ``model`` for NaN/Inf.
-
-    ``optimizer``: the one updating ``model``, a list of those that do (checked once a step, before the first
-    update), or None (found when it steps). Around an unchanged loop it captures what re-running a step needs from
-    hooks (``rerun=False`` keeps nothing: see docs/triggers.md for what that costs in memory); hand steps to
-    ``w.step(fn, *args, **kwargs)`` to also re-run the loss function (``fn`` must run one whole step from its
-    arguments). ``every`` reads the sentinel back once every that many steps (use it on GPU; detection is then up to
-    every-1 steps late). ``capture`` writes incident bundles (True: ``.tensor_dap/incidents``, or a folder).
+    """Watch forward outputs, gradients, losses and parameter updates of ``model`` (a module, or a list or dict of those
+    one optimizer trains) for NaN/Inf. ``optimizer``: the one updating ``model``, a list of those that do (checked once
+    a step, before the first update), or None (found when it steps). Around an unchanged loop it captures what
+    re-running a step needs from hooks (``rerun=False`` keeps nothing: see docs/triggers.md for what that costs in
+    memory); hand steps to ``w.step(fn, *args, **kwargs)`` to also re-run the loss function (``fn`` must run one whole
+    step from its arguments). ``every`` reads the sentinel back once every that many steps (use it on GPU; detection is
+    then up to every-1 steps late). ``capture`` writes incident bundles (True: ``.tensor_dap/incidents``, or a folder).
     ``scaler``: the ``torch.amp.GradScaler`` in use, if any (found by itself when it calls ``optimizer.step``). ``on``
-    and ``ranks``: see docs/triggers.md. ``hang_after``: seconds without a finished optimizer step before every
-    thread's stack is written and where each rank waits is said (``hang``). The handle is active on creation;
-    ``close()``, leaving the ``with`` block or the end of the program removes its hooks and says how many steps were
-    non-finite.
+    and ``ranks``: see docs/triggers.md. ``hang_after``: seconds without a finished optimizer step before every thread's
+    stack is written and where each rank waits is said (``hang``). The handle is active on creation; ``close()``,
+    leaving the ``with`` block or the end of the program removes its hooks and says how many steps were non-finite.
     """
 
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | list | None = None, *,
+    def __init__(self, model: torch.nn.Module | list | dict, optimizer: torch.optim.Optimizer | list | None = None, *,
                  on: str = "auto", every: int = 1, capture: bool | str = True, ranks: Collection[int] | None = None,
                  scaler: Any = None, rerun: bool = True, hang_after: float | None = None) -> None:
         check_mode(on)
         optimizer, more = optimizers_given(optimizer)  # several updating the model: the others are added
         if not isinstance(every, int) or every < 1:
             raise ValueError(f"every={every!r}: expected a positive integer")
-        self.model, self.optimizer, self.scaler = model, optimizer, scaler
-        self._inner = unwrap(model)  # names, saved state and re-runs use the module inside DDP/compile
+        self.model, self.optimizer, self.scaler = as_model(model), optimizer, scaler  # (several: ``parts``)
+        self._inner = unwrap(self.model)  # names, saved state and re-runs use the module inside DDP/compile
         self.on, self.every, self.capture, self.ranks = on, every, capture, ranks
         self.step_count = 0  # index of the next step; set it when resuming a run
         self.reports: list[Report] = []
@@ -113,7 +112,7 @@ class watch(Investigation, LoopSteps, CrashExplanation):
         self._last_loss: tuple[int, torch.Tensor | None] = (-1, None)
         self._running_loss: tuple[int, torch.Tensor | None] = (-1, None)  # inside w.step: handed to backward()
         self._step_losses: list[Any] = []  # the losses given to backward() this step (``forwards.loss_value``)
-        self._loop = (LoopCapture(called(model), self._buffers, self._params, self._loop_unstepped,
+        self._loop = (LoopCapture(called(self.model), self._buffers, self._params, self._loop_unstepped,
                                   self._step_losses.append) if rerun else None)
         self._noted: float | None = None  # the last loss break_if saw this step
         # The loss handed to backward(): taken by the unchanged loop's capture (one call less a step), else by watch.

@@ -13,6 +13,7 @@ from torch import nn
 
 import tensor_dap
 from tensor_dap import NonFiniteError
+from tensor_dap.triggers.report import to_text
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.filterwarnings("ignore::UserWarning")]
 
@@ -156,3 +157,111 @@ def test_a_part_called_alone_is_still_its_own_model_where_nothing_holds_more():
     assert owner_in_frames([model], params, sys._getframe()) is agent
     assert owner_in_frames([model, agent.critic], params, sys._getframe()) is agent
     assert other is not agent
+
+
+SAC = '''
+import torch
+from torch import nn
+
+
+class Q(nn.Module):
+    """A soft Q-network; the second one's forward has a sqrt-where trap that a large observation springs."""
+
+    def __init__(self, trap=False):
+        super().__init__()
+        self.fc1, self.fc2, self.trap = nn.Linear(5, 16), nn.Linear(16, 1), trap
+
+    def forward(self, x, a):
+        h = self.fc1(torch.cat([x, a], 1))
+        if self.trap and x.abs().max() > 10:
+            h = torch.where(h > 0, torch.sqrt(h), h)  # BIRTH
+        return self.fc2(torch.relu(h))
+
+
+def batch(step, gen):
+    x, a = torch.randn(32, 4, generator=gen), torch.randn(32, 1, generator=gen)
+    target = torch.randn(32, 1, generator=gen)
+    if step == 3:
+        x[0, 0] = 20.0  # an observation far out of range
+    return x, a, target
+
+
+def build(seed=0):
+    torch.manual_seed(seed)
+    qf1, qf2 = Q(), Q(trap=True)
+    return qf1, qf2, torch.optim.Adam(list(qf1.parameters()) + list(qf2.parameters()), lr=1e-3)
+
+
+def train(qf1, qf2, q_optimizer, steps, gen):
+    for step in range(steps):
+        x, a, target = batch(step, gen)
+        q1, q2 = qf1(x, a), qf2(x, a)
+        loss = ((q1 - target) ** 2).mean() + ((q2 - target) ** 2).mean()
+        q_optimizer.zero_grad()
+        loss.backward()
+        q_optimizer.step()
+'''
+
+
+@pytest.fixture()
+def sac_module(tmp_path, monkeypatch):
+    (tmp_path / "sac_parts.py").write_text(SAC)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    sys.modules.pop("sac_parts", None)
+    import sac_parts
+    yield sac_parts
+    sys.modules.pop("sac_parts", None)
+
+
+def test_several_models_one_optimizer_trains_are_watched_together(sac_module):
+    """SAC's q_optimizer over two Q-networks the loop calls one by one: ``watch([qf1, qf2], q_optimizer)`` checks both
+    before the update and names the part; its bundle replays on the list."""
+    qf1, qf2, q_optimizer = sac_module.build()
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch([qf1, qf2], q_optimizer, on="raise"):
+        sac_module.train(qf1, qf2, q_optimizer, 8, torch.Generator().manual_seed(1))
+    report = info.value.report
+    assert (report.step, report.module, report.op) == (3, "qf2", "SqrtBackward0"), report.headline
+    assert report.source["text"].endswith("# BIRTH")
+    assert f"tensor_dap.replay({report.bundle!r}, [qf1, qf2], optimizer=q_optimizer)" in to_text(report)
+    assert all(torch.isfinite(p).all() for p in [*qf1.parameters(), *qf2.parameters()])  # before the update
+
+    again = sac_module.build(seed=9)
+    with pytest.raises(NonFiniteError) as replayed:
+        tensor_dap.replay(report.bundle, {"qf1": again[0], "qf2": again[1]}, optimizer=again[2], on="raise")
+    assert (replayed.value.report.module, replayed.value.report.op) == ("qf2", "SqrtBackward0")
+
+
+def test_tensor_dap_run_watches_the_models_one_optimizer_trains_together(tmp_path):
+    (tmp_path / "sac_parts.py").write_text(SAC)
+    (tmp_path / "train.py").write_text("import torch\nfrom sac_parts import build, train\n\nqf1, qf2, q_optimizer = "
+                                       "build()\ntrain(qf1, qf2, q_optimizer, 8, torch.Generator().manual_seed(1))\n")
+    r = subprocess.run([sys.executable, "-m", "tensor_dap", "run", "--break-on-nan", "train.py"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+    assert r.returncode == 1, r.stderr[-3000:]
+    err = " ".join(r.stderr.split())
+    assert "step 3 · NaN born in SqrtBackward0 (the backward of sqrt), in the backward of qf2" in err, err[-3000:]
+    assert "tensor_dap.watch(qf1+qf2)" in err and ", [qf1, qf2], optimizer=q_optimizer)" in err
+    bundle = next((tmp_path / ".tensor_dap" / "incidents").iterdir())
+    again = subprocess.run([sys.executable, "-m", "tensor_dap", "run", "--replay", str(bundle), "train.py"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+    said = " ".join(again.stderr.split())
+    assert again.returncode == 0 and "on the program's qf1+qf2 and Adam" in said, said[-3000:]
+    assert "replay: NaN born in SqrtBackward0 (the backward of sqrt), in the backward of qf2" in said
+
+
+@pytest.mark.parametrize("model", ["model", [], [nn.Linear(2, 2), "x"], {"a.b": nn.Linear(2, 2)},
+                                   {"": nn.Linear(1, 1)}])
+def test_a_model_argument_that_is_no_module_nor_modules_is_one_type_error(model):
+    with pytest.raises(TypeError, match="^model: expected a torch.nn.Module, or a list or dict of the modules one "):
+        tensor_dap.watch(model, torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.1))
+
+
+def test_a_report_names_the_list_it_replays_on_and_nothing_else():
+    """``names`` come back from report.json into a line the user may paste: a list of Python names, nothing more."""
+    from tensor_dap.triggers.schema import _names
+
+    assert _names({"model": "[qf1, self.qf2]"}) == {"model": "[qf1, self.qf2]"}
+    for bad in ("[qf1, __import__('os')]", "[qf1,qf2]", "[]", "qf1, qf2"):
+        with pytest.raises(ValueError):
+            _names({"model": bad})
