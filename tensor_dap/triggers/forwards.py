@@ -94,6 +94,10 @@ class Forward:
             return self.retained  # type: ignore[return-value]
         return [*self.retained, *((i, t) for i, ref in self.weak if (t := ref()) is not None)]
 
+    def reached(self) -> bool:
+        """A backward() has reached its outputs (their gradients are seen)."""
+        return any(g is not None for g in self.grads) or any(t.grad is not None for _, t in self._kept())
+
     def model_nodes(self) -> list[Any]:
         """The autograd nodes that made this forward's outputs (the loss computation's come after them)."""
         return [t.grad_fn for _, t in self._kept() if t.grad_fn is not None] + list(self.nodes or ())

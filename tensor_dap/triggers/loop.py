@@ -15,7 +15,6 @@ step a ``GradScaler`` skipped does not run into the next one.
 
 from __future__ import annotations
 
-import math
 import sys
 import weakref
 from functools import partial
@@ -27,10 +26,9 @@ from ..errors import STOPS
 from ..debug.frames import CallSites, Site, SourceLine, user_line
 from ..dynamo import compiler_loaded, compiling, eager, eager_around
 from ..state import BufferSnapshot, Buffers, RngUse
-from .active import open_watches
 from .eval_mode import Evaluations
-from .forwards import Forward, input_bytes, loss_value, output_tensors
-from .loss_graph import read as read_loss
+from .forwards import Forward, input_bytes, output_tensors
+from .loop_losses import StepLosses
 
 MAX_FORWARDS = 4096  # forwards kept per step (an RL episode runs the policy once per environment step); more drops
 # the capture, as do the inputs of forwards with no backward() after them (past MAX_UNUSED in a row) adding up to
@@ -48,7 +46,6 @@ _Tensor = torch.Tensor
 _grad_enabled = torch.is_grad_enabled
 _getframe = sys._getframe
 _tracing = torch.compiler.is_dynamo_compiling
-_isfinite = math.isfinite
 
 
 _WRAPPED_CALL = torch.nn.Module._wrapped_call_impl  # Module.__call__
@@ -62,7 +59,7 @@ def _caller_frames(model: torch.nn.Module) -> int:
     return int(type(model).__call__ is _WRAPPED_CALL)
 
 
-class LoopCapture:
+class LoopCapture(StepLosses):
     """Hooks on the root module that keep each step's forwards; ``steps`` tells it when an update happened.
 
     ``on_unstepped()`` is called when a step ended without an optimizer update (a ``GradScaler``
@@ -109,62 +106,6 @@ class LoopCapture:
     @property
     def replayable(self) -> bool:
         return bool(self.forwards) and self.dropped is None
-
-    def backward_called(self, loss: torch.Tensor) -> None:
-        """A loss was handed to backward() (``loss_tap``: every backward() of the program comes here). With one watch
-        open, it is the latest forward's. With several (a GAN's two models), not every loss reaches every model: it
-        is this step's once the gradients of the latest forward's outputs are seen replaced by it (``settle``, at the
-        next backward or the step's end). A non-finite loss on the CPU (read now: no sync there) has its graph read
-        before backward() frees what its nodes saved: if it reaches the outputs, it is the forward's loss, with the
-        op that made it (``loss_graph``) and this backward()'s line, looked up once a step."""
-        if self.pending is not None:
-            self.settle()
-        self._unused = 0
-        forwards = self.forwards
-        if not (self.enabled and forwards):
-            return
-        f = forwards[-1]
-        f.loss_tensor = loss  # (its graph's structure, should a non-finite gradient reach the outputs)
-        kept = loss_value(loss)
-        if len(open_watches) > 1:
-            self.pending = (f, kept, f.marks())
-        else:  # alone, nothing to tell apart: it is this step's
-            self._accept(f, kept)
-        line = self._line
-        if line is None:  # above: loss_tap's wrapper, then Tensor.backward or the caller of torch.autograd.backward
-            line = self._line = self._backwards.at(_getframe(2))
-        if type(kept) is float and not _isfinite(kept) and not f.graph_read:
-            graph = read_loss(loss, f.model_nodes())
-            if graph.reaches:
-                here = self._backwards.at(_getframe(2))  # this backward()'s line, not the step's first
-                f.loss, f.loss_birth, f.backward_at, f.graph_read = kept, graph.birth, here, True
-        if f.retained:
-            self._backward_seen = True
-            if f.backward_at is None:
-                f.backward_at = line
-
-    def step_forwards(self) -> list[Forward]:
-        """This step's forwards, to re-run: one whose output's gradient no hook saw arrive (held weakly, or not the
-        step's last) is given the line that called backward() in this step."""
-        if self._line is not None:
-            for f in self.forwards:
-                if f.backward_at is None:
-                    f.backward_at = self._line
-        return list(self.forwards)
-
-    def settle(self) -> None:
-        """The last loss handed to backward() is this step's if it reached the latest forward's outputs."""
-        pending, self.pending = self.pending, None
-        if pending is not None:
-            f, kept, before = pending
-            if not before or any(now is not then for now, then in zip(f.marks(), before)):  # none: not told apart
-                self._accept(f, kept)
-
-    def _accept(self, f: Forward, kept: torch.Tensor) -> None:
-        """``kept`` is the loss of ``f``'s step."""
-        if f.loss is None:
-            f.loss = kept
-        self.on_loss(kept)
 
     def made(self, t: torch.Tensor) -> bool:
         """Whether ``t`` is (a view of) an output of a forward of the step now open: another model's batch

@@ -265,3 +265,31 @@ def test_a_report_names_the_list_it_replays_on_and_nothing_else():
     for bad in ("[qf1, __import__('os')]", "[qf1,qf2]", "[]", "qf1, qf2"):
         with pytest.raises(ValueError):
             _names({"model": bad})
+
+
+def test_a_critic_reset_between_its_forward_and_backward_keeps_only_its_own_pass(sac_module):
+    """SAC/TD3: the actor's update backpropagates through the Q-networks, then ``q_optimizer.zero_grad()`` comes
+    between their next forward and ``backward()``. That pass is discarded: the Q step's loss history holds the Q losses
+    only, and its re-run holds the Q-networks' own forwards."""
+    qf1, qf2, q_optimizer = sac_module.build()
+    qf2.trap = False
+    actor = nn.Linear(4, 1)
+    actor_optimizer = torch.optim.Adam(actor.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(1)
+    q_losses = []
+    with tensor_dap.watch([qf1, qf2], q_optimizer, on="raise") as w:
+        for step in range(6):
+            x, a, target = sac_module.batch(step + 10, gen)
+            q_loss = ((qf1(x, a) - target) ** 2).mean() + ((qf2(x, a) - target) ** 2).mean()
+            q_optimizer.zero_grad()  # (after the forward, as CleanRL's SAC does)
+            q_loss.backward()
+            q_optimizer.step()
+            q_losses.append(q_loss.item())
+            pi = actor(x)
+            actor_loss = -torch.min(qf1(x, pi), qf2(x, pi)).mean()  # reaches the Q-networks too
+            actor_optimizer.zero_grad()
+            actor_loss.backward()
+            actor_optimizer.step()
+            forwards = len(w._loop.forwards)
+        assert forwards == 2  # the actor pass's two forwards: the next Q step drops them once it resets
+        assert list(w._history) == pytest.approx(q_losses), (list(w._history), q_losses)
