@@ -3,8 +3,8 @@
 ``break_if`` checks a loss against thresholds and spikes; ``watch`` keeps a cheap per-step
 ``sentinel`` on gradients, losses and updates, capturing what a re-run needs (``capture`` for
 ``w.step``, ``loop`` for an unchanged loop, whose steps ``loop_steps`` counts (``loop_losses``: which loss is a
-step's) and whose forwards ``forwards`` keeps and runs again; ``parts`` holds several models one optimizer trains as one;
-``loss_graph`` names the op of a
+step's) and whose forwards ``forwards`` keeps and runs again; ``parts`` holds several models one optimizer trains
+as one; ``loss_graph`` names the op of a
 loss function nobody handed over). When it fires, ``investigate`` re-runs the step and
 ``localize`` watches it with ``origin``'s tracker to find the op, module and line where the first
 NaN/Inf was born (``ops`` names them, ``diagnose`` says the usual fix); ``incident`` writes a

@@ -13,12 +13,16 @@ from typing import Any
 import torch
 
 from . import active
-from .localize import Finding, nonfinite_parameters
+from .localize import Finding, nonfinite_parameters, tensors_in
+from .origin import GRAD_AT_OUTPUTS
 
 
 def upstream(watch: Any, finding: Finding | None) -> Finding | None:
-    """Where another open watch's model made ``finding``'s non-finite batch, or None."""
+    """Where another open watch's model made ``finding``'s non-finite batch, or its non-finite output gradient
+    (``downstream``); None where neither."""
     birth = finding.birth if finding is not None else None
+    if birth is not None and birth.phase == "loss" and birth.inputs and birth.inputs[0][0] == GRAD_AT_OUTPUTS:
+        return downstream(watch)
     if birth is None or birth.phase != "input":
         return None
     bad = next((t for _, t in birth.inputs if isinstance(t, torch.Tensor)), None)
@@ -42,3 +46,25 @@ def upstream(watch: Any, finding: Finding | None) -> Finding | None:
                           f"forward (module paths are {name}'s). " + found.note).strip()
             return found
     return None
+
+
+def downstream(watch: Any) -> Finding | None:
+    """The gradient arriving at this model's outputs is non-finite, and another open watch's model took them as its
+    input in this step (a seq2seq's decoder, given the encoder's outputs, each with an optimizer of its own; the
+    encoder's steps first): that model's captured forwards are re-run, and where the NaN was born in it is this
+    step's finding, with the other model's module paths."""
+    loop = getattr(watch, "_loop", None)
+    for other in active.watches():
+        theirs = getattr(other, "_loop", None)
+        if other is watch or loop is None or theirs is None or not any(
+                loop.made(t) for f in theirs.forwards for _, t in tensors_in((f.args, f.kwargs))):
+            continue
+        ctx = other._loop_context()
+        found = other._rerun(ctx) if ctx is not None else None
+        if found is not None and found.phase in ("forward", "backward"):
+            name = type(other._inner).__name__
+            found.note = (f"the gradient at this model's outputs came from {name}, watched too, which took them as its "
+                          f"input: born in {name}'s {found.phase} (module paths are {name}'s). {found.note}").strip()
+            return found
+    return None
+

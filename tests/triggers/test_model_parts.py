@@ -293,3 +293,55 @@ def test_a_critic_reset_between_its_forward_and_backward_keeps_only_its_own_pass
             forwards = len(w._loop.forwards)
         assert forwards == 2  # the actor pass's two forwards: the next Q step drops them once it resets
         assert list(w._history) == pytest.approx(q_losses), (list(w._history), q_losses)
+
+
+class _Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb, self.gru = nn.Embedding(20, 16), nn.GRU(16, 16, batch_first=True)
+
+    def forward(self, x):
+        return self.gru(self.emb(x))
+
+
+class _Decoder(nn.Module):
+    """Attends over the encoder's outputs; its padding mask covers every key for a padded query: NaN from softmax."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb, self.gru, self.out = nn.Embedding(20, 16), nn.GRU(16, 16, batch_first=True), nn.Linear(32, 20)
+
+    def forward(self, enc_out, h, y_in):
+        out, _ = self.gru(self.emb(y_in), h)
+        scores = (out @ enc_out.transpose(1, 2)).masked_fill((y_in == 0)[:, :, None], float("-inf"))
+        return self.out(torch.cat([out, torch.softmax(scores, -1) @ enc_out], -1))  # BIRTH
+
+
+def test_a_nan_born_in_the_model_fed_this_one_s_outputs_is_named_there():
+    """A seq2seq's encoder and decoder, each with an optimizer of its own, the encoder's stepping first: the NaN the
+    decoder's softmax made reaches the encoder's outputs as a non-finite gradient; the encoder's watch re-runs the
+    decoder's captured forwards and names the softmax, not "the loss computation outside the model"."""
+    torch.manual_seed(0)
+    encoder, decoder = _Encoder(), _Decoder()
+    encoder_optimizer = torch.optim.SGD(encoder.parameters(), lr=0.01)
+    decoder_optimizer = torch.optim.SGD(decoder.parameters(), lr=0.01)
+    gen = torch.Generator().manual_seed(1)
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(encoder, encoder_optimizer, on="raise"), \
+            tensor_dap.watch(decoder, decoder_optimizer, on="raise"):
+        for step in range(8):
+            x, y = torch.randint(1, 20, (8, 7), generator=gen), torch.randint(1, 20, (8, 6), generator=gen)
+            if step == 5:
+                y[3, 4:] = 0  # a padded target
+            enc_out, h = encoder(x)
+            logits = decoder(enc_out, h, y[:, :-1])
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 20), y[:, 1:].reshape(-1), ignore_index=0)
+            encoder_optimizer.zero_grad()
+            decoder_optimizer.zero_grad()
+            loss.backward()
+            encoder_optimizer.step()
+            decoder_optimizer.step()
+    report = info.value.report
+    assert (report.step, report.phase, report.op) == (5, "forward", "softmax"), report.headline
+    assert report.source["text"].endswith("# BIRTH") and "fully masked row" in report.diagnosis
+    assert report.notes[0].startswith("the gradient at this model's outputs came from _Decoder, watched too, which "
+                                      "took them as its input: born in _Decoder's forward")
