@@ -58,6 +58,12 @@ def held_as(obj: Any, frame: Optional[FrameType], *, outward: bool = False) -> I
         frame = user_frame(frame.f_back)
 
 
+def name_of(obj: Any, frame: Optional[FrameType], *, outward: bool = False) -> Optional[str]:
+    """The first name the program has for ``obj`` itself (``held_as``: a variable, ``self.disc``; not a list holding
+    it), or None."""
+    return next((name for name, within in held_as(obj, frame, outward=outward) if within is None), None)
+
+
 def names_in(frame: FrameType, *, globals_too: bool = False) -> Iterator[tuple[str, Any]]:
     """(name, value) of a frame's variables (``globals_too``: then its module's), then of its ``self``'s
     attributes, named ``self.name`` (a trainer's ``self.total_loss``)."""

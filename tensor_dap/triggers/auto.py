@@ -29,7 +29,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..console import note
-from ..debug.frames import held_as
+from ..debug.frames import name_of
 from .break_if import break_if
 from ..dynamo import global_forward_pre_hook
 from .loss_tap import listen
@@ -231,7 +231,7 @@ class AutoTriggers:
             return
         self._unwatched.add(optimizer)
         attached.close()  # its hook on every module's call goes: none will be found now (SAC's [log_alpha]: 30 %)
-        name = next((f" ({n})" for n, within in held_as(optimizer, sys._getframe(1)) if within is None), "")
+        name = f" ({held})" if (held := name_of(optimizer, sys._getframe(1))) else ""  # as the program holds it
         note(f"tensor_dap: --break-on-nan: no module run with gradients holds the parameters of "
              f"{type(optimizer).__name__}{name}; checking the loss at .backward() for NaN/Inf instead")
         self._fall_back_to_loss()

@@ -21,7 +21,7 @@ from typing import Any
 
 from torch import nn
 
-from ..debug.frames import held_as, stand_in
+from ..debug.frames import name_of, stand_in
 from ..nested import map_tensors
 from ..state import restore_rng
 from . import active
@@ -149,4 +149,4 @@ def _named(param: nn.Parameter) -> tuple[str, Any]:
 
 def _called(model: nn.Module) -> str:
     """The name the user's code has for ``model`` (``D``, ``self.disc``), else its class's name."""
-    return next((name for name, within in held_as(model, sys._getframe(1)) if within is None), type(model).__name__)
+    return name_of(model, sys._getframe(1)) or type(model).__name__

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ..debug.frames import held_as
+from ..debug.frames import name_of
 
 
 class Parts(torch.nn.Module):
@@ -49,8 +49,8 @@ def names_for(modules: list[torch.nn.Module], frame: Any) -> dict[str, torch.nn.
     """The names ``frame`` and its callers give ``modules`` (``self.qf1`` is ``qf1``), else their positions."""
     named: dict[str, torch.nn.Module] = {}
     for i, module in enumerate(modules):
-        found = next((name.rsplit(".", 1)[-1] for name, within in held_as(module, frame, outward=True)
-                      if within is None), None) if frame is not None else None
+        found = name_of(module, frame, outward=True) if frame is not None else None
+        found = found.rsplit(".", 1)[-1] if found else None  # (``self.qf1``: ``qf1``)
         named[found if found and found.isidentifier() and found not in named else str(i)] = module
     return named
 

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ..debug.frames import held_as, names_in
+from ..debug.frames import name_of, names_in
 from .parts import Parts
 from .stop import stop_frame
 
@@ -35,7 +35,7 @@ def program_names(models: Sequence[Any], optimizer: Any) -> dict[str, str]:
 
 
 def _held(obj: Any, frame: Any) -> str | None:
-    name = next((name for name, holder in held_as(obj, frame) if holder is None), None)
+    name = name_of(obj, frame)
     if name is not None:
         return name
     for name, value in names_in(frame, globals_too=True):  # inside a wrapper: its instance attribute, no property run
