@@ -19,7 +19,7 @@ given to the record on their thread that started last before them (makemore's lo
 from __future__ import annotations
 
 import bisect
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from .memory_sites import named_frame, user_frame
 
@@ -48,7 +48,7 @@ class Attribution:
         self._made = {key: self._frame(e) for key, e in last.items()}  # -> the function of that operator
         calls: dict[Any, list[tuple[float, str]]] = {}  # thread -> (start, "AdamW.step") of torch.optim's records
         for e in events:
-            if e.name.startswith(_OPTIMIZER) and "#" in e.name:
+            if _is_call(e):
                 calls.setdefault(e.thread, []).append((_start(e), e.name.split("#", 1)[1]))
         self._calls = {thread: sorted(starts) for thread, starts in calls.items()}
 
@@ -76,7 +76,8 @@ class Attribution:
         """The optimizer call an operator ran in whose record ended before it (``named``): torch.optim's frames are
         above it, and the call is the one on its thread that started last before it."""
         starts = self._calls.get(event.thread)
-        if not starts or not _in_optimizer_code(event):
+        code = _first_above(getattr(event, "cpu_parent", None), lambda e: _OPTIM_CODE in e.name)
+        if not starts or code is None or "lr_scheduler" in code.name:  # (a scheduler's step is not the optimizer's)
             return None
         i = bisect.bisect_right(starts, (_start(event), "\uffff"))
         return starts[i - 1][1] if i else None
@@ -98,31 +99,27 @@ def _start(event: Any) -> float:
     return getattr(span, "start", 0.0) if span is not None else 0.0
 
 
+def _is_call(event: Any) -> bool:
+    """torch.optim's record of a call (``Optimizer.step#AdamW.step``)."""
+    return event.name.startswith(_OPTIMIZER) and "#" in event.name
+
+
 def _optimizer_call(event: Any) -> str | None:
     """``AdamW.step`` for an event inside torch.optim's record of a call (``Optimizer.step#AdamW.step``); else None."""
-    e, depth = event, 0
-    while e is not None and depth < MAX_DEPTH:
-        name = e.name
-        if name.startswith(_OPTIMIZER) and "#" in name:
-            return name.split("#", 1)[1]
-        e, depth = getattr(e, "cpu_parent", None), depth + 1
-    return None
-
-
-def _in_optimizer_code(event: Any) -> bool:
-    e, depth = getattr(event, "cpu_parent", None), 0
-    while e is not None and depth < MAX_DEPTH:
-        if _OPTIM_CODE in e.name:
-            return "lr_scheduler" not in e.name  # (a scheduler's step is not the optimizer's)
-        e, depth = getattr(e, "cpu_parent", None), depth + 1
-    return False
+    call = _first_above(event, _is_call)
+    return call.name.split("#", 1)[1] if call is not None else None
 
 
 def _node_above(event: Any) -> Any:
     """The ``evaluate_function`` event an operator runs under (itself, if it is one); None outside backward."""
+    return _first_above(event, lambda e: is_node_record(e.name))
+
+
+def _first_above(event: Any, test: Callable[[Any], bool]) -> Any:
+    """``event`` or the nearest of its parents that passes ``test`` (``MAX_DEPTH`` looked at); None."""
     e, depth = event, 0
     while e is not None and depth < MAX_DEPTH:
-        if is_node_record(e.name):
+        if test(e):
             return e
         e, depth = getattr(e, "cpu_parent", None), depth + 1
     return None

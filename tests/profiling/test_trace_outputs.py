@@ -259,31 +259,9 @@ def test_a_lambda_called_by_forward_is_named_where_it_was_written_not_as_the_ini
     assert not re.search(r"Block\.__init__(?!\.<lambda>)", table), table  # __init__ itself ran no operator
 
 
-UNMARKED_ADAM = '''
-import torch
-from torch import nn
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(64, 64)
-
-    def forward(self, x):
-        return torch.tanh(self.fc(x)).sum()
-
-
-def train_step(net, opt, x):
-    opt.zero_grad()
-    net(x).backward()
-    opt.step()
-
-
-net = Net()
-opt = torch.optim.Adam(net.parameters(), lr=0.01)
-for i in range(7):
-    train_step(net, opt, torch.randn(32, 64))
-'''
+# BY_FUNCTION with Adam, and its steps counted by optimizer.step(): no tensor_dap.step()
+UNMARKED_ADAM = BY_FUNCTION.replace("    tensor_dap.step()\n", "").replace(".SGD(", ".Adam(").replace("range(6)",
+                                                                                                 "range(7)")
 
 
 def test_the_last_step_s_update_is_the_optimizer_s_where_optimizer_steps_count_the_steps(tmp_path):
