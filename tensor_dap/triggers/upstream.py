@@ -39,11 +39,9 @@ def upstream(watch: Any, finding: Finding | None) -> Finding | None:
             if other.reports:  # the run was continued past that report: this is its aftermath, not news
                 broken.culprit["aftermath_of"] = (name, other.reports[-1].step)
             return broken
-        ctx = other._loop_context()
-        found = other._rerun(ctx) if ctx is not None else None
-        if found is not None and found.phase in ("forward", "input"):
-            found.note = (f"this model's input is the output of {name}, watched too: born in {name}'s "
-                          f"forward (module paths are {name}'s). " + found.note).strip()
+        found = _born_in(other, ("forward", "input"), "this model's input is the output of {name}, watched too: born "
+                         "in {name}'s forward")
+        if found is not None:
             return found
     return None
 
@@ -59,12 +57,22 @@ def downstream(watch: Any) -> Finding | None:
         if other is watch or loop is None or theirs is None or not any(
                 loop.made(t) for f in theirs.forwards for _, t in tensors_in((f.args, f.kwargs))):
             continue
-        ctx = other._loop_context()
-        found = other._rerun(ctx) if ctx is not None else None
-        if found is not None and found.phase in ("forward", "backward"):
-            name = type(other._inner).__name__
-            found.note = (f"the gradient at this model's outputs came from {name}, watched too, which took them as its "
-                          f"input: born in {name}'s {found.phase} (module paths are {name}'s). {found.note}").strip()
+        found = _born_in(other, ("forward", "backward"), "the gradient at this model's outputs came from {name}, "
+                         "watched too, which took them as its input: born in {name}'s {phase}")
+        if found is not None:
             return found
     return None
+
+
+def _born_in(other: Any, phases: tuple[str, ...], said: str) -> Finding | None:
+    """Where ``other``'s captured forwards, re-run, make the NaN (a finding of one of ``phases``), its note opened by
+    ``said`` (its ``{name}``: the other model's; ``{phase}``: the finding's); None where they run clean or cannot be
+    re-run."""
+    ctx = other._loop_context()
+    found = other._rerun(ctx) if ctx is not None else None
+    if found is None or found.phase not in phases:
+        return None
+    name = type(other._inner).__name__
+    found.note = f"{said.format(name=name, phase=found.phase)} (module paths are {name}'s). {found.note}".strip()
+    return found
 
