@@ -40,6 +40,8 @@ class Birth:
     note: str = ""
     saved: dict[str, Any] = field(default_factory=dict)  # backward: what the node saved from its forward (sqrt: result)
     made_by: tuple[str, ...] = ()  # the forward ops that made the op's first input, nearest first: ("rsub", "sigmoid")
+    # a backward the program wrote (a custom autograd.Function's): the op in it that made the value, at its own line
+    inside: Birth | None = None
 
 
 class Born(Exception):
@@ -55,3 +57,12 @@ def root(birth: Birth) -> Birth:
     while birth.cause is not None and not birth.cause.deliberate:
         birth = birth.cause
     return birth
+
+
+def op_at(birth: Birth) -> str:
+    """``div at model.py:141 (return grad / x)``: the op and the user's line with its code, as reports say them."""
+    line = birth.line
+    if line is None:
+        return birth.op or "?"
+    code = line.code
+    return f"{birth.op or '?'} at {line}" + (f" ({code})" if code else "")

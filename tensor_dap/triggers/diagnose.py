@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from . import ctc, finite
-from .birth import Birth
+from .birth import Birth, op_at
 
 FP16_MAX = 65504.0
 DIVERGED_ABS = 1e15  # float32 values this large in a model are a run going off, not data
@@ -97,9 +97,9 @@ DIAGNOSES = {
     "input_no_grad": "a tensor the loss takes without gradient holds NaN/Inf: the batch or its targets, or a value "
                      "computed from them outside autograd (returns normalized by the std of a single value, class "
                      "weights, a mask): assert torch.isfinite(t).all() where it is made, or skip such batches",
-    "custom_backward": "{function}.backward, written by hand, made {what} from finite gradients: a division, log or "
-                       "sqrt there of a value its forward guards (a clamp, an epsilon) without the same guard? Check "
-                       "it with torch.autograd.gradcheck on inputs at that edge (zeros)",
+    "custom_backward": "{function}.backward, written by hand, made {what} from finite gradients{at}: a division, "
+                       "log or sqrt there of a value its forward guards (a clamp, an epsilon) without the same guard? "
+                       "Check it with torch.autograd.gradcheck on inputs at that edge (zeros)",
     "divergence": f"the training diverged: {DIVERGENCE_FIX}",
     # clipping bounds each gradient, not each update (Adam's steps are about lr in size whatever the gradient's)
     "divergence_clipped": "the training diverged although its gradients are clipped ({clip}): lower the learning "
@@ -189,7 +189,8 @@ def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: floa
     if diverged:
         return diverged
     if birth.phase == "backward" and op.endswith(".apply"):  # a custom autograd.Function's node
-        return DIAGNOSES["custom_backward"].format(function=op[:-6], what="NaN" if birth.kind == "nan" else "Inf")
+        return DIAGNOSES["custom_backward"].format(function=op[:-6], what="NaN" if birth.kind == "nan" else "Inf",
+                                                   at=f" with {op_at(birth.inside)}" if birth.inside else "")
     if op in _EXP:
         return DIAGNOSES["exp"]
     return None

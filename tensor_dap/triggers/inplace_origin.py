@@ -26,7 +26,7 @@ from ..debug import torch_errors
 from ..debug.frames import SourceLine, call_site, site_line
 from ..format import parse_shape
 from . import as_called
-from .origin import op_tensors
+from .ops import op_tensors
 
 _NODE = re.compile(r"which is output \d+ of (\w+),")
 _SHAPE = re.compile(r"\[torch\.\w+ \[([\d, ]*)\]\]")

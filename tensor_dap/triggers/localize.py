@@ -1,15 +1,13 @@
 """Find where a NaN/Inf was born, by re-running one step with every op and module watched.
 
-The sentinel in ``watch`` only says *that* something went non-finite; this module says
-*where*. It runs only after the sentinel fired, so it may be slow and thorough: ``origin``'s
-tracker follows every op of the forward and every autograd node of the backward, and hooks on
-every module tell it which module's own code is running. The re-run stops at the first
-non-finite value that matters (a module's output, the loss, a gradient) and names the op, the
-innermost module and the user's line where it was born. Where the tracker cannot see (an op
-outside torch's Python API), the module hooks still name the first module, exactly as a hook
-left on every module for the whole run would have: forward hooks, full backward hooks (tensor
-hooks when a model's in-place ops forbid them) and a hook on every parameter's gradient.
-"""
+The sentinel in ``watch`` only says *that* something went non-finite; this module says *where*. It runs only after
+the sentinel fired, so it may be slow and thorough: ``origin``'s tracker follows every op of the forward and every
+autograd node of the backward, and hooks on every module tell it which module's own code is running. The re-run
+stops at the first non-finite value that matters (a module's output, the loss, a gradient) and names the op, the
+innermost module and the user's line where it was born. Where the tracker cannot see (an op outside torch's Python
+API), the module hooks still name the first module, exactly as a hook left on every module for the whole run would
+have: forward hooks, full backward hooks (tensor hooks when a model's in-place ops forbid them) and a hook on every
+parameter's gradient."""
 
 from __future__ import annotations
 
@@ -22,11 +20,12 @@ from typing import Any, Callable
 import torch
 
 from ..debug.frames import SourceLine
+from ..errors import STOPS
 from ..nested import walk
 from ..summary import TensorSummary, describe
 from ..summary.rows import masked_rows_text, with_rows
 from .loss_tap import double_backward_line
-from .birth import Birth, Born, module_label
+from .birth import Birth, Born, module_label, op_at
 from .finite import kind_of
 from .origin import GRAD_AT_OUTPUTS, Tracker
 from .param_writer import OUTSIDE_UPDATE, update_diagnosis, update_ruled_out
@@ -195,6 +194,8 @@ def from_birth(birth: Birth, model: torch.nn.Module | None, seen_at: str | None 
         note = birth.note
     elif birth.phase == "backward":
         note = f"{birth.op} turned finite gradients into {what} (the backward of {birth.forward_op or '?'})"
+        if birth.inside is not None:  # a backward the program wrote: the op in it
+            note += f"; in that backward, {op_at(birth.inside)}"
     elif birth.cause is not None:
         note = f"{birth.op} made NaN from inputs holding Inf (from {_masks(birth.cause)})"
         rows = masked_rows_text(birth.inputs[0][1]) if birth.inputs else ""
@@ -349,12 +350,14 @@ def localize_rerun(model: torch.nn.Module, rerun: Callable[[], Any], *, input_ba
                    reset: Callable[[], None], inputs: Any = None) -> Finding | None:
     """Re-run the step with every op and module watched; None when it completes without a non-finite value.
 
-    ``reset`` puts the captured pre-step state back before each attempt (there are two when
-    the model's in-place ops forbid module backward hooks). ``inputs``: the step's arguments.
+    ``reset`` puts the captured pre-step state back before each attempt (another when the model's in-place ops
+    forbid module backward hooks, or a custom backward fails under the op tracker). ``inputs``: the step's arguments.
     """
-    for full_backward in (True, False):
+    attempts = [(True, True)]  # (module backward hooks, the ops inside custom Functions' backwards seen)
+    while attempts:
+        full_backward, inside = attempts.pop()
         reset()
-        tracker = Tracker(model)
+        tracker = Tracker(model, inside)
         tracker.add_inputs(inputs)
         hooks = _Hooks(model, input_bad, full_backward, tracker)
         try:
@@ -367,10 +370,14 @@ def localize_rerun(model: torch.nn.Module, rerun: Callable[[], Any], *, input_ba
             return from_birth(exc.birth, model)
         except StopRerun:
             return None
-        except (RuntimeError, NotImplementedError) as exc:
-            if full_backward and _backward_hooks_failed(exc):
-                continue  # in-place ops on module outputs, a sparse argument: retry with tensor hooks
-            raise
+        except Exception as exc:
+            if full_backward and isinstance(exc, (RuntimeError, NotImplementedError)) and _backward_hooks_failed(exc):
+                attempts.append((False, inside))  # in-place ops on module outputs, a sparse argument: tensor hooks
+            elif tracker.python.entered and not isinstance(exc, STOPS):  # a custom backward refusing our mode
+                attempts.append((full_backward, False))
+            else:
+                raise
+            continue
         finally:
             hooks.remove()
             tracker.close()

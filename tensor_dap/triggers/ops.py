@@ -6,12 +6,19 @@ a custom ``autograd.Function``'s node ``ClampGradBackward`` comes from ``ClampGr
 
 from __future__ import annotations
 
+import math
 import re
 from collections import deque
 from collections.abc import Iterator
+from itertools import islice
 from typing import Any
 
+import torch
+
 from ..debug.frames import SourceLine, is_library
+from ..nested import walk
+
+MAX_TENSORS = 64  # tensors looked at in one op's arguments or outputs
 
 _RENAMED = {"truediv": "div", "rtruediv": "div", "itruediv": "div", "floordiv": "floor_divide",
             "rsub": "sub", "isub": "sub", "iadd": "add", "radd": "add", "imul": "mul", "rmul": "mul",
@@ -139,3 +146,18 @@ def sequence_nr(node: Any) -> int:
         return int(node._sequence_nr())
     except Exception:  # noqa: BLE001 - a node type without one: walked, never a boundary
         return 1 << 62
+
+
+def op_tensors(obj: Any) -> list[torch.Tensor]:
+    """The tensors in an op's arguments or outputs (nested up to 4 deep), ``MAX_TENSORS`` of them at most."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    return [t for _, t in islice(walk(obj, max_depth=4), MAX_TENSORS)]
+
+
+def scalar_kind(args: Any, kwargs: Any) -> str | None:
+    """A non-finite Python number among the arguments (``masked_fill(m, float('-inf'))``)."""
+    for value in list(args) + list(kwargs.values()):
+        if isinstance(value, float) and not math.isfinite(value):
+            return "nan" if math.isnan(value) else "inf"
+    return None

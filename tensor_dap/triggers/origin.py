@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import sys
 import weakref
 from dataclasses import replace
-from itertools import islice
 from collections.abc import Iterator
 from typing import Any, Callable
 
@@ -29,35 +27,19 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from ..debug.frames import SourceLine, user_line
-from ..nested import walk
 from ..summary.rows import with_rows
 from . import as_called
 from .birth import Birth, Born, module_label, root
 from .finite import kind_of
-from .ops import (anomaly_line, first_input, forward_name, inplace, next_sequence_nr, op_name, producers,
-                  saved_values, sequence_nr)
+from .ops import (anomaly_line, first_input, forward_name, inplace, next_sequence_nr, op_name, op_tensors, producers,
+                  saved_values, scalar_kind, sequence_nr)
+from .python_backward import PythonBackwards, written_in_python
 
 log = logging.getLogger("tensor_dap.triggers")
 
-MAX_TENSORS = 64  # tensors looked at in one op's arguments or outputs
 MAX_NODES = 256  # autograd nodes discovered behind one op's output (the inside of composite ops)
 _BACKWARD = ("backward", "grad")  # Tensor.backward, torch.autograd.backward / grad: the loss is known here
 GRAD_AT_OUTPUTS = "grad at the model's output"  # the input of a loss-phase birth seen in the loss's backward
-
-
-def op_tensors(obj: Any) -> list[torch.Tensor]:
-    """The tensors in an op's arguments or outputs (nested up to 4 deep), ``MAX_TENSORS`` of them at most."""
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    return [t for _, t in islice(walk(obj, max_depth=4), MAX_TENSORS)]
-
-
-def _scalar_kind(args: Any, kwargs: Any) -> str | None:
-    """A non-finite Python number among the arguments (``masked_fill(m, float('-inf'))``)."""
-    for value in list(args) + list(kwargs.values()):
-        if isinstance(value, float) and not math.isfinite(value):
-            return "nan" if math.isnan(value) else "inf"
-    return None
 
 
 class Tracker(TorchFunctionMode):
@@ -69,7 +51,7 @@ class Tracker(TorchFunctionMode):
     output carries it) is asked through ``verdict``.
     """
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, python_backwards: bool = True) -> None:
         super().__init__()
         self.names = {id(m): path for path, m in model.named_modules()}
         self.stack: list[torch.nn.Module] = []
@@ -84,6 +66,7 @@ class Tracker(TorchFunctionMode):
         self._handles: list[Any] = []
         self._busy = False  # our own checks must not be tracked as the user's ops
         self.broken = False  # an internal failure: localization falls back to module hooks
+        self.python = PythonBackwards(self, python_backwards)  # this mode, pushed inside custom Functions' backwards
 
     # ------------------------------------------------------------ set-up from localize
     def add_inputs(self, obj: Any) -> None:
@@ -139,6 +122,7 @@ class Tracker(TorchFunctionMode):
             self._busy = busy
 
     def close(self) -> None:
+        self.python.unwind()
         for h in self._handles:
             h.remove()
         self._handles.clear()
@@ -188,7 +172,10 @@ class Tracker(TorchFunctionMode):
             birth = self._guarded(lambda: self._loss_birth(loss))
             if birth is not None:
                 raise Born(birth)
-            return as_called.call(func, args, kwargs)
+            try:
+                return as_called.call(func, args, kwargs)
+            finally:
+                self.python.unwind()  # a custom Function's backward raised between its hooks
         before = None
         if inplace(raw) and args and isinstance(args[0], torch.Tensor):
             target = args[0]  # its state before the op is gone after it
@@ -252,7 +239,7 @@ class Tracker(TorchFunctionMode):
             found = before[1] if before is not None and t is before[0] else self._input_kind(t)
             if found is not None:
                 seen.append((found[0], found[1], t))
-        scalar = _scalar_kind(args, kwargs) is not None
+        scalar = scalar_kind(args, kwargs) is not None
         cause = None
         for in_kind, birth, t in seen:
             if in_kind == "nan" or kind == "inf":  # NaN from a NaN, Inf from a non-finite: passed on
@@ -362,10 +349,16 @@ class Tracker(TorchFunctionMode):
     def _note(self, n: Any, origin: tuple[str | None, str | None, str | None, SourceLine | None]) -> None:
         """A node no tracked op made: its op named after the node, its line read from anomaly mode's record."""
         self._nodes[n] = (origin[0], origin[1], forward_name(n.name()), anomaly_line(n) or origin[3])
+        if written_in_python(n):  # its ops are seen too: the line in its backward that made a NaN is the user's
+            self._handles.append(n.register_prehook(self.python.enter))
         self._handles.append(n.register_hook(self._node_hook(n)))
 
     def _node_hook(self, node: Any) -> Callable[..., None]:
+        python = written_in_python(node)
+
         def hook(grad_inputs: Any, grad_outputs: Any) -> None:
+            if python:
+                self.python.leave()
             if self.broken:
                 return
             birth = self._guarded(lambda: self._backward_birth(node, grad_inputs, grad_outputs))
@@ -387,6 +380,8 @@ class Tracker(TorchFunctionMode):
                                      f"{'NaN' if 'nan' in kinds else 'Inf'} from it")
         named_in = [(f"grad_output[{i}]", g) for i, g in enumerate(grad_outputs) if isinstance(g, torch.Tensor)]
         named_out = [g for g in grad_inputs if isinstance(g, torch.Tensor)]
+        inside = next((root(known[1]) for g in named_out if (known := self.lineage(g)) is not None), None)
         return Birth("backward", node.name(), "nan" if "nan" in kinds else "inf", path, typ, line,
                      forward_op=forward_op, inputs=named_in[:8], made_by=producers(first_input(node)),
-                     output=named_out[0] if len(named_out) == 1 else tuple(named_out[:8]), saved=saved_values(node))
+                     output=named_out[0] if len(named_out) == 1 else tuple(named_out[:8]), saved=saved_values(node),
+                     inside=inside if written_in_python(node) else None)

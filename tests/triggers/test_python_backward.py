@@ -1,0 +1,109 @@
+"""A NaN/Inf born inside a backward the program wrote (a custom ``autograd.Function``): the report names the op and
+the line in that backward, not only the line that called ``apply``, in both modes and in a replay of its bundle; the
+op tracker pushed around such a backward always comes off torch's mode stack, whatever that backward does."""
+
+from __future__ import annotations
+
+import origins
+import pytest
+import torch
+from torch import nn
+from torch.overrides import _get_current_function_mode_stack
+
+import tensor_dap
+from tensor_dap import NonFiniteError
+
+pytestmark = [pytest.mark.timeout(90), pytest.mark.filterwarnings("ignore::UserWarning")]
+
+
+def watched(model, optimizer, batch, step_fn, steps, loop, **kw):
+    with pytest.raises(NonFiniteError) as info, \
+            tensor_dap.watch(model, optimizer, on="raise", **kw) as w:
+        for step in range(steps):
+            step_fn(*batch(step)) if loop else w.step(step_fn, *batch(step))
+    assert _get_current_function_mode_stack() == []  # nothing of tensor_dap's left on
+    return info.value.report
+
+
+def said_inside() -> str:
+    line = origins.birth_line("custom_backward.inside")
+    return f"div at origins.py:{line} (return grad / x)"
+
+
+@pytest.mark.parametrize("loop", [False, True], ids=["w.step", "loop"])
+def test_the_line_in_the_hand_written_backward_is_named(loop):
+    report = watched(*origins.build("custom_backward"), origins.BUG_STEP + 4, loop, capture=False)
+    assert report.op == "SafeLogBackward" and report.phase == "backward"
+    assert report.source["line"] == origins.birth_line("custom_backward")  # the call of SafeLog.apply, as before
+    assert said_inside() in report.diagnosis, report.diagnosis
+    assert any(said_inside() in note for note in report.notes), report.notes
+
+
+def test_a_replay_of_the_bundle_names_it_too(tmp_path):
+    model, optimizer, batch, step_fn = origins.build("custom_backward")
+    report = watched(model, optimizer, batch, step_fn, origins.BUG_STEP + 4, True, capture=str(tmp_path))
+    assert report.bundle is not None and report.mode == "loop"
+    with pytest.raises(NonFiniteError) as info:
+        tensor_dap.replay(report.bundle, model, optimizer=optimizer, on="raise")
+    assert said_inside() in (info.value.report.diagnosis or ""), info.value.report.diagnosis
+
+
+class Refusing(torch.autograd.Function):
+    """A backward that will not run under a TorchFunctionMode (as some libraries' kernels assert), dividing by its
+    input otherwise."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        if torch._C._is_torch_function_mode_enabled():
+            raise RuntimeError("this kernel cannot run under a TorchFunctionMode")
+        (x,) = ctx.saved_tensors
+        return grad / x
+
+
+class Gate(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp, self.out = nn.Linear(4, 8), nn.Linear(8, 1)
+
+    def forward(self, x):
+        h = self.inp(x)
+        return self.out(Refusing.apply(h * (h > 0).float()))  # 0 where the gate is closed: 1/0 in its backward
+
+
+def test_a_backward_refusing_the_op_tracker_is_re_run_without_it_and_training_goes_on():
+    """The re-run with the tracker inside custom backwards fails; the one without it still names the Function
+    (from its node, at the line that called ``apply``), and nothing of the failed attempt stays behind."""
+    torch.manual_seed(0)
+    model = Gate()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(16, 4), torch.randn(16, 1)
+
+    def step(x, y):
+        optimizer.zero_grad()
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    report = watched(model, optimizer, lambda _: (x, y), step, 3, False, capture=False)
+    assert (report.phase, report.module, report.op) == ("backward", "", "RefusingBackward"), report.headline
+    assert report.source["text"].startswith("return self.out(Refusing.apply(")
+    assert not any("failed" in note for note in report.notes), report.notes
+    with torch.no_grad():  # and torch goes on as before, with no mode of ours
+        model.inp.weight.fill_(0.1)
+        model.inp.bias.fill_(1.0)
+    assert torch.isfinite(step(x, y))
+
+
+def test_module_backward_hooks_are_torch_plumbing_not_the_program_s_backward():
+    model, optimizer, batch, step_fn = origins.build("custom_backward")
+    seen = []
+    model.proj.register_full_backward_hook(lambda m, gi, go: seen.append(len(gi)) and None)
+    report = watched(model, optimizer, batch, step_fn, origins.BUG_STEP + 4, False, capture=False)
+    assert seen and report.op == "SafeLogBackward"
+    assert said_inside() in report.diagnosis
