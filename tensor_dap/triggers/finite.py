@@ -92,3 +92,21 @@ def spread(t: torch.Tensor, n: int) -> torch.Tensor:
     numel = t.numel()
     index = torch.arange(0, numel, max(1, numel // n), device=t.device)[:n]
     return torch.take(t, index)
+
+
+def max_abs(tensors: list[torch.Tensor]) -> float | None:
+    """The largest finite magnitude among ``tensors`` (sparse ones by their stored values), or None; read in
+    ``pieces``."""
+    best = None
+    with torch.no_grad():
+        for t in tensors:
+            if is_sparse(t):
+                t = sparse_parts(t)[0]
+            if not _float(t) or t.is_complex():
+                continue
+            for piece in pieces(t):
+                finite = piece[torch.isfinite(piece)]
+                if finite.numel():
+                    value = float(finite.abs().max())
+                    best = value if best is None or value > best else best
+    return best if best is None or math.isfinite(best) else None

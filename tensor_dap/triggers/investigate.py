@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import warnings
 from collections.abc import Iterator
 from typing import Any, Callable
@@ -37,6 +36,7 @@ from .localize import (
     nonfinite_parameters,
     not_reproduced,
 )
+from .finite import max_abs
 from .forwards import Forward
 from .optimizer_call import learning_rates
 from .replay_names import program_names
@@ -375,19 +375,3 @@ def op_max_abs(finding: Finding | None) -> tuple[float | None, str | None]:
         return None, None
     value = max_abs([t for _, t in birth.inputs if isinstance(t, torch.Tensor)])
     return value, (OP_INPUTS if value is not None else None)
-
-
-def max_abs(tensors: list[torch.Tensor]) -> float | None:
-    """The largest finite magnitude among ``tensors`` (sparse ones by their stored values), or None."""
-    best = None
-    with torch.no_grad():
-        for t in tensors:
-            if t.layout == torch.sparse_coo:
-                t = t._values()
-            if t.layout != torch.strided or not t.is_floating_point() or t.numel() == 0 or t.device.type == "meta":
-                continue
-            finite = t[torch.isfinite(t)]
-            if finite.numel():
-                value = float(finite.abs().max())
-                best = value if best is None or value > best else best
-    return best if best is None or math.isfinite(best) else None

@@ -28,7 +28,7 @@ from .loss_tap import double_backward_line
 from .birth import Birth, Born, module_label, op_at
 from .finite import kind_of
 from .origin import GRAD_AT_OUTPUTS, Tracker
-from .param_writer import OUTSIDE_UPDATE, update_diagnosis, update_ruled_out
+from .param_writer import update_diagnosis, update_ruled_out
 
 MAX_ROWS = 8  # tensors listed per report section
 
@@ -161,8 +161,8 @@ def nonfinite_parameters(model: torch.nn.Module, *, first_step: bool = False, op
                     writer, why = "before watch", ("it was so when the watch began (already at the first watched "
                                                    "step: a checkpoint loaded with NaN/Inf, or updates before the "
                                                    "watch)")
-                elif optimizer is not None and update_ruled_out(optimizer, p):
-                    writer, why = "outside", OUTSIDE_UPDATE
+                elif optimizer is not None and (outside := update_ruled_out(optimizer, p)) is not None:
+                    writer, why = "outside", outside
                 else:
                     writer, why = "update", "the previous update wrote it"
                 return Finding("optimizer", path, type(mod).__name__,

@@ -13,32 +13,56 @@ batch) makes ``0 / 0`` and one below ~2e-4 squares to 0 (``m / 0``). Read only w
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 
 from .diagnose import DIAGNOSES
-from .finite import kind_of
+from .finite import kind_of, max_abs
 
+OVERFLOW_MARGIN = 1e-3  # an Inf is ruled out as the update's overflow while everything it read stays below this share
+# of the dtype's largest value
 OUTSIDE_UPDATE = ("the last update cannot have written a NaN (the gradients it used were finite, and so are the "
                   "optimizer's state for it and its hyperparameters): code between optimizer.step() and this "
                   "forward did (a weight constraint such as w / w.norm() of a zero row, an EMA, load_state_dict)")
 
 
-def update_ruled_out(optimizer: Any, p: torch.Tensor) -> bool:
-    """True when ``optimizer``'s update cannot have made the NaN in ``p`` (see above); False when it can, or when
-    that cannot be told (an optimizer that is not torch.optim's, ``p`` not among its parameters)."""
+def update_ruled_out(optimizer: Any, p: torch.Tensor) -> str | None:
+    """Why ``optimizer``'s update cannot have made the NaN/Inf in ``p`` (see above); None when it can, or when that
+    cannot be told (an optimizer that is not torch.optim's, ``p`` not among its parameters)."""
     try:
         group = _group_of(optimizer, p)
-        if group is None or not bool(torch.isnan(p.detach()).any()):
-            return False
-        if group.get("eps", 1) == 0 or _vanishing(group, p) is not None:
-            return False
+        if group is None or group.get("eps", 1) == 0 or _vanishing(group, p) is not None:
+            return None
         hyper = [v for k, v in group.items() if k != "params"]
-        state = list(optimizer.state.get(p, {}).values())
-        return all(_finite(v) for v in hyper + state)
+        state = optimizer.state.get(p, {})
+        if not all(_finite(v) for v in hyper + list(state.values())):
+            return None
+        if kind_of(p.detach()) == "nan":
+            return OUTSIDE_UPDATE
+        return _no_overflow(group, p.detach(), [t for k, t in state.items() if isinstance(t, torch.Tensor)
+                                                and k != "step"])  # (Adam's count of steps: no magnitude)
     except Exception:  # noqa: BLE001 - an unusual optimizer: nothing can be said
-        return False
+        return None
+
+
+def _no_overflow(group: Any, p: torch.Tensor, state: list[torch.Tensor]) -> str | None:
+    """An Inf from finite gradients, state and hyperparameters is an overflow past the dtype's largest value: ruled
+    out where the learning rate is at most 1 and the parameter's finite values and its optimizer state are all far
+    below that value (an update ``lr * u`` then cannot take a value of that scale past it). Said as likely, not
+    certain: a value that was itself near the largest, every other staying small, is what this cannot tell."""
+    lr = float(group.get("lr", math.inf))
+    largest = torch.finfo(p.dtype).max
+    values, kept = max_abs([p]), max_abs(state) or 0.0
+    if lr > 1 or max(values or 0.0, kept) > largest * OVERFLOW_MARGIN:
+        return None
+    held = "no finite value left in the parameter" if values is None else f"its other values at most {values:.3g}"
+    had = f"its state for it at most {kept:.3g}" if state else "no state kept for it"
+    return (f"the last update is unlikely to have written this Inf: from finite gradients, optimizer state and "
+            f"hyperparameters it could only overflow past {largest:.3g} ({str(p.dtype).replace('torch.', '')}'s "
+            f"largest), with lr {lr:.3g}, {had} and {held}: code between optimizer.step() and this forward likely "
+            f"wrote it (a weight constraint dividing by a norm or scale of 0, an EMA, load_state_dict)")
 
 
 def vanishing_eps(optimizer: Any, p: torch.Tensor) -> float | None:

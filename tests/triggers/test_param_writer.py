@@ -53,6 +53,27 @@ def test_a_weight_constraint_between_steps_is_not_blamed_on_the_update(optimizer
     assert any("code between optimizer.step() and this forward" in note for note in report.notes)
 
 
+def scaled_by_zero(step, model, optimizer):
+    """A weight scaled by a factor computed as 0 at step 2 (a norm's target divided by a std of 0): Inf, not NaN."""
+    with torch.no_grad():
+        w = model[2].weight
+        w.div_(w.abs().max() * (0.0 if step == 2 else 1.0) + (0.0 if step == 2 else 1e-12))
+
+
+@pytest.mark.parametrize("optimizer_of, state", [(lambda p: torch.optim.Adam(p, lr=1e-2), True),
+                                                 (lambda p: torch.optim.SGD(p, lr=1e-2), False),
+                                                 (lambda p: torch.optim.SGD(p, lr=1e-2, momentum=0.9), True)],
+                         ids=["Adam", "SGD", "SGD momentum"])
+def test_an_inf_written_between_steps_is_not_blamed_on_the_update(optimizer_of, state):
+    """An update makes an Inf only by overflowing, from values near the dtype's largest: these are all below 1."""
+    report = train(optimizer_of, scaled_by_zero)
+    assert (report.phase, report.module, report.step) == ("optimizer", "2", 2)
+    assert report.headline == "a parameter of 2 went non-finite after the update, outside the optimizer"
+    said = next(note for note in report.notes if "unlikely to have written this Inf" in note)
+    assert "past 3.4e+38 (float32's largest), with lr 0.01" in said and "no finite value left" in said
+    assert ("its state for it at most" in said) == state and ("no state kept for it" in said) != state
+
+
 def test_a_nan_learning_rate_is_the_update_writing_nan():
     """The update did write it: the group's lr went NaN (a schedule dividing by zero)."""
     def schedule(step, model, optimizer):
@@ -80,7 +101,17 @@ def test_what_rules_the_update_out():
     adam.param_groups[0]["eps"] = 1e-8
     with torch.no_grad():
         p[0] = math.inf
-    assert not update_ruled_out(adam, p)  # an Inf alone can be the update overflowing
+    assert update_ruled_out(adam, p)  # an Inf: an overflow, which values of ~1 and lr 0.1 cannot make
+    with torch.no_grad():
+        p[1] = 1e37
+    assert not update_ruled_out(adam, p)  # near float32's largest already: the update may have overflowed
+    with torch.no_grad():
+        p[1] = 1.0
+    adam.param_groups[0]["lr"] = 10.0
+    assert not update_ruled_out(adam, p)  # an update larger than what it reads: it may have overflowed
+    adam.param_groups[0]["lr"] = 0.1
+    adam.state[p]["exp_avg"][2] = 1e36
+    assert not update_ruled_out(adam, p)  # (and the same for huge state)
     assert not update_ruled_out(adam, nn.Parameter(torch.full((2,), math.nan)))  # not this optimizer's
     assert not update_ruled_out(object(), p)  # not a torch.optim optimizer: nothing can be told
 
