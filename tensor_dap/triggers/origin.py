@@ -172,10 +172,11 @@ class Tracker(TorchFunctionMode):
             birth = self._guarded(lambda: self._loss_birth(loss))
             if birth is not None:
                 raise Born(birth)
+            depth = self.python.pushed  # (a backward() inside a custom Function's: a reentrant checkpoint's)
             try:
                 return as_called.call(func, args, kwargs)
             finally:
-                self.python.unwind()  # a custom Function's backward raised between its hooks
+                self.python.unwind(depth)  # a custom Function's backward raised between its hooks
         before = None
         if inplace(raw) and args and isinstance(args[0], torch.Tensor):
             target = args[0]  # its state before the op is gone after it

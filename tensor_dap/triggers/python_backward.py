@@ -48,8 +48,9 @@ class PythonBackwards:
             if _on_top(self.mode):
                 self.mode.__exit__(None, None, None)
 
-    def unwind(self) -> None:
-        while self.pushed:
+    def unwind(self, depth: int = 0) -> None:
+        """Take off the pushes of ours past ``depth`` (those made inside a ``backward()`` that began there)."""
+        while self.pushed > depth:
             self.leave()
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import origins
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.overrides import _get_current_function_mode_stack
 
@@ -107,3 +108,46 @@ def test_module_backward_hooks_are_torch_plumbing_not_the_program_s_backward():
     report = watched(model, optimizer, batch, step_fn, origins.BUG_STEP + 4, False, capture=False)
     assert seen and report.op == "SafeLogBackward"
     assert said_inside() in report.diagnosis
+
+
+class GatedBlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 32)
+
+    def forward(self, x):
+        h = self.lin(x)
+        return origins.SafeLog.apply(h * (h > 0).float())
+
+
+class CheckpointedNet(nn.Module):
+    """The gated block under ``torch.utils.checkpoint(use_reentrant=True)``: its backward is itself a custom
+    Function's (``CheckpointFunction``), which re-runs the block and calls ``backward()`` inside."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block, self.head = GatedBlock(), nn.Linear(32, 4)
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+
+        return self.head(checkpoint(self.block, x, use_reentrant=True))
+
+
+@pytest.mark.parametrize("loop", [False, True], ids=["w.step", "loop"])
+def test_inside_a_reentrant_checkpoint_the_hand_written_backward_is_named_too(loop):
+    torch.manual_seed(0)
+    model = CheckpointedNet()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(16, 8, requires_grad=True), torch.randn(16, 4)
+
+    def step(x, y):
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    report = watched(model, optimizer, lambda _: (x, y), step, 2, loop, capture=False)
+    assert (report.phase, report.op) == ("backward", "SafeLogBackward"), report.headline
+    assert said_inside() in report.diagnosis, report.diagnosis
