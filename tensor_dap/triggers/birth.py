@@ -66,3 +66,13 @@ def op_at(birth: Birth) -> str:
         return birth.op or "?"
     code = line.code
     return f"{birth.op or '?'} at {line}" + (f" ({code})" if code else "")
+
+
+def masks(cause: Birth) -> str:
+    """``masked_fill at a.py:86, after masked_fill at a.py:84``: the op that made the Inf, and the deliberate ones
+    before it (a padding mask over a causal one: together they leave a row with nothing)."""
+    said, seen = [], 0
+    while cause is not None and seen < 3:
+        said.append(f"{cause.op}" + (f" at {cause.line}" if cause.line else ""))
+        cause, seen = cause.cause if cause.deliberate else None, seen + 1
+    return ", after ".join(said)

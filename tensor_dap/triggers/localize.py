@@ -25,8 +25,9 @@ from ..nested import walk
 from ..summary import TensorSummary, describe
 from ..summary.rows import masked_rows_text, with_rows
 from .loss_tap import double_backward_line
-from .birth import Birth, Born, module_label, op_at
+from .birth import Birth, Born, masks, module_label, op_at
 from .finite import kind_of
+from .ops import is_node_name
 from .origin import GRAD_AT_OUTPUTS, Tracker
 from .param_writer import update_diagnosis, update_ruled_out
 
@@ -197,34 +198,24 @@ def from_birth(birth: Birth, model: torch.nn.Module | None, seen_at: str | None 
         if birth.inside is not None:  # a backward the program wrote: the op in it
             note += f"; in that backward, {op_at(birth.inside)}"
     elif birth.cause is not None:
-        note = f"{birth.op} made NaN from inputs holding Inf (from {_masks(birth.cause)})"
+        note = f"{birth.op} made NaN from inputs holding Inf (from {masks(birth.cause)})"
         rows = masked_rows_text(birth.inputs[0][1]) if birth.inputs else ""
         note += f"; {rows}" if rows else ""
     else:
         note = f"{birth.op} made {what} from finite inputs"
     if seen_at is not None and seen_at != birth.module:
         note += f"; first seen at the output of {module_label(seen_at)}"
-    out_section = "grad_input" if birth.phase == "backward" else "op output"
-    in_section = "grad_output" if birth.phase == "backward" else "op inputs"
+    node = birth.phase == "backward" and is_node_name(birth.op)  # (not an op of the program's own gradient hook)
+    out_section, in_section = ("grad_input", "grad_output") if node else ("op output", "op inputs")
     rows = [(in_section, name, describe(t)) for name, t in birth.inputs[:MAX_ROWS] if isinstance(t, torch.Tensor)]
     if not any(birth.output is t for _, t in birth.inputs):  # a batch or buffer that came in non-finite: no output
         rows += _rows(out_section, birth.output, "output")
     if module is not None:
         rows += _param_rows(module)
     culprit = {"module": module, "inputs": [t for _, t in birth.inputs], "output": birth.output}
-    if birth.phase == "backward":
+    if node:
         culprit.update(grad_output=culprit["inputs"], grad_input=birth.output)
     return Finding(birth.phase, birth.module, birth.module_type, note, rows, culprit, birth)
-
-
-def _masks(cause: Birth) -> str:
-    """``masked_fill at a.py:86, after masked_fill at a.py:84``: the op that made the Inf, and the deliberate ones
-    before it (a padding mask over a causal one: together they leave a row with nothing)."""
-    said, seen = [], 0
-    while cause is not None and seen < 3:
-        said.append(f"{cause.op}" + (f" at {cause.line}" if cause.line else ""))
-        cause, seen = cause.cause if cause.deliberate else None, seen + 1
-    return ", after ".join(said)
 
 
 def _submodule(model: torch.nn.Module | None, path: str | None) -> torch.nn.Module | None:
@@ -254,7 +245,9 @@ class _Hooks:
                 self.handles.append(mod.register_full_backward_hook(self._backward(path)))
         for p in model.parameters():
             if p.requires_grad:
-                self.handles.append(p.register_hook(self._param_grad(p)))
+                first = tracker.python.before_hooks(p)  # the program's own hooks on it: their ops are seen
+                self.handles += [first] if first is not None else []
+                self.handles.append(p.register_hook(self._param_grad(p, first is not None)))
 
     def remove(self) -> None:
         for h in self.handles:
@@ -335,10 +328,13 @@ class _Hooks:
                                      self._culprit(mod, grad_output=grad)))
         return hook
 
-    def _param_grad(self, p: torch.nn.Parameter) -> Callable:
+    def _param_grad(self, p: torch.nn.Parameter, hooked: bool) -> Callable:
         def hook(grad: torch.Tensor) -> None:
+            arrived = self.tracker.python.after_hooks(p) if hooked else False  # finite, before the program's hooks
             if nonfinite(grad):
                 path, mod, pname = self.owners.get(id(p), ("", self.model, "?"))
+                if arrived:
+                    raise Born(self.tracker.python.hook_birth(p, grad, path, type(mod).__name__, pname))
                 note = f"the gradient of its parameter {pname!r} is non-finite"
                 raise _Found(Finding("backward", path, type(mod).__name__, note,
                                      _rows("gradient", grad, pname) + _param_rows(mod),

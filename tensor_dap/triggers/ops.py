@@ -43,6 +43,11 @@ def inplace(raw: str) -> bool:
     return (raw.endswith("_") and not raw.startswith("_")) or raw in _INPLACE_DUNDERS
 
 
+def is_node_name(name: str | None) -> bool:
+    """Whether ``name`` is an autograd node's ('SqrtBackward0', 'SafeLogBackward'), not an op's ('div')."""
+    return name is not None and re.search(r"Backward\d*$", name) is not None
+
+
 def forward_name(node_name: str) -> str:
     """'SqrtBackward0' -> 'sqrt', 'NativeLayerNormBackward0' -> 'native_layer_norm'; a custom
     ``autograd.Function`` node 'ClampGradBackward' -> 'ClampGrad.apply'."""

@@ -1,18 +1,26 @@
-"""The ops inside a backward written in Python (a custom ``autograd.Function``), seen by the op tracker.
+"""The program's own Python that runs inside ``backward()``, seen by the op tracker: a custom ``autograd.Function``'s
+``backward``, and gradient hooks on parameters (``p.register_hook(fn)``).
 
 torch runs ``backward()`` with the tracker's ``TorchFunctionMode`` off: the mode is popped to handle the
-``backward()`` call itself. Torch's own backward formulas run in C++ and need no mode; a custom Function's
-``backward`` is the user's Python, whose ``grad / x`` is the birthplace a report should name
-(``SafeLog.backward``'s line, not only the line that called ``SafeLog.apply``). So the tracker is pushed again
-around each such node: by a pre-hook on the node, popped by its post-hook.
+``backward()`` call itself. Torch's own backward formulas run in C++ and need no mode; the program's Python there,
+``grad / x`` in ``SafeLog.backward`` or ``g / g.norm()`` in a hook normalizing each gradient, is the birthplace a
+report should name (not only the line that called ``SafeLog.apply``, or the parameter whose gradient showed it).
+So the tracker is pushed again around each: by a pre-hook on a custom Function's node, popped by its post-hook; by a
+hook put before a parameter's own, popped by the tracker's hook after them.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
+import torch
 from torch.autograd.function import BackwardCFunction
 from torch.overrides import _get_current_function_mode_stack
+
+from ..debug.frames import SourceLine
+from .birth import Birth, op_at, root
+from .finite import kind_of
 
 
 def written_in_python(node: Any) -> bool:
@@ -31,6 +39,7 @@ class PythonBackwards:
         self.on = on  # off: a re-run that failed with it on runs again without (a backward refusing a mode)
         self.pushed = 0
         self.entered = 0  # backwards run with the mode pushed, in all
+        self.arrived: dict[int, bool] = {}  # id(parameter) -> its gradient was finite before the program's hooks
 
     def enter(self, grad_outputs: Any) -> None:
         if not self.on:
@@ -47,6 +56,48 @@ class PythonBackwards:
             self.pushed -= 1
             if _on_top(self.mode):
                 self.mode.__exit__(None, None, None)
+
+    def before_hooks(self, p: torch.Tensor) -> Any:
+        """For a parameter with gradient hooks of the program's: a hook put first, pushing the mode and noting whether
+        the gradient arrived finite; the tracker's hook after them calls ``after_hooks``. Its handle; None for a
+        parameter with none."""
+        hooks = getattr(p, "_backward_hooks", None)
+        if not hooks or not self.on:
+            return None
+
+        def first(grad: torch.Tensor) -> None:
+            with self.mode.quiet():
+                self.arrived[id(p)] = kind_of(grad) is None
+            self.enter(grad)
+
+        handle = p.register_hook(first)
+        theirs = [(k, v) for k, v in hooks.items() if k != handle.id]
+        hooks.clear()  # torch calls them in the order of the dict's own storage (not OrderedDict's): ours first
+        hooks[handle.id] = first
+        hooks.update(theirs)
+        return handle
+
+    def after_hooks(self, p: torch.Tensor) -> bool:
+        """The program's hooks on ``p`` have run: the mode comes off; whether the gradient had arrived finite."""
+        self.leave()
+        return self.arrived.pop(id(p), False)
+
+    def hook_birth(self, p: torch.Tensor, grad: torch.Tensor, module: str, module_type: str, name: str) -> Birth:
+        """The program's gradient hooks on ``p`` made ``grad`` non-finite from a finite one: the op and line in
+        them the tracker saw make it, else the hooks themselves (where each is defined)."""
+        hooks = [h for h in p._backward_hooks.values() if not getattr(h, "__module__", "").startswith("tensor_dap")]
+        said = ", ".join(getattr(h, "__qualname__", type(h).__name__) for h in hooks) or "?"
+        kind = kind_of(grad) or "nan"
+        note = f"the gradient hook {said} on its parameter {name!r} made {'NaN' if kind == 'nan' else 'Inf'} from a " \
+               f"finite gradient"
+        known = self.mode.lineage(grad)
+        if known is not None:
+            first = root(known[1])
+            return replace(first, phase="backward", module=module, module_type=module_type,
+                           note=f"{note}, with {op_at(first)}")
+        code = getattr(hooks[0], "__code__", None) if hooks else None
+        line = SourceLine(code.co_filename, code.co_firstlineno, code.co_name) if code is not None else None
+        return Birth("backward", said, kind, module, module_type, line, output=grad, note=note)
 
     def unwind(self, depth: int = 0) -> None:
         """Take off the pushes of ours past ``depth`` (those made inside a ``backward()`` that began there)."""

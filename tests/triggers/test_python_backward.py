@@ -151,3 +151,73 @@ def test_inside_a_reentrant_checkpoint_the_hand_written_backward_is_named_too(lo
     report = watched(model, optimizer, lambda _: (x, y), step, 2, loop, capture=False)
     assert (report.phase, report.op) == ("backward", "SafeLogBackward"), report.headline
     assert said_inside() in report.diagnosis, report.diagnosis
+
+
+def unit(g):
+    return g / g.norm()  # BIRTH-HOOK
+
+
+def unit_numpy(g):
+    import numpy as np
+
+    a = g.numpy()
+    return torch.from_numpy(a / np.linalg.norm(a))
+
+
+def hooked_training(hook, loop, order=None):
+    """Every parameter's gradient normalized by a hook of the program's; step 2's batch is blank, so the first
+    layer's weight gradient is all zero and its norm 0."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    for p in model.parameters():
+        if order is not None:
+            p.register_hook(lambda g, p=p: order.append(("first", id(p))))
+        p.register_hook(hook)
+        if order is not None:
+            p.register_hook(lambda g, p=p: order.append(("second", id(p))))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(32, 8), torch.randn(32, 4)
+
+    def step(x, y):
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    return model, watched(model, optimizer, lambda i: (x * 0 if i == 2 else x, y), step, 5, loop, capture=False)
+
+
+def hook_line() -> int:
+    with open(__file__, encoding="utf-8") as f:
+        return next(n for n, text in enumerate(f, 1) if text.rstrip().endswith("# BIRTH-HOOK"))
+
+
+@pytest.mark.parametrize("loop", [False, True], ids=["w.step", "loop"])
+def test_a_gradient_hook_making_the_nan_is_named_with_its_op_and_line(loop):
+    _, report = hooked_training(unit, loop)
+    assert (report.step, report.phase, report.module, report.op) == (2, "backward", "0", "div"), report.headline
+    assert report.source["line"] == hook_line() and report.source["text"] == "return g / g.norm()  # BIRTH-HOOK"
+    assert "division by zero" in report.diagnosis
+    assert any("the gradient hook unit on its parameter 'weight' made NaN from a finite gradient" in note
+               for note in report.notes), report.notes
+    sections = {section for section, _, _ in report.tensors}
+    assert "op inputs" in sections and "grad_output" not in sections  # the hook's op, not an autograd node
+
+
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")
+def test_a_hook_computing_outside_torch_is_named_by_its_definition():
+    _, report = hooked_training(unit_numpy, True)
+    assert (report.phase, report.module, report.op) == ("backward", "0", "unit_numpy"), report.headline
+    assert report.source["line"] == unit_numpy.__code__.co_firstlineno
+
+
+def test_the_program_s_hooks_keep_their_order_after_a_re_run_put_one_of_ours_before_them():
+    order = []
+    model, _ = hooked_training(unit, True, order)
+    first = id(next(model.parameters()))
+    order.clear()
+    model(torch.randn(2, 8)).sum().backward()  # after the watch: as the program registered them, once each
+    mine = [which for which, p in order if p == first]
+    assert mine == ["first", "second"]
+    assert all(len(p._backward_hooks) == 3 for p in model.parameters())  # nothing of tensor_dap's left
