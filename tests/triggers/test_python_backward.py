@@ -26,6 +26,17 @@ def watched(model, optimizer, batch, step_fn, steps, loop, **kw):
     return info.value.report
 
 
+def mse_step(model, optimizer):
+    """A plain training step on (x, y) batches."""
+    def step(x, y):
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss
+    return step
+
+
 def said_inside() -> str:
     line = origins.birth_line("custom_backward.inside")
     return f"div at origins.py:{line} (return grad / x)"
@@ -84,13 +95,7 @@ def test_a_backward_refusing_the_op_tracker_is_re_run_without_it_and_training_go
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     x, y = torch.randn(16, 4), torch.randn(16, 1)
 
-    def step(x, y):
-        optimizer.zero_grad()
-        loss = ((model(x) - y) ** 2).mean()
-        loss.backward()
-        optimizer.step()
-        return loss
-
+    step = mse_step(model, optimizer)
     report = watched(model, optimizer, lambda _: (x, y), step, 3, False, capture=False)
     assert (report.phase, report.module, report.op) == ("backward", "", "RefusingBackward"), report.headline
     assert report.source["text"].startswith("return self.out(Refusing.apply(")
@@ -141,13 +146,7 @@ def test_inside_a_reentrant_checkpoint_the_hand_written_backward_is_named_too(lo
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     x, y = torch.randn(16, 8, requires_grad=True), torch.randn(16, 4)
 
-    def step(x, y):
-        optimizer.zero_grad()
-        loss = F.mse_loss(model(x), y)
-        loss.backward()
-        optimizer.step()
-        return loss
-
+    step = mse_step(model, optimizer)
     report = watched(model, optimizer, lambda _: (x, y), step, 2, loop, capture=False)
     assert (report.phase, report.op) == ("backward", "SafeLogBackward"), report.headline
     assert said_inside() in report.diagnosis, report.diagnosis
@@ -178,13 +177,7 @@ def hooked_training(hook, loop, order=None):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     x, y = torch.randn(32, 8), torch.randn(32, 4)
 
-    def step(x, y):
-        optimizer.zero_grad()
-        loss = F.mse_loss(model(x), y)
-        loss.backward()
-        optimizer.step()
-        return loss
-
+    step = mse_step(model, optimizer)
     return model, watched(model, optimizer, lambda i: (x * 0 if i == 2 else x, y), step, 5, loop, capture=False)
 
 
