@@ -334,7 +334,8 @@ class _Hooks:
             if nonfinite(grad):
                 path, mod, pname = self.owners.get(id(p), ("", self.model, "?"))
                 if arrived:
-                    raise Born(self.tracker.python.hook_birth(p, grad, path, type(mod).__name__, pname))
+                    raise Born(self.tracker.python.hook_birth(list(p._backward_hooks.values()), grad, path,
+                                                              type(mod).__name__, f"on its parameter {pname!r}"))
                 note = f"the gradient of its parameter {pname!r} is non-finite"
                 raise _Found(Finding("backward", path, type(mod).__name__, note,
                                      _rows("gradient", grad, pname) + _param_rows(mod),

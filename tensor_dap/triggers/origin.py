@@ -167,6 +167,8 @@ class Tracker(TorchFunctionMode):
         if self._busy or self.broken or raw == "__get__":
             return func(*args, **kwargs)
         name = op_name(func)
+        if raw == "register_hook" and len(args) == 2:  # the program's hook on a tensor: run with this mode on
+            args = (args[0], self.python.wrap_hook(args[1], *self._module(), user_line(sys._getframe())))
         if name in _BACKWARD:
             loss = args[0] if args else kwargs.get("tensors", kwargs.get("outputs"))
             birth = self._guarded(lambda: self._loss_birth(loss))

@@ -1,12 +1,13 @@
 """The program's own Python that runs inside ``backward()``, seen by the op tracker: a custom ``autograd.Function``'s
-``backward``, and gradient hooks on parameters (``p.register_hook(fn)``).
+``backward``, gradient hooks on parameters (``p.register_hook(fn)``) and on tensors its forward makes.
 
 torch runs ``backward()`` with the tracker's ``TorchFunctionMode`` off: the mode is popped to handle the
 ``backward()`` call itself. Torch's own backward formulas run in C++ and need no mode; the program's Python there,
 ``grad / x`` in ``SafeLog.backward`` or ``g / g.norm()`` in a hook normalizing each gradient, is the birthplace a
 report should name (not only the line that called ``SafeLog.apply``, or the parameter whose gradient showed it).
 So the tracker is pushed again around each: by a pre-hook on a custom Function's node, popped by its post-hook; by a
-hook put before a parameter's own, popped by the tracker's hook after them.
+hook put before a parameter's own, popped by the tracker's hook after them; by a wrapper around each hook the forward
+registers in the re-run. (Module backward hooks, ``register_full_backward_hook``, are not seen inside.)
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from torch.autograd.function import BackwardCFunction
 from torch.overrides import _get_current_function_mode_stack
 
 from ..debug.frames import SourceLine
-from .birth import Birth, op_at, root
+from .birth import Birth, Born, op_at, root
 from .finite import kind_of
 
 
@@ -82,14 +83,15 @@ class PythonBackwards:
         self.leave()
         return self.arrived.pop(id(p), False)
 
-    def hook_birth(self, p: torch.Tensor, grad: torch.Tensor, module: str, module_type: str, name: str) -> Birth:
-        """The program's gradient hooks on ``p`` made ``grad`` non-finite from a finite one: the op and line in
-        them the tracker saw make it, else the hooks themselves (where each is defined)."""
-        hooks = [h for h in p._backward_hooks.values() if not getattr(h, "__module__", "").startswith("tensor_dap")]
+    def hook_birth(self, hooks: list[Any], grad: torch.Tensor, module: str | None, module_type: str | None,
+                   on: str) -> Birth:
+        """The program's gradient ``hooks`` (``on``: "on its parameter 'weight'") made ``grad`` non-finite from a
+        finite gradient: the op and line in them the tracker saw make it, else the hooks themselves (where the first
+        is defined)."""
+        hooks = [h for h in hooks if not _ours(h)]
         said = ", ".join(getattr(h, "__qualname__", type(h).__name__) for h in hooks) or "?"
         kind = kind_of(grad) or "nan"
-        note = f"the gradient hook {said} on its parameter {name!r} made {'NaN' if kind == 'nan' else 'Inf'} from a " \
-               f"finite gradient"
+        note = f"the gradient hook {said} {on} made {'NaN' if kind == 'nan' else 'Inf'} from a finite gradient"
         known = self.mode.lineage(grad)
         if known is not None:
             first = root(known[1])
@@ -98,6 +100,31 @@ class PythonBackwards:
         code = getattr(hooks[0], "__code__", None) if hooks else None
         line = SourceLine(code.co_filename, code.co_firstlineno, code.co_name) if code is not None else None
         return Birth("backward", said, kind, module, module_type, line, output=grad, note=note)
+
+    def wrap_hook(self, hook: Any, module: str | None, module_type: str | None, at: SourceLine | None) -> Any:
+        """A gradient hook the program puts on a tensor in the re-run (``h.register_hook(fn)`` in its forward, at
+        ``at``), which torch would run with the mode off: run with it on, and a NaN/Inf it makes from a finite
+        gradient raised as its birth. Hooks of tensor_dap's own are left as they are."""
+        if _ours(hook):
+            return hook
+
+        def seen(grad: torch.Tensor) -> Any:
+            with self.mode.quiet():
+                finite = kind_of(grad) is None
+            self.enter(grad)
+            try:
+                out = hook(grad)
+            finally:
+                self.leave()
+            made = grad if out is None else out
+            with self.mode.quiet():
+                bad = finite and isinstance(made, torch.Tensor) and kind_of(made) is not None
+            if bad:
+                where = f" registered at {at}" if at is not None else ""
+                raise Born(self.hook_birth([hook], made, module, module_type, f"on a tensor{where}"))
+            return out
+
+        return seen
 
     def unwind(self, depth: int = 0) -> None:
         """Take off the pushes of ours past ``depth`` (those made inside a ``backward()`` that began there)."""
@@ -111,3 +138,7 @@ def _on_top(mode: Any) -> bool:
     except Exception:  # noqa: BLE001 - a torch without it: nothing known to be ours
         return False
     return bool(stack) and stack[-1] is mode
+
+
+def _ours(hook: Any) -> bool:
+    return getattr(hook, "__module__", None) is not None and hook.__module__.startswith("tensor_dap")

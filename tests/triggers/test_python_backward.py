@@ -214,3 +214,56 @@ def test_the_program_s_hooks_keep_their_order_after_a_re_run_put_one_of_ours_bef
     mine = [which for which, p in order if p == first]
     assert mine == ["first", "second"]
     assert all(len(p._backward_hooks) == 3 for p in model.parameters())  # nothing of tensor_dap's left
+
+
+class ScaledGradients(nn.Module):
+    """Its forward puts a hook on its hidden activation scaling the gradient there to [-1, 1] (in place, or as a
+    new tensor): 0 / 0 where that gradient is all zero."""
+
+    def __init__(self, in_place: bool) -> None:
+        super().__init__()
+        self.a, self.b, self.in_place = nn.Linear(8, 16), nn.Linear(16, 4), in_place
+
+    def forward(self, x):
+        h = torch.relu(self.a(x))
+        if h.requires_grad:
+            h.register_hook(self.scale_in_place if self.in_place else self.scale)  # REGISTERED
+        return self.b(h)
+
+    @staticmethod
+    def scale(g):
+        return g / g.abs().max()  # BIRTH-ACTIVATION-HOOK
+
+    @staticmethod
+    def scale_in_place(g):
+        g.div_(g.abs().max())  # BIRTH-ACTIVATION-HOOK-IN-PLACE
+
+
+def marked(marker: str) -> int:
+    with open(__file__, encoding="utf-8") as f:
+        return next(n for n, text in enumerate(f, 1) if text.rstrip().endswith(f"# {marker}"))
+
+
+@pytest.mark.parametrize("in_place", [False, True], ids=["new", "in-place"])
+@pytest.mark.parametrize("loop", [False, True], ids=["w.step", "loop"])
+def test_a_hook_on_an_activation_making_the_nan_is_named_with_its_op_line_and_module(loop, in_place):
+    torch.manual_seed(0)
+    model = ScaledGradients(in_place)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(32, 8), torch.randn(32, 4)
+
+    def step(x, fitted):
+        optimizer.zero_grad()
+        out = model(x)
+        loss = F.mse_loss(out, out.detach() if fitted else y)  # a batch fitted exactly: every gradient is 0
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    report = watched(model, optimizer, lambda i: (x, i == 2), step, 5, loop, capture=False)
+    marker = "BIRTH-ACTIVATION-HOOK" + ("-IN-PLACE" if in_place else "")
+    assert (report.step, report.phase, report.module, report.op) == (2, "backward", "", "div_" if in_place else "div")
+    assert report.source["line"] == marked(marker), report.source
+    register_line = marked("REGISTERED")  # h.register_hook(...) in forward
+    assert any(f"on a tensor registered at test_python_backward.py:{register_line} made NaN from a finite gradient"
+               in note for note in report.notes), report.notes
