@@ -30,6 +30,7 @@ import torch
 
 from ..console import note
 from ..debug.frames import name_of
+from .auto_replay import ReplayAtStart, replays_at_backward
 from .break_if import break_if
 from ..dynamo import global_forward_pre_hook
 from .loss_tap import listen
@@ -41,7 +42,7 @@ log = logging.getLogger("tensor_dap.triggers")
 EARLY_FORWARDS = 8  # calls of a model watched from its first forward before a backward() must come (see above)
 
 
-class AutoTriggers:
+class AutoTriggers(ReplayAtStart):
     """The triggers ``tensor-dap run`` switched on; ``close()`` removes every hook and wrapper."""
 
     def __init__(self, *, nan: bool = False, loss_above: Optional[float] = None,
@@ -50,7 +51,8 @@ class AutoTriggers:
         self.nan, self.loss_above, self.ranks, self.on, self.replay = nan, loss_above, ranks, on, replay
         self.trusted = trusted  # --trust: the bundle's Python objects may be unpickled
         self._attachments: list[Any] = []
-        self.steps = 0  # optimizer steps so far: the step number break_if reports
+        self.steps = 0  # training steps so far, by optimizer steps: the step number break_if reports (``_after_step``)
+        self._round: set[Any] = set()  # the optimizers that stepped since the step began
         self.backwards = 0  # .backward() calls on a loss: the step number when no optimizer ever steps
         self._seen: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
         self._optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
@@ -232,8 +234,9 @@ class AutoTriggers:
         self._unwatched.add(optimizer)
         attached.close()  # its hook on every module's call goes: none will be found now (SAC's [log_alpha]: 30 %)
         name = f" ({held})" if (held := name_of(optimizer, sys._getframe(1))) else ""  # as the program holds it
-        note(f"tensor_dap: --break-on-nan: no module run with gradients holds the parameters of "
-             f"{type(optimizer).__name__}{name}; checking the loss at .backward() for NaN/Inf instead")
+        if not self._loss_nan:  # (another optimizer's is checked already: Pyro makes one for each parameter)
+            note(f"tensor_dap: --break-on-nan: no module run with gradients holds the parameters of "
+                 f"{type(optimizer).__name__}{name}; checking the loss at .backward() for NaN/Inf instead")
         self._fall_back_to_loss()
 
     def _attach(self, optimizer: torch.optim.Optimizer) -> None:
@@ -242,8 +245,9 @@ class AutoTriggers:
         model, others = (attached.watch.model if attached.watch else None), attached.others
         name = type(optimizer).__name__
         if model is None:
-            note(f"tensor_dap: --break-on-nan: no module that ran a forward holds the parameters of {name}; "
-                 "checking the loss at .backward() for NaN/Inf instead")
+            if not self._loss_nan:
+                note(f"tensor_dap: --break-on-nan: no module that ran a forward holds the parameters of {name}; "
+                     "checking the loss at .backward() for NaN/Inf instead")
             self._fall_back_to_loss()
             return
         if others:
@@ -252,62 +256,18 @@ class AutoTriggers:
         # The watch's own pre-step hook is registered now, inside this step's hooks: torch calls it
         # for this very step, so the first update is checked too.
 
-    def _replay_at_step(self, optimizer: torch.optim.Optimizer, closure: Optional[Callable[[], Any]]) -> None:
-        """``--replay`` at the program's first optimizer step. LBFGS & co run the model inside step(), in the
-        closure: one evaluation of it, here, shows which module the model is (the replay then restores every
-        state the bundle has), and a bundle of such a step replays through that closure."""
-        from .attach import find_model
-        from .incident import BundleError, read_report
-
-        if closure is not None and find_model(list(self._seen), optimizer)[0] is None:
-            closure()
-        self._stop_noting()
-        try:
-            by_closure = read_report(self.replay).mode == "closure"
-        except BundleError:
-            by_closure = False  # replay() says what is wrong with it
-        self._replay(optimizer, closure if by_closure else None)
-
-    def _replay(self, optimizer: Optional[torch.optim.Optimizer], closure: Optional[Callable[[], Any]] = None) -> None:
-        """``--replay BUNDLE``: the program built its model and optimizer; re-run the bundle's step on them, then end.
-        ``optimizer`` None: a bundle of a loop updating by hand, replayed at the program's first backward().
-
-        It stops where the NaN was born, in the debugger the user is in; the program does not train on (exit code 0
-        when the failure reproduced, 1 when the step ran clean)."""
-        from ..errors import TriggerError
-        from .attach import model_of
-        from .replay import replay
-
-        self._replayed = True
-        model, _ = model_of(self._seen, optimizer, sys._getframe(1))
-        trains = f"the parameters of {type(optimizer).__name__}" if optimizer is not None else "parameters"
-        if model is None:
-            note(f"tensor_dap: --replay: no module that ran before the first step holds {trains}; nothing to "
-                 "replay on")
-            raise SystemExit(2)
-        with_optimizer = f" and {type(optimizer).__name__}" if optimizer is not None else ""
-        note(f"tensor_dap: replaying {self.replay} on the program's {type(model).__name__}{with_optimizer}",
-             style="")
-        try:
-            report = replay(self.replay, model, closure, optimizer=optimizer, on=self.on, trusted=self.trusted)
-        except TriggerError as exc:  # nobody to stop for: the report is shown, the program ends
-            from .report import emit
-
-            emit(exc.report)
-            report = exc.report
-        except ValueError as exc:  # not a bundle, or a watch.step bundle that needs its step function
-            note(f"tensor_dap: --replay: {exc}")
-            raise SystemExit(2) from None
-        if report is None:
-            note("tensor_dap: --replay: the step ran clean: the failure did not reproduce")
-        raise SystemExit(0 if report is not None else 1)
-
     def _fall_back_to_loss(self) -> None:
         self._loss_nan = True
         self._read_losses()
 
     def _after_step(self, optimizer: Any, _args: Any, _kwargs: Any) -> None:
-        self.steps += 1
+        # A step ends when an optimizer steps again: several in one step (a GAN's two; Pyro's, one per parameter;
+        # SAC's three) count once, as the program's loop does
+        if optimizer in self._round or not self._round:
+            self.steps += 1
+            self._round = {optimizer}
+        else:
+            self._round.add(optimizer)
         if self._step_loss is not None:
             self._step_loss.after_update()
         if optimizer in self._closing:
@@ -339,7 +299,7 @@ class AutoTriggers:
     def _first_backward(self) -> None:
         """No optimizer made yet (``--break-on-nan``), or a bundle with none (``--replay``): a loop updating by hand."""
         if self.replay:
-            if _replays_at_backward(self.replay):
+            if replays_at_backward(self.replay):
                 self._stop_noting()
                 self._replay(None)
         elif self.nan and not self._optimizers:
@@ -378,19 +338,6 @@ class AutoTriggers:
         from .attach import find_model
 
         return find_model([self._by_hand.model], optimizer)[0] is not None
-
-
-def _replays_at_backward(bundle: str) -> bool:
-    """Whether ``bundle`` is replayed at the first backward(): an unchanged loop's step with no optimizer known
-    (its report has no learning rate), from a loop updating by hand, which has no optimizer step to wait for;
-    or a bundle whose report cannot be read, so that the replay says what is wrong with it now."""
-    from .incident import BundleError, read_report
-
-    try:
-        report = read_report(bundle)  # bounded and validated: a bundle may come from anywhere
-    except BundleError:
-        return True
-    return report.mode == "loop" and not report.lr
 
 
 def _quietly(fn: Any) -> None:

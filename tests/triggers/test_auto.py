@@ -90,6 +90,29 @@ def test_an_optimizer_no_module_holds_leaves_no_hook_on_every_module_call(capfd)
     assert err.count("no module run with gradients holds the parameters of Adam (a_optimizer)") == 1, err
 
 
+def test_one_optimizer_per_parameter_and_no_module_count_the_program_s_steps_and_say_so_once(capfd):
+    """Pyro's SVI: its parameters live in a store, not a module, and ``pyro.optim.Adam`` makes one torch optimizer
+    for each. The loss is checked at backward(), the note given once (not once per optimizer), and a step is the
+    program's: three optimizers stepping count once (the report said step 102 for the loop's step 34)."""
+    loc, scale = torch.zeros(1, requires_grad=True), torch.ones(1, requires_grad=True)
+    with AutoTriggers(nan=True, on="raise") as auto, pytest.raises(NonFiniteError) as info:
+        optimizers = [torch.optim.Adam([p], lr=0.5) for p in (loc, scale)]
+        for step in range(8):
+            data = torch.randn(16) + 3
+            loss = (torch.log(scale) + (data - loc) ** 2 / (2 * scale ** 2)).sum()  # the scale has no constraint
+            for o in optimizers:
+                o.zero_grad()
+            loss.backward()
+            for o in optimizers:
+                o.step()
+            if step == 4:
+                with torch.no_grad():
+                    scale.fill_(-0.5)  # walked below zero, as a scale with no constraint does
+    assert info.value.report.step == 5 and auto.steps == 5
+    err = " ".join(capfd.readouterr().err.split())
+    assert err.count("no module run with gradients holds the parameters of Adam") == 1, err
+
+
 class _Packed(nn.Module):
     """An RNN classifier whose loop embeds and packs the batch before calling it: ``model.emb`` runs first."""
 
