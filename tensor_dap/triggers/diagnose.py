@@ -44,7 +44,7 @@ DIAGNOSES = {
                         "the batch, or leave one key unmasked (e.g. the first token)",
     "log": "log of zero is -inf (and of a negative number NaN): add an epsilon (log(x + eps)) or clamp "
            "(x.clamp_min(eps)) first; for p * log(...) terms (an entropy, a KL divergence), torch.xlogy(p, x) is 0 "
-           "where p is",
+           "where p is 0",
     "log_softmax": "log of zero is -inf, here of a softmax whose smallest probabilities underflowed to 0: take "
                    "torch.log_softmax(x, dim) instead of torch.log(torch.softmax(x, dim)), which stays finite "
                    "(F.cross_entropy takes the logits, with class-index or soft targets)",

@@ -448,6 +448,7 @@ def test_a_log_of_a_softmax_is_told_to_take_log_softmax_and_a_log_of_other_zeros
     plain = Birth("forward", "log", "inf", inputs=[("input", counts)], output=counts.log())
     said = diagnose(plain, phase="forward", kind="nonfinite", max_abs=3.0, loss_history=[])
     assert said.startswith("log of zero") and "log_softmax" not in said
+    assert said.endswith("torch.xlogy(p, x) is 0 where p is 0")  # (the sentence once stopped at "where p is")
     backward = Birth("backward", "LogBackward0", "inf", forward_op="log", inputs=[("self", probs)])
     assert "log_softmax" in diagnose(backward, phase="backward", kind="nonfinite", max_abs=1.0, loss_history=[])
 
