@@ -218,6 +218,15 @@ def site_line(site: Site) -> Optional[SourceLine]:
     return line
 
 
+def own_line(frame: Optional[FrameType] = None) -> Optional[SourceLine]:
+    """The line running in the nearest frame of the program's own files (``frame`` defaults to the caller's): past
+    installed packages too, which ``user_line`` stops at (a loss Pyro computes inside ``svi.step(data)``)."""
+    f = frame if frame is not None else sys._getframe(1)
+    while f is not None and not is_user_file(f.f_code.co_filename):
+        f = f.f_back
+    return SourceLine(f.f_code.co_filename, f.f_lineno, f.f_code.co_name) if f is not None else None
+
+
 def failing_frame(tb: Any) -> Any:
     """(frame, line) of a traceback's innermost frame of the user's code, else its innermost frame: where a crash
     report and its post-mortem start."""

@@ -28,8 +28,9 @@ from .stop import check_mode, dispatch
 SPIKE_WARMUP = 10  # calls before `spike` may fire: the average needs a history first
 SPIKE_DECAY = 0.9  # exponential moving average; ~10 recent steps dominate
 HISTORY = 8  # losses a report lists (as a watch's report does)
-NO_BUNDLE = ("no incident bundle: nothing of the step is kept outside a watch (tensor_dap.watch(model, optimizer), "
-             "or tensor-dap run --break-on-nan, keeps each step to replay)")
+NO_BUNDLE = ("no incident bundle: nothing of the step is kept outside a watch on a model (tensor_dap.watch(model, "
+             "optimizer) keeps each step to replay; tensor-dap run --break-on-nan puts one on the module holding the "
+             "optimizer's parameters, where one does)")
 
 
 @dataclass
@@ -103,6 +104,7 @@ def check(loss: Any, site: Site, *, above: float | None = None, below: float | N
 
         report = report_of(from_birth(birth, None), step=index, kind=kind, headline=headline)
         report.loss = value
+        _called_from(report, birth)
     else:
         report = Report(kind=kind, headline=headline, step=index, phase="loss", rank=current_rank(), loss=value)
     if hasattr(loss, "detach"):
@@ -114,6 +116,18 @@ def check(loss: Any, site: Site, *, above: float | None = None, below: float | N
     error = NonFiniteError if kind == "nonfinite" else LossThresholdError
     dispatch(report, on=on, error=error, ranks=ranks, culprit={"loss": loss, "inputs": None, "output": loss})
     return True
+
+
+def _called_from(report: Report, birth: Any) -> None:
+    """A loss computed inside an installed package (Pyro's ``svi.step``): its line is the package's, so the report
+    also names the program's own line that called into it."""
+    from ..debug.frames import own_line
+    from ..libraries import library_of
+
+    owner = library_of(birth.line.file) if birth.line is not None else None
+    mine = own_line() if owner not in (None, "python") else None
+    if mine is not None:
+        report.notes.append(f"computed inside {owner}, called from {mine}  {mine.code}")
 
 
 def _enrich(report: Report, history: list[float], birth: Any, optimizer: Any) -> None:

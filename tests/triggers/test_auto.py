@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 import tensor_dap
-from markers import marker_line
+from markers import file_marker_line, marker_line
 from tensor_dap import NonFiniteError
 from tensor_dap.triggers.attach import find_model
 from tensor_dap.triggers import loss_tap
@@ -90,25 +90,47 @@ def test_an_optimizer_no_module_holds_leaves_no_hook_on_every_module_call(capfd)
     assert err.count("no module run with gradients holds the parameters of Adam (a_optimizer)") == 1, err
 
 
-def test_one_optimizer_per_parameter_and_no_module_count_the_program_s_steps_and_say_so_once(capfd):
-    """Pyro's SVI: its parameters live in a store, not a module, and ``pyro.optim.Adam`` makes one torch optimizer
-    for each. The loss is checked at backward(), the note given once (not once per optimizer), and a step is the
-    program's: three optimizers stepping count once (the report said step 102 for the loop's step 34)."""
+PPL = """
+import torch
+
+def step(params, optimizers, data):
+    loc, scale = params
+    loss = (torch.log(scale) + (data - loc) ** 2 / (2 * scale ** 2)).sum()  # the scale has no constraint
+    for o in optimizers:
+        o.zero_grad()
+    loss.backward()
+    for o in optimizers:
+        o.step()
+    return loss.item()
+"""
+
+
+def test_one_optimizer_per_parameter_and_no_module_count_the_program_s_steps_and_say_so_once(capfd, tmp_path,
+                                                                                             monkeypatch):
+    """Pyro's SVI: its parameters live in a store, not a module, ``pyro.optim.Adam`` makes one torch optimizer for
+    each, and ``svi.step(data)`` computes the loss inside the package. The loss is checked at backward(), the note
+    given once (not once per optimizer); a step is the program's: three optimizers stepping count once (the report
+    said step 102 for the loop's step 34); and the report names the program's line that called into the package."""
+    package = tmp_path / "site-packages" / "fakeppl"  # an installed package, as library_of tells them
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(PPL)
+    monkeypatch.syspath_prepend(str(package.parent))
+    import fakeppl
+
     loc, scale = torch.zeros(1, requires_grad=True), torch.ones(1, requires_grad=True)
     with AutoTriggers(nan=True, on="raise") as auto, pytest.raises(NonFiniteError) as info:
         optimizers = [torch.optim.Adam([p], lr=0.5) for p in (loc, scale)]
         for step in range(8):
-            data = torch.randn(16) + 3
-            loss = (torch.log(scale) + (data - loc) ** 2 / (2 * scale ** 2)).sum()  # the scale has no constraint
-            for o in optimizers:
-                o.zero_grad()
-            loss.backward()
-            for o in optimizers:
-                o.step()
+            fakeppl.step((loc, scale), optimizers, torch.randn(16) + 3)  # CALLED INTO THE PACKAGE
             if step == 4:
                 with torch.no_grad():
                     scale.fill_(-0.5)  # walked below zero, as a scale with no constraint does
-    assert info.value.report.step == 5 and auto.steps == 5
+    report = info.value.report
+    assert report.step == 5 and auto.steps == 5
+    assert (report.phase, report.op) == ("loss", "log")
+    line = file_marker_line(__file__, "CALLED INTO THE PACKAGE")
+    assert f"computed inside fakeppl, called from test_auto.py:{line}  fakeppl.step((loc, scale), optimizers, " \
+           "torch.randn(16) + 3)" in report.notes
     err = " ".join(capfd.readouterr().err.split())
     assert err.count("no module run with gradients holds the parameters of Adam") == 1, err
 
