@@ -231,8 +231,12 @@ class AutoTriggers(ReplayAtStart):
         attached = next((a for a in self._attachments if a.optimizer is optimizer), None)
         if attached is None or attached.watch is not None or optimizer in self._unwatched:
             return
-        self._unwatched.add(optimizer)
         attached.close()  # its hook on every module's call goes: none will be found now (SAC's [log_alpha]: 30 %)
+        again = self._attach_to(optimizer, seen=list(self._seen))  # its model ran before it was made (Pyro makes
+        if again.watch is not None:  # its optimizers inside the first step, after the guide ran): watched from now
+            self._attachments[self._attachments.index(attached)] = again
+            return
+        self._unwatched.add(optimizer)
         name = f" ({held})" if (held := name_of(optimizer, sys._getframe(1))) else ""  # as the program holds it
         if not self._loss_nan:  # (another optimizer's is checked already: Pyro makes one for each parameter)
             note(f"tensor_dap: --break-on-nan: no module run with gradients holds the parameters of "

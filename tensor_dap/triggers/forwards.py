@@ -8,6 +8,7 @@ and backward again exactly (``replay_forwards``), in a report's re-run or from a
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 import weakref
 from collections.abc import Iterator
@@ -121,11 +122,28 @@ class Forward:
 
 def output_tensors(output: Any) -> list[torch.Tensor]:
     """The tensors among a forward's outputs, in a fixed order (a lone tensor or a flat tuple: no walk)."""
+    return named_outputs(output)[0]
+
+
+def named_outputs(output: Any) -> tuple[list[torch.Tensor], list[str] | None]:
+    """``output_tensors`` and the path of each in the output (``['loss']``, ``.logits``, ``[0]``); None for a lone
+    tensor or a flat tuple of them (nothing named)."""
     if isinstance(output, torch.Tensor):
-        return [output]
+        return [output], None
     if type(output) in (tuple, list) and all(isinstance(t, torch.Tensor) for t in output):
-        return list(output)
-    return [t for _, t in walk(output)]
+        return list(output), None
+    pairs = list(walk(output))
+    return [t for _, t in pairs], [path for path, _ in pairs]
+
+
+def named_a_loss(path: str | None) -> bool:
+    """Whether a scalar a model returned at ``path`` may be its loss: unnamed (a lone scalar, nanoGPT's ``(logits,
+    loss)``), or under a name holding "loss" (HF's ``ModelOutput.loss``, a dict's ``"loss"``); not Pyro's AutoNormal
+    guide returning its samples, ``{"sigma": ...}``."""
+    if path is None:
+        return True
+    names = [a or b for a, b in re.findall(r"\['([^']*)'\]|\.([A-Za-z_]\w*)", path)]
+    return not names or "loss" in names[-1].lower()
 
 
 def input_bytes(args: Any, kwargs: Any) -> int:

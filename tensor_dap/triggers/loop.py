@@ -27,7 +27,7 @@ from ..debug.frames import CallSites, Site, SourceLine, user_line
 from ..dynamo import compiler_loaded, compiling, eager, eager_around
 from ..state import BufferSnapshot, Buffers, RngUse
 from .eval_mode import Evaluations
-from .forwards import Forward, input_bytes, output_tensors
+from .forwards import Forward, input_bytes, named_a_loss, named_outputs
 from .loop_losses import StepLosses
 
 MAX_FORWARDS = 4096  # forwards kept per step (an RL episode runs the policy once per environment step); more drops
@@ -289,14 +289,15 @@ class LoopCapture(StepLosses):
         """The forward ``f`` returned ``output``: see the gradients its outputs will get."""
         if f.probing:
             self._rngs.after(f.rng)
-        tensors = output_tensors(output)
+        tensors, paths = named_outputs(output)
         f.grads = [None] * len(tensors)
         loss = None
         for i, t in enumerate(tensors):  # (no grad_fn read: it makes a Python object of the node, ~3 µs)
             if not t.requires_grad:
                 continue
             size = t.nbytes
-            if loss is None and size <= _LOSS_BYTES and t.dim() == 0 and t.is_floating_point():
+            if loss is None and size <= _LOSS_BYTES and t.dim() == 0 and t.is_floating_point() and \
+                    named_a_loss(paths[i] if paths else None):
                 loss = t.detach()  # a loss computed inside the model
                 self.losses.append(loss)
             if self._unused > MAX_UNUSED and self._see_at_node(f, i, t) is not None:  # no backward() for a while:

@@ -90,6 +90,27 @@ def test_an_optimizer_no_module_holds_leaves_no_hook_on_every_module_call(capfd)
     assert err.count("no module run with gradients holds the parameters of Adam (a_optimizer)") == 1, err
 
 
+def test_an_optimizer_made_in_the_first_step_after_its_model_ran_watches_that_model(capfd):
+    """Pyro makes its optimizers inside ``svi.step``, after the guide ran and backward() returned, and steps them at
+    once: no forward comes between the optimizer's creation and its first step. The model that ran before is
+    watched (it was given up for a loss check)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 1))
+    with AutoTriggers(nan=True, on="raise") as auto:
+        optimizers = []
+        for _ in range(3):
+            model(torch.randn(4, 3)).pow(2).mean().backward()
+            if not optimizers:  # lazily, one per parameter, as pyro.optim does
+                optimizers = [torch.optim.SGD([p], lr=0.1) for p in model.parameters()]
+            for o in optimizers:
+                o.step()
+                o.zero_grad()
+        assert [w.model for w in auto.watches] == [model] and auto.steps == 3
+        watched = auto.watches[0]
+        assert watched.reads == 3  # every update checked, the first included
+    assert "checking the loss" not in capfd.readouterr().err
+
+
 PPL = """
 import torch
 

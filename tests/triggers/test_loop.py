@@ -1133,6 +1133,52 @@ def test_a_model_returning_its_loss_puts_one_value_a_step_in_the_history():
     assert report.loss is not None and math.isnan(report.loss)
 
 
+class _Sampler(nn.Module):
+    """A variational guide as Pyro's AutoNormal is one: it returns its samples by name, a scalar among them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loc, self.log_scale = nn.Parameter(torch.zeros(3)), nn.Parameter(torch.zeros(()))
+
+    def forward(self):
+        return {"weight": self.loc + torch.randn(3), "sigma": self.log_scale.exp() * torch.rand(())}
+
+
+@pytest.mark.parametrize("returned", [
+    (lambda out: {"sigma": out}, False), (lambda out: {"loss": out}, True), (lambda out: {"train_loss": out}, True),
+    (lambda out: (torch.zeros(2), out), True), (lambda out: [torch.zeros(2), 1, out], True)],
+    ids=["named-sample", "named-loss", "named-train_loss", "tuple", "list"])
+def test_a_scalar_the_model_returns_is_its_loss_unless_named_otherwise(returned):
+    """A returned scalar is a loss when nothing names it (nanoGPT's ``(logits, loss)``) or its name says so (HF's
+    ``ModelOutput.loss``)."""
+    from tensor_dap.triggers.forwards import named_a_loss, named_outputs
+
+    wrap, is_loss = returned
+    _, paths = named_outputs(wrap(torch.tensor(1.0)))
+    assert named_a_loss(paths[-1] if paths else None) is is_loss
+
+
+def test_a_guide_returning_its_samples_keeps_the_losses_handed_to_backward_in_the_history():
+    """Pyro's AutoNormal returned {"sigma": sample}: the report's history held the samples (0.31, 0.26, ...) where
+    the ELBO ran at 60-70."""
+    torch.manual_seed(0)
+    guide = _Sampler()
+    optimizer = torch.optim.SGD(guide.parameters(), lr=0.01)
+    handed = []
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(guide, optimizer, on="raise", capture=False):
+        for step in range(4):
+            samples = guide()
+            loss = (samples["weight"] - 1).pow(2).sum() + samples["sigma"] * 100 + 50  # an ELBO-like 50-150
+            if step == 3:
+                loss = loss * float("nan")
+            handed.append(loss.item())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    history = info.value.report.loss_history
+    assert history[:-1] == pytest.approx(handed[:-1]) and math.isnan(history[-1])
+
+
 class _Checkpointed(nn.Module):
     """A block re-run in backward by ``torch.utils.checkpoint`` with ``use_reentrant=True`` (HF models'
     ``gradient_checkpointing_enable()``), whose backward refuses ``backward(inputs=...)``."""
