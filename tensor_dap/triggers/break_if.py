@@ -97,7 +97,8 @@ def check(loss: Any, site: Site, *, above: float | None = None, below: float | N
         return False
     from ..summary import describe
 
-    birth = _loss_birth(loss) if kind == "nonfinite" and getattr(loss, "grad_fn", None) is not None else None
+    birth = _loss_birth(loss, alone=watching is None) if kind == "nonfinite" and getattr(loss, "grad_fn", None) is not \
+        None else None
     if birth is not None:  # the op that made it, as the unchanged loop reports one (a report for the birth)
         from .investigate import report_of
         from .localize import from_birth
@@ -142,16 +143,19 @@ def _enrich(report: Report, history: list[float], birth: Any, optimizer: Any) ->
     report.diagnosis = diagnose_report(report, birth) or report.diagnosis
 
 
-def _loss_birth(loss: Any) -> Any:
+def _loss_birth(loss: Any, alone: bool) -> Any:
     """A non-finite loss still holding its autograd graph: the op of the loss computation that made it from finite
     values (``loss_graph``: ``exp`` overflowing in a hand-written softplus), placed at the line that checked the
-    loss (the op's own line is not known), or None."""
+    loss (the op's own line is not known), or None. ``alone``: no watch, so no model to place it after."""
     from ..debug.frames import user_line
     from .loss_graph import read
 
     birth = read(loss).birth
     if birth is not None and birth.phase != "input":  # (a batch's first use is read from the graph: no line)
         birth.line, birth.near = user_line(), "before"
+        if alone:
+            birth.note = ("read from the loss's autograd graph as backward() began (nothing of the step is re-run "
+                          "without a watch on a model, so the op's own line is not known)")
     return birth
 
 

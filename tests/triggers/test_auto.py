@@ -152,6 +152,7 @@ def test_one_optimizer_per_parameter_and_no_module_count_the_program_s_steps_and
     line = file_marker_line(__file__, "CALLED INTO THE PACKAGE")
     assert f"computed inside fakeppl, called from test_auto.py:{line}  fakeppl.step((loc, scale), optimizers, " \
            "torch.randn(16) + 3)" in report.notes
+    assert report.notes[0].startswith("read from the loss's autograd graph as backward() began")  # (no model here)
     err = " ".join(capfd.readouterr().err.split())
     assert err.count("no module run with gradients holds the parameters of Adam") == 1, err
 
