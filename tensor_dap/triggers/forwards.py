@@ -188,9 +188,12 @@ def replay_forwards(model: torch.nn.Module, forwards: list[Forward], rng: dict[s
 
     ``rng``: every RNG state at the step's start, for the streams a forward did not save (host RNGs).
     Raises ``Born`` when a gradient arriving at the outputs is already non-finite: the loss
-    computation outside the model produced it.
+    computation outside the model produced it. That is said only after the other forwards ran their backward clean:
+    a model called again on what its last call made (an ODE solver's stages, an unrolled cell) sends the NaN its
+    backward makes in a later call to an earlier call's outputs.
     """
     params: list[torch.Tensor] | None = None
+    deferred: tuple[Forward, Any, str] | None = None  # the first forward whose outputs got a non-finite gradient
     for f in forwards:
         restore_rng({**(rng or {}), **f.rng})
         out = (model.get_submodule(f.entry) if f.entry else model)(*f.args, **f.kwargs)
@@ -207,20 +210,10 @@ def replay_forwards(model: torch.nn.Module, forwards: list[Forward], rng: dict[s
                              "not re-run the loss function; hand the step to watch.step to find the op)"))
         if not pairs:
             continue
-        bad = next(((t, g, k) for t, g in pairs if (k := kind_of(g)) is not None), None)
+        bad = next(((g, k) for _, g in pairs if (k := kind_of(g)) is not None), None)
         if bad is not None:
-            line, near = loss_line(f)
-            loss = next((g.loss_tensor for g in reversed(forwards) if g.loss_tensor is not None), None)
-            ops = unsafe_backward(loss, [n for g in forwards for n in g.model_nodes()]) if loss is not None else []
-            op = ops[0] if len(ops) == 1 else None
-            why = "the unchanged loop does not re-run the loss function"
-            if ops:
-                why = (f"{' or '.join(ops)}: the {'only op' if op else 'ops'} of the loss computation whose backward "
-                       "can make NaN/Inf from finite values, read from the structure of the loss's graph (" + why + ")")
-            raise Born(Birth("loss", op, bad[2], line=line, near=near, inputs=[(GRAD_AT_OUTPUTS, bad[1])],
-                             output=bad[1], forward_op=forward_name(op) if op else None,
-                             note="the gradient arriving at the model's outputs is non-finite: the loss computation "
-                             f"outside the model made it ({why}; hand the step to watch.step to find its line)"))
+            deferred = deferred or (f, *bad)
+            continue
         if params is None:
             params = [p for p in model.parameters() if p.requires_grad]
         # Into the model's parameters only: an input made upstream (a GAN's generator output, whose graph its
@@ -232,6 +225,25 @@ def replay_forwards(model: torch.nn.Module, forwards: list[Forward], rng: dict[s
                 torch.autograd.backward(outputs, [g for _, g in pairs])  # (the batch's own .grad left as it was)
         elif params:
             torch.autograd.backward(outputs, [g for _, g in pairs], inputs=params)
+    if deferred is not None:
+        raise Born(_sent_by_the_loss(*deferred, forwards))
+
+
+def _sent_by_the_loss(f: Forward, grad: torch.Tensor, kind: str, forwards: list[Forward]) -> Birth:
+    """A non-finite gradient arrived at ``f``'s outputs and no forward's backward made one: the loss computation
+    outside the model made it; the ops there that can, read from the loss's graph."""
+    line, near = loss_line(f)
+    loss = next((g.loss_tensor for g in reversed(forwards) if g.loss_tensor is not None), None)
+    ops = unsafe_backward(loss, [n for g in forwards for n in g.model_nodes()]) if loss is not None else []
+    op = ops[0] if len(ops) == 1 else None
+    why = "the unchanged loop does not re-run the loss function"
+    if ops:
+        why = (f"{' or '.join(ops)}: the {'only op' if op else 'ops'} of the loss computation whose backward "
+               "can make NaN/Inf from finite values, read from the structure of the loss's graph (" + why + ")")
+    return Birth("loss", op, kind, line=line, near=near, inputs=[(GRAD_AT_OUTPUTS, grad)], output=grad,
+                 forward_op=forward_name(op) if op else None,
+                 note="the gradient arriving at the model's outputs is non-finite: the loss computation outside the "
+                 f"model made it ({why}; hand the step to watch.step to find its line)")
 
 
 @contextlib.contextmanager

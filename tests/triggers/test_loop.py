@@ -1084,8 +1084,9 @@ def test_the_bytes_held_count_a_broadcast_view_by_its_storage_and_a_sparse_batch
 
 
 def test_an_episode_s_nan_advantage_is_charged_to_its_backward_line():
-    """actor-critic's returns normalized by a zero std (every return equal): the NaN reaches the outputs of the
-    episode's first forward, whose gradient no hook saw arrive: its line is the step's backward() call."""
+    """actor-critic's returns normalized by a zero std (every return equal): the NaN reaches the outputs of every
+    forward of the episode, whose gradients no hook saw arrive: it is named as the value computed outside autograd
+    it is (read from the loss's graph), at the step's backward() call."""
     torch.manual_seed(0)
     model = _SqrtFrom()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -1098,7 +1099,8 @@ def test_an_episode_s_nan_advantage_is_charged_to_its_backward_line():
         loss.backward()  # EPISODE-BACKWARD
         optimizer.step()
     report = info.value.report
-    assert (report.step, report.phase) == (0, "loss")
+    assert (report.step, report.phase) == (0, "input")
+    assert "computed from them outside autograd (returns normalized by the std of a single value" in report.diagnosis
     assert report.source["line"] == file_marker_line(__file__, "EPISODE-BACKWARD")
 
 
@@ -1131,6 +1133,42 @@ def test_a_model_returning_its_loss_puts_one_value_a_step_in_the_history():
     assert len(history) == bad_step + 1 and math.isnan(history[-1])
     assert history[:-1] == pytest.approx(means[:bad_step], rel=1e-6)
     assert report.loss is not None and math.isnan(report.loss)
+
+
+class _Dynamics(nn.Module):
+    """An ODE's right-hand side, as torchdiffeq's ode_demo fits one, with a damping term that takes the sqrt only
+    where it is defined... in the forward: torch.where's unused branch gives a NaN gradient where y < 0."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(2, 16), nn.Tanh(), nn.Linear(16, 2))
+
+    def forward(self, y):
+        damping = torch.where(y > 0, torch.sqrt(y), torch.zeros_like(y))  # ODE-SQRT
+        return self.net(y ** 3) - 0.01 * damping
+
+
+def test_a_model_called_on_its_own_outputs_is_blamed_not_the_loss():
+    """An Euler solver calls the model on what its last call made: the NaN the last call's backward makes reaches
+    every earlier call's outputs. The report named "the gradient the loss sent to the model's outputs" (the first
+    call's); the calls whose outputs got finite gradients are re-run first, and one of them made it."""
+    torch.manual_seed(0)
+    model = _Dynamics()
+    optimizer = torch.optim.RMSprop(model.parameters(), lr=1e-3)
+    y0, target = torch.tensor([[2.0, 0.0]]), torch.tensor([[1.5, 1.0]])
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False):
+        for _ in range(3):
+            y = y0
+            for _ in range(8):  # Euler steps: y goes below 0 in one coordinate
+                y = y + 0.1 * model(y)
+            loss = (y - target).abs().mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    report = info.value.report
+    assert (report.step, report.phase, report.module, report.op) == (0, "backward", "", "SqrtBackward0"), \
+        report.headline
+    assert report.source["line"] == file_marker_line(__file__, "ODE-SQRT")
 
 
 class _Sampler(nn.Module):
