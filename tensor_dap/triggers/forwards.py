@@ -216,15 +216,18 @@ def replay_forwards(model: torch.nn.Module, forwards: list[Forward], rng: dict[s
             continue
         if params is None:
             params = [p for p in model.parameters() if p.requires_grad]
-        # Into the model's parameters only: an input made upstream (a GAN's generator output, whose graph its
-        # own backward freed) is not gone through again. A reentrant checkpoint refuses that (``inputs=``): through
-        # the whole graph then, as the program's own backward() went.
+        # Into the model's parameters, and its leaf inputs that take a gradient, only: an input made upstream (a
+        # GAN's generator output, whose graph its own backward freed) is not gone through again. A reentrant
+        # checkpoint refuses that (``inputs=``): through the whole graph then, as the program's own backward() went.
         outputs = [t for t, _ in pairs]
+        own = {id(p) for p in params}
+        leaves = [t for _, t in walk((f.args, f.kwargs)) if t.is_leaf and t.requires_grad and id(t) not in own]
         if params and reentrant_checkpoint(outputs):
-            with _grads_kept([t for _, t in walk((f.args, f.kwargs)) if t.is_leaf and t.requires_grad]):
+            with _grads_kept(leaves):
                 torch.autograd.backward(outputs, [g for _, g in pairs])  # (the batch's own .grad left as it was)
-        elif params:
-            torch.autograd.backward(outputs, [g for _, g in pairs], inputs=params)
+        elif params:  # and into the inputs the program asked gradients of (an ODE adjoint's state, a PINN's points)
+            with _grads_kept(leaves):
+                torch.autograd.backward(outputs, [g for _, g in pairs], inputs=params + leaves)
     if deferred is not None:
         raise Born(_sent_by_the_loss(*deferred, forwards))
 

@@ -1171,6 +1171,49 @@ def test_a_model_called_on_its_own_outputs_is_blamed_not_the_loss():
     assert report.source["line"] == file_marker_line(__file__, "ODE-SQRT")
 
 
+class _Adjoint(torch.autograd.Function):
+    """torchdiffeq's ``odeint_adjoint`` in its shape: the forward runs the model with no graph; the backward runs it
+    again, step by step back, on a detached state, taking the vector-Jacobian product with respect to the state and
+    the parameters: the state's gradient of one step is what the next step back starts from."""
+
+    @staticmethod
+    def forward(ctx, model, y, *params):
+        ctx.model = model
+        ctx.save_for_backward(y)
+        return y + 0.1 * model(y)
+
+    @staticmethod
+    def backward(ctx, grad):
+        params = list(ctx.model.parameters())
+        adjoint, total = grad, [torch.zeros_like(p) for p in params]
+        for _ in range(2):
+            with torch.enable_grad():
+                y = ctx.saved_tensors[0].detach().requires_grad_(True)
+                out = y + 0.1 * ctx.model(y)
+                adjoint, *by_param = torch.autograd.grad(out, (y, *params), adjoint, allow_unused=True)
+            total = [t + g if g is not None else t for t, g in zip(total, by_param)]
+        return (None, adjoint, *total)
+
+
+def test_a_model_differentiated_inside_a_custom_backward_with_respect_to_its_input_is_blamed():
+    """``odeint_adjoint``: the NaN the sqrt trap makes goes into the gradient of the state, and from there into the
+    parameters' at the next step back; a re-run into the parameters alone never made it and blamed the loss. Leaf
+    inputs that take a gradient are re-run into too (their own .grad put back)."""
+    torch.manual_seed(0)
+    model = _Dynamics()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    y0 = torch.tensor([[1.0, -2.0]])
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False):
+        for _ in range(2):
+            y = _Adjoint.apply(model, y0, *model.parameters())
+            optimizer.zero_grad()
+            y.pow(2).sum().backward()
+            optimizer.step()
+    report = info.value.report
+    assert (report.step, report.phase, report.op) == (0, "backward", "SqrtBackward0"), report.headline
+    assert report.source["line"] == file_marker_line(__file__, "ODE-SQRT")
+
+
 class _Sampler(nn.Module):
     """A variational guide as Pyro's AutoNormal is one: it returns its samples by name, a scalar among them."""
 
