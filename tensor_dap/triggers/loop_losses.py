@@ -60,7 +60,8 @@ class StepLosses:
         if line is None:  # above: loss_tap's wrapper, then Tensor.backward or the caller of torch.autograd.backward
             line = self._line = self._backwards.at(_getframe(2))
         if type(kept) is float and not _isfinite(kept) and not f.graph_read:
-            graph = read_loss(loss, f.model_nodes())
+            graph = read_loss(loss, [n for g in forwards for n in g.model_nodes()])  # (a PINN's residual comes
+            # between its two forwards: the interior points', then the boundary's)
             if graph.reaches:
                 here = self._backwards.at(_getframe(2))  # this backward()'s line, not the step's first
                 f.loss, f.loss_birth, f.backward_at, f.graph_read = kept, graph.birth, here, True

@@ -70,10 +70,10 @@ class LossGraph(NamedTuple):
 
 
 def read(loss: torch.Tensor, model_nodes: Collection[Any] = ()) -> LossGraph:
-    """Walk the graph of ``loss`` over the nodes made after ``model_nodes`` (those that made the model's
-    outputs: the loss computation's come after them): does it reach them, and which is the first op that
-    made a non-finite value from finite inputs (None when none can be told)? Never raises: it runs inside
-    the user's ``backward()`` call."""
+    """Walk the graph of ``loss`` over the nodes made after the first of ``model_nodes`` (those that made the
+    outputs of the step's forwards: the loss computation's come after them): does it reach them, and which is the
+    first op that made a non-finite value from finite inputs (None when none can be told)? Never raises: it runs
+    inside the user's ``backward()`` call."""
     try:
         return _walk(loss, set(model_nodes))
     except Exception as exc:  # noqa: BLE001 - a graph it cannot read: the report says less, training goes on
@@ -93,13 +93,14 @@ def _walk(loss: torch.Tensor, model_nodes: set[Any]) -> LossGraph:
 
 
 def _computation(loss: torch.Tensor, model_nodes: Collection[Any], reached: list[bool]) -> Iterator[Any]:
-    """The nodes of the loss computation, the graph of ``loss`` made after ``model_nodes``: the latest-made first,
-    down towards the model, at most ``MAX_NODES`` of them, for ``BUDGET_S`` at most. ``reached[0]`` is set to
-    whether the graph reaches ``model_nodes``."""
+    """The nodes of the loss computation, the graph of ``loss`` made after the first of ``model_nodes`` (a step's
+    forwards may have loss terms between them): the latest-made first, down towards the model, at most ``MAX_NODES``
+    of them, for ``BUDGET_S`` at most; the walk stops at ``model_nodes``. ``reached[0]`` is set to whether the
+    graph reaches ``model_nodes``."""
     root = loss.grad_fn
     if root is None:
         return
-    after = max((sequence_nr(n) for n in model_nodes), default=-1)
+    after = min((sequence_nr(n) for n in model_nodes), default=-1)
     deadline = time.monotonic() + BUDGET_S
     reached[0] = root in model_nodes
     seen = {root}

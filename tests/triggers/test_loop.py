@@ -1214,6 +1214,30 @@ def test_a_model_differentiated_inside_a_custom_backward_with_respect_to_its_inp
     assert report.source["line"] == file_marker_line(__file__, "ODE-SQRT")
 
 
+def test_a_loss_term_made_between_two_forwards_is_read_from_the_graph():
+    """A physics-informed net: the PDE residual (``du / r``) is computed from the interior points' forward before the
+    boundary's forward; the graph was read only after the last forward, and the report said "not known". r = 0
+    sampled into the interior: ``div`` is named, with its inputs."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(1, 16), nn.Tanh(), nn.Linear(16, 1))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False):
+        for step in range(4):
+            r = torch.rand(16, 1)
+            if step == 2:
+                r[0] = 0.0
+            r.requires_grad_(True)
+            du = torch.autograd.grad(model(r).sum(), r, create_graph=True)[0]
+            residual = du / r + 4.0
+            loss = residual.pow(2).mean() + model(torch.ones(1, 1)).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    report = info.value.report
+    assert (report.step, report.phase, report.op) == (2, "loss", "div"), report.headline
+    assert "division by zero" in report.diagnosis
+
+
 class _Sampler(nn.Module):
     """A variational guide as Pyro's AutoNormal is one: it returns its samples by name, a scalar among them."""
 
