@@ -238,10 +238,8 @@ class AutoTriggers(ReplayAtStart):
             return
         self._unwatched.add(optimizer)
         name = f" ({held})" if (held := name_of(optimizer, sys._getframe(1))) else ""  # as the program holds it
-        if not self._loss_nan:  # (another optimizer's is checked already: Pyro makes one for each parameter)
-            note(f"tensor_dap: --break-on-nan: no module run with gradients holds the parameters of "
-                 f"{type(optimizer).__name__}{name}; checking the loss at .backward() for NaN/Inf instead")
-        self._fall_back_to_loss()
+        self._fall_back_to_loss(f"no module run with gradients holds the parameters of {type(optimizer).__name__}"
+                                f"{name}")
 
     def _attach(self, optimizer: torch.optim.Optimizer) -> None:
         attached = self._attach_to(optimizer, seen=list(self._seen))
@@ -249,10 +247,7 @@ class AutoTriggers(ReplayAtStart):
         model, others = (attached.watch.model if attached.watch else None), attached.others
         name = type(optimizer).__name__
         if model is None:
-            if not self._loss_nan:
-                note(f"tensor_dap: --break-on-nan: no module that ran a forward holds the parameters of {name}; "
-                     "checking the loss at .backward() for NaN/Inf instead")
-            self._fall_back_to_loss()
+            self._fall_back_to_loss(f"no module that ran a forward holds the parameters of {name}")
             return
         if others:
             note(f"tensor_dap: --break-on-nan: {name} also updates {', '.join(type(m).__name__ for m in others)}; "
@@ -260,7 +255,11 @@ class AutoTriggers(ReplayAtStart):
         # The watch's own pre-step hook is registered now, inside this step's hooks: torch calls it
         # for this very step, so the first update is checked too.
 
-    def _fall_back_to_loss(self) -> None:
+    def _fall_back_to_loss(self, why: Optional[str] = None) -> None:
+        """Check the loss at .backward() from now on; ``why`` is said the first time only (Pyro makes one optimizer
+        for each parameter: one line, not one each)."""
+        if why is not None and not self._loss_nan:
+            note(f"tensor_dap: --break-on-nan: {why}; checking the loss at .backward() for NaN/Inf instead")
         self._loss_nan = True
         self._read_losses()
 

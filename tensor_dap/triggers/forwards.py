@@ -120,6 +120,11 @@ class Forward:
         return [t for _, t in self._kept()] + alive
 
 
+def step_nodes(forwards: list[Forward]) -> list[Any]:
+    """The nodes that made the outputs of every forward of a step: where its loss computation's graph stops."""
+    return [n for f in forwards for n in f.model_nodes()]
+
+
 def output_tensors(output: Any) -> list[torch.Tensor]:
     """The tensors among a forward's outputs, in a fixed order (a lone tensor or a flat tuple: no walk)."""
     return named_outputs(output)[0]
@@ -193,6 +198,7 @@ def replay_forwards(model: torch.nn.Module, forwards: list[Forward], rng: dict[s
     backward makes in a later call to an earlier call's outputs.
     """
     params: list[torch.Tensor] | None = None
+    own: set[int] = set()  # ids of ``params``
     deferred: tuple[Forward, Any, str] | None = None  # the first forward whose outputs got a non-finite gradient
     for f in forwards:
         restore_rng({**(rng or {}), **f.rng})
@@ -216,11 +222,11 @@ def replay_forwards(model: torch.nn.Module, forwards: list[Forward], rng: dict[s
             continue
         if params is None:
             params = [p for p in model.parameters() if p.requires_grad]
+            own = {id(p) for p in params}
         # Into the model's parameters, and its leaf inputs that take a gradient, only: an input made upstream (a
         # GAN's generator output, whose graph its own backward freed) is not gone through again. A reentrant
         # checkpoint refuses that (``inputs=``): through the whole graph then, as the program's own backward() went.
         outputs = [t for t, _ in pairs]
-        own = {id(p) for p in params}
         leaves = [t for _, t in walk((f.args, f.kwargs)) if t.is_leaf and t.requires_grad and id(t) not in own]
         if params and reentrant_checkpoint(outputs):
             with _grads_kept(leaves):
@@ -237,7 +243,7 @@ def _sent_by_the_loss(f: Forward, grad: torch.Tensor, kind: str, forwards: list[
     outside the model made it; the ops there that can, read from the loss's graph."""
     line, near = loss_line(f)
     loss = next((g.loss_tensor for g in reversed(forwards) if g.loss_tensor is not None), None)
-    ops = unsafe_backward(loss, [n for g in forwards for n in g.model_nodes()]) if loss is not None else []
+    ops = unsafe_backward(loss, step_nodes(forwards)) if loss is not None else []
     op = ops[0] if len(ops) == 1 else None
     why = "the unchanged loop does not re-run the loss function"
     if ops:

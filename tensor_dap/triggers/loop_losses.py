@@ -17,7 +17,7 @@ from typing import Any, Callable
 import torch
 
 from .active import open_watches
-from .forwards import Forward, loss_value
+from .forwards import Forward, loss_value, step_nodes
 from .loss_graph import read as read_loss
 
 _getframe = sys._getframe
@@ -60,7 +60,7 @@ class StepLosses:
         if line is None:  # above: loss_tap's wrapper, then Tensor.backward or the caller of torch.autograd.backward
             line = self._line = self._backwards.at(_getframe(2))
         if type(kept) is float and not _isfinite(kept) and not f.graph_read:
-            graph = read_loss(loss, [n for g in forwards for n in g.model_nodes()])  # (a PINN's residual comes
+            graph = read_loss(loss, step_nodes(forwards))  # (a PINN's residual comes
             # between its two forwards: the interior points', then the boundary's)
             if graph.reaches:
                 here = self._backwards.at(_getframe(2))  # this backward()'s line, not the step's first

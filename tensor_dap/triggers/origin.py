@@ -383,8 +383,9 @@ class Tracker(TorchFunctionMode):
                                      f"{'NaN' if 'nan' in kinds else 'Inf'} from it")
         named_in = [(f"grad_output[{i}]", g) for i, g in enumerate(grad_outputs) if isinstance(g, torch.Tensor)]
         named_out = [g for g in grad_inputs if isinstance(g, torch.Tensor)]
-        inside = next((root(known[1]) for g in named_out if (known := self.lineage(g)) is not None), None)
+        inside = next((root(known[1]) for g in named_out if (known := self.lineage(g)) is not None),
+                      None) if written_in_python(node) else None  # (only a backward written in Python has ops seen)
         return Birth("backward", node.name(), "nan" if "nan" in kinds else "inf", path, typ, line,
                      forward_op=forward_op, inputs=named_in[:8], made_by=producers(first_input(node)),
                      output=named_out[0] if len(named_out) == 1 else tuple(named_out[:8]), saved=saved_values(node),
-                     inside=inside if written_in_python(node) else None)
+                     inside=inside)

@@ -67,8 +67,7 @@ class PythonBackwards:
             return None
 
         def first(grad: torch.Tensor) -> None:
-            with self.mode.quiet():
-                self.arrived[id(p)] = kind_of(grad) is None
+            self.arrived[id(p)] = self._finite(grad)
             self.enter(grad)
 
         handle = p.register_hook(first)
@@ -109,22 +108,24 @@ class PythonBackwards:
             return hook
 
         def seen(grad: torch.Tensor) -> Any:
-            with self.mode.quiet():
-                finite = kind_of(grad) is None
+            finite = self._finite(grad)
             self.enter(grad)
             try:
                 out = hook(grad)
             finally:
                 self.leave()
             made = grad if out is None else out
-            with self.mode.quiet():
-                bad = finite and isinstance(made, torch.Tensor) and kind_of(made) is not None
-            if bad:
+            if finite and isinstance(made, torch.Tensor) and not self._finite(made):
                 where = f" registered at {at}" if at is not None else ""
                 raise Born(self.hook_birth([hook], made, module, module_type, f"on a tensor{where}"))
             return out
 
         return seen
+
+    def _finite(self, t: torch.Tensor) -> bool:
+        """``t`` holds no NaN/Inf, read with the tracker quiet (the read is ours, not the program's op)."""
+        with self.mode.quiet():
+            return kind_of(t) is None
 
     def unwind(self, depth: int = 0) -> None:
         """Take off the pushes of ours past ``depth`` (those made inside a ``backward()`` that began there)."""
