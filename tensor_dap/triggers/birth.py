@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from ..debug.frames import SourceLine
 
 
@@ -50,6 +52,11 @@ class Born(Exception):
     def __init__(self, birth: Birth) -> None:
         super().__init__(birth.op or birth.phase)
         self.birth = birth
+
+
+def tensors_in(named: list[tuple[str, Any]]) -> list[torch.Tensor]:
+    """The tensors among an op's named inputs (a ``Birth``'s): the numbers and flags left out."""
+    return [t for _, t in named if isinstance(t, torch.Tensor)]
 
 
 def root(birth: Birth) -> Birth:

@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from . import ctc, finite
-from .birth import Birth, op_at
+from . import ctc, finite, masked_rows
+from .birth import Birth, op_at, tensors_in
 
 FP16_MAX = 65504.0
 DIVERGED_ABS = 1e15  # float32 values this large in a model are a run going off, not data
@@ -60,6 +60,10 @@ DIAGNOSES = {
                  "is defined",
     "sqrt_forward": "sqrt of a negative number is NaN: make sure its input cannot be negative (a log-variance is "
                     "not a variance: std = torch.exp(0.5 * logvar)) or clamp it (torch.sqrt(x.clamp_min(eps)))",
+    # deg.pow(-0.5) of a graph's isolated node (a GCN's D^-1/2 A D^-1/2), 1 / sqrt of an empty group's count
+    "negative_power": "a negative power of zero is Inf (x ** -0.5 and rsqrt(x) divide by sqrt(0)), here likely a "
+                      "degree or count of 0 (a graph node with no edges, an empty group): clamp it first "
+                      "(x.clamp_min(1) or x + eps) or zero the Infs it gives (y.masked_fill(x == 0, 0))",
     "div": "division by zero: add an epsilon to the denominator (x / (norm + eps)) or clamp it (norm.clamp_min(eps))",
     "weight_norm": "weight_norm divides each row of the weight by its norm, and a row of zeros (a unit that died, "
                    "or was initialized or pruned to 0) gives 0/0: re-initialize such rows, or drop weight_norm for "
@@ -152,9 +156,9 @@ def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: floa
         return _divergence(max_abs, loss_history, clipped, force=phase == "loss" and _rising(loss_history))
     op = (birth.forward_op or birth.op) or ""  # a backward's forward op (a loss's gradient, read from its graph too)
     op = op.rstrip("_") if op not in ("_softmax", "_log_softmax") else op
-    if op in _SOFTMAX and birth.kind == "nan" and _masked_row(birth):
+    if op in _SOFTMAX and birth.kind == "nan" and masked_rows.softmax_input(birth):
         return DIAGNOSES["masked_softmax"]
-    if op == "multi_head_attention_forward" and birth.kind == "nan" and _all_keys_masked(birth):
+    if op == "multi_head_attention_forward" and birth.kind == "nan" and masked_rows.all_keys(birth):
         return DIAGNOSES["masked_attention"]  # nn.MultiheadAttention: its softmax is inside, seen as one op
     if op in ctc.OPS:  # +Inf forward, NaN from its backward (a loss filtered afterwards): what the node saved
         args = list(birth.saved.items()) if birth.forward_op else birth.inputs
@@ -167,7 +171,7 @@ def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: floa
         return DIAGNOSES["weight_norm"]
     if op in _ARC:
         return DIAGNOSES["arc"]
-    if op in _SUBTRACT and birth.kind == "nan" and not birth.forward_op and _any_masked_row(birth):
+    if op in _SUBTRACT and birth.kind == "nan" and not birth.forward_op and masked_rows.any_input(birth):
         return DIAGNOSES["masked_subtract"]
     if op in _STD and birth.kind == "nan" and not birth.forward_op:
         return DIAGNOSES["std_single"]
@@ -175,6 +179,8 @@ def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: floa
         if op in names or op.rstrip("_") in names:
             if key == "sqrt" and op.startswith("pow") and not _fractional_power(birth):
                 break
+            if key == "sqrt" and not birth.forward_op and birth.kind == "inf" and _zero_base(birth):
+                return DIAGNOSES["negative_power"]  # from finite inputs: x ** -p or rsqrt of an exact 0
             if key == "sqrt" and not birth.forward_op and birth.kind == "nan":
                 return DIAGNOSES["sqrt_forward"]  # a negative input itself, not the gradient at 0
             if key == "sqrt" and birth.forward_op and _sqrt_of_zeros_only(birth):
@@ -247,96 +253,34 @@ def _rising(history: list[float]) -> bool:
                                                    (len(finite) < len(history) and finite[-1] > 2 * finite[0]))
 
 
-def _tensors(named: list[tuple[str, Any]]) -> list[torch.Tensor]:
-    return [t for _, t in named if isinstance(t, torch.Tensor)]
-
-
 def _half_overflow(birth: Birth, op: str) -> bool:
     """The op ran in float16 (its inputs are, or its output is: autocast casts float32 inputs inside the op) on
     finite inputs, and overflowed: it made an Inf, or its inputs exceed float16's range (a float32 batch past 65504
     cast by autocast). A log, sqrt or division of a zero or negative number is that, in any dtype."""
     output = birth.output if isinstance(birth.output, (tuple, list)) else (birth.output,)
     named = [*birth.inputs, *(("output", t) for t in output)]
-    if not any(t.dtype == torch.float16 for t in _tensors(named)) or not _finite_inputs(birth.inputs):
+    if not any(t.dtype == torch.float16 for t in tensors_in(named)) or not _finite_inputs(birth.inputs):
         return False
-    inputs = [t for t in _tensors(birth.inputs) if t.is_floating_point() and t.numel()]
+    inputs = [t for t in tensors_in(birth.inputs) if t.is_floating_point() and t.numel()]
     with torch.no_grad():
         if birth.kind != "inf" and not any(max(-float(low), float(high)) > FP16_MAX
                                            for low, high in (t.aminmax() for t in inputs)):
             return False
         powered = op.startswith("pow") and not _fractional_power(birth)  # x ** 2: no root, any sign
-        if op in _LOG | _SQRT and not powered and inputs and _anywhere(inputs[0], lambda p: (p <= 0).any()):
+        if op in _LOG | _SQRT and not powered and inputs and finite.anywhere(inputs[0], lambda p: (p <= 0).any()):
             return False  # log(0), sqrt(-x): the rules below
-        return not (op in _DIV and len(inputs) > 1 and _anywhere(inputs[-1], lambda p: (p == 0).any()))  # x / 0
-
-
-def _anywhere(t: torch.Tensor, test: Any) -> bool:
-    """``test`` (a piece -> a bool tensor) true of some piece of ``t``, read in bounded pieces (``finite.pieces``):
-    the op's inputs may be an activation of gigabytes, and a whole-tensor temporary as large."""
-    with torch.no_grad():
-        return any(bool(test(piece)) for piece in finite.pieces(t))
+        return not (op in _DIV and len(inputs) > 1 and finite.anywhere(inputs[-1], lambda p: (p == 0).any()))  # x / 0
 
 
 def _finite_inputs(named: list[tuple[str, Any]]) -> bool:
-    return all(finite.kind_of(t) is None for t in _tensors(named) if t.is_floating_point())
-
-
-def _has_masked_row(t: torch.Tensor) -> bool:
-    """A row of ``t`` (along its last dim) is entirely -inf; a row too long to read whole is not looked at."""
-    if not t.is_floating_point() or t.dim() == 0 or not 0 < t.shape[-1] <= finite.SLICE_ELEMENTS:
-        return False
-    if t.dim() == 1:
-        return bool(torch.isneginf(t).all())
-    return _anywhere(t, lambda p: torch.isneginf(p).all(-1).any())
-
-
-def _masked_row(birth: Birth) -> bool:
-    """The softmax input has a row (along its last dim) that is entirely -inf."""
-    x = next(iter(_tensors(birth.inputs)), None)
-    if x is None or x.dim() == 0 or not x.is_floating_point():
-        return birth.cause is not None  # NaN from Infs, shape unknown: still the likely story
-    return _has_masked_row(x) or birth.cause is not None
-
-
-def _any_masked_row(birth: Birth) -> bool:
-    """One of the op's inputs has a row (along its last dim) that is entirely -inf."""
-    return any(_has_masked_row(t) for t in _tensors(birth.inputs))
-
-
-def _all_keys_masked(birth: Birth) -> bool:
-    """Some query of ``multi_head_attention_forward`` has every key masked, by its key_padding_mask (N, S), its
-    attn_mask ((L, S) or (N * heads, L, S)), or the two together (left padding under a causal mask)."""
-    masks = {name: t for name, t in birth.inputs if name in ("key_padding_mask", "attn_mask")
-             and isinstance(t, torch.Tensor) and t.dim() > 0}
-    if any(_has_masked_row(m) if m.is_floating_point() else
-           m.dtype == torch.bool and m.shape[-1] <= finite.SLICE_ELEMENTS and _anywhere(m, lambda p: p.all(-1).any())
-           for m in masks.values()):
-        return True
-    if any(m.numel() > finite.SLICE_ELEMENTS for m in masks.values()):
-        return False  # the two together: not told for masks this large (their copies below would be as large)
-    with torch.no_grad():
-        blocked = {name: m if m.dtype == torch.bool else torch.isneginf(m) for name, m in masks.items()}
-        keys, attn = blocked.get("key_padding_mask"), blocked.get("attn_mask")
-        if keys is None or attn is None or keys.dim() != 2:
-            return False
-        # How many keys each query may see in each sequence, as a product of the open positions: no (N, L, S)
-        # temporary (a 4096-token causal mask over a batch of 32 would be 512 MB of it).
-        keys_open, attn_open = (~keys).float(), (~attn).float()
-        try:
-            if attn.dim() == 2:  # (L, S), shared by the batch
-                seen = attn_open @ keys_open.T  # (L, N)
-            else:  # (N * heads, L, S)
-                seen = torch.bmm(attn_open.view(keys.shape[0], -1, attn.shape[-1]), keys_open[:, :, None])
-        except RuntimeError:  # shapes that do not line up: not told
-            return False
-        return bool((seen == 0).any())
+    return all(finite.kind_of(t) is None for t in tensors_in(named) if t.is_floating_point())
 
 
 def _all_ignored(birth: Birth) -> int | None:
     """The ignore_index, when every class-index target is it: the one the loss's graph saved (``loss_graph``), or,
     not known, a value outside the classes (cross_entropy raises for such a target unless it is the ignore_index);
     else None."""
-    tensors = _tensors(birth.inputs)
+    tensors = tensors_in(birth.inputs)
     if len(tensors) < 2 or tensors[0].dim() == 0:
         return None
     scores, target = tensors[0], tensors[1]
@@ -362,7 +306,7 @@ def _probabilities(birth: Birth) -> bool:
     """The log's input is a softmax's output: values in [0, 1] that add up to 1 along the last dimension (or the
     second, F.softmax(x, dim=1) of an image batch). The sums are taken over the first samples, as many as one bounded
     piece holds (a guess needs no more; a tensor whose one sample is larger is not guessed at)."""
-    x = next(iter(_tensors(birth.inputs)), None)
+    x = next(iter(tensors_in(birth.inputs)), None)
     if x is None or x.dim() == 0 or not x.is_floating_point() or not x.numel():
         return False
     with torch.no_grad():
@@ -388,11 +332,17 @@ def _fractional_power(birth: Birth) -> bool:
     return not isinstance(exponent, torch.Tensor) or bool((exponent < 1).any())
 
 
+def _zero_base(birth: Birth) -> bool:
+    """The op's first input (a power's base) is a tensor holding an exact 0."""
+    base = birth.inputs[0][1] if birth.inputs else None
+    return isinstance(base, torch.Tensor) and finite.anywhere(base, lambda p: (p == 0).any())
+
+
 def _sqrt_of_zeros_only(birth: Birth) -> bool:
     """sqrt's backward made the NaN while its forward saw exact zeros and no negative number: what ``SqrtBackward0``
     saved (its result: NaN where the input was negative) or ``PowBackward0`` (its input) says so."""
     value = birth.saved.get("result" if birth.op == "SqrtBackward0" else "self")
     if not isinstance(value, torch.Tensor) or not value.is_floating_point():
         return False
-    return _anywhere(value, lambda p: (p == 0).any()) and \
-        not _anywhere(value, lambda p: (p < 0).any() | p.isnan().any())
+    return finite.anywhere(value, lambda p: (p == 0).any()) and \
+        not finite.anywhere(value, lambda p: (p < 0).any() | p.isnan().any())

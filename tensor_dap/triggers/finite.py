@@ -57,6 +57,12 @@ def pieces(t: torch.Tensor) -> Iterator[torch.Tensor]:
     return slices(_distinct(t), SLICE_ELEMENTS)
 
 
+def anywhere(t: torch.Tensor, test: Any) -> bool:
+    """``test`` (a piece -> a bool tensor) true of some piece of ``t`` (``pieces``): no whole-tensor temporary."""
+    with torch.no_grad():
+        return any(bool(test(piece)) for piece in pieces(t))
+
+
 def _distinct(t: torch.Tensor) -> torch.Tensor:
     """``t`` without its broadcast dimensions (stride 0): an expanded attention mask, its own values only."""
     for d in range(t.dim()):

@@ -645,3 +645,45 @@ def test_the_rules_read_an_op_s_inputs_in_bounded_pieces(monkeypatch):
     assert diagnose(subtract, phase="forward", kind="nonfinite", max_abs=None, loss_history=[]) == \
         DIAGNOSES["masked_subtract"]
     assert read and max(read) <= 4096, read
+
+
+class _GraphConv(nn.Module):
+    """A GCN layer normalizing by D^-1/2 A D^-1/2 itself (pygcn with the normalization moved into the model)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(5, 3)
+
+    def forward(self, x: torch.Tensor, adj: torch.Tensor) -> torch.Tensor:
+        norm = torch.sparse.sum(adj, dim=1).to_dense().pow(-0.5)  # a node with no edges: 0 ** -0.5
+        return torch.spmm(adj, self.lin(x) * norm[:, None]) * norm[:, None]
+
+
+def test_a_negative_power_of_a_zero_degree_is_told_as_such_not_as_sqrt():
+    torch.manual_seed(0)
+    model = _GraphConv()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    edges = torch.tensor([[0, 1, 1, 2, 2, 3], [1, 0, 2, 1, 3, 2]])
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False):
+        for step in range(3):
+            kept = edges[:, :6 if step < 2 else 4]  # at step 2 node 3 loses its only edge
+            adj = torch.sparse_coo_tensor(kept, torch.ones(kept.shape[1]), (4, 4), check_invariants=True)
+            optimizer.zero_grad()
+            model(torch.randn(4, 5), adj).square().mean().backward()
+            optimizer.step()
+    report = info.value.report
+    assert (report.step, report.phase, report.op) == (2, "forward", "pow") and "Inf born" in report.headline, report
+    assert "pow(-0.5)" in report.source["text"]
+    assert report.diagnosis == DIAGNOSES["negative_power"]
+
+
+@pytest.mark.parametrize("base, exponent, key", [(torch.tensor([0.0, 4.0]), -0.5, "negative_power"),
+                                                   (torch.tensor([-1.0, 4.0]), 0.5, "sqrt_forward"),
+                                                   (torch.tensor([1e30, 4.0]), 2.0, None),  # x ** 2 overflowing
+                                                   (2.0, torch.tensor([200.0]), None)])  # 2 ** x: no base of 0
+def test_a_power_is_told_by_its_base_and_exponent(base, exponent, key):
+    output = torch.pow(base, exponent)
+    kind = "nan" if output.isnan().any() else "inf"
+    birth = Birth("forward", "pow", kind, inputs=[("self", base), ("exponent", exponent)], output=output)
+    told = diagnose(birth, phase="forward", kind="nonfinite", max_abs=None, loss_history=[])
+    assert told == (DIAGNOSES[key] if key else None)
