@@ -15,6 +15,7 @@ from ..format import short_error
 from .budget import DEFAULT_BUDGET, VALUES_SHOWN, Budget, single_threaded
 from .held import held_bytes, is_sparse, sparse_parts
 from .model import TensorSummary
+from .transformed import unwrapped
 
 
 def describe(x: Any, *, budget: Optional[Budget] = None, grad: bool = True) -> TensorSummary:
@@ -167,6 +168,14 @@ def _describe(x: Any, budget: Budget, want_grad: bool, known: Any = None) -> Ten
 
     if x.is_nested:
         return _describe_nested(x, base, notes, budget)
+    plain, transforms = unwrapped(x)  # inside vmap / grad: read the values they wrap
+    if transforms:
+        notes.extend(transforms)
+        summary = _describe(plain, budget, False)  # (its numbers over every sample of a vmap, its values too many)
+        numel = int(x.numel())
+        return dataclasses.replace(summary, **base, shape=tuple(int(s) for s in x.shape), numel=numel,
+                                   nbytes=numel * x.element_size(), notes=(*notes, *summary.notes),
+                                   values=summary.values if plain.numel() == numel else None)
 
     base["layout"] = str(x.layout).replace("torch.", "").lstrip("_")  # (torch._mkldnn)
     base["shape"] = tuple(int(s) for s in x.shape)

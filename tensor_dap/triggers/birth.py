@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from ..debug.frames import SourceLine
+from ..summary.transformed import plain
 
 
 def module_label(path: str, typ: str | None = None) -> str:
@@ -54,9 +55,19 @@ class Born(Exception):
         self.birth = birth
 
 
-def tensors_in(named: list[tuple[str, Any]]) -> list[torch.Tensor]:
+def input_tensors(named: list[tuple[str, Any]]) -> list[torch.Tensor]:
     """The tensors among an op's named inputs (a ``Birth``'s): the numbers and flags left out."""
     return [t for _, t in named if isinstance(t, torch.Tensor)]
+
+
+def outlive_transforms(birth: Birth) -> None:
+    """Keep, in ``birth`` and the births behind it, the plain tensors under torch.func's wrappers: an op inside vmap
+    or grad (DP-SGD's per-sample forward) made its tensors there, and they die with the transform, before the
+    diagnosis and the debugger read them."""
+    for b in (birth, birth.cause, birth.inside):
+        if b is not None:
+            b.inputs = [(name, plain(t)) for name, t in b.inputs]
+            b.output, b.saved = plain(b.output), {k: plain(v) for k, v in b.saved.items()}
 
 
 def root(birth: Birth) -> Birth:

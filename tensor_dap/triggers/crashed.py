@@ -17,7 +17,8 @@ from typing import Any
 import torch
 
 from .capture import Source, StepContext
-from .localize import nonfinite, nonfinite_parameters
+from .held_now import nonfinite_parameters
+from .localize import nonfinite
 from .report import Report, emit
 from .upstream import upstream
 

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from . import ctc, finite, masked_rows
-from .birth import Birth, op_at, tensors_in
+from .birth import Birth, op_at, input_tensors
 
 FP16_MAX = 65504.0
 DIVERGED_ABS = 1e15  # float32 values this large in a model are a run going off, not data
@@ -25,7 +25,7 @@ UNCLIPPED = 10  # a clip by norm this many times above the largest norm the grad
 _SOFTMAX = {"softmax", "log_softmax", "_softmax", "_log_softmax", "scaled_dot_product_attention", "softmin"}
 _LOG = {"log", "log2", "log10", "log_", "log2_", "log10_", "xlogy", "lgamma", "digamma", "log1p"}
 _SQRT = {"sqrt", "rsqrt", "sqrt_", "rsqrt_", "pow", "pow_", "float_power"}
-_DIV = {"div", "div_", "true_divide", "reciprocal", "reciprocal_", "floor_divide", "remainder", "fmod", "norm",
+_DIV = {"div", "div_", "rdiv", "true_divide", "reciprocal", "reciprocal_", "floor_divide", "remainder", "fmod", "norm",
         "normalize"}
 _WEIGHT_NORM = {"_weight_norm", "_weight_norm_interface"}  # nn.utils.parametrizations.weight_norm's one fused op
 _ARC = {"acos", "asin", "atanh", "arccos", "arcsin", "arctanh"}  # defined on [-1, 1]; infinite gradients at ±1
@@ -259,9 +259,9 @@ def _half_overflow(birth: Birth, op: str) -> bool:
     cast by autocast). A log, sqrt or division of a zero or negative number is that, in any dtype."""
     output = birth.output if isinstance(birth.output, (tuple, list)) else (birth.output,)
     named = [*birth.inputs, *(("output", t) for t in output)]
-    if not any(t.dtype == torch.float16 for t in tensors_in(named)) or not _finite_inputs(birth.inputs):
+    if not any(t.dtype == torch.float16 for t in input_tensors(named)) or not _finite_inputs(birth.inputs):
         return False
-    inputs = [t for t in tensors_in(birth.inputs) if t.is_floating_point() and t.numel()]
+    inputs = [t for t in input_tensors(birth.inputs) if t.is_floating_point() and t.numel()]
     with torch.no_grad():
         if birth.kind != "inf" and not any(max(-float(low), float(high)) > FP16_MAX
                                            for low, high in (t.aminmax() for t in inputs)):
@@ -273,14 +273,14 @@ def _half_overflow(birth: Birth, op: str) -> bool:
 
 
 def _finite_inputs(named: list[tuple[str, Any]]) -> bool:
-    return all(finite.kind_of(t) is None for t in tensors_in(named) if t.is_floating_point())
+    return all(finite.kind_of(t) is None for t in input_tensors(named) if t.is_floating_point())
 
 
 def _all_ignored(birth: Birth) -> int | None:
     """The ignore_index, when every class-index target is it: the one the loss's graph saved (``loss_graph``), or,
     not known, a value outside the classes (cross_entropy raises for such a target unless it is the ignore_index);
     else None."""
-    tensors = tensors_in(birth.inputs)
+    tensors = input_tensors(birth.inputs)
     if len(tensors) < 2 or tensors[0].dim() == 0:
         return None
     scores, target = tensors[0], tensors[1]
@@ -306,7 +306,7 @@ def _probabilities(birth: Birth) -> bool:
     """The log's input is a softmax's output: values in [0, 1] that add up to 1 along the last dimension (or the
     second, F.softmax(x, dim=1) of an image batch). The sums are taken over the first samples, as many as one bounded
     piece holds (a guess needs no more; a tensor whose one sample is larger is not guessed at)."""
-    x = next(iter(tensors_in(birth.inputs)), None)
+    x = next(iter(input_tensors(birth.inputs)), None)
     if x is None or x.dim() == 0 or not x.is_floating_point() or not x.numel():
         return False
     with torch.no_grad():

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from ..summary.held import is_sparse, sparse_parts
+from ..summary.transformed import unwrapped
 
 
 def _float(t: torch.Tensor) -> bool:
@@ -64,7 +65,9 @@ def anywhere(t: torch.Tensor, test: Any) -> bool:
 
 
 def _distinct(t: torch.Tensor) -> torch.Tensor:
-    """``t`` without its broadcast dimensions (stride 0): an expanded attention mask, its own values only."""
+    """``t`` without its broadcast dimensions (stride 0): an expanded attention mask, its own values only; inside
+    vmap / grad, the values they wrap (every sample's: torch refuses to read a batched tensor's)."""
+    t = unwrapped(t)[0]
     for d in range(t.dim()):
         if t.stride(d) == 0 and t.size(d) > 1:
             t = t.narrow(d, 0, 1)

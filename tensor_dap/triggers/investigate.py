@@ -32,12 +32,12 @@ from .localize import (
     any_nonfinite,
     localize_rerun,
     nonfinite,
-    nonfinite_gradients,
-    nonfinite_parameters,
     not_reproduced,
 )
+from .held_now import nonfinite_gradients, nonfinite_parameters
 from .finite import max_abs
 from .forwards import Forward
+from .loop import FUNC_TRANSFORM
 from .optimizer_call import learning_rates
 from .replay_names import program_names
 from .report import Report, source_field
@@ -104,8 +104,9 @@ class Investigation:
             if dropped is None and self._loop is not None and not self._loop.forwards:
                 dropped = ("no call of the watched model was seen in it: called as `model.forward(x)`? That skips "
                            "nn.Module's call, which the capture is in: write `model(x)`")
+            elsewhere = "" if dropped == FUNC_TRANSFORM else ", or let the watched model run its forward in the step"
             report.notes.append(f"no bundle: this step cannot be re-run ({f'{dropped}; ' if dropped else ''}hand it "
-                                "to watch.step, or let the watched model run its forward inside the step)")
+                                f"to watch.step{elsewhere})")
         self.reports.append(report)
         dispatch(report, on=self.on, error=error, ranks=self.ranks, culprit=culprit)
 
@@ -152,7 +153,8 @@ class Investigation:
                 finding, failed = None, f"re-running the step failed ({short_error(exc, limit=None)}); "
             finding = self._guard(upstream, self, finding) or finding
             if finding is None and grads_bad:
-                finding = nonfinite_gradients(self._inner, rerun=can_rerun)
+                finding = nonfinite_gradients(self._inner, rerun=can_rerun, func=self._loop is not None
+                                              and self._loop.dropped == FUNC_TRANSFORM)
                 if finding is not None and can_rerun:
                     finding.note = (failed or (NOT_LOCAL if current_rank() is not None
                                                else not_reproduced(ctx is not None and ctx.forwards is not None))) \

@@ -25,11 +25,10 @@ from ..nested import walk
 from ..summary import TensorSummary, describe
 from ..summary.rows import masked_rows_text, with_rows
 from .loss_tap import double_backward_line
-from .birth import Birth, Born, masks, module_label, op_at
+from .birth import Birth, Born, masks, module_label, op_at, outlive_transforms, root
 from .finite import kind_of
 from .ops import is_node_name
 from .origin import GRAD_AT_OUTPUTS, Tracker
-from .param_writer import update_diagnosis, update_ruled_out
 
 MAX_ROWS = 8  # tensors listed per report section
 
@@ -132,7 +131,7 @@ def _rows(section: str, obj: Any, prefix: str) -> list[tuple[str, str, TensorSum
     return [(section, name, describe(t)) for name, t in islice(tensors_in(obj, prefix), MAX_ROWS)]
 
 
-def _param_rows(module: torch.nn.Module) -> list[tuple[str, str, TensorSummary]]:
+def param_rows(module: torch.nn.Module) -> list[tuple[str, str, TensorSummary]]:
     """The first ``MAX_ROWS`` parameters (and their gradients); the section says so when there are more."""
     named = list(islice(module.named_parameters(), MAX_ROWS))
     total = len(named) if len(named) < MAX_ROWS else sum(1 for _ in module.parameters())
@@ -148,43 +147,6 @@ def _owners(model: torch.nn.Module) -> dict[int, tuple[str, torch.nn.Module, str
         for pname, p in mod.named_parameters(recurse=False):
             owners.setdefault(id(p), (path, mod, pname))
     return owners
-
-
-def nonfinite_parameters(model: torch.nn.Module, *, first_step: bool = False, optimizer: Any = None
-                         ) -> Finding | None:
-    """The first module (registration order) holding a non-finite parameter, if any. ``first_step``: no update
-    was watched yet, so none of ours wrote it (a checkpoint loaded with NaN/Inf, or training before the watch).
-    ``optimizer``: the one that made the last update, asked whether it can have written it (``param_writer``)."""
-    for path, mod in model.named_modules():
-        for pname, p in mod.named_parameters(recurse=False):
-            if nonfinite(p):
-                if first_step:
-                    writer, why = "before watch", ("it was so when the watch began (already at the first watched "
-                                                   "step: a checkpoint loaded with NaN/Inf, or updates before the "
-                                                   "watch)")
-                elif optimizer is not None and (outside := update_ruled_out(optimizer, p)) is not None:
-                    writer, why = "outside", outside
-                else:
-                    writer, why = "update", "the previous update wrote it"
-                return Finding("optimizer", path, type(mod).__name__,
-                               f"parameter {pname!r} is non-finite before the step: {why}",
-                               _param_rows(mod), {"module": mod, "parameter": p}, writer=writer,
-                               diagnosis=update_diagnosis(optimizer, p) if writer == "update" and optimizer else None)
-    return None
-
-
-def nonfinite_gradients(model: torch.nn.Module, *, rerun: bool = False) -> Finding | None:
-    """The module holding a non-finite .grad, last-registered first (backward order): without a re-run, or
-    (``rerun``) after one that found nothing (the gradient came from another rank, or the step did not repeat)."""
-    how = "the module holding it" if rerun else "found without a re-run: the module holding the gradient"
-    more = "" if rerun else "; see 'the two modes' in docs/triggers.md"
-    for path, mod in reversed(list(model.named_modules())):
-        for pname, p in mod.named_parameters(recurse=False):
-            if p.grad is not None and nonfinite(p.grad):
-                return Finding("backward", path, type(mod).__name__,
-                               f"gradient of {pname!r} is non-finite ({how}, not where it was born{more})",
-                               _param_rows(mod), {"module": mod, "parameter": p})
-    return None
 
 
 def from_birth(birth: Birth, model: torch.nn.Module | None, seen_at: str | None = None) -> Finding:
@@ -211,7 +173,8 @@ def from_birth(birth: Birth, model: torch.nn.Module | None, seen_at: str | None 
     if not any(birth.output is t for _, t in birth.inputs):  # a batch or buffer that came in non-finite: no output
         rows += _rows(out_section, birth.output, "output")
     if module is not None:
-        rows += _param_rows(module)
+        rows += param_rows(module)
+    outlive_transforms(birth)  # (the rows above tell vmap's samples apart; what reads values later needs them plain)
     culprit = {"module": module, "inputs": [t for _, t in birth.inputs], "output": birth.output}
     if node:
         culprit.update(grad_output=culprit["inputs"], grad_input=birth.output)
@@ -292,7 +255,7 @@ class _Hooks:
         else:
             note = "its output is non-finite while its inputs are finite"
         rows = _rows("inputs", (args, kwargs) if kwargs else args, "args") + \
-            _rows("output", output, "output") + _param_rows(mod)
+            _rows("output", output, "output") + param_rows(mod)
         raise _Found(Finding(phase, path, type(mod).__name__, note, rows,
                              {"module": mod, "inputs": args, "output": output}))
 
@@ -312,7 +275,7 @@ class _Hooks:
             args, _, output = self.last.get(id(mod), (None, None, None))
             rows = _rows("grad_output", grad_output, "grad_output") + \
                 _rows("grad_input", grad_input, "grad_input") + _rows("forward inputs", args, "args") + \
-                _rows("forward output", output, "output") + _param_rows(mod)
+                _rows("forward output", output, "output") + param_rows(mod)
             raise _Found(Finding("backward", path, type(mod).__name__, note, rows,
                                  self._culprit(mod, grad_input=grad_input, grad_output=grad_output)))
         return hook
@@ -324,7 +287,7 @@ class _Hooks:
                         "this output produced it (tensor hooks: the model's in-place ops rule out module "
                         "backward hooks)")
                 raise _Found(Finding("backward", path, type(mod).__name__, note,
-                                     _rows("grad_output", grad, "grad_output") + _param_rows(mod),
+                                     _rows("grad_output", grad, "grad_output") + param_rows(mod),
                                      self._culprit(mod, grad_output=grad)))
         return hook
 
@@ -338,7 +301,7 @@ class _Hooks:
                                                               type(mod).__name__, f"on its parameter {pname!r}"))
                 note = f"the gradient of its parameter {pname!r} is non-finite"
                 raise _Found(Finding("backward", path, type(mod).__name__, note,
-                                     _rows("gradient", grad, pname) + _param_rows(mod),
+                                     _rows("gradient", grad, pname) + param_rows(mod),
                                      self._culprit(mod, parameter=p, grad=grad)))
         return hook
 
@@ -365,8 +328,8 @@ def localize_rerun(model: torch.nn.Module, rerun: Callable[[], Any], *, input_ba
             return exc.finding
         except Born as exc:
             return from_birth(exc.birth, model)
-        except StopRerun:
-            return None
+        except StopRerun:  # the update came with no non-finite value seen on the way
+            return _set_by_hand(tracker, model)
         except Exception as exc:
             if full_backward and isinstance(exc, (RuntimeError, NotImplementedError)) and _backward_hooks_failed(exc):
                 attempts.append((False, inside))  # in-place ops on module outputs, a sparse argument: tensor hooks
@@ -379,6 +342,18 @@ def localize_rerun(model: torch.nn.Module, rerun: Callable[[], Any], *, input_ba
             hooks.remove()
             tracker.close()
         return None
+    return None
+
+
+def _set_by_hand(tracker: Tracker, model: torch.nn.Module) -> Finding | None:
+    """A non-finite gradient at the update that a tracked op made: the program computed it and set ``.grad`` itself
+    (torch.func's per-sample gradients, clipped and noised: DP-SGD), where no backward() ran to be watched. Its
+    birth is told even where it was an Inf that looked deliberate (a division by 0 of a scalar): it reached a
+    gradient."""
+    for p in model.parameters():
+        known = tracker.lineage(p.grad) if p.grad is not None else None
+        if known is not None:
+            return from_birth(root(known[1]), model)
     return None
 
 

@@ -41,6 +41,8 @@ MAX_UNUSED = 8
 # An output this small keeps its own gradient (``retain_grad``: torch copies it in C++, no Python call
 # in backward); a larger one is seen by a hook on the node that made it (no copy).
 RETAIN_BYTES = 1 << 20
+# why a step called inside vmap / grad is not kept (its output refuses retain_grad; its inputs die with the transform)
+FUNC_TRANSFORM = "the model ran inside a torch.func transform (vmap, grad, jacrev): what it got there dies with it"
 _LOSS_BYTES = 16  # a loss the model returns is a scalar: at most this large (complex128)
 _Tensor = torch.Tensor
 _grad_enabled = torch.is_grad_enabled
@@ -197,7 +199,7 @@ class LoopCapture(StepLosses):
                     else:
                         (end if traced is None else traced[1])(f, output)
                 except Exception:  # noqa: BLE001 - as above: this step is then not replayable
-                    self.dropped = "the capture failed"
+                    self.dropped = _why_failed()
             return output
 
         marked = eager_around(capture, inner) if untraced is not None else capture
@@ -340,3 +342,12 @@ class LoopCapture(StepLosses):
         """The line that called backward(), looked up once a step (micro-batches call it from one line)."""
         self._line = user_line()
         return self._line
+
+
+def _why_failed() -> str:
+    """Why the capture let a step go (asked only when it failed): inside a torch.func transform, or not known."""
+    try:
+        inside = torch._C._functorch.peek_interpreter_stack() is not None
+    except Exception:  # noqa: BLE001 - a torch without functorch's interpreter stack
+        inside = False
+    return FUNC_TRANSFORM if inside else "the capture failed"

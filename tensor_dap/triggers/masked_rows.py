@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from . import finite
-from .birth import Birth, tensors_in
+from .birth import Birth, input_tensors
 
 
 def has_masked_row(t: torch.Tensor) -> bool:
@@ -21,7 +21,7 @@ def has_masked_row(t: torch.Tensor) -> bool:
 
 def softmax_input(birth: Birth) -> bool:
     """The softmax input has a row (along its last dim) that is entirely -inf."""
-    x = next(iter(tensors_in(birth.inputs)), None)
+    x = next(iter(input_tensors(birth.inputs)), None)
     if x is None or x.dim() == 0 or not x.is_floating_point():
         return birth.cause is not None  # NaN from Infs, shape unknown: still the likely story
     return has_masked_row(x) or birth.cause is not None
@@ -29,7 +29,7 @@ def softmax_input(birth: Birth) -> bool:
 
 def any_input(birth: Birth) -> bool:
     """One of the op's inputs has a row (along its last dim) that is entirely -inf."""
-    return any(has_masked_row(t) for t in tensors_in(birth.inputs))
+    return any(has_masked_row(t) for t in input_tensors(birth.inputs))
 
 
 def all_keys(birth: Birth) -> bool:

@@ -24,7 +24,8 @@ from ..state import restore_rng
 from .diagnose import diagnose_report
 from .incident import Bundle, read_bundle
 from .investigate import report_of
-from .localize import Finding, StopRerun, any_nonfinite, localize_rerun, nonfinite_parameters
+from .held_now import nonfinite_parameters
+from .localize import Finding, StopRerun, any_nonfinite, localize_rerun
 from .forwards import Forward, replay_forwards
 from .parts import as_model
 from .report import Report

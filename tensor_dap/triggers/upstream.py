@@ -13,7 +13,8 @@ from typing import Any
 import torch
 
 from . import active
-from .localize import Finding, nonfinite_parameters, tensors_in
+from .held_now import nonfinite_parameters
+from .localize import Finding, tensors_in
 from .origin import GRAD_AT_OUTPUTS
 
 

@@ -870,7 +870,8 @@ def test_w_step_reads_the_loss_handed_to_backward_once_and_keeps_no_graph(return
 
 
 def test_a_report_says_when_it_lists_only_the_first_parameters():
-    from tensor_dap.triggers.localize import MAX_ROWS, nonfinite_parameters
+    from tensor_dap.triggers.held_now import nonfinite_parameters
+    from tensor_dap.triggers.localize import MAX_ROWS
 
     wide = torch.nn.Module()
     for i in range(MAX_ROWS + 3):
