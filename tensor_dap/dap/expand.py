@@ -18,6 +18,7 @@ from ..summary import modules as _modules
 from ..summary import objects as _ms
 from ..summary.held import sparse_members
 from ..summary.tensor import no_torch_function
+from ..summary.transformed import unwrapped
 from .nodes import LAZY, Child, Info, Node, bound, clip, paged
 
 PREVIEW_ELEMENTS = 256  # the most elements a "values" child ever reads
@@ -92,8 +93,13 @@ def tensor_children(x: Any, s: TensorSummary) -> list[Child]:
     if s.error:
         out.append(("error", Info(s.error), None))
     if _previewable(s):
-        index = preview_index(s.shape)
-        out.append(("values", preview(x, index), _index_suffix(index, s.shape)))
+        data, transforms = unwrapped(x)  # inside vmap / grad: the values they wrap
+        if any(t.startswith("vmap") for t in transforms):  # every sample's, the batch a dim of its own: no expression
+            index = preview_index(tuple(data.shape))  # in the frame gives them (it evaluates to one sample's)
+            out.append(("values", preview(data, index, prefix=f"{' '.join(transforms)}, every sample: "), None))
+        else:
+            index = preview_index(s.shape)
+            out.append(("values", preview(data, index), _index_suffix(index, s.shape)))
     return out
 
 
@@ -148,8 +154,8 @@ def _index_suffix(index: tuple[int, ...], shape: tuple[int, ...]) -> str:
     return "[" + ", ".join(":" if n == full else f":{n}" for n, full in zip(index, shape)) + "]"
 
 
-def preview(x: Any, index: tuple[int, ...]) -> Any:
-    """The leading ``index`` block of ``x`` as a display node; reads only that block (a view)."""
+def preview(x: Any, index: tuple[int, ...], prefix: str = "") -> Any:
+    """The leading ``index`` block of ``x`` as a display node, its label after ``prefix``; reads only that block."""
     import torch
 
     with torch.no_grad():
@@ -168,7 +174,7 @@ def preview(x: Any, index: tuple[int, ...]) -> Any:
     shown = "×".join(str(n) for n in index)
     whole = "×".join(str(n) for n in x.shape)
     label = f"first {shown} of {whole}: " if index and tuple(index) != tuple(x.shape) else ""
-    return _values_node(values, label)
+    return _values_node(values, prefix + label)
 
 
 def _values_node(values: Any, label: str = "") -> Any:

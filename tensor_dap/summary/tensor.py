@@ -173,6 +173,10 @@ def _describe(x: Any, budget: Budget, want_grad: bool, known: Any = None) -> Ten
         notes.extend(transforms)
         summary = _describe(plain, budget, False)  # (its numbers over every sample of a vmap, its values too many)
         numel = int(x.numel())
+        try:  # a sample's strides (vmap's own: the wrapped tensor's hold the batch dim too)
+            base.update(stride=tuple(int(s) for s in x.stride()), is_contiguous=bool(x.is_contiguous()))
+        except Exception:  # noqa: BLE001 - a wrapper that does not say: the wrapped tensor's
+            pass
         return dataclasses.replace(summary, **base, shape=tuple(int(s) for s in x.shape), numel=numel,
                                    nbytes=numel * x.element_size(), notes=(*notes, *summary.notes),
                                    values=summary.values if plain.numel() == numel else None)

@@ -706,3 +706,25 @@ def test_partly_lazy_module_counts_only_materialized_params():
 def test_child_watch_expressions_bind_to_the_whole_parent(parent, watched):
     shape = next(ev for name, _, ev in dap_children.children(torch.ones(2), "tensor") if name == "shape")
     assert shape(parent) == watched
+
+
+@pytest.mark.timeout(120)
+def test_tensors_inside_vmap_and_grad_render_with_every_sample():
+    """A breakpoint in a per-sample function under vmap(grad(...)): torch refuses to read a batched tensor's values,
+    so the panel shows the values vmap holds, one row per sample, and no error child."""
+    dap, session = _launch(DEBUGGEES / "debuggee_vmap.py", "BP-inside")
+    try:
+        x, y = session.locals["x"], session.locals["y"]
+        assert x["value"] == "tensor[4] func.grad vmap ×3 x∈[0, 1.1] μ=0.55 σ=0.3606", x
+        assert y["value"].startswith("tensor[4] func.grad vmap ×3 ") and "TanhBackward0" in y["value"]
+        kids = session.children(x)
+        assert "error" not in kids and kids["shape"]["value"] == "[4]" and kids["stride"]["value"] == "(1,)"
+        assert kids["notes"]["value"] == "func.grad, vmap ×3"
+        values = kids["values"]
+        assert values["value"].startswith("func.grad vmap ×3, every sample: [[0, 0.1, 0.2, 0.3], [0.4,")
+        assert [r["value"] for r in dap.variables(values["variablesReference"])][2] == "[0.8, 0.9, 1, 1.1]"
+        w = session.children(session.locals["w"])  # grad's wrapper alone: one sample, watchable as usual
+        assert w["values"]["value"] == "[0, 1, 2, 3]" and w["values"]["evaluateName"] == "w"
+        assert session.watch("x * 2").startswith("tensor[4] func.grad vmap ×3 x∈[0, 2.2]")
+    finally:
+        dap.close()
