@@ -164,7 +164,7 @@ def from_birth(birth: Birth, model: torch.nn.Module | None, seen_at: str | None 
         rows = masked_rows_text(birth.inputs[0][1]) if birth.inputs else ""
         note += f"; {rows}" if rows else ""
     else:
-        note = f"{birth.op} made {what} from finite inputs"
+        note = with_rows(f"{birth.op} made {what} from finite inputs", birth.output)  # which samples of a batch
     if seen_at is not None and seen_at != birth.module:
         note += f"; first seen at the output of {module_label(seen_at)}"
     node = birth.phase == "backward" and is_node_name(birth.op)  # (not an op of the program's own gradient hook)

@@ -674,6 +674,7 @@ def test_a_negative_power_of_a_zero_degree_is_told_as_such_not_as_sqrt():
     report = info.value.report
     assert (report.step, report.phase, report.op) == (2, "forward", "pow") and "Inf born" in report.headline, report
     assert "pow(-0.5)" in report.source["text"]
+    assert "pow made Inf from finite inputs (1 row of 4 along dim 0 holds NaN/Inf: 3)" in report.notes  # the node
     assert report.diagnosis == DIAGNOSES["negative_power"]
 
 
