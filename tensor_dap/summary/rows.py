@@ -60,6 +60,8 @@ def rows_text(t: Any) -> str:
     listed = _listed(rows, count)
     of = f"of {int(t.shape[0]):,}" if complete else "among the first rows read"
     said = f"{plural(count, 'row')} {of} along dim 0 {'holds' if count == 1 else 'hold'} NaN/Inf: {listed}"
+    if complete and count == int(t.shape[0]) > 1:  # every row: the indices would say nothing
+        said = f"all {count:,} rows along dim 0 hold NaN/Inf"
     columns = _inner_dims(t)
     if columns:  # a feature standardized by a zero std: column 3 of every row
         said += f"; the NaN/Inf only at {columns}"
