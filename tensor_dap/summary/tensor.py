@@ -177,6 +177,8 @@ def _describe(x: Any, budget: Budget, want_grad: bool, known: Any = None) -> Ten
             base.update(stride=tuple(int(s) for s in x.stride()), is_contiguous=bool(x.is_contiguous()))
         except Exception:  # noqa: BLE001 - a wrapper that does not say: the wrapped tensor's
             pass
+        if any(t.startswith("vmap") for t in transforms):  # a batched tensor has no storage of its own to name
+            base["storage_bytes"] = None
         return dataclasses.replace(summary, **base, shape=tuple(int(s) for s in x.shape), numel=numel,
                                    nbytes=numel * x.element_size(), notes=(*notes, *summary.notes),
                                    values=summary.values if plain.numel() == numel else None)
