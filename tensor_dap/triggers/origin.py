@@ -26,7 +26,7 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
-from ..debug.frames import SourceLine, user_line
+from ..debug.frames import SourceLine, user_frame, user_line
 from ..summary.rows import with_rows
 from . import as_called
 from .birth import Birth, Born, module_label, root
@@ -266,7 +266,12 @@ class Tracker(TorchFunctionMode):
         module = self.stack[-1] if self.stack else None
         if module is None:
             return None, None
-        return self.names.get(id(module)), type(module).__name__
+        top, frame = self.names.get(id(module)), user_frame(sys._getframe(1))
+        owner = frame.f_locals.get("self") if frame is not None else None  # a submodule's forward called directly
+        path = self.names.get(id(owner))  # (``flow.forward(x)``: nn.Module's call and its hooks skipped): the method's
+        if path and top is not None and (top == "" or path.startswith(f"{top}.")):
+            return path, type(owner).__name__
+        return top, type(module).__name__
 
     def _phase(self) -> str:
         return "forward" if self.stack or not self.model_done else "loss"

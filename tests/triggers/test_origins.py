@@ -243,3 +243,49 @@ def test_a_learning_rate_shared_by_every_parameter_group_is_said_once():
     assert f"lr: {fmt_num(5e-4)} (all 2 parameter groups)" in to_text(shared)
     apart = Report(kind="above", headline="loss 5 is above 4", step=2, lr=[1e-3, 1e-4])
     assert f"lr: {fmt_num(1e-3)}, {fmt_num(1e-4)}" in to_text(apart)
+
+
+class _Coupling(torch.nn.Module):
+    """A flow layer: its container calls ``forward`` directly, as nflib's NormalizingFlow does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = torch.nn.Linear(2, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.exp(self.scale(x) * 100) * x  # overflows once the scale grows
+
+
+class _Flow(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.flows = torch.nn.ModuleList(_Coupling() for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for flow in self.flows:
+            x = flow.forward(x)  # no nn.Module call: no module hooks for the layer
+        return x
+
+
+@pytest.mark.parametrize("loop", [False, True])
+def test_a_layer_whose_forward_is_called_directly_is_named_by_the_method_running_the_op(loop):
+    torch.manual_seed(0)
+    model = _Flow()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(x: torch.Tensor, bad: bool) -> None:
+        if bad:
+            with torch.no_grad():
+                model.flows[1].scale.bias.fill_(2.0)  # exp(200) overflows in layer 1
+        optimizer.zero_grad()
+        model(x).square().mean().backward()
+        optimizer.step()
+
+    with pytest.raises(NonFiniteError) as info, \
+            tensor_dap.watch(model, optimizer, on="raise", capture=False) as w:
+        for i in range(4):
+            x = torch.full((4, 2), 0.01)
+            step(x, i == 2) if loop else w.step(step, x, i == 2)
+    report = info.value.report
+    assert (report.phase, report.module, report.op) == ("forward", "flows.1", "exp"), report
+    assert "(_Coupling)" in to_text(report) and report.source["text"].startswith("return torch.exp(")
