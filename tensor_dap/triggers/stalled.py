@@ -25,6 +25,7 @@ from .aftermath import latest_loss
 from .optimizer_call import readable_rates
 
 _NAMED = 3  # tensors still learning named at most
+_PREFIX = 1024  # a gradient's elements read before the whole of it
 
 
 class StalledGradients:
@@ -41,14 +42,13 @@ class StalledGradients:
         if self.said:
             return None
         held = [p for p in params if p.grad is not None]
-        zero = zero_grads(held)
-        weights = [z for p, z in zip(held, zero) if p.dim() >= 2] or zero
-        stalled = bool(held) and all(weights)
+        weights = [p for p in held if p.dim() >= 2] or held
+        stalled = bool(held) and not any(map(_learning, weights))  # (stops at the first weight matrix learning)
         last, self._zero_at = self._zero_at, (step if stalled else None)
         if not stalled or last is None:
             return None
         self.said = True
-        live = [p for p, z in zip(held, zero) if not z]
+        live = [p for p, z in zip(held, zero_grads(held)) if not z]
         which = (f"every gradient the optimizer holds ({len(held)} tensors) is" if not live else
                  f"the gradients of {len(held) - len(live)} of the {len(held)} tensors the optimizer holds are "
                  f"(only {_names(live, model)} still get{'s' if len(live) == 1 else ''} one)")
@@ -67,6 +67,22 @@ def zero_grads(tensors: list[torch.Tensor]) -> list[bool]:
     """Whether each gradient (of ``tensors``) is exactly zero (a NaN is not): ``probe.grads``' norms, one read back
     per device. Unreadable ones count as non-zero (nothing said)."""
     return [norm == 0.0 for norm in grad_norms([t.grad for t in tensors])]
+
+
+def _learning(p: torch.Tensor) -> bool:
+    """Whether ``p``'s gradient has an element that is not exactly zero (a NaN counts): about ``_PREFIX`` values spread
+    over it read first, where a learning weight's gradient shows it (~4 µs against ~14 for the norm of a 784×256
+    one); the whole gradient read (``zero_grads``) only when they are all zero."""
+    g = p.grad
+    try:
+        if g.layout == torch.strided and g.is_contiguous() and g.numel() > _PREFIX:
+            with torch.no_grad():
+                flat = g.view(-1)  # 16 runs of 64 spread over it (a dead unit's row is 0), 64 cache lines read
+                if bool(flat[:flat.numel() // 16 * 16].view(16, -1)[:, :_PREFIX // 16].any()):
+                    return True
+    except Exception:  # noqa: BLE001 - read the careful way below
+        pass
+    return not zero_grads([p])[0]
 
 
 def _names(live: list[torch.Tensor], model: torch.nn.Module) -> str:

@@ -102,3 +102,21 @@ def test_zero_grads_reads_each_tensor_a_nan_is_not_zero_and_a_sparse_one_by_its_
     assert zero_grads([table.weight]) == [False]
     table.weight.grad = table.weight.grad * 0
     assert zero_grads([table.weight]) == [True]
+
+
+def test_a_large_gradient_is_read_whole_when_the_values_read_first_are_all_zero():
+    """The look reads 16 runs of 64 values spread over a large gradient first: a gradient non-zero only elsewhere
+    (one live unit's row among dead ones, a NaN) must still count as learning, and an all-zero one must not."""
+    from tensor_dap.triggers.stalled import _learning
+
+    w = torch.zeros(512, 784, requires_grad=True)
+    w.grad = torch.zeros_like(w)
+    assert not _learning(w)
+    w.grad[511, 783] = 0.5  # outside every run read first
+    assert _learning(w)
+    w.grad.zero_()[300, 500] = float("nan")
+    assert _learning(w)
+    w.grad.zero_()[0, 3] = -2.0  # inside the first run
+    assert _learning(w)
+    w.grad = torch.zeros(784, 512).t()  # not contiguous: read whole
+    assert not _learning(w)
