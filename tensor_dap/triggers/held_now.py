@@ -49,5 +49,5 @@ def nonfinite_gradients(model: torch.nn.Module, *, rerun: bool = False, func: bo
             if p.grad is not None and nonfinite(p.grad):
                 return Finding("backward", path, type(mod).__name__,
                                f"gradient of {pname!r} is non-finite ({how}, not where it was born{more})",
-                               param_rows(mod), {"module": mod, "parameter": p})
+                               param_rows(mod), {"module": mod, "parameter": p}, writer="program" if func else "update")
     return None

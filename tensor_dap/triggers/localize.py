@@ -60,7 +60,8 @@ class Finding:
     culprit: dict[str, Any] = field(default_factory=dict)  # module, inputs, output, grad_input, ...
     birth: Birth | None = None  # the op where it was born, when the re-run's tracker saw it
     # phase "optimizer": what wrote the non-finite parameter: "update" (the last one), "before watch" (it was so
-    # before any watched update), "outside" (code between steps: ``param_writer``)
+    # before any watched update), "outside" (code between steps: ``param_writer``); phase "backward": "program" for
+    # a gradient the program set itself from a torch.func transform
     writer: str = "update"
     diagnosis: str | None = None  # known from the finding itself (``param_writer``): over the rules' guess
 
@@ -96,6 +97,8 @@ class Finding:
             if birth is not None and birth.inputs and birth.inputs[0][0] == GRAD_AT_OUTPUTS:  # the loss was finite
                 return f"{'NaN' if birth.kind == 'nan' else 'Inf'} in the gradient the loss sent to the model's outputs"
             return "non-finite loss"
+        if self.writer == "program":
+            return f"non-finite gradient of {name}, set by the program with no backward()"
         return f"first non-finite value in the {self.phase} of {name}"
 
 

@@ -82,6 +82,7 @@ def test_the_unchanged_loop_stops_at_the_step_and_says_the_gradients_came_from_a
             _dp_step(model, optimizer, x, y, zero_scale=False)
     report = info.value.report
     assert report.step == 2 and report.phase == "backward"
+    assert report.headline == "non-finite gradient of fc2, set by the program with no backward()", report
     assert any("from a torch.func transform, with no backward()" in n for n in report.notes), report.notes
     assert any(FUNC_TRANSFORM in n and "hand it to watch.step)" in n for n in report.notes), report.notes
     assert all(torch.equal(a, p) for a, p in zip(before, model.parameters()))  # stopped before the update
