@@ -50,14 +50,32 @@ def _parameter(loss: Any, wanted: Wanted) -> str | None:
     name, optimizer = _named(found[0])
     updater = f"{type(optimizer).__name__}.step()" if optimizer is not None else "an optimizer.step() updating it"
     transposed = " (torch saved its transpose)" if size != tuple(found[0].shape) and len(size) > 1 else ""
-    text = (f"the tensor backward() needs is {name}{transposed}, changed in place after this loss's forward (its "
-            f"version went from {then} to {now}): {updater} ran between the forward and this backward(). Call "
-            f"backward() before that update")
+    changed = (f"the tensor backward() needs is {name}{transposed}, changed in place after this loss's forward (its "
+               f"version went from {then} to {now})")
+    if _no_update_since(loss, found[0]):
+        return (f"{changed}, with no optimizer step since that forward: the program wrote it (an in-place op under "
+                "torch.no_grad(): `.zero_()`, `.clamp_()`, `.copy_()`, `w.data[...] = ...`; a weight constraint, an "
+                "EMA swap, load_state_dict) between the forward and backward(). Change it before the forward or "
+                "after backward()")
+    text = f"{changed}: {updater} ran between the forward and this backward(). Call backward() before that update"
     held = param_ids(optimizer) if hasattr(optimizer, "param_groups") else set()
     if any(id(p) not in held for p in params):  # the loss is another model's too: a GAN's generator
         text += ("; in a GAN, run the generator's backward() before the discriminator's step(), or compute the "
                  "generator's loss from a new forward through the discriminator after its step")
     return text
+
+
+def _no_update_since(loss: Any, param: Any) -> bool:
+    """The watch of the model holding ``param`` saw, on its unchanged loop, the forward that made ``loss`` in this
+    step and no update after it."""
+    for w in active.watches():
+        loop, model = getattr(w, "_loop", None), getattr(w, "_inner", None)
+        if loop is None or loop.updated or not isinstance(model, nn.Module) or \
+                not any(p is param for p in model.parameters()):
+            continue
+        if any(f.loss_tensor is loss for f in loop.forwards):
+            return True
+    return False
 
 
 def _activation(loss: Any, wanted: Wanted) -> str | None:

@@ -74,6 +74,27 @@ def test_step_before_backward_on_one_model_is_told_without_the_gan_advice(capfd)
     assert "GAN" not in text
 
 
+def test_a_parameter_the_program_writes_between_forward_and_backward_is_not_blamed_on_the_optimizer(capfd):
+    """A WGAN's weight clipping (or an embedding row zeroed) put between the forward and backward(): no update ran,
+    so the optimizer is not named; the watch saw the forward and no step after it."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(RuntimeError, match="inplace") as caught, tensor_dap.watch(model, optimizer, on="raise"):
+        for step in range(3):
+            loss = F.cross_entropy(model(torch.randn(4, 8)), torch.zeros(4, dtype=torch.long))
+            optimizer.zero_grad()
+            if step == 2:
+                with torch.no_grad():
+                    model[2].weight.clamp_(-0.01, 0.01)  # BUG: the clipping belongs after the update
+            loss.backward()
+            optimizer.step()
+    text = _explanation(caught.value, capfd)
+    assert "model's parameter '2.weight' [4, 16] (torch saved its transpose)" in text, text
+    assert "with no optimizer step since that forward: the program wrote it" in text
+    assert "SGD.step()" not in text and "ran between" not in text
+
+
 def test_an_activation_changed_in_place_outside_the_model_is_said_to_be_there(capfd):
     """The unchanged loop re-runs the model's forward only: when that changes nothing in place, the op is in the
     loss computation, and the note says so rather than naming a line it did not see."""
