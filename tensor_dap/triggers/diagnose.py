@@ -61,9 +61,10 @@ DIAGNOSES = {
     "sqrt_forward": "sqrt of a negative number is NaN: make sure its input cannot be negative (a log-variance is "
                     "not a variance: std = torch.exp(0.5 * logvar)) or clamp it (torch.sqrt(x.clamp_min(eps)))",
     # deg.pow(-0.5) of a graph's isolated node (a GCN's D^-1/2 A D^-1/2), 1 / sqrt of an empty group's count
-    "negative_power": "a negative power of zero is Inf (x ** -0.5 and rsqrt(x) divide by sqrt(0)), here likely a "
-                      "degree or count of 0 (a graph node with no edges, an empty group): clamp it first "
-                      "(x.clamp_min(1) or x + eps) or zero the Infs it gives (y.masked_fill(x == 0, 0))",
+    "negative_power": "a negative power of zero is Inf (x ** -0.5 and rsqrt(x) divide by sqrt(0)): a degree or count "
+                      "of 0 (a graph node with no edges, an empty group) or the mean square of a zero vector (an "
+                      "RMSNorm without eps): add an epsilon (torch.rsqrt(x + eps)) or clamp it first "
+                      "(x.clamp_min(eps)), or zero the Infs it gives (y.masked_fill(x == 0, 0))",
     "div": "division by zero: add an epsilon to the denominator (x / (norm + eps)) or clamp it (norm.clamp_min(eps))",
     "weight_norm": "weight_norm divides each row of the weight by its norm, and a row of zeros (a unit that died, "
                    "or was initialized or pruned to 0) gives 0/0: re-initialize such rows, or drop weight_norm for "

@@ -688,3 +688,12 @@ def test_a_power_is_told_by_its_base_and_exponent(base, exponent, key):
     birth = Birth("forward", "pow", kind, inputs=[("self", base), ("exponent", exponent)], output=output)
     told = diagnose(birth, phase="forward", kind="nonfinite", max_abs=None, loss_history=[])
     assert told == (DIAGNOSES[key] if key else None)
+
+
+def test_rsqrt_of_a_zero_mean_square_is_a_negative_power_of_zero():
+    """An RMSNorm without eps (llama2.c's with its eps dropped) over an embedding row of zeros."""
+    base = torch.tensor([[0.0], [0.25]])
+    birth = Birth("forward", "rsqrt", "inf", inputs=[("args[0]", base)], output=torch.rsqrt(base))
+    assert diagnose(birth, phase="forward", kind="nonfinite", max_abs=None, loss_history=[]) == \
+        DIAGNOSES["negative_power"]
+    assert "RMSNorm without eps" in DIAGNOSES["negative_power"]
