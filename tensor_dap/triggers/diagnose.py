@@ -33,6 +33,7 @@ _SUBTRACT = {"sub", "rsub", "add"}  # -inf - (-inf): a masked row minus its own 
 _STD = {"std", "var", "std_mean", "var_mean"}  # NaN from finite values only where n - correction <= 0
 _EXP = {"exp", "exp_", "exp2", "expm1", "sinh", "cosh"}
 _NLL = {"cross_entropy", "nll_loss", "nll_loss2d", "nll_loss_nd"}
+_PRODUCTS = {"mul", "matmul", "mm", "bmm", "addmm", "baddbmm", "linear", "einsum", "conv1d", "conv2d", "conv3d"}
 
 DIVERGENCE_FIX = "lower the learning rate or clip gradients (torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))"
 DIAGNOSES = {
@@ -195,6 +196,8 @@ def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: floa
     diverged = _divergence(max_abs, loss_history, clipped, force=False)
     if diverged:
         return diverged
+    if birth.kind == "inf" and op in _PRODUCTS:  # finite values multiplied past the dtype's largest: a run going off
+        return _divergence(max_abs, loss_history, clipped, force=True)  # (half precision is told above)
     if birth.phase == "backward" and op.endswith(".apply"):  # a custom autograd.Function's node
         return DIAGNOSES["custom_backward"].format(function=op[:-6], what="NaN" if birth.kind == "nan" else "Inf",
                                                    at=f" with {op_at(birth.inside)}" if birth.inside else "")

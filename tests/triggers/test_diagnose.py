@@ -697,3 +697,18 @@ def test_rsqrt_of_a_zero_mean_square_is_a_negative_power_of_zero():
     assert diagnose(birth, phase="forward", kind="nonfinite", max_abs=None, loss_history=[]) == \
         DIAGNOSES["negative_power"]
     assert "RMSNorm without eps" in DIAGNOSES["negative_power"]
+
+
+@pytest.mark.parametrize("clipping, key", [(None, "divergence"), ("norm 1", "divergence_clipped")])
+def test_a_product_of_finite_values_overflowing_is_a_divergence_even_below_the_huge_values_rule(clipping, key):
+    """llama2.c at lr 50 (its gradients clipped at norm 1): the loss flat at log(vocab), gradients of 4e11, and an
+    RMSNorm's MulBackward0 overflowing to Inf: no value reached the 1e15 a divergence is otherwise told by."""
+    grad = torch.full((4, 8), 4e11)
+    birth = Birth("backward", "MulBackward0", "inf", forward_op="mul", inputs=[("grad_output[0]", grad)],
+                  output=torch.full((4, 8), float("inf")))
+    told = diagnose(birth, phase="backward", kind="nonfinite", max_abs=6.85e11, loss_history=[6.238] * 8,
+                    clipping=clipping, norm_seen=None)
+    assert told is not None and told.startswith(DIAGNOSES[key].format(clip=clipping)), told
+    nan = Birth("backward", "MulBackward0", "nan", forward_op="mul", inputs=[("grad_output[0]", grad)],
+                output=torch.full((4, 8), float("nan")))  # 0 * inf: not an overflow by itself
+    assert diagnose(nan, phase="backward", kind="nonfinite", max_abs=6.85e11, loss_history=[6.238] * 8) is None
