@@ -36,5 +36,11 @@ def plain(obj: Any) -> Any:
     """``obj`` with each tensor (alone, or in a tuple or list) replaced by what its torch.func wrappers hold: a
     tensor made inside a transform dies with it, its values do not."""
     if isinstance(obj, (tuple, list)):
-        return type(obj)(plain(o) for o in obj)
+        items = [plain(o) for o in obj]
+        if all(a is b for a, b in zip(items, obj)):
+            return obj  # nothing wrapped: the same object (a named tuple, torch.return_types) as it came
+        try:
+            return type(obj)(items)
+        except TypeError:  # a named tuple's fields are positional
+            return type(obj)(*items)
     return unwrapped(obj)[0]

@@ -49,3 +49,13 @@ def test_a_tensor_that_escaped_its_transform_still_reads_and_plain_keeps_other_v
     assert plain(plain_tensor) is plain_tensor and plain(3) == 3
     out = plain((t, [t], "x"))
     assert out[0].shape == (2, 5) and out[1][0].shape == (2, 5) and out[2] == "x"
+    from collections import namedtuple
+
+    Pair = namedtuple("Pair", "a b")
+    kept = Pair(plain_tensor, 1)
+    assert plain(kept) is kept  # nothing wrapped: as it came
+    both = plain(Pair(t, 2))
+    assert type(both) is Pair and both.a.shape == (2, 5) and both.b == 2
+    maxed = torch.max(torch.arange(6.0).reshape(2, 3), 1)  # torch.return_types: as it came
+    assert plain(maxed) is maxed
+
