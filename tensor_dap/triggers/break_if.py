@@ -20,6 +20,7 @@ from typing import Any
 
 from ..dist import current_rank
 from ..errors import LossThresholdError, NonFiniteError
+from ..summary.transformed import unwrapped
 from . import active
 from .optimizer_call import learning_rates
 from .report import Report
@@ -52,13 +53,23 @@ def _site() -> Site:
     return _SITES.setdefault(key, Site())
 
 
-def _value(loss: Any) -> float:
-    """The loss as a Python float (the one host read)."""
+def _value(loss: Any, below: float | None) -> float:
+    """The loss as a Python float (the one host read). Inside vmap (a per-sample loss), torch refuses to read it:
+    every sample's is read at once, and the one that fires first is the value (a non-finite one, else the lowest
+    under ``below``, else the highest)."""
     if hasattr(loss, "detach"):
         loss = loss.detach()
         if loss.numel() != 1:
             raise ValueError(f"break_if expects a scalar loss, got a tensor of shape {tuple(loss.shape)}")
-        return float(loss.item())
+        samples, transforms = unwrapped(loss)
+        if not transforms:
+            return float(loss.item())
+        flat = samples.reshape(-1).double()
+        bad = flat[~flat.isfinite()]
+        if bad.numel():
+            return float(bad[0])
+        low = float(flat.min())
+        return low if below is not None and low < below else float(flat.max())
     return float(loss)
 
 
@@ -86,7 +97,7 @@ def check(loss: Any, site: Site, *, above: float | None = None, below: float | N
     check_mode(on)
     index = site.calls if step is None else step
     site.calls += 1
-    value = _value(loss)
+    value = _value(loss, below)
     site.history.append(value)
     watching = active.current()
     if watching is not None:

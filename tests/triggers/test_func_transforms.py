@@ -86,3 +86,35 @@ def test_the_unchanged_loop_stops_at_the_step_and_says_the_gradients_came_from_a
     assert any("from a torch.func transform, with no backward()" in n for n in report.notes), report.notes
     assert any(FUNC_TRANSFORM in n and "hand it to watch.step)" in n for n in report.notes), report.notes
     assert all(torch.equal(a, p) for a, p in zip(before, model.parameters()))  # stopped before the update
+
+
+def test_break_if_inside_vmap_checks_every_sample_instead_of_raising_torchs_error():
+    """A per-sample loss under vmap refuses .item(): break_if reads every sample's at once and fires on the one that
+    would (the highest above a threshold, the lowest under one, a non-finite one first)."""
+    from tensor_dap import LossThresholdError
+
+    batch = torch.tensor([[0.0, 1.0], [1.0, 3.0], [0.5, 0.5]])  # per-sample sums 1, 4, 1
+    def above(x: torch.Tensor) -> torch.Tensor:
+        tensor_dap.break_if(x.sum(), above=3.0, on="raise")
+        return x.sum()
+
+    with pytest.raises(LossThresholdError) as info:
+        vmap(above)(batch)
+    assert info.value.report.loss == 4.0 and "vmap ×3" in info.value.report.tensors[0][2].notes
+
+    def below(x: torch.Tensor) -> torch.Tensor:
+        tensor_dap.break_if(x.sum(), below=2.0, on="raise")
+        return x.sum()
+
+    with pytest.raises(LossThresholdError) as info:
+        vmap(below)(batch)
+    assert info.value.report.loss == 1.0
+
+    def nan(x: torch.Tensor) -> torch.Tensor:
+        tensor_dap.break_if(torch.log(x - 0.75).sum(), above=100.0, on="raise")  # sample 0 and 2: log of < 0
+        return x.sum()
+
+    with pytest.raises(NonFiniteError):
+        vmap(nan)(batch)
+    assert torch.equal(vmap(lambda x: x.sum() if not tensor_dap.break_if(x.sum(), above=9.0, on="raise")
+                            else x.sum())(batch), torch.tensor([1.0, 4.0, 1.0]))  # nothing fires: values as ever
