@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from . import ctc, finite, masked_rows
-from .birth import Birth, op_at, input_tensors
+from .birth import Birth, input_tensors, op_at
 
 FP16_MAX = 65504.0
 DIVERGED_ABS = 1e15  # float32 values this large in a model are a run going off, not data

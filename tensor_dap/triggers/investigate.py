@@ -23,6 +23,7 @@ from ..errors import NonFiniteError, TriggerError
 from ..format import short_error
 from ..state import capture_rng, cloned, kept, load_optimizer_state, optimizer_kept, restore_rng, set_hyper
 from ..summary import describe
+from .birth import input_tensors
 from .capture import Source, StepContext, Window
 from .diagnose import diagnose_report
 from .incident import safe_rng, write_bundle
@@ -375,5 +376,5 @@ def op_max_abs(finding: Finding | None) -> tuple[float | None, str | None]:
     birth = finding.birth if finding is not None else None
     if birth is None or birth.phase not in ("forward", "loss") or birth.cause is not None:
         return None, None
-    value = max_abs([t for _, t in birth.inputs if isinstance(t, torch.Tensor)])
+    value = max_abs(input_tensors(birth.inputs))
     return value, (OP_INPUTS if value is not None else None)

@@ -25,7 +25,7 @@ from .aftermath import latest_loss
 from .optimizer_call import readable_rates
 
 _NAMED = 3  # tensors still learning named at most
-_PREFIX = 1024  # a gradient's elements read before the whole of it
+_SAMPLED = 1024  # a gradient's elements read (16 runs spread over it) before the whole of it
 
 
 class StalledGradients:
@@ -70,15 +70,15 @@ def zero_grads(tensors: list[torch.Tensor]) -> list[bool]:
 
 
 def _learning(p: torch.Tensor) -> bool:
-    """Whether ``p``'s gradient has an element that is not exactly zero (a NaN counts): about ``_PREFIX`` values spread
+    """Whether ``p``'s gradient has an element that is not exactly zero (a NaN counts): about ``_SAMPLED`` values spread
     over it read first, where a learning weight's gradient shows it (~4 µs against ~14 for the norm of a 784×256
     one); the whole gradient read (``zero_grads``) only when they are all zero."""
     g = p.grad
     try:
-        if g.layout == torch.strided and g.is_contiguous() and g.numel() > _PREFIX:
+        if g.layout == torch.strided and g.is_contiguous() and g.numel() > _SAMPLED:
             with torch.no_grad():
                 flat = g.view(-1)  # 16 runs of 64 spread over it (a dead unit's row is 0), 64 cache lines read
-                if bool(flat[:flat.numel() // 16 * 16].view(16, -1)[:, :_PREFIX // 16].any()):
+                if bool(flat[:flat.numel() // 16 * 16].view(16, -1)[:, :_SAMPLED // 16].any()):
                     return True
     except Exception:  # noqa: BLE001 - read the careful way below
         pass

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from . import active
+from .birth import input_tensors
 from .held_now import nonfinite_parameters
 from .localize import Finding, tensors_in
 from .origin import GRAD_AT_OUTPUTS
@@ -26,7 +25,7 @@ def upstream(watch: Any, finding: Finding | None) -> Finding | None:
         return downstream(watch)
     if birth is None or birth.phase != "input":
         return None
-    bad = next((t for _, t in birth.inputs if isinstance(t, torch.Tensor)), None)
+    bad = next(iter(input_tensors(birth.inputs)), None)
     for other in active.watches():
         loop = getattr(other, "_loop", None)
         if other is watch or bad is None or loop is None or not loop.made(bad):
