@@ -163,7 +163,7 @@ class Buffers:
         self._store: list[Any] = []
         self._stored_for: list[Any] = []
 
-    def _live(self) -> list[Any]:
+    def live(self) -> list[Any]:
         return [m._buffers.get(key) for m, key in self._slots]
 
     def save(self) -> BufferSnapshot:
@@ -171,7 +171,7 @@ class Buffers:
             return NO_BUFFERS
         import torch
 
-        live = self._live()
+        live = self.live()
         if any(a is not b for a, b in zip(live, self._stored_for)) or len(live) != len(self._stored_for):
             self._store = [torch.empty_like(b) if b is not None else None for b in live]
             self._stored_for = live
@@ -182,7 +182,7 @@ class Buffers:
         return BufferSnapshot(live, self._store)
 
     def clone(self) -> BufferSnapshot:
-        live = self._live()
+        live = self.live()
         return BufferSnapshot(live, [b.detach().clone() if b is not None else None for b in live])
 
     def restore(self, snapshot: BufferSnapshot) -> None:

@@ -60,6 +60,14 @@ def input_tensors(named: list[tuple[str, Any]]) -> list[torch.Tensor]:
     return [t for _, t in named if isinstance(t, torch.Tensor)]
 
 
+def storage_of(t: torch.Tensor) -> int | None:
+    """Where ``t``'s memory is, shared by its aliases (``buffer.data``); None for a tensor without storage."""
+    try:
+        return t.untyped_storage().data_ptr() if t.layout == torch.strided and t.device.type != "meta" else None
+    except (RuntimeError, NotImplementedError):  # a torch.func wrapper, a subclass with no storage of its own
+        return None
+
+
 def outlive_transforms(birth: Birth) -> None:
     """Keep, in ``birth`` and the births behind it, the plain tensors under torch.func's wrappers: an op inside vmap
     or grad (DP-SGD's per-sample forward) made its tensors there, and they die with the transform, before the

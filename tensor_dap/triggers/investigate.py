@@ -24,6 +24,7 @@ from ..format import short_error
 from ..state import capture_rng, cloned, kept, load_optimizer_state, optimizer_kept, restore_rng, set_hyper
 from ..summary import describe
 from .birth import input_tensors
+from .buffer_writes import Watched, held, nonfinite_buffer, written
 from .capture import Source, StepContext, Window
 from .diagnose import diagnose_report
 from .incident import safe_rng, write_bundle
@@ -160,7 +161,7 @@ class Investigation:
                     finding.note = (failed or (NOT_LOCAL if current_rank() is not None
                                                else not_reproduced(ctx is not None and ctx.forwards is not None))) \
                         + finding.note
-        elif not loss_bad:
+        elif not loss_bad and (finding := self._guard(self._buffer_finding, ctx, can_rerun)) is None:
             return None, {}, None  # the sum of norms overflowed, but every value is finite: no alarm
         if finding is None:
             step = loss_step
@@ -262,8 +263,9 @@ class Investigation:
             finding = self._rerun(target)
             return (finding, source) if finding is not None else None
 
-    def _rerun(self, ctx: StepContext) -> Finding | None:
-        """Run the step again from its captured state with everything watched, then put everything back."""
+    def _rerun(self, ctx: StepContext, masks: list[str] | None = None) -> Finding | None:
+        """Run the step again from its captured state with everything watched, then put everything back. ``masks``:
+        where the buffers the step filled with a deliberate Inf are named (``buffer_writes.written``)."""
         start_params = self._param_store if not ctx.checked else None
         inputs = (ctx.args, ctx.kwargs) if ctx.forwards is None else [(f.args, f.kwargs) for f in ctx.forwards]
         input_bad = any_nonfinite(inputs)
@@ -282,8 +284,25 @@ class Investigation:
                 self._alone(), warnings.catch_warnings():
             start_rng = {**saved_rng, **ctx.rng}  # host RNGs the step does not use are unchanged since its start
             warnings.simplefilter("ignore")  # e.g. "full backward hook is firing..." on the first layer
-            return localize_rerun(self._inner, lambda: ctx.fn(*ctx.args, **ctx.kwargs),
-                                  input_bad=input_bad, reset=reset, inputs=inputs)
+            return localize_rerun(self._inner, lambda: ctx.fn(*ctx.args, **ctx.kwargs), input_bad=input_bad,
+                                  reset=reset, inputs=inputs,
+                                  leftover=lambda t: self._guard(written, t, self._inner, masks))
+
+    def _buffer_finding(self, ctx: StepContext | None, can_rerun: bool) -> Finding | None:
+        """A buffer went non-finite while the loss and gradients stayed finite (``buffer_writes``): the op that
+        wrote it, from a re-run of the step; else which buffer holds it."""
+        if nonfinite_buffer(self._inner) is None:
+            return None
+        finding, masks = None, []
+        if can_rerun:
+            try:
+                finding = self._rerun(ctx, masks)  # type: ignore[arg-type]
+            except Exception as exc:  # noqa: BLE001 - the step raised when run again: say which buffer
+                log.debug("tensor_dap.watch: re-running the step failed: %r", exc)
+        if finding is None and masks and isinstance(self._sentinel.source, Watched):
+            self._sentinel.source.dismiss()  # a -inf mask the step made: not checked from now on
+            return None
+        return finding or held(self._inner, ctx.buffers if ctx is not None else None)
 
     @contextlib.contextmanager
     def _scaler_kept(self) -> Iterator[None]:

@@ -28,6 +28,7 @@ from .loss_tap import double_backward_line
 from .birth import Birth, Born, masks, module_label, op_at, outlive_transforms, root
 from .finite import kind_of
 from .ops import is_node_name
+from .masked_rows import ROW_OPS
 from .origin import GRAD_AT_OUTPUTS, Tracker
 
 MAX_ROWS = 8  # tensors listed per report section
@@ -164,7 +165,7 @@ def from_birth(birth: Birth, model: torch.nn.Module | None, seen_at: str | None 
             note += f"; in that backward, {op_at(birth.inside)}"
     elif birth.cause is not None:
         note = f"{birth.op} made NaN from inputs holding Inf (from {masks(birth.cause)})"
-        rows = masked_rows_text(birth.inputs[0][1]) if birth.inputs else ""
+        rows = masked_rows_text(birth.inputs[0][1]) if birth.inputs and birth.op in ROW_OPS else ""
         note += f"; {rows}" if rows else ""
     else:
         note = with_rows(f"{birth.op} made {what} from finite inputs", birth.output)  # which samples of a batch
@@ -310,11 +311,13 @@ class _Hooks:
 
 
 def localize_rerun(model: torch.nn.Module, rerun: Callable[[], Any], *, input_bad: bool,
-                   reset: Callable[[], None], inputs: Any = None) -> Finding | None:
+                   reset: Callable[[], None], inputs: Any = None,
+                   leftover: Callable[[Tracker], Finding | None] | None = None) -> Finding | None:
     """Re-run the step with every op and module watched; None when it completes without a non-finite value.
 
     ``reset`` puts the captured pre-step state back before each attempt (another when the model's in-place ops
     forbid module backward hooks, or a custom backward fails under the op tracker). ``inputs``: the step's arguments.
+    ``leftover``: asked when the re-run ends with no non-finite loss or gradient (what else the tracker saw made).
     """
     attempts = [(True, True)]  # (module backward hooks, the ops inside custom Functions' backwards seen)
     while attempts:
@@ -327,12 +330,13 @@ def localize_rerun(model: torch.nn.Module, rerun: Callable[[], Any], *, input_ba
             # anomaly mode records each node's forward stack: the line of a node no tracked op made
             with tracker, torch.autograd.set_detect_anomaly(True, check_nan=False):
                 rerun()
+            return leftover(tracker) if leftover is not None else None
         except _Found as exc:
             return exc.finding
         except Born as exc:
             return from_birth(exc.birth, model)
         except StopRerun:  # the update came with no non-finite value seen on the way
-            return _set_by_hand(tracker, model)
+            return _set_by_hand(tracker, model) or (leftover(tracker) if leftover is not None else None)
         except Exception as exc:
             if full_backward and isinstance(exc, (RuntimeError, NotImplementedError)) and _backward_hooks_failed(exc):
                 attempts.append((False, inside))  # in-place ops on module outputs, a sparse argument: tensor hooks
@@ -344,7 +348,6 @@ def localize_rerun(model: torch.nn.Module, rerun: Callable[[], Any], *, input_ba
         finally:
             hooks.remove()
             tracker.close()
-        return None
     return None
 
 

@@ -9,6 +9,11 @@ import torch
 from . import finite
 from .birth import Birth, input_tensors
 
+# ops whose NaN a row of -inf along the last dim explains (a softmax over it, a row minus its own max or logsumexp):
+# for others (a conv, a matmul) rows along the last dim mean nothing
+ROW_OPS = frozenset({"softmax", "log_softmax", "_softmax", "_log_softmax", "softmin", "logsumexp", "sub", "rsub", "add",
+                     "scaled_dot_product_attention", "multi_head_attention_forward"})
+
 
 def has_masked_row(t: torch.Tensor) -> bool:
     """A row of ``t`` (along its last dim) is entirely -inf; a row too long to read whole is not looked at."""

@@ -29,7 +29,7 @@ from torch.overrides import TorchFunctionMode
 from ..debug.frames import SourceLine, user_frame, user_line
 from ..summary.rows import with_rows
 from . import as_called
-from .birth import Birth, Born, module_label, root
+from .birth import Birth, Born, module_label, root, storage_of
 from .finite import kind_of
 from .ops import (anomaly_line, first_input, forward_name, inplace, next_sequence_nr, op_name, op_tensors, producers,
                   saved_values, scalar_kind, sequence_nr)
@@ -59,6 +59,7 @@ class Tracker(TorchFunctionMode):
         self.model_done = False  # the root module's forward has returned once: ops outside modules are the loss
         self.inputs: set[int] = set()
         self._lineage: dict[int, tuple[Any, str, Birth]] = {}  # id(tensor) -> (weakref, kind now, birth)
+        self.written: dict[int, Birth] = {}  # storage -> the birth an in-place op wrote there (``buffer.data.copy_``)
         self._nodes: dict[Any, tuple[str | None, str | None, str, SourceLine | None]] = {}
         self._tagged: set[Any] = set()  # nodes recorded from a module's output (``_tag``), not by a tracked op
         self._fed_nodes: dict[Any, Birth] = {}  # nodes of an op given a NaN/Inf (``_fed``): their NaN goes back to it
@@ -131,6 +132,7 @@ class Tracker(TorchFunctionMode):
         self._fed_nodes.clear()
         self._finite_inputs.clear()
         self._lineage.clear()
+        self.written.clear()
 
     # ------------------------------------------------------------ queries
     def lineage(self, t: Any) -> tuple[str, Birth] | None:
@@ -234,6 +236,8 @@ class Tracker(TorchFunctionMode):
                 continue
             birth = self._classify(name, kind, t, args, kwargs, before)
             self._lineage[id(t)] = (weakref.ref(t), kind, birth)
+            if before is not None and t is before[0] and (memory := storage_of(t)) is not None:
+                self.written[memory] = birth
 
     def _classify(self, name: str, kind: str, out: torch.Tensor, args: Any, kwargs: Any, before: Any) -> Birth:
         """The birth ``out`` descends from: an input's (propagated) or a new one made by this op."""

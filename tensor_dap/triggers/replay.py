@@ -21,6 +21,7 @@ from ..dist import unwrap
 from ..errors import NonFiniteError
 from ..nested import map_tensors
 from ..state import restore_rng
+from .buffer_writes import written
 from .diagnose import diagnose_report
 from .incident import Bundle, read_bundle
 from .investigate import report_of
@@ -29,7 +30,7 @@ from .localize import Finding, StopRerun, any_nonfinite, localize_rerun
 from .forwards import Forward, replay_forwards
 from .parts import as_model
 from .report import Report
-from .stop import check_mode, dispatch
+from .stop import check_mode, dispatch, guarded
 
 
 def _restore(bundle: Bundle, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
@@ -91,7 +92,8 @@ def replay(bundle: str | Bundle, model: torch.nn.Module | list | dict, step_fn: 
         if finding is None:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                finding = localize_rerun(inner, run, input_bad=any_nonfinite(inputs), reset=reset, inputs=inputs)
+                finding = localize_rerun(inner, run, input_bad=any_nonfinite(inputs), reset=reset, inputs=inputs,
+                                         leftover=lambda t: guarded("tensor_dap.replay", written, t, inner))
     finally:
         guard.remove()
         reset()  # leave the model as the bundle had it, before the failing step

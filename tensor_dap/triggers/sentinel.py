@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Collection, Sequence
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -122,6 +122,14 @@ class Sentinel:
         self._param_groups: Any = None  # the groups observe_params last saw, and which of them are fusable:
         self._fusable_groups: list[bool] = []  # asked once (two tensor attributes a group cost µs every step)
         self._one_fusable = False
+        self.source: Callable[[], list[torch.Tensor]] | None = None  # more tensors checked with the gradients
+        self._also: list[torch.Tensor] = []  # what it gave last, and grouped:
+        self._also_groups: list[list[torch.Tensor]] = []
+
+    def also(self, source: Callable[[], list[torch.Tensor]] | None) -> None:
+        """Check ``source()``'s tensors (a model's buffers: state its forward writes) with the gradients at every
+        check (None: nothing more); it is asked each time, and regrouped when it gives another list."""
+        self.source = source
 
     def observe(self, groups: Sequence[Sequence[torch.Tensor]], step: int) -> None:
         """Fold grouped tensors (gradients, see ``group``) of ``step`` in. Kernel launches only."""
@@ -205,6 +213,11 @@ class Sentinel:
         """``observe_params``, ``due`` and a read that finds nothing, in one call (a training step makes it):
         None when no read is due; False when one was and every value seen since the last was finite on the
         CPU (the read is counted and done); True when ``read`` has something to look at."""
+        if self.source is not None:  # (a model with buffers)
+            tensors = self.source()
+            if tensors is not self._also:
+                self._also, self._also_groups = tensors, group(tensors)
+            self.observe(self._also_groups, step)
         if (groups is self._param_groups and self._one_fusable
                 and self._flag.check(list(map(_GRAD, groups[0]))) is False):
             self._observed = True  # observe_params' common case, in this call: every training step comes here

@@ -35,6 +35,7 @@ from ..errors import STOPS
 from ..state import Buffers, RngUse, capture_rng, hyper
 from . import active, running_total
 from .aftermath import FLAT_STEPS, Aftermath
+from .buffer_writes import watched
 from .capture import Source, StepContext, Window, add_to_window, loss_of, open_window, same_value
 from .crashed import CrashExplanation
 from .investigate import Investigation
@@ -88,14 +89,14 @@ class watch(Investigation, LoopSteps, CrashExplanation):
         # optimizer updates the first parameters first, and their gradients are then the ones still in cache.
         self._groups = [g[::-1] for g in group(self._params)]
         self._buffers = Buffers(self._inner)
+        self._sentinel.also(watched(self._buffers, self._params))  # buffers a forward writes (``buffer_writes``)
         self._ctx: StepContext | None = None
         self._last_ctx: StepContext | None = None
         self._adopted: StepContext | None = None  # the last w.step, whose update runs after it (``_handed_over``)
-        self._rerunning = False
+        self._rerunning = self._latched = False
         self._replaying = False  # replaying a window's steps, updates included (every > 1)
         self._window: Window | None | bool = None  # False: no window until the next read (too large)
         self._stepper = optimizer  # the optimizer that steps (found by the hook when not given)
-        self._latched = False
         self._history: deque[Any] = deque(maxlen=LOSS_HISTORY)
         self._aftermath = Aftermath(type(self._inner).__name__)
         self._silent = SilentChecks(self._inner, self._aftermath.at_end)  # what a loop gets wrong with no error

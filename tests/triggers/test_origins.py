@@ -289,3 +289,28 @@ def test_a_layer_whose_forward_is_called_directly_is_named_by_the_method_running
     report = info.value.report
     assert (report.phase, report.module, report.op) == ("forward", "flows.1", "exp"), report
     assert "(_Coupling)" in to_text(report) and report.source["text"].startswith("return torch.exp(")
+
+
+class _MaskedChannel(torch.nn.Module):
+    """A channel masked with -inf on purpose, then fed to a conv: its sums of -inf and +inf terms make NaN."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv1d(2, 4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        channel = torch.zeros(1, 2, 1, dtype=torch.bool)
+        channel[0, 0] = True
+        return self.conv(x.masked_fill(channel, float("-inf")))
+
+
+def test_rows_of_minus_inf_are_told_for_a_softmax_not_for_a_conv():
+    torch.manual_seed(0)
+    model = _MaskedChannel()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False) as w:
+        w.step(lambda: (model(torch.randn(3, 2, 6)).sum().backward(), optimizer.step()))
+    report = info.value.report
+    assert (report.op, report.module) == ("conv1d", "conv"), report
+    assert "conv1d made NaN from inputs holding Inf (from masked_fill" in report.notes[0], report.notes
+    assert "rows along the last dim" not in report.notes[0]  # a conv's input rows are positions, not a mask's rows

@@ -1,0 +1,152 @@
+"""A NaN/Inf written into a buffer: state a forward keeps across steps (an EMA codebook, a running normalizer,
+BatchNorm's statistics) can go non-finite while that step's loss and gradients stay finite; the next step's forward
+then reads it, and the NaN seems born there, in an op that was only handed it.
+
+``watched`` gives the sentinel the model's floating buffers to check with the gradients at every step: the smallest
+first, up to a quarter of the parameters' elements (a causal mask of ones or a rotary table would cost more than it
+tells), leaving out any non-finite when read (a -inf mask, or a buffer already reported). ``written`` names the op whose
+value an in-place write put in a buffer during a re-run (``buffer.data.copy_(avg / count)``); ``held`` says which buffer
+holds it when no re-run can tell more.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+from ..state import Buffers, BufferSnapshot
+from ..summary import describe
+from .birth import Birth, root, storage_of
+from .localize import Finding, from_birth, nonfinite
+from .origin import Tracker
+
+MIN_BUDGET = 1 << 16  # buffer elements always checked, however small the model's parameters
+
+
+class Watched:
+    """The sentinel's source of buffers to check (``Sentinel.also``), asked at every check: the buffers live now are
+    compared by identity with the last ones (a buffer rebound by the forward, ``self.avg = ...``, is checked in the
+    same step) and chosen again when they changed. The first choice, and one after ``dismiss``, leave out what is
+    non-finite then (a -inf mask); later ones keep it (a rebound buffer holding NaN is the finding)."""
+
+    def __init__(self, buffers: Buffers, params: list[torch.Tensor]) -> None:
+        self._buffers = buffers
+        self._budget = max(MIN_BUDGET, sum(p.numel() for p in params) // 4)
+        self._live: list[torch.Tensor | None] | None = None
+        self._kept: list[torch.Tensor] = []
+        self._masks: dict[int, weakref.ref] = {}  # the buffers left out as non-finite when chosen, by id
+
+    def __call__(self) -> list[torch.Tensor]:
+        live, last = self._buffers.live(), self._live
+        if last is None or len(live) != len(last) or any(a is not b for a, b in zip(live, last)):
+            self._choose(live, skip_nonfinite=last is None)
+        return self._kept
+
+    def dismiss(self) -> None:
+        """A non-finite buffer turned out deliberate (a -inf mask made in the step): choose again without it."""
+        self._choose(self._buffers.live(), skip_nonfinite=True)
+
+    def _choose(self, live: list[torch.Tensor | None], *, skip_nonfinite: bool) -> None:
+        """The smallest floating buffers up to the budget (a causal mask of ones or a rotary table would cost more
+        than it tells), in one new list (the sentinel regroups it)."""
+        ranked = sorted((b for b in live if b is not None and b.is_floating_point() and b.layout == torch.strided
+                         and b.device.type != "meta" and not self._masked(b)), key=torch.Tensor.numel)
+        kept, total = [], 0
+        for b in ranked:
+            total += b.numel()
+            if total > self._budget:
+                break
+            kept.append(b)
+        if skip_nonfinite:
+            fine = _finite(kept)
+            self._masks.update((id(b), weakref.ref(b)) for b, ok in zip(kept, fine) if not ok)
+            kept = [b for b, ok in zip(kept, fine) if ok]
+        self._live, self._kept = live, kept
+
+    def _masked(self, b: torch.Tensor) -> bool:
+        ref = self._masks.get(id(b))
+        return ref is not None and ref() is b
+
+
+def watched(buffers: Buffers, params: list[torch.Tensor]) -> Watched | None:
+    """The sentinel's source of buffers (``Watched``); None for a model with no floating buffer (nothing added)."""
+    if not any(b is not None and b.is_floating_point() for b in buffers.live()):
+        return None
+    source = Watched(buffers, params)
+    source()  # the first choice, as the watch begins: what is non-finite before any step ran is a mask
+    return source
+
+
+def _finite(tensors: list[torch.Tensor]) -> list[bool]:
+    """Whether each tensor is finite, read with one host sync per device (the source is asked every 64 steps)."""
+    if not tensors:
+        return []
+    by_device: dict[torch.device, list[int]] = {}
+    for i, t in enumerate(tensors):
+        by_device.setdefault(t.device, []).append(i)
+    fine = [True] * len(tensors)
+    with torch.no_grad():
+        for indices in by_device.values():
+            flags = torch.stack([torch.isfinite(tensors[i]).all() for i in indices]).tolist()
+            for i, flag in zip(indices, flags):
+                fine[i] = bool(flag)
+    return fine
+
+
+def nonfinite_buffer(model: torch.nn.Module) -> tuple[str, torch.Tensor] | None:
+    """The first floating buffer of ``model`` holding a NaN/Inf now, by name."""
+    for name, b in model.named_buffers():
+        if b.is_floating_point() and nonfinite(b):
+            return name, b
+    return None
+
+
+def written(tracker: Tracker, model: torch.nn.Module, deliberate: list[str] | None = None) -> Finding | None:
+    """After a re-run that found nothing else: a buffer an op of the step made non-finite, written in place
+    (``self.embed.data.copy_(x)``) or rebound (``self.avg = self.avg * d + x``), and the op that made the value.
+    A value the step was handed is not told here; a deliberate Inf (a -inf mask put there) is not either: its
+    buffer's name goes into ``deliberate``."""
+    for name, b in model.named_buffers():
+        if not b.is_floating_point() or not nonfinite(b):
+            continue
+        memory = storage_of(b)
+        birth = tracker.written.get(memory) if memory is not None else None
+        if birth is None:
+            known = tracker.lineage(b)
+            birth = known[1] if known is not None else None
+        if birth is None or _handed(birth):
+            continue
+        birth = root(birth)
+        if birth.deliberate:
+            if deliberate is not None:
+                deliberate.append(name)
+            continue
+        finding = from_birth(birth, model)
+        finding.note += (f"; it was written into the buffer {name!r}, which the model keeps across steps: the next "
+                         "step's forward reads it (the loss and gradients of this step are still finite)")
+        return finding
+    return None
+
+
+def _handed(birth: Birth) -> bool:
+    """A birth the tracker made for a value that was non-finite before the step began (its only input is it)."""
+    return len(birth.inputs) == 1 and birth.inputs[0][0] == "input" and birth.inputs[0][1] is birth.output
+
+
+def held(model: torch.nn.Module, start: BufferSnapshot | None) -> Finding | None:
+    """Which buffer holds a NaN/Inf, where no re-run named the op: written between steps (``start``, the buffers
+    as the step began, already held it: code after the update, an EMA of the weights) or in this step's forward."""
+    found = nonfinite_buffer(model)
+    if found is None:
+        return None
+    name, b = found
+    before = start is not None and any(live is b and value is not None and nonfinite(value)
+                                       for live, value in zip(start.live, start.values))
+    when = ("it already held it when this step began: written between steps (after the last update, before this "
+            "forward: an EMA or a statistic updated by the loop)") if before else (
+        "written during this step's forward (the loss and gradients are still finite; the next forward reads it)")
+    path, _, _ = name.rpartition(".")
+    module = model.get_submodule(path) if path else model
+    return Finding("forward", path, type(module).__name__, f"the buffer {name!r} holds NaN/Inf: {when}",
+                   [("buffer", name, describe(b))], {"module": module, "buffer": b})
