@@ -172,6 +172,10 @@ def test_terminal_stops_a_loop_updating_by_hand_before_its_update(tmp_path):
         child.sendline("where")
         child.expect(PROMPT)
         assert "loss.backward()" in child.before and "tensor_dap" + os.sep not in child.before
+        # the stop's header says tensor_dap.culprit(): it works in a program that never imported tensor_dap
+        child.sendline("p type(tensor_dap.culprit().module).__name__")
+        child.expect(PROMPT)
+        assert child.before.strip().splitlines()[-1].strip() == "'RootAct'", child.before
         child.sendline("c")
         child.expect("TRAINING-DONE")
         after = child.before
