@@ -59,6 +59,11 @@ DIAGNOSES = {
                  "between equal points (torch.sqrt(((a - b) ** 2).sum(-1)) with a == b): add an epsilon inside "
                  "(torch.sqrt(s + eps)), or use torch.linalg.vector_norm / F.pairwise_distance, whose gradient at 0 "
                  "is defined",
+    "sqrt_either": "sqrt's gradient is infinite at 0 and NaN below 0: a distance or norm between equal points "
+                   "(torch.sqrt(((a - b) ** 2).sum(-1)) with a == b), or a negative input that a torch.where hid in "
+                   "the forward (the unused branch's NaN gradient still flows): add an epsilon inside (torch.sqrt(s "
+                   "+ eps)) or clamp it (x.clamp_min(eps)); for a distance, torch.linalg.vector_norm or "
+                   "F.pairwise_distance, whose gradient at 0 is defined",
     "sqrt_forward": "sqrt of a negative number is NaN: make sure its input cannot be negative (a log-variance is "
                     "not a variance: std = torch.exp(0.5 * logvar)) or clamp it (torch.sqrt(x.clamp_min(eps)))",
     # deg.pow(-0.5) of a graph's isolated node (a GCN's D^-1/2 A D^-1/2), 1 / sqrt of an empty group's count
@@ -185,7 +190,9 @@ def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: floa
                 return DIAGNOSES["negative_power"]  # from finite inputs: x ** -p or rsqrt of an exact 0
             if key == "sqrt" and not birth.forward_op and birth.kind == "nan":
                 return DIAGNOSES["sqrt_forward"]  # a negative input itself, not the gradient at 0
-            if key == "sqrt" and birth.forward_op and _sqrt_of_zeros_only(birth):
+            if key == "sqrt" and birth.forward_op and (saved := _sqrt_saved(birth)) is None:
+                return DIAGNOSES["sqrt_either"]  # the forward's values unknown (read from the graph's structure)
+            if key == "sqrt" and birth.forward_op and _zeros_only(saved):
                 return DIAGNOSES["sqrt_zero"]  # no negative input (no torch.where trap): an exact 0
             if key == "log" and (_made_by(birth, {"softmax", "_softmax", "softmin"})
                                  or not birth.made_by and _probabilities(birth)):
@@ -342,11 +349,14 @@ def _zero_base(birth: Birth) -> bool:
     return isinstance(base, torch.Tensor) and finite.anywhere(base, lambda p: (p == 0).any())
 
 
-def _sqrt_of_zeros_only(birth: Birth) -> bool:
-    """sqrt's backward made the NaN while its forward saw exact zeros and no negative number: what ``SqrtBackward0``
-    saved (its result: NaN where the input was negative) or ``PowBackward0`` (its input) says so."""
+def _sqrt_saved(birth: Birth) -> torch.Tensor | None:
+    """What sqrt's backward node saved from its forward (``SqrtBackward0``: its result, NaN where the input was
+    negative; ``PowBackward0``: its input); None when not known (a node read from a freed graph's structure)."""
     value = birth.saved.get("result" if birth.op == "SqrtBackward0" else "self")
-    if not isinstance(value, torch.Tensor) or not value.is_floating_point():
-        return False
-    return finite.anywhere(value, lambda p: (p == 0).any()) and \
+    return value if isinstance(value, torch.Tensor) and value.is_floating_point() else None
+
+
+def _zeros_only(value: torch.Tensor | None) -> bool:
+    """sqrt's forward saw exact zeros and no negative number."""
+    return value is not None and finite.anywhere(value, lambda p: (p == 0).any()) and \
         not finite.anywhere(value, lambda p: (p < 0).any() | p.isnan().any())

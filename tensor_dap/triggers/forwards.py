@@ -21,6 +21,7 @@ from ..libraries import is_user_file
 from ..nested import walk
 from ..state import restore_rng
 from ..summary.held import held_bytes
+from ..summary.rows import with_rows
 from .birth import Birth, Born
 from .loss_graph import unsafe_backward
 from .ops import forward_name, graph_nodes
@@ -251,8 +252,8 @@ def _sent_by_the_loss(f: Forward, grad: torch.Tensor, kind: str, forwards: list[
                "can make NaN/Inf from finite values, read from the structure of the loss's graph (" + why + ")")
     return Birth("loss", op, kind, line=line, near=near, inputs=[(GRAD_AT_OUTPUTS, grad)], output=grad,
                  forward_op=forward_name(op) if op else None,
-                 note="the gradient arriving at the model's outputs is non-finite: the loss computation outside the "
-                 f"model made it ({why}; hand the step to watch.step to find its line)")
+                 note=with_rows("the gradient arriving at the model's outputs is non-finite", grad) + ": the loss "
+                 f"computation outside the model made it ({why}; hand the step to watch.step to find its line)")
 
 
 @contextlib.contextmanager

@@ -108,7 +108,7 @@ def test_a_padding_only_batch_in_a_loss_outside_the_model_is_diagnosed_in_the_un
 @pytest.mark.parametrize("phase, op, kind, key", [
     ("forward", "sqrt", "nan", "sqrt_forward"),  # pytorch/examples' VAE with std = sqrt(logvar)
     ("loss", "sqrt", "nan", "sqrt_forward"),
-    ("backward", "SqrtBackward0", "nan", "sqrt"),  # the gradient at 0, or torch.where's unused branch
+    ("backward", "SqrtBackward0", "nan", "sqrt_either"),  # nothing saved: the gradient at 0, or a where
     ("forward", "rsqrt", "inf", "sqrt"),  # rsqrt(0): the zero, not a negative number
 ])
 def test_sqrt_is_diagnosed_by_where_its_nan_came_from(phase, op, kind, key):
@@ -143,6 +143,15 @@ def test_a_hand_written_distance_between_equal_points_is_told_from_the_where_tra
     where = Birth("backward", "SqrtBackward0", "nan", forward_op="sqrt",
                   saved={"result": torch.tensor([math.nan, 2.0])})  # sqrt(-1) behind torch.where
     assert diagnose(where, phase="backward", kind="nonfinite", max_abs=None, loss_history=[]) == DIAGNOSES["sqrt"]
+    # the unchanged loop, the distance in the loss function: read from the freed graph's structure, with no values,
+    # the diagnosis names both stories, not torch.where alone
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(net, optimizer, on="raise", capture=False):
+        step(torch.tensor([[0, 1, 2], [3, 4, 5]]))
+        step(torch.tensor([[0, 1, 2], [3, 1, 5]]))
+    report = info.value.report
+    assert (report.step, report.op) == (1, "SqrtBackward0"), report
+    assert report.diagnosis == DIAGNOSES["sqrt_either"]
+    assert "non-finite (1 row of 3 along dim 0 holds NaN/Inf: 1)" in report.notes[0], report.notes  # the pair
 
 
 class Classifier(nn.Module):
