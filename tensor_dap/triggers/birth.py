@@ -45,6 +45,9 @@ class Birth:
     made_by: tuple[str, ...] = ()  # the forward ops that made the op's first input, nearest first: ("rsub", "sigmoid")
     # a backward the program wrote (a custom autograd.Function's): the op in it that made the value, at its own line
     inside: Birth | None = None
+    # a backward op read from a freed graph's structure (no values): whether the loss computation has an op that hides
+    # values from the forward (torch.where, indexing, masked_fill), where a NaN can sit unseen; None: not known
+    hidden: bool | None = None
 
 
 class Born(Exception):

@@ -16,6 +16,7 @@ import torch
 
 from . import ctc, finite, masked_rows
 from .birth import Birth, input_tensors, op_at
+from .loss_graph import empty_mean
 
 FP16_MAX = 65504.0
 DIVERGED_ABS = 1e15  # float32 values this large in a model are a run going off, not data
@@ -96,6 +97,9 @@ DIAGNOSES = {
     "fp16_backward": "float16 overflow in the gradients (its largest value is 65504): compute in bfloat16 "
                      "(torch.autocast(dtype=torch.bfloat16)), keep this op in float32, or let a torch.amp.GradScaler "
                      "skip such steps",
+    "empty_mean": "the mean over an empty selection is 0/0: this batch has no element the term keeps (a mask with "
+                  "no True: no positive sample, every target filtered out): skip the term when it is empty (if "
+                  "mask.any()), or sum it and divide by max(1, count)",
     "no_targets": "every target of this batch is the ignore_index ({index}: a batch of padding only, or a mask "
                   "that covers every position), and the mean over zero targets is 0/0: skip batches with no real "
                   "targets, or sum the loss and divide by max(1, number of targets)",
@@ -170,6 +174,8 @@ def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: floa
     if op in ctc.OPS:  # +Inf forward, NaN from its backward (a loss filtered afterwards): what the node saved
         args = list(birth.saved.items()) if birth.forward_op else birth.inputs
         return DIAGNOSES["ctc"].format(samples=ctc.explain(args))
+    if birth.kind == "nan" and not birth.forward_op and _empty_input(birth):
+        return DIAGNOSES["empty_mean"]
     if op in _NLL and birth.kind == "nan" and (index := _all_ignored(birth)) is not None:
         return DIAGNOSES["no_targets"].format(index=index)
     if _half_overflow(birth, op):
@@ -190,8 +196,9 @@ def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: floa
                 return DIAGNOSES["negative_power"]  # from finite inputs: x ** -p or rsqrt of an exact 0
             if key == "sqrt" and not birth.forward_op and birth.kind == "nan":
                 return DIAGNOSES["sqrt_forward"]  # a negative input itself, not the gradient at 0
-            if key == "sqrt" and birth.forward_op and (saved := _sqrt_saved(birth)) is None:
-                return DIAGNOSES["sqrt_either"]  # the forward's values unknown (read from the graph's structure)
+            if key == "sqrt" and birth.forward_op and (saved := _sqrt_saved(birth)) is None:  # values unknown: from
+                # the graph's structure, a NaN in the forward can only have stayed out of the loss behind a where
+                return DIAGNOSES[{None: "sqrt_either", True: "sqrt", False: "sqrt_zero"}[birth.hidden]]
             if key == "sqrt" and birth.forward_op and _zeros_only(saved):
                 return DIAGNOSES["sqrt_zero"]  # no negative input (no torch.where trap): an exact 0
             if key == "log" and (_made_by(birth, {"softmax", "_softmax", "softmin"})
@@ -347,6 +354,12 @@ def _zero_base(birth: Birth) -> bool:
     """The op's first input (a power's base) is a tensor holding an exact 0."""
     base = birth.inputs[0][1] if birth.inputs else None
     return isinstance(base, torch.Tensor) and finite.anywhere(base, lambda p: (p == 0).any())
+
+
+def _empty_input(birth: Birth) -> bool:
+    """A mean, or a loss averaging, over no element (``loss_graph.empty_mean``: what made its NaN)."""
+    x = next(iter(input_tensors(birth.inputs)), None)
+    return empty_mean(birth.op or "", x, {"self_numel": x.numel() if x is not None else 0})
 
 
 def _sqrt_saved(birth: Birth) -> torch.Tensor | None:

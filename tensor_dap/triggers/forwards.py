@@ -23,7 +23,7 @@ from ..state import restore_rng
 from ..summary.held import held_bytes
 from ..summary.rows import with_rows
 from .birth import Birth, Born
-from .loss_graph import unsafe_backward
+from .loss_graph import hides_values, unsafe_backward
 from .ops import forward_name, graph_nodes
 from .finite import kind_of
 from .origin import GRAD_AT_OUTPUTS
@@ -252,6 +252,7 @@ def _sent_by_the_loss(f: Forward, grad: torch.Tensor, kind: str, forwards: list[
                "can make NaN/Inf from finite values, read from the structure of the loss's graph (" + why + ")")
     return Birth("loss", op, kind, line=line, near=near, inputs=[(GRAD_AT_OUTPUTS, grad)], output=grad,
                  forward_op=forward_name(op) if op else None,
+                 hidden=hides_values(loss, step_nodes(forwards)) if op and loss is not None else None,
                  note=with_rows("the gradient arriving at the model's outputs is non-finite", grad) + ": the loss "
                  f"computation outside the model made it ({why}; hand the step to watch.step to find its line)")
 

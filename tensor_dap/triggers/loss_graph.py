@@ -57,6 +57,15 @@ _LOSSES: dict[str, Callable[[torch.Tensor, torch.Tensor, dict[str, Any]], torch.
 }
 
 
+def empty_mean(op: str, x: Any, saved: dict[str, Any]) -> bool:
+    """A mean over no element, NaN as 0/0: ``x.mean()`` of an empty tensor, or a loss averaging an empty input (a
+    selection by a mask with no True: a batch without a positive sample)."""
+    if op == "mean":
+        return saved.get("self_sym_numel", saved.get("self_numel")) == 0
+    return (op.endswith("_loss") or op.startswith("binary_cross_entropy") or op == "kl_div") and \
+        isinstance(x, torch.Tensor) and x.numel() == 0 and _REDUCTIONS[saved.get("reduction", 1)] == "mean"
+
+
 def _signed(value: int) -> int:
     """A node's saved int64 reads back as unsigned (-100 as 2**64 - 100)."""
     return value - (1 << 64) if value >= 1 << 63 else value
@@ -139,6 +148,20 @@ def unsafe_backward(loss: torch.Tensor, model_nodes: Collection[Any] = ()) -> li
         return []
 
 
+_HIDING = {"where", "index", "masked_fill", "masked_select", "masked_scatter", "index_select", "gather", "nan_to_num"}
+
+
+def hides_values(loss: torch.Tensor, model_nodes: Collection[Any] = ()) -> bool | None:
+    """Whether the loss computation has an op that keeps some of its input's values out of its output (torch.where's
+    unused branch, an index, a mask): a NaN made before it can stay out of the loss and show only in backward.
+    None when the graph cannot be read."""
+    try:
+        return any(forward_name(node.name()) in _HIDING for node in _computation(loss, model_nodes, [False]))
+    except Exception as exc:  # noqa: BLE001 - a graph it cannot read: not known
+        log.debug("loss graph structure not read: %r", exc)
+        return None
+
+
 def _unsafe_exponent(node: Any) -> bool:
     """A power's backward is unsafe for an exponent below 1 (x ** 0.5 at 0, x ** -1 at 0); not for a square."""
     exponent = getattr(node, "_saved_exponent", None) if node.name() == "PowBackward0" else None
@@ -192,6 +215,8 @@ def _recompute(op: str, saved: dict[str, Any]) -> torch.Tensor | None:
     a binary op whose result would be large is not re-computed."""
     x, other = saved.get("self"), saved.get("other")
     try:
+        if empty_mean(op, x, saved):
+            return torch.tensor(float("nan"))  # 0/0
         if op in _UNARY and isinstance(x, torch.Tensor):
             return _sliced(_UNARY[op], x)
         if op == "pow" and isinstance(x, torch.Tensor) and "exponent" in saved:

@@ -143,14 +143,14 @@ def test_a_hand_written_distance_between_equal_points_is_told_from_the_where_tra
     where = Birth("backward", "SqrtBackward0", "nan", forward_op="sqrt",
                   saved={"result": torch.tensor([math.nan, 2.0])})  # sqrt(-1) behind torch.where
     assert diagnose(where, phase="backward", kind="nonfinite", max_abs=None, loss_history=[]) == DIAGNOSES["sqrt"]
-    # the unchanged loop, the distance in the loss function: read from the freed graph's structure, with no values,
-    # the diagnosis names both stories, not torch.where alone
+    # the unchanged loop, the distance in the loss function: read from the freed graph's structure, with no values;
+    # no op there hides a value from the loss (no where, no index), so a forward NaN would have shown: an exact 0
     with pytest.raises(NonFiniteError) as info, tensor_dap.watch(net, optimizer, on="raise", capture=False):
         step(torch.tensor([[0, 1, 2], [3, 4, 5]]))
         step(torch.tensor([[0, 1, 2], [3, 1, 5]]))
     report = info.value.report
     assert (report.step, report.op) == (1, "SqrtBackward0"), report
-    assert report.diagnosis == DIAGNOSES["sqrt_either"]
+    assert report.diagnosis == DIAGNOSES["sqrt_zero"]
     assert "non-finite (1 row of 3 along dim 0 holds NaN/Inf: 1)" in report.notes[0], report.notes  # the pair
 
 
@@ -721,3 +721,34 @@ def test_a_product_of_finite_values_overflowing_is_a_divergence_even_below_the_h
     nan = Birth("backward", "MulBackward0", "nan", forward_op="mul", inputs=[("grad_output[0]", grad)],
                 output=torch.full((4, 8), float("nan")))  # 0 * inf: not an overflow by itself
     assert diagnose(nan, phase="backward", kind="nonfinite", max_abs=6.85e11, loss_history=[6.238] * 8) is None
+
+
+@pytest.mark.parametrize("mode", ["unchanged loop", "w.step"])
+@pytest.mark.parametrize("term", ["smooth_l1_loss", "mean"])
+def test_a_loss_over_an_empty_selection_is_diagnosed_as_a_mean_over_nothing(mode, term):
+    """A regression term over the batch's positive samples only (a detector's box loss): a batch with none gives a mean
+    over an empty selection, 0/0, in the loss function outside the model."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(5, 16), nn.ReLU(), nn.Linear(16, 2))
+    optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
+
+    def step(x, y, positive):
+        out = net(x)
+        if term == "mean":
+            box = ((out[positive, 0] - y[positive]) ** 2).mean()
+        else:
+            box = F.smooth_l1_loss(out[positive, 0], y[positive])
+        loss = F.binary_cross_entropy_with_logits(out[:, 1], positive.float()) + box
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+    gen = torch.Generator().manual_seed(1)
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(net, optimizer, on="raise", capture=False) as w:
+        for i in range(4):
+            x, y = torch.randn(16, 5, generator=gen), torch.randn(16, generator=gen)
+            positive = (torch.arange(16) % 2 == 0) & (i != 2)  # none at step 2
+            w.step(step, x, y, positive) if mode == "w.step" else step(x, y, positive)
+    report = info.value.report
+    assert (report.step, report.phase, report.module, report.op) == (2, "loss", None, term), report
+    assert report.diagnosis == DIAGNOSES["empty_mean"]
