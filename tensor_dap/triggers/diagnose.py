@@ -60,6 +60,9 @@ DIAGNOSES = {
                  "between equal points (torch.sqrt(((a - b) ** 2).sum(-1)) with a == b): add an epsilon inside "
                  "(torch.sqrt(s + eps)), or use torch.linalg.vector_norm / F.pairwise_distance, whose gradient at 0 "
                  "is defined",
+    "pow_zero": "x ** p with p below 1 has an infinite gradient at x = 0, and times the 0 that reaches it is NaN (a "
+                "focal loss's (1 - pt) ** gamma with gamma < 1, once a sample is classified with certainty: pt = 1): "
+                "clamp the base first ((1 - pt).clamp_min(eps) ** gamma), or take gamma >= 1",
     "sqrt_either": "sqrt's gradient is infinite at 0 and NaN below 0: a distance or norm between equal points "
                    "(torch.sqrt(((a - b) ** 2).sum(-1)) with a == b), or a negative input that a torch.where hid in "
                    "the forward (the unused branch's NaN gradient still flows): add an epsilon inside (torch.sqrt(s "
@@ -196,11 +199,12 @@ def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: floa
                 return DIAGNOSES["negative_power"]  # from finite inputs: x ** -p or rsqrt of an exact 0
             if key == "sqrt" and not birth.forward_op and birth.kind == "nan":
                 return DIAGNOSES["sqrt_forward"]  # a negative input itself, not the gradient at 0
+            at_zero = "pow_zero" if birth.forward_op in ("pow", "float_power") else "sqrt_zero"
             if key == "sqrt" and birth.forward_op and (saved := _sqrt_saved(birth)) is None:  # values unknown: from
                 # the graph's structure, a NaN in the forward can only have stayed out of the loss behind a where
-                return DIAGNOSES[{None: "sqrt_either", True: "sqrt", False: "sqrt_zero"}[birth.hidden]]
+                return DIAGNOSES[{None: "sqrt_either", True: "sqrt", False: at_zero}[birth.hidden]]
             if key == "sqrt" and birth.forward_op and _zeros_only(saved):
-                return DIAGNOSES["sqrt_zero"]  # no negative input (no torch.where trap): an exact 0
+                return DIAGNOSES[at_zero]  # no negative input (no torch.where trap): an exact 0
             if key == "log" and (_made_by(birth, {"softmax", "_softmax", "softmin"})
                                  or not birth.made_by and _probabilities(birth)):
                 return DIAGNOSES["log_softmax"]

@@ -752,3 +752,29 @@ def test_a_loss_over_an_empty_selection_is_diagnosed_as_a_mean_over_nothing(mode
     report = info.value.report
     assert (report.step, report.phase, report.module, report.op) == (2, "loss", None, term), report
     assert report.diagnosis == DIAGNOSES["empty_mean"]
+
+
+@pytest.mark.parametrize("mode", ["unchanged loop", "w.step"])
+def test_a_focal_loss_with_gamma_below_one_is_told_as_a_power_at_zero(mode):
+    """``(1 - pt) ** 0.5 * ce``: once a sample is classified with certainty (pt rounds to 1), the power's gradient at
+    0 is infinite; a power, not a distance: the diagnosis says so."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 3))
+    optimizer = torch.optim.Adam(net.parameters(), lr=0.05)
+    x = torch.randn(32, 4, generator=torch.Generator().manual_seed(1))
+    y = (x[:, 0] > 0).long()
+
+    def step():
+        ce = F.cross_entropy(net(x), y, reduction="none")
+        loss = ((1 - torch.exp(-ce)) ** 0.5 * ce).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(net, optimizer, on="raise", capture=False) as w:
+        for _ in range(200):
+            w.step(step) if mode == "w.step" else step()
+    report = info.value.report
+    assert (report.phase, report.module, report.op) == ("loss" if mode != "w.step" else "backward", None,
+                                                        "PowBackward0"), report
+    assert report.diagnosis == DIAGNOSES["pow_zero"]
