@@ -2,11 +2,11 @@
 BatchNorm's statistics) can go non-finite while that step's loss and gradients stay finite; the next step's forward
 then reads it, and the NaN seems born there, in an op that was only handed it.
 
-``watched`` gives the sentinel the model's floating buffers to check with the gradients at every step: the smallest
-first, up to a quarter of the parameters' elements (a causal mask of ones or a rotary table would cost more than it
-tells), leaving out any non-finite when read (a -inf mask, or a buffer already reported). ``written`` names the op whose
-value an in-place write put in a buffer during a re-run (``buffer.data.copy_(avg / count)``); ``held`` says which buffer
-holds it when no re-run can tell more.
+``watched`` gives the sentinel the model's floating buffers to check with the gradients at every step (read only:
+``Sentinel.also``): the smallest first, up to a quarter of the parameters' elements (a causal mask of ones or a rotary
+table would cost more than it tells), leaving out any non-finite as the watch begins (a -inf mask). ``written`` names
+the op whose value an in-place write put in a buffer during a re-run (``buffer.data.copy_(avg / count)``); ``held``
+says which buffer holds it when no re-run can tell more.
 """
 
 from __future__ import annotations

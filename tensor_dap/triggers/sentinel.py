@@ -137,6 +137,16 @@ class Sentinel:
             if g and not (_fusable(g[0]) and self._fused(g, step)):
                 self._keep(step, reduce(g), (g[0].device,))  # a group reduces on its device
 
+    def _observe_read_only(self, groups: Sequence[Sequence[torch.Tensor]], step: int) -> None:
+        """Fold in tensors the sentinel must not write, even with their own values (a buffer can live in read-only
+        memory: a checkpoint mapped from its file, ``torch.frombuffer``): one sum of each group, read-only, copied
+        into one piece first (``also``'s source bounds how much)."""
+        for g in groups:
+            if g:
+                flat = torch.cat([t.reshape(-1) for t in g]) if len(g) > 1 else g[0].reshape(-1)
+                total = (torch.view_as_real(flat) if flat.is_complex() else flat).sum(dtype=torch.float32)
+                self._keep(step, [total], (g[0].device,))  # non-finite when an element is (or when it overflowed)
+
     def observe_params(self, groups: Sequence[Sequence[torch.Tensor]], step: int) -> None:
         """Fold in the gradients of grouped parameters (``group``). The common case, a dense gradient for
         every parameter of a CPU group, is one fused check taken straight from the parameters, with no
@@ -217,7 +227,7 @@ class Sentinel:
             tensors = self.source()
             if tensors is not self._also:
                 self._also, self._also_groups = tensors, group(tensors)
-            self.observe(self._also_groups, step)
+            self._observe_read_only(self._also_groups, step)
         if (groups is self._param_groups and self._one_fusable
                 and self._flag.check(list(map(_GRAD, groups[0]))) is False):
             self._observed = True  # observe_params' common case, in this call: every training step comes here

@@ -200,3 +200,36 @@ def test_the_sentinel_checks_buffers_within_a_budget_and_sees_a_replaced_one_aft
     model.small[1] = float("nan")
     assert sentinel.check_params(groups, 2) is True and sentinel.read() == 2
     assert watched(Buffers(nn.Linear(2, 2)), []) is None  # no buffer: nothing added to the step
+
+
+READ_ONLY_BUFFER = """
+import sys, warnings
+import numpy as np
+import torch
+import tensor_dap
+
+warnings.simplefilter("ignore")  # torch warns that the array is not writable: that is the point
+path = sys.argv[1]
+np.arange(16, dtype=np.float32).tofile(path)
+model = torch.nn.Linear(4, 4)
+model.register_buffer("table", torch.from_numpy(np.memmap(path, mode="r", dtype=np.float32)))  # a read-only page
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+with tensor_dap.watch(model, optimizer, on="raise", capture=False) as w:
+    for _ in range(3):
+        optimizer.zero_grad()
+        (model(torch.ones(2, 4)) + model.table[:4]).sum().backward()
+        optimizer.step()
+print("steps", w.step_count, "reports", len(w.reports))
+"""
+
+
+def test_a_buffer_in_read_only_memory_is_checked_without_a_write(tmp_path):
+    """The gradients' fused check writes every value back as it was; a buffer may live in memory mapped read-only (a
+    checkpoint loaded with mmap, torch.frombuffer): the buffers are read only, or the program would crash."""
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", READ_ONLY_BUFFER, str(tmp_path / "table.bin")], capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "steps 3 reports 0" in run.stdout
