@@ -194,8 +194,8 @@ class Buffers:
                     continue
                 if module._buffers.get(key) is not live:
                     module._buffers[key] = live
-                if live.shape == value.shape:
-                    live.copy_(value)
+                if live.shape == value.shape and not torch.equal(live, value):  # (equal: not written at all, as a
+                    live.copy_(value)  # buffer in read-only memory must not be: a checkpoint mapped from its file)
 
     def into(self, state: dict[str, Any], snapshot: BufferSnapshot) -> dict[str, Any]:
         """``state`` (the model's state_dict) with its buffers replaced by a snapshot's values (a step's start)."""
