@@ -1,5 +1,5 @@
-"""The planted model bugs: a NaN born in a middle layer, a mixed-device model, a DataParallel checkpoint,
-and a data loader too slow for the model."""
+"""The planted model bugs: a NaN born in a middle layer, an Inf written into a buffer, a mixed-device model, a
+DataParallel checkpoint, and a data loader too slow for the model."""
 
 from __future__ import annotations
 
@@ -42,6 +42,73 @@ def nan(ctx: Context) -> Outcome:
                           f"tensor-dap replay {report.bundle}   ·   VS Code: the tensor_dap Incidents view, "
                           "Replay in Debugger"))
     return Outcome(caught, evidence, [to_rich(report)], artifacts)
+
+
+EMA_MODULE = "codes"
+
+
+def ema_buffer(ctx: Context) -> Outcome:
+    """A vector-quantizing layer whose codes follow a moving average of what is assigned to them, with no smoothing
+    of the counts: a code nothing was assigned to divides by 0, and the Inf lands in a buffer while the step's loss
+    and gradients stay finite (the next step's NaN would seem born in the head). ``watch`` stops the step that wrote
+    it, naming the division, its line and the buffer."""
+    import torch
+    import torch.nn.functional as F
+
+    from ..errors import NonFiniteError
+    from ..triggers.report import to_rich
+    from ..triggers.watch import watch
+
+    class Codebook(torch.nn.Module):
+        def __init__(self, dim: int, size: int) -> None:
+            super().__init__()
+            embed = torch.randn(dim, size, generator=torch.Generator().manual_seed(3))
+            self.register_buffer("embed", embed)
+            self.register_buffer("count", torch.zeros(size))
+            self.register_buffer("total", embed.clone())
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            nearest = F.one_hot(torch.cdist(x, self.embed.t()).argmin(1), self.embed.shape[1]).to(x.dtype)
+            quantized = nearest @ self.embed.t()
+            if self.training:
+                with torch.no_grad():
+                    self.count.mul_(0.9).add_(nearest.sum(0), alpha=0.1)
+                    self.total.mul_(0.9).add_(x.t() @ nearest, alpha=0.1)
+                    self.embed.copy_(self.total / self.count)  # a code never chosen: a count of 0
+            return x + (quantized - x).detach()
+
+    class Quantized(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.encoder, self.codes, self.head = torch.nn.Linear(16, 8), Codebook(8, 32), torch.nn.Linear(8, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.head(self.codes(self.encoder(x)))
+
+    torch.manual_seed(0)
+    model = Quantized()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    gen = torch.Generator().manual_seed(4)
+    report = None
+    try:
+        with watch(model, optimizer, on="raise", capture=False):  # (the nan scenario writes the tour's bundle)
+            for _ in range(3):
+                x, y = torch.randn(16, 16, generator=gen), torch.randint(0, 4, (16,), generator=gen)
+                optimizer.zero_grad()
+                F.cross_entropy(model(x), y).backward()
+                optimizer.step()
+    except NonFiniteError as exc:
+        report = exc.report
+    if report is None:
+        return Outcome(False, ["watch saw no Inf"])
+    source, note = report.source or {}, report.notes[0] if report.notes else ""
+    buffer = f"{EMA_MODULE}.embed"
+    caught = report.module == EMA_MODULE and report.op == "div" and f"buffer '{buffer}'" in note and \
+        report.loss is not None and abs(report.loss) < float("inf")
+    evidence = [f"Inf born in {report.op} in the {report.where}, step {report.step}, written into the buffer {buffer} "
+                f"(the loss still {report.loss:.4g})" if report.loss is not None else report.headline,
+                f"at model_scenarios.py:{source.get('line')}  {source.get('text', '')}"]
+    return Outcome(caught, evidence, [to_rich(report)])
 
 
 def devices(ctx: Context) -> Outcome:

@@ -24,6 +24,8 @@ SCENARIOS = (
              "tensor_dap.describe (one line per tensor)", data_scenarios.tensors),
     Scenario("nan", f"a NaN born in the middle layer encoder.2 at step {BUG_STEP} (0/0 in a hand-written norm)",
              "tensor_dap.watch on the unchanged training loop", model_scenarios.nan),
+    Scenario("ema-buffer", "an EMA codebook divided by a code's zero count: Inf in a buffer, the loss still finite",
+             "tensor_dap.watch, at the step that wrote it", model_scenarios.ema_buffer),
     Scenario("label-leak", f"column {data_scenarios.LEAKED_COLUMN} of the features is the label in disguise",
              "tensor_dap.check_label_leakage", data_scenarios.label_leak),
     Scenario("overlap", f"{data_scenarios.OVERLAP_ROWS} test rows copied from the training split",

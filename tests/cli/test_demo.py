@@ -33,7 +33,7 @@ def test_every_planted_bug_is_caught_and_said(whole_tour):
     r, root, took = whole_tour
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out = r.stdout
-    assert "15 of 15 planted bugs caught, 2 of 2 files written" in out
+    assert "16 of 16 planted bugs caught, 2 of 2 files written" in out
     for scenario in tour.SCENARIOS:
         assert re.search(rf"^{re.escape(scenario.name)}\s+✓ ", out, re.M), scenario.name
     assert took < 60  # the promise on 2 CPU cores (about 14 s measured)
@@ -43,6 +43,9 @@ def test_each_scenario_names_what_the_tool_found(whole_tour):
     out = " ".join(whole_tour[0].stdout.split())  # lines wrap at the console's width
     assert f"NaN born in div in the forward of encoder.2 (Standardize), step {BUG_STEP}" in out
     assert "at train.py:" in out and "/ std" in out
+    assert re.search(r"Inf born in div in the forward of codes \(Codebook\), step 0, written into the buffer "
+                     r"codes\.embed \(the loss still [\d.]+\)", out)
+    assert "self.embed.copy_(self.total / self.count)" in out
     assert "column 4: predicts the label on every row" in out
     assert "40 of 200 test rows (20%) also appear in train" in out
     assert re.search(r"head: weight, bias on (meta|cuda\S*), the rest of the model on cpu", out)
