@@ -11,6 +11,7 @@ says which buffer holds it when no re-run can tell more.
 
 from __future__ import annotations
 
+import logging
 import weakref
 
 import torch
@@ -20,6 +21,8 @@ from ..summary import describe
 from .birth import Birth, root, storage_of
 from .localize import Finding, from_birth, nonfinite
 from .origin import Tracker
+
+log = logging.getLogger("tensor_dap.triggers")
 
 MIN_BUDGET = 1 << 16  # buffer elements always checked, however small the model's parameters
 
@@ -32,15 +35,20 @@ class Watched:
 
     def __init__(self, buffers: Buffers, params: list[torch.Tensor]) -> None:
         self._buffers = buffers
-        self._budget = max(MIN_BUDGET, sum(p.numel() for p in params) // 4)
+        self._budget = max(MIN_BUDGET, sum(p.numel() for p in params if not _lazy(p)) // 4)
         self._live: list[torch.Tensor | None] | None = None
         self._kept: list[torch.Tensor] = []
         self._masks: dict[int, weakref.ref] = {}  # the buffers left out as non-finite when chosen, by id
+        self._lazy = False  # a lazy module's buffer was not materialized yet: chosen again until it is
 
     def __call__(self) -> list[torch.Tensor]:
         live, last = self._buffers.live(), self._live
-        if last is None or len(live) != len(last) or any(a is not b for a, b in zip(live, last)):
-            self._choose(live, skip_nonfinite=last is None)
+        if last is None or self._lazy or len(live) != len(last) or any(a is not b for a, b in zip(live, last)):
+            try:
+                self._choose(live, skip_nonfinite=last is None)
+            except Exception as exc:  # noqa: BLE001 - a buffer it cannot read: none checked, training goes on
+                log.debug("tensor_dap.watch: buffers not checked: %r", exc)
+                self._live, self._kept = live, []
         return self._kept
 
     def dismiss(self) -> None:
@@ -50,8 +58,9 @@ class Watched:
     def _choose(self, live: list[torch.Tensor | None], *, skip_nonfinite: bool) -> None:
         """The smallest floating buffers up to the budget (a causal mask of ones or a rotary table would cost more
         than it tells), in one new list (the sentinel regroups it)."""
-        ranked = sorted((b for b in live if b is not None and b.is_floating_point() and b.layout == torch.strided
-                         and b.device.type != "meta" and not self._masked(b)), key=torch.Tensor.numel)
+        ranked = sorted((b for b in live if b is not None and not _lazy(b) and b.is_floating_point()
+                         and b.layout == torch.strided and b.device.type != "meta" and not self._masked(b)),
+                        key=torch.Tensor.numel)
         kept, total = [], 0
         for b in ranked:
             total += b.numel()
@@ -63,10 +72,16 @@ class Watched:
             self._masks.update((id(b), weakref.ref(b)) for b, ok in zip(kept, fine) if not ok)
             kept = [b for b, ok in zip(kept, fine) if ok]
         self._live, self._kept = live, kept
+        self._lazy = any(b is not None and _lazy(b) for b in live)
 
     def _masked(self, b: torch.Tensor) -> bool:
         ref = self._masks.get(id(b))
         return ref is not None and ref() is b
+
+
+def _lazy(t: torch.Tensor) -> bool:
+    """A lazy module's parameter or buffer before its first forward: no shape, no values yet."""
+    return isinstance(t, torch.nn.parameter.UninitializedTensorMixin)
 
 
 def watched(buffers: Buffers, params: list[torch.Tensor]) -> Watched | None:

@@ -235,3 +235,19 @@ def test_a_buffer_in_read_only_memory_is_checked_without_a_write(tmp_path):
                          text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "steps 3 reports 1" in run.stdout  # re-run from the saved buffers: the table was not written back
+
+
+def test_a_lazy_model_is_watched_and_its_buffers_checked_once_they_exist():
+    """LazyLinear and LazyBatchNorm1d have no shape before their first forward: the watch starts all the same, and
+    the BatchNorm's statistics are checked from the step that made them."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.LazyLinear(8), nn.LazyBatchNorm1d(), nn.Linear(8, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with tensor_dap.watch(model, optimizer, on="raise", capture=False) as w:
+        for _ in range(3):
+            optimizer.zero_grad()
+            model(torch.randn(4, 5)).sum().backward()
+            optimizer.step()
+        checked = {id(b) for b in w._sentinel.source()}
+    assert not w.reports and w.step_count == 3
+    assert {id(model[1].running_mean), id(model[1].running_var)} <= checked
