@@ -206,6 +206,7 @@ class _Hooks:
         self.handles: list[Any] = []
         self.owners = _owners(model)
         for path, mod in model.named_modules():
+            self.handles += tracker.python.module_hooks(mod, path)  # the program's backward hooks: their ops seen
             self.handles.append(mod.register_forward_pre_hook(self._enter(path), with_kwargs=True))
             self.handles.append(mod.register_forward_hook(self._forward(path), with_kwargs=True))
             if full_backward:

@@ -7,7 +7,8 @@ torch runs ``backward()`` with the tracker's ``TorchFunctionMode`` off: the mode
 report should name (not only the line that called ``SafeLog.apply``, or the parameter whose gradient showed it).
 So the tracker is pushed again around each: by a pre-hook on a custom Function's node, popped by its post-hook; by a
 hook put before a parameter's own, popped by the tracker's hook after them; by a wrapper around each hook the forward
-registers in the re-run. (Module backward hooks, ``register_full_backward_hook``, are not seen inside.)
+registers in the re-run; by a wrapper put for the re-run in place of each module backward hook of the program
+(``register_full_backward_hook``, ``register_full_backward_pre_hook``: ``module_hooks``).
 """
 
 from __future__ import annotations
@@ -122,6 +123,36 @@ class PythonBackwards:
 
         return seen
 
+    def module_hooks(self, module: torch.nn.Module, path: str) -> list[Any]:
+        """For the re-run, each backward hook of the program on ``module`` (full or pre, ``grad_input`` or
+        ``grad_output`` in, new ones out) swapped for one that runs it with the mode on and raises, as the hook's
+        birth, a NaN/Inf it returns from finite gradients; handles whose ``remove`` puts the hook back."""
+        if not self.on:
+            return []
+        swapped = []
+        for hooks, pre in ((module._backward_hooks, False), (module._backward_pre_hooks, True)):
+            for key, hook in list(hooks.items()):
+                if not _ours(hook):
+                    hooks[key] = self._module_hook(hook, path, type(module).__name__, pre)
+                    swapped.append(_Swapped(hooks, key, hook))
+        return swapped
+
+    def _module_hook(self, hook: Any, path: str, module_type: str, pre: bool) -> Any:
+        def seen(module: torch.nn.Module, *grads: Any) -> Any:
+            finite = all(self._finite(g) for g in grads[0] if isinstance(g, torch.Tensor))  # (grad_input or output)
+            self.enter(grads)
+            try:
+                out = hook(module, *grads)
+            finally:
+                self.leave()
+            bad = next((g for g in (out or ()) if isinstance(g, torch.Tensor) and not self._finite(g)), None)
+            if finite and bad is not None:
+                kind = "register_full_backward_pre_hook" if pre else "register_full_backward_hook"
+                raise Born(self.hook_birth([hook], bad, path, module_type, f"on {path or module_type} ({kind})"))
+            return out
+
+        return seen
+
     def _finite(self, t: torch.Tensor) -> bool:
         """``t`` holds no NaN/Inf, read with the tracker quiet (the read is ours, not the program's op)."""
         with self.mode.quiet():
@@ -131,6 +162,17 @@ class PythonBackwards:
         """Take off the pushes of ours past ``depth`` (those made inside a ``backward()`` that began there)."""
         while self.pushed > depth:
             self.leave()
+
+
+class _Swapped:
+    """A module backward hook of the program swapped for the re-run's wrapper; ``remove`` puts it back."""
+
+    def __init__(self, hooks: dict, key: int, hook: Any) -> None:
+        self.hooks, self.key, self.hook = hooks, key, hook
+
+    def remove(self) -> None:
+        if self.key in self.hooks:  # (unless the program removed it in the meantime)
+            self.hooks[self.key] = self.hook
 
 
 def _on_top(mode: Any) -> bool:

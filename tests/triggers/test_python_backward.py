@@ -267,3 +267,43 @@ def test_a_hook_on_an_activation_making_the_nan_is_named_with_its_op_line_and_mo
     register_line = marked("REGISTERED")  # h.register_hook(...) in forward
     assert any(f"on a tensor registered at test_python_backward.py:{register_line} made NaN from a finite gradient"
                in note for note in report.notes), report.notes
+
+
+def normalized_input_gradient(module, grad_input, grad_output):
+    g = grad_input[0]
+    return (g / g.norm(),)  # BIRTH-MODULE-HOOK
+
+
+def normalized_output_gradient(module, grad_output):
+    g = grad_output[0]
+    return (g / g.norm(),)  # BIRTH-MODULE-PRE-HOOK
+
+
+@pytest.mark.parametrize("pre", [False, True], ids=["full", "pre"])
+@pytest.mark.parametrize("loop", [False, True], ids=["w.step", "loop"])
+def test_a_module_backward_hook_making_the_nan_is_named_with_its_op_and_line(loop, pre):
+    """``register_full_backward_hook`` (or its pre-hook) normalizing a gradient that is all zero (every ReLU off): the
+    hook's division is named, not the module's own backward; the program's hook is its own again afterwards."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    hook = normalized_output_gradient if pre else normalized_input_gradient
+    target = model[0] if pre else model[1]  # the gradient ReLU passes down (to the first Linear) is the zero one
+    (target.register_full_backward_pre_hook if pre else target.register_full_backward_hook)(hook)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(6, 4), torch.randn(6, 2)
+
+    def batch(i):
+        if i == 2:
+            with torch.no_grad():
+                model[0].bias.fill_(-100.0)  # every ReLU off: a zero gradient
+        return x, y
+
+    report = watched(model, optimizer, batch, mse_step(model, optimizer), 5, loop, capture=False)
+    name = "0" if pre else "1"
+    assert (report.step, report.phase, report.module, report.op) == (2, "backward", name, "div"), report.headline
+    marker = "BIRTH-MODULE-PRE-HOOK" if pre else "BIRTH-MODULE-HOOK"
+    assert report.source["line"] == marked(marker), report.source
+    kind = "register_full_backward_pre_hook" if pre else "register_full_backward_hook"
+    assert f"the gradient hook {hook.__name__} on {name} ({kind}) made NaN from a finite gradient" in report.notes[0]
+    hooks = target._backward_pre_hooks if pre else target._backward_hooks
+    assert list(hooks.values()) == [hook]  # put back as the program registered it
