@@ -144,8 +144,11 @@ class Sentinel:
         for g in groups:
             if g:
                 flat = torch.cat([t.reshape(-1) for t in g]) if len(g) > 1 else g[0].reshape(-1)
-                total = (torch.view_as_real(flat) if flat.is_complex() else flat).sum(dtype=torch.float32)
-                self._keep(step, [total], (g[0].device,))  # non-finite when an element is (or when it overflowed)
+                flat = torch.view_as_real(flat) if flat.is_complex() else flat
+                total = flat.sum(dtype=torch.float64 if flat.dtype == torch.float64 else torch.float32)  # (no early
+                # overflow; kept on a device as float32, as ``reduce`` keeps its values)
+                self._keep(step, [total if total.is_cpu else total.float()], (g[0].device,))  # non-finite when an
+                # element is (or when the sum overflowed: ``watch`` re-checks)
 
     def observe_params(self, groups: Sequence[Sequence[torch.Tensor]], step: int) -> None:
         """Fold in the gradients of grouped parameters (``group``). The common case, a dense gradient for
