@@ -201,6 +201,14 @@ def test_the_sentinel_checks_buffers_within_a_budget_and_sees_a_replaced_one_aft
     assert sentinel.check_params(groups, 2) is True and sentinel.read() == 2
     assert watched(Buffers(nn.Linear(2, 2)), []) is None  # no buffer: nothing added to the step
 
+    wide = nn.Linear(2, 2)
+    wide.register_buffer("scale", torch.full((3,), 1e300, dtype=torch.float64))  # past float32's range, finite
+    sentinel = Sentinel()
+    sentinel.also(watched(Buffers(wide), list(wide.parameters())))
+    for p in wide.parameters():
+        p.grad = torch.zeros_like(p)
+    assert sentinel.check_params([list(wide.parameters())], 0) is False  # its sum does not overflow: no alarm
+
 
 READ_ONLY_BUFFER = """
 import sys, warnings
