@@ -263,6 +263,23 @@ def optimizer_state(optimizer: Any) -> dict[Any, dict[str, Any]]:
     return {p: cloned(dict(st)) for p, st in optimizer.state.items()}
 
 
+def load_model_state(model: Any, state: dict[str, Any]) -> None:
+    """``model.load_state_dict(state)``, strict, except that a buffer already equal to its saved value is not written:
+    one in read-only memory (``np.memmap``, ``torch.frombuffer``) would crash the program with the copy."""
+    import torch
+
+    live = dict(model.named_buffers())
+    same = {k for k, v in state.items() if isinstance(v, torch.Tensor) and isinstance(live.get(k), torch.Tensor)
+            and live[k].shape == v.shape and live[k].dtype == v.dtype and torch.equal(live[k], v.to(live[k].device))}
+    if not same:
+        model.load_state_dict(state)
+        return
+    result = model.load_state_dict({k: v for k, v in state.items() if k not in same}, strict=False)
+    missing = [k for k in result.missing_keys if k not in same]
+    if missing or result.unexpected_keys:  # what strict loading would refuse
+        model.load_state_dict(state)  # (raises torch's own error, naming them)
+
+
 def load_optimizer_state(optimizer: Any, saved: dict[Any, dict[str, Any]]) -> None:
     """Put an ``optimizer_state`` copy back *in place*: the optimizer's own dicts and tensors stay the same
     objects (``load_state_dict`` would replace them, under code holding references to them)."""

@@ -141,3 +141,23 @@ def test_rng_kept_puts_back_only_the_streams_it_names():
     torch.rand(1)
     assert torch.equal(after, torch.rand(1))  # not named: it moved on with the draw inside
     assert set(capture_rng(torch=False, numpy=False)) == {"python"}
+
+
+def test_load_model_state_is_strict_and_writes_only_the_buffers_that_differ():
+    import pytest
+    import torch
+
+    from tensor_dap.state import load_model_state
+
+    model = torch.nn.BatchNorm1d(3)
+    saved = {k: v.clone() for k, v in model.state_dict().items()}
+    saved["weight"] += 1.0
+    saved["running_mean"] += 2.0
+    mean, var = model.running_mean, model.running_var
+    load_model_state(model, saved)
+    assert torch.equal(model.weight, saved["weight"]) and torch.equal(model.running_mean, saved["running_mean"])
+    assert model.running_mean is mean and model.running_var is var  # loaded in place, as load_state_dict does
+    with pytest.raises(RuntimeError, match="Unexpected key"):
+        load_model_state(model, {**saved, "extra": torch.zeros(1)})
+    with pytest.raises(RuntimeError, match="Missing key"):
+        load_model_state(model, {k: v for k, v in saved.items() if k != "bias"})

@@ -20,7 +20,7 @@ from ..debug.frames import SourceLine
 from ..dist import unwrap
 from ..errors import NonFiniteError
 from ..nested import map_tensors
-from ..state import restore_rng
+from ..state import load_model_state, restore_rng
 from .buffer_writes import written
 from .diagnose import diagnose_report
 from .incident import Bundle, read_bundle
@@ -35,7 +35,7 @@ from .stop import check_mode, dispatch, guarded
 
 def _restore(bundle: Bundle, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
     if bundle.model_state is not None:
-        unwrap(model).load_state_dict(bundle.model_state)
+        load_model_state(unwrap(model), bundle.model_state)
     if optimizer is not None and bundle.optimizer_state is not None:
         optimizer.load_state_dict(bundle.optimizer_state)
     if bundle.rng is not None:

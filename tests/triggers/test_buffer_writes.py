@@ -222,27 +222,30 @@ np.arange(16, dtype=np.float32).tofile(path)
 model = torch.nn.Linear(4, 4)
 model.register_buffer("table", torch.from_numpy(np.memmap(path, mode="r", dtype=np.float32)))  # a read-only page
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-with tensor_dap.watch(model, optimizer, on="log", capture=False) as w:
+with tensor_dap.watch(model, optimizer, on="log", capture=sys.argv[2]) as w:
     for step in range(3):
         optimizer.zero_grad()
         x = torch.ones(2, 4) / (0.0 if step == 2 else 1.0)  # a batch of Inf at step 2: the step is re-run
         (model(x) + model.table[:4]).sum().backward()
         optimizer.step()
 print("steps", w.step_count, "reports", len(w.reports))
+again = tensor_dap.replay(w.reports[0].bundle, model, optimizer=optimizer, on="log")  # the bundle's state loaded
+print("replayed", again.op if again is not None else None)
 """
 
 
 def test_a_buffer_in_read_only_memory_is_checked_without_a_write(tmp_path):
-    """The gradients' fused check writes every value back as it was, a re-run puts the buffers back; a buffer may live
-    in memory mapped read-only (a checkpoint loaded with mmap, torch.frombuffer): it is read, never written, or the
-    program would crash."""
+    """The gradients' fused check writes every value back as it was, a re-run puts the buffers back, a replay loads the
+    bundle's state; a buffer may live in memory mapped read-only (np.memmap, torch.frombuffer): it is read, never
+    written, or the program would crash."""
     import subprocess
     import sys
 
-    run = subprocess.run([sys.executable, "-c", READ_ONLY_BUFFER, str(tmp_path / "table.bin")], capture_output=True,
-                         text=True, timeout=120)
+    run = subprocess.run([sys.executable, "-c", READ_ONLY_BUFFER, str(tmp_path / "table.bin"), str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "steps 3 reports 1" in run.stdout  # re-run from the saved buffers: the table was not written back
+    assert "replayed" in run.stdout  # and a replay loaded the bundle's state around it
 
 
 def test_a_lazy_model_is_watched_and_its_buffers_checked_once_they_exist():
