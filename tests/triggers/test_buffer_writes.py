@@ -113,13 +113,14 @@ def test_a_division_written_into_a_buffer_is_named_at_the_step_that_wrote_it(mod
     assert mode == "w.step" or "loss" not in locals()
 
 
-def test_a_rebound_buffer_names_its_op_and_a_smoothed_codebook_does_not_fire():
+@pytest.mark.parametrize("mode", ["unchanged loop", "w.step"])
+def test_a_rebound_buffer_names_its_op_and_a_smoothed_codebook_does_not_fire(mode):
     torch.manual_seed(0)
     model = _Normalized()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False):
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False) as w:
         for _, x in _batches(5, feature_of_zeros_at=2):
-            _train(model, optimizer, x)
+            w.step(_train, model, optimizer, x) if mode == "w.step" else _train(model, optimizer, x)
     report = info.value.report
     assert (report.step, report.module, report.op) == (2, "", "log"), report
     assert "buffer 'log_scale'" in report.notes[0]
