@@ -12,7 +12,6 @@ says which buffer holds it when no re-run can tell more.
 from __future__ import annotations
 
 import logging
-import weakref
 
 import torch
 
@@ -38,7 +37,8 @@ class Watched:
         self._budget = max(MIN_BUDGET, sum(p.numel() for p in params if not _lazy(p)) // 4)
         self._live: list[torch.Tensor | None] | None = None
         self._kept: list[torch.Tensor] = []
-        self._masks: dict[int, weakref.ref] = {}  # the buffers left out as non-finite when chosen, by id
+        self._masks: set[int] = set()  # the buffers left out as masks, by slot (``Buffers.live``'s order): a mask
+        # the forward builds again at each call (``self.mask = torch.full(..., -inf).triu(1)``) stays out
         self._lazy = False  # a lazy module's buffer was not materialized yet: chosen again until it is
 
     def __call__(self) -> list[torch.Tensor]:
@@ -58,25 +58,21 @@ class Watched:
     def _choose(self, live: list[torch.Tensor | None], *, skip_nonfinite: bool) -> None:
         """The smallest floating buffers up to the budget (a causal mask of ones or a rotary table would cost more
         than it tells), in one new list (the sentinel regroups it)."""
-        ranked = sorted((b for b in live if b is not None and not _lazy(b) and b.is_floating_point()
-                         and b.layout == torch.strided and b.device.type != "meta" and not self._masked(b)),
-                        key=torch.Tensor.numel)
+        ranked = sorted(((i, b) for i, b in enumerate(live) if b is not None and i not in self._masks and not _lazy(b)
+                         and b.is_floating_point() and b.layout == torch.strided and b.device.type != "meta"),
+                        key=lambda slot: slot[1].numel())
         kept, total = [], 0
-        for b in ranked:
+        for i, b in ranked:
             total += b.numel()
             if total > self._budget:
                 break
-            kept.append(b)
+            kept.append((i, b))
         if skip_nonfinite:
-            fine = _finite(kept)
-            self._masks.update((id(b), weakref.ref(b)) for b, ok in zip(kept, fine) if not ok)
-            kept = [b for b, ok in zip(kept, fine) if ok]
-        self._live, self._kept = live, kept
+            fine = _finite([b for _, b in kept])
+            self._masks.update(i for (i, _), ok in zip(kept, fine) if not ok)
+            kept = [slot for slot, ok in zip(kept, fine) if ok]
+        self._live, self._kept = live, [b for _, b in kept]
         self._lazy = any(b is not None and _lazy(b) for b in live)
-
-    def _masked(self, b: torch.Tensor) -> bool:
-        ref = self._masks.get(id(b))
-        return ref is not None and ref() is b
 
 
 def _lazy(t: torch.Tensor) -> bool:
@@ -94,7 +90,8 @@ def watched(buffers: Buffers, params: list[torch.Tensor]) -> Watched | None:
 
 
 def _finite(tensors: list[torch.Tensor]) -> list[bool]:
-    """Whether each tensor is finite, read with one host sync per device (the source is asked every 64 steps)."""
+    """Whether each tensor is finite, read with one host sync per device (only when the buffers are chosen at the
+    watch's start or after a dismissed alarm)."""
     if not tensors:
         return []
     by_device: dict[torch.device, list[int]] = {}

@@ -263,3 +263,38 @@ def test_a_lazy_model_is_watched_and_its_buffers_checked_once_they_exist():
         checked = {id(b) for b in w._sentinel.source()}
     assert not w.reports and w.step_count == 3
     assert {id(model[1].running_mean), id(model[1].running_var)} <= checked
+
+
+class _MaskEachCall(nn.Module):
+    """Builds its causal mask again at every forward, as a buffer of -inf above the diagonal (sequences of any
+    length): a new tensor each step, deliberate each time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qk = nn.Linear(6, 12)
+        self.register_buffer("mask", torch.zeros(1, 1), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = x.shape[1]
+        self.mask = torch.full((n, n), float("-inf")).triu(1)
+        q, k = self.qk(x).chunk(2, dim=-1)
+        return torch.softmax(q @ k.transpose(1, 2) + self.mask, dim=-1) @ x
+
+
+@pytest.mark.parametrize("mode", ["unchanged loop", "w.step"])
+def test_a_mask_built_again_at_every_forward_is_dismissed_once_not_re_run_every_step(monkeypatch, mode):
+    from tensor_dap.triggers import investigate
+
+    reruns = []
+    localize = investigate.localize_rerun
+    monkeypatch.setattr(investigate, "localize_rerun", lambda *a, **k: reruns.append(1) or localize(*a, **k))
+    torch.manual_seed(0)
+    model = _MaskEachCall()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    gen = torch.Generator().manual_seed(6)
+    with tensor_dap.watch(model, optimizer, on="raise", capture=False) as w:
+        for _ in range(8):
+            x = torch.randn(2, 5, 6, generator=gen)
+            w.step(_train, model, optimizer, x) if mode == "w.step" else _train(model, optimizer, x)
+    assert not w.reports
+    assert len(reruns) == 1  # the first new mask was re-run and found deliberate; its slot is left out since
