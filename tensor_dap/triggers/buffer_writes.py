@@ -18,6 +18,7 @@ import torch
 from ..state import Buffers, BufferSnapshot
 from ..summary import describe
 from .birth import Birth, root, storage_of
+from .finite import kind_of
 from .localize import Finding, from_birth, nonfinite
 from .origin import Tracker
 
@@ -104,6 +105,16 @@ def _finite(tensors: list[torch.Tensor]) -> list[bool]:
             for i, flag in zip(indices, flags):
                 fine[i] = bool(flag)
     return fine
+
+
+def deliberate(model: torch.nn.Module, masks: list[str], rerun: bool) -> bool:
+    """Whether the non-finite buffers are masks to leave out: the re-run found their -inf put there on purpose
+    (``masks``, from ``written``); or, with no re-run to tell (``rerun=False``), they hold Inf and no NaN (a -inf mask
+    the forward builds; an Inf written by accident still shows, as a NaN in a later step's loss)."""
+    if masks:
+        return True
+    found = nonfinite_buffer(model) if not rerun else None
+    return found is not None and kind_of(found[1]) == "inf"
 
 
 def nonfinite_buffer(model: torch.nn.Module) -> tuple[str, torch.Tensor] | None:

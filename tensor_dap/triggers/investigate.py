@@ -24,7 +24,7 @@ from ..format import short_error
 from ..state import capture_rng, cloned, kept, load_optimizer_state, optimizer_kept, restore_rng, set_hyper
 from ..summary import describe
 from .birth import input_tensors
-from .buffer_writes import Watched, held, nonfinite_buffer, written
+from .buffer_writes import Watched, deliberate, held, nonfinite_buffer, written
 from .capture import Source, StepContext, Window
 from .diagnose import diagnose_report
 from .incident import safe_rng, write_bundle
@@ -299,7 +299,7 @@ class Investigation:
                 finding = self._rerun(ctx, masks)  # type: ignore[arg-type]
             except Exception as exc:  # noqa: BLE001 - the step raised when run again: say which buffer
                 log.debug("tensor_dap.watch: re-running the step failed: %r", exc)
-        if finding is None and masks and isinstance(self._sentinel.source, Watched):
+        if finding is None and deliberate(self._inner, masks, can_rerun) and isinstance(self._sentinel.source, Watched):
             self._sentinel.source.dismiss()  # a -inf mask the step made: not checked from now on
             return None
         return finding or held(self._inner, ctx.buffers if ctx is not None else None)
