@@ -210,6 +210,15 @@ def test_the_sentinel_checks_buffers_within_a_budget_and_sees_a_replaced_one_aft
         p.grad = torch.zeros_like(p)
     assert sentinel.check_params([list(wide.parameters())], 0) is False  # its sum does not overflow: no alarm
 
+    strided = nn.Linear(2, 2)
+    strided.register_buffer("table", torch.zeros(3, 4).t())  # not contiguous: read as it is laid out
+    sentinel = Sentinel()
+    sentinel.also(watched(Buffers(strided), list(strided.parameters())))
+    for p in strided.parameters():
+        p.grad = torch.zeros_like(p)
+    strided.table[2, 1] = float("nan")
+    assert sentinel.check_params([list(strided.parameters())], 0) is True
+
 
 READ_ONLY_BUFFER = """
 import sys, warnings
