@@ -19,6 +19,8 @@ from typing import Any, Callable, Iterator, NamedTuple, Optional, Union
 from ..libraries import is_framework, is_user_file, library_of
 from ..runner import is_runner_frame
 
+_PACKAGE = __name__.partition(".")[0]
+
 
 def is_library(filename: str) -> bool:
     """True for Python's, torch's and tensor_dap's own code (``libraries.is_framework``)."""
@@ -29,6 +31,23 @@ def is_runner(filename: str) -> bool:
     """tensor_dap's frames (``tensor-dap run``'s runner and CLI) and runpy's (``python -m``): the frames above the
     user's script, left out of its traceback and of the debugger's where/up/down."""
     return library_of(filename) == "tensor_dap" or is_runner_frame(filename)
+
+
+def offer_package(frame: Any) -> None:
+    """``tensor_dap.culprit()``, which a trigger's stop tells the user to type, works at the pdb prompt or in VS Code's
+    Debug Console of a program that never imported tensor_dap (``tensor-dap run``): the name goes into the namespace
+    a debugger evaluates in, in each of the program's frames that has no ``tensor_dap`` of its own (a function's:
+    beside its locals, never one of them)."""
+    package = sys.modules[_PACKAGE]
+    while frame is not None:
+        if not is_library(frame.f_code.co_filename):
+            try:
+                names = frame.f_locals
+                if _PACKAGE not in names and _PACKAGE not in frame.f_globals:
+                    names[_PACKAGE] = package
+            except Exception:  # noqa: BLE001 - a frame whose namespace refuses it: the user imports it by hand
+                pass
+        frame = frame.f_back
 
 
 def user_frame(frame: Optional[FrameType]) -> Optional[FrameType]:

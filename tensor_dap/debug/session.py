@@ -56,7 +56,6 @@ def set_trace(frame: Any = None, *, header: str | None = None, hide_library: boo
               "(run in a terminal, or attach VS Code, to stop here)", header)
         return
     debugger = TensorPdb(skip=LIBRARY_MODULES if hide_library else None)
-    _offer_package(frame)
     if header:
         from rich.text import Text
 
@@ -67,22 +66,6 @@ def set_trace(frame: Any = None, *, header: str | None = None, hide_library: boo
     else:
         debugger.hide_frame = _ours
         debugger.set_trace(frame)
-
-
-def _offer_package(frame: Any) -> None:
-    """``tensor_dap.culprit()``, which a trigger's stop tells the user to type, works at the prompt of a program that
-    never imported tensor_dap (``tensor-dap run``): the name goes into the namespace pdb evaluates in, in each of the
-    program's frames that has no ``tensor_dap`` of its own (a function's: beside its locals, never one of them)."""
-    package = sys.modules[_PACKAGE]
-    while frame is not None:
-        if not is_library(frame.f_code.co_filename):
-            try:
-                names = frame.f_locals
-                if _PACKAGE not in names and _PACKAGE not in frame.f_globals:
-                    names[_PACKAGE] = package
-            except Exception:  # noqa: BLE001 - a frame whose namespace refuses it: the user imports it by hand
-                pass
-        frame = frame.f_back
 
 
 def _ours(frame: Any) -> bool:

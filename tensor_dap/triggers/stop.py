@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..dap import attached
-from ..debug.frames import user_frame
+from ..debug.frames import offer_package, user_frame
 from ..dist import may_stop
 from ..errors import STOPS, TriggerError
 from ..format import printable
@@ -113,6 +113,7 @@ def stop_in_debugger(report: Report, *, how: str, **found: Any) -> None:
     fields = {k: v for k, v in found.items() if k in Culprit.__dataclass_fields__}
     _last[:] = [Culprit(report, **{"step": report.step, **fields})]
     frame = stop_frame(sys._getframe(1))
+    offer_package(frame)  # ``tensor_dap.culprit()``, as the stop says, in a program that never imported tensor_dap
     try:
         if how == "dap":
             _break_into_dap(frame)
