@@ -29,6 +29,7 @@ from .stop import check_mode, dispatch
 SPIKE_WARMUP = 10  # calls before `spike` may fire: the average needs a history first
 SPIKE_DECAY = 0.9  # exponential moving average; ~10 recent steps dominate
 HISTORY = 8  # losses a report lists (as a watch's report does)
+GRAPH_NODES = 4096  # autograd nodes walked from a loss to find the parameters it trains (``_no_bundle``)
 NO_BUNDLE = ("no incident bundle: nothing of the step is kept outside a watch on a model (tensor_dap.watch(model, "
              "optimizer) keeps each step to replay; tensor-dap run --break-on-nan puts one on the module holding the "
              "optimizer's parameters, where one does)")
@@ -125,6 +126,7 @@ def check(loss: Any, site: Site, *, above: float | None = None, below: float | N
         watching.adopt(report)
     else:
         _enrich(report, list(site.history), birth, optimizer)
+        report.notes.append(_no_bundle(loss))
     error = NonFiniteError if kind == "nonfinite" else LossThresholdError
     dispatch(report, on=on, error=error, ranks=ranks, culprit={"loss": loss, "inputs": None, "output": loss})
     return True
@@ -150,8 +152,27 @@ def _enrich(report: Report, history: list[float], birth: Any, optimizer: Any) ->
     report.loss_history = history
     if optimizer is not None:
         report.lr = learning_rates(optimizer)
-    report.notes.append(NO_BUNDLE)
     report.diagnosis = diagnose_report(report, birth) or report.diagnosis
+
+
+def _no_bundle(loss: Any) -> str:
+    """``NO_BUNDLE``, naming the model to watch where the program's frames hold the module whose parameters this loss
+    trains (a layer that trains itself, calling its own ``self.forward``: pytorch/examples' forward-forward)."""
+    try:
+        from .attach import owner_in_frames
+        from .ops import graph_nodes
+
+        trained = {id(n.variable) for n in graph_nodes([loss.grad_fn], GRAPH_NODES) if hasattr(n, "variable")}
+        owner = owner_in_frames([], trained, sys._getframe(1)) if trained else None
+    except Exception:  # noqa: BLE001 - a loss or frames it cannot read: the general note
+        owner = None
+    if owner is None:
+        return NO_BUNDLE
+    name = type(owner).__name__
+    return (f"no incident bundle: nothing of the step is kept outside a watch on a model: tensor_dap.watch({name}, "
+            f"optimizer) keeps each step to replay ({name} holds the parameters this loss trains); tensor-dap run "
+            f"--break-on-nan watches a model from its first call, model(x), and never sees a forward called as "
+            f"model.forward(x)")
 
 
 def _loss_birth(loss: Any, alone: bool) -> Any:

@@ -725,3 +725,42 @@ def test_a_step_the_scaler_skipped_does_not_add_to_the_next_steps_loss():
     for _ in range(10_000):
         by_hand.backward(torch.tensor(1.0), 0)  # no optimizer ever steps: a bounded number kept, none added up
     assert len(by_hand._losses) == step_loss.FIRST_STEP_KEPT
+
+
+SELF_TRAINING_LAYER = """
+import torch
+from torch import nn
+
+class Layer(nn.Linear):  # pytorch/examples' forward-forward: each layer trains itself, calling self.forward
+    def __init__(self, n_in, n_out):
+        super().__init__(n_in, n_out)
+        self.opt = torch.optim.Adam(self.parameters(), lr=0.03)
+
+    def forward(self, x):
+        return torch.relu((x / x.norm(2, 1, keepdim=True)) @ self.weight.T + self.bias)
+
+    def train(self, x):
+        for step in range(3):
+            loss = self.forward(x).pow(2).mean()
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+            print("STEP", step, flush=True)
+
+x = torch.randn(8, 6)
+x[2] = 0.0  # a row of zeros: 0 / 0 in its forward
+Layer(6, 4).train(x)
+"""
+
+
+def test_no_bundle_names_the_module_a_watch_would_need_when_its_forward_is_called_directly(tmp_path):
+    """A layer training itself through ``self.forward(x)`` never goes through nn.Module's call, where
+    ``--break-on-nan`` finds a model to watch: the loss check stops it at its first backward() and says which
+    module to watch, and why none was."""
+    (tmp_path / "ff.py").write_text(SELF_TRAINING_LAYER)
+    done = _run([*TENSOR_DAP, "--break-on-nan", "ff.py"], tmp_path)
+    assert done.returncode == 1 and "STEP 0" not in done.stdout, done.stderr[-3000:]
+    assert "tensor_dap trigger · step 0 · loss is nan" in done.stderr
+    assert "tensor_dap.watch(Layer, optimizer) keeps each step to replay (Layer holds the parameters this loss " \
+           "trains); tensor-dap run --break-on-nan watches a model from its first call, model(x), and never sees a " \
+           "forward called as model.forward(x)" in " ".join(done.stderr.split())
