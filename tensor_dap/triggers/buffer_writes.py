@@ -44,7 +44,7 @@ class Watched:
 
     def __call__(self) -> list[torch.Tensor]:
         live, last = self._buffers.live(), self._live
-        if last is None or self._lazy or len(live) != len(last) or any(a is not b for a, b in zip(live, last)):
+        if last is None or self._lazy or any(a is not b for a, b in zip(live, last)):  # (one entry a slot, fixed)
             try:
                 self._choose(live, skip_nonfinite=last is None)
             except Exception as exc:  # noqa: BLE001 - a buffer it cannot read: none checked, training goes on
@@ -68,10 +68,9 @@ class Watched:
             if total > self._budget:
                 break
             kept.append((i, b))
-        if skip_nonfinite:
-            fine = _finite([b for _, b in kept])
-            self._masks.update(i for (i, _), ok in zip(kept, fine) if not ok)
-            kept = [slot for slot, ok in zip(kept, fine) if ok]
+        if skip_nonfinite:  # (a read of each: at the watch's start, or after a dismissed alarm)
+            self._masks.update(i for i, b in kept if nonfinite(b))
+            kept = [(i, b) for i, b in kept if i not in self._masks]
         self._live, self._kept = live, [b for _, b in kept]
         self._lazy = any(b is not None and _lazy(b) for b in live)
 
@@ -88,23 +87,6 @@ def watched(buffers: Buffers, params: list[torch.Tensor]) -> Watched | None:
     source = Watched(buffers, params)
     source()  # the first choice, as the watch begins: what is non-finite before any step ran is a mask
     return source
-
-
-def _finite(tensors: list[torch.Tensor]) -> list[bool]:
-    """Whether each tensor is finite, read with one host sync per device (only when the buffers are chosen at the
-    watch's start or after a dismissed alarm)."""
-    if not tensors:
-        return []
-    by_device: dict[torch.device, list[int]] = {}
-    for i, t in enumerate(tensors):
-        by_device.setdefault(t.device, []).append(i)
-    fine = [True] * len(tensors)
-    with torch.no_grad():
-        for indices in by_device.values():
-            flags = torch.stack([torch.isfinite(tensors[i]).all() for i in indices]).tolist()
-            for i, flag in zip(indices, flags):
-                fine[i] = bool(flag)
-    return fine
 
 
 def deliberate(model: torch.nn.Module, masks: list[str], rerun: bool) -> bool:
@@ -125,11 +107,11 @@ def nonfinite_buffer(model: torch.nn.Module) -> tuple[str, torch.Tensor] | None:
     return None
 
 
-def written(tracker: Tracker, model: torch.nn.Module, deliberate: list[str] | None = None) -> Finding | None:
+def written(tracker: Tracker, model: torch.nn.Module, masks: list[str] | None = None) -> Finding | None:
     """After a re-run that found nothing else: a buffer an op of the step made non-finite, written in place
     (``self.embed.data.copy_(x)``) or rebound (``self.avg = self.avg * d + x``), and the op that made the value.
     A value the step was handed is not told here; a deliberate Inf (a -inf mask put there) is not either: its
-    buffer's name goes into ``deliberate``."""
+    buffer's name goes into ``masks``."""
     for name, b in model.named_buffers():
         if not b.is_floating_point() or not nonfinite(b):
             continue
@@ -142,8 +124,8 @@ def written(tracker: Tracker, model: torch.nn.Module, deliberate: list[str] | No
             continue
         birth = root(birth)
         if birth.deliberate:
-            if deliberate is not None:
-                deliberate.append(name)
+            if masks is not None:
+                masks.append(name)
             continue
         finding = from_birth(birth, model)
         finding.note += (f"; it was written into the buffer {name!r}, which the model keeps across steps: the next "
