@@ -23,7 +23,7 @@ from ..state import restore_rng
 from ..summary.held import held_bytes
 from ..summary.rows import with_rows
 from .birth import Birth, Born
-from .loss_graph import hides_values, unsafe_backward
+from .loss_graph import read_structure
 from .ops import forward_name, graph_nodes
 from .finite import kind_of
 from .origin import GRAD_AT_OUTPUTS
@@ -51,7 +51,7 @@ class Forward:
     loss_birth: Birth | None = None  # a non-finite loss's op, read from its graph at backward() (``loss_graph``)
     graph_read = False  # a non-finite loss reaching this forward's outputs had its graph read
     # the last loss handed to backward() after it, until the update: the structure of its graph names the op when a
-    # non-finite gradient reaches the outputs (``loss_graph.unsafe_backward``)
+    # non-finite gradient reaches the outputs (``loss_graph.read_structure``)
     loss_tensor: torch.Tensor | None = None
     entry: str | None = None  # the part of the model it called, for a model with no forward of its own ("critic")
 
@@ -244,7 +244,7 @@ def _sent_by_the_loss(f: Forward, grad: torch.Tensor, kind: str, forwards: list[
     outside the model made it; the ops there that can, read from the loss's graph."""
     line, near = loss_line(f)
     loss = next((g.loss_tensor for g in reversed(forwards) if g.loss_tensor is not None), None)
-    ops = unsafe_backward(loss, step_nodes(forwards)) if loss is not None else []
+    ops, hidden = read_structure(loss, step_nodes(forwards)) if loss is not None else ([], None)
     op = ops[0] if len(ops) == 1 else None
     why = "the unchanged loop does not re-run the loss function"
     if ops:
@@ -252,7 +252,7 @@ def _sent_by_the_loss(f: Forward, grad: torch.Tensor, kind: str, forwards: list[
                "can make NaN/Inf from finite values, read from the structure of the loss's graph (" + why + ")")
     return Birth("loss", op, kind, line=line, near=near, inputs=[(GRAD_AT_OUTPUTS, grad)], output=grad,
                  forward_op=forward_name(op) if op else None,
-                 hidden=hides_values(loss, step_nodes(forwards)) if op and loss is not None else None,
+                 hidden=hidden if op else None,
                  note=with_rows("the gradient arriving at the model's outputs is non-finite", grad) + ": the loss "
                  f"computation outside the model made it ({why}; hand the step to watch.step to find its line)")
 

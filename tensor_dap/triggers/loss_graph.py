@@ -135,31 +135,28 @@ _UNSAFE_BACKWARD = {"sqrt", "rsqrt", "pow", "div", "reciprocal", "log", "log2", 
                     "asin", "atanh", "erfinv", "logit", "cdist", "pdist", "dist", *ctc.OPS}
 
 
-def unsafe_backward(loss: torch.Tensor, model_nodes: Collection[Any] = ()) -> list[str]:
-    """The kinds of node of the loss computation (the graph of ``loss`` after ``model_nodes``) whose backward can make
-    NaN/Inf from finite values ("SqrtBackward0"), sorted. Only the graph's structure is read, and the numbers its nodes
-    saved (a power's exponent): backward() freed the tensors. Never raises."""
-    try:
-        found = {node.name() for node in _computation(loss, model_nodes, [False])
-                 if forward_name(node.name()) in _UNSAFE_BACKWARD and _unsafe_exponent(node)}
-        return sorted(found)
-    except Exception as exc:  # noqa: BLE001 - a graph it cannot read: the report names no op
-        log.debug("loss graph structure not read: %r", exc)
-        return []
-
-
+# Ops that keep some of their input's values out of their output (torch.where's unused branch, an index, a mask): a
+# NaN made before one can stay out of the loss and show only in backward.
 _HIDING = {"where", "index", "masked_fill", "masked_select", "masked_scatter", "index_select", "gather", "nan_to_num"}
 
 
-def hides_values(loss: torch.Tensor, model_nodes: Collection[Any] = ()) -> bool | None:
-    """Whether the loss computation has an op that keeps some of its input's values out of its output (torch.where's
-    unused branch, an index, a mask): a NaN made before it can stay out of the loss and show only in backward.
-    None when the graph cannot be read."""
+def read_structure(loss: torch.Tensor, model_nodes: Collection[Any] = ()) -> tuple[list[str], bool | None]:
+    """What the structure of the loss computation (the graph of ``loss`` after ``model_nodes``) tells, in one walk:
+    the kinds of node whose backward can make NaN/Inf from finite values ("SqrtBackward0"), sorted, and whether an op
+    there hides values from the loss (``_HIDING``). Only the structure is read, and the numbers its nodes saved (a
+    power's exponent): backward() freed the tensors. ``([], None)`` for a graph it cannot read; never raises."""
     try:
-        return any(forward_name(node.name()) in _HIDING for node in _computation(loss, model_nodes, [False]))
-    except Exception as exc:  # noqa: BLE001 - a graph it cannot read: not known
+        unsafe, hidden = set(), False
+        for node in _computation(loss, model_nodes, [False]):
+            name = node.name()
+            op = forward_name(name)
+            if op in _UNSAFE_BACKWARD and _unsafe_exponent(node):
+                unsafe.add(name)
+            hidden = hidden or op in _HIDING
+        return sorted(unsafe), hidden
+    except Exception as exc:  # noqa: BLE001 - a graph it cannot read: the report names no op
         log.debug("loss graph structure not read: %r", exc)
-        return None
+        return [], None
 
 
 def _unsafe_exponent(node: Any) -> bool:

@@ -120,15 +120,17 @@ def test_a_non_finite_tensor_the_graph_did_not_make_is_data_named_by_the_op_that
 
 
 def test_after_backward_the_structure_still_names_the_ops_whose_backward_can_make_nan():
-    from tensor_dap.triggers.loss_graph import unsafe_backward
+    from tensor_dap.triggers.loss_graph import read_structure
 
     x = torch.tensor([1.0, 2.0], requires_grad=True)
     y = x * 1.0  # the "model"
     loss = (torch.sqrt(y) + y ** 2 + y ** 0.5 + y / 3.0).sum()
     loss.backward()  # what the nodes saved is freed now: only the structure and saved numbers are left
-    assert unsafe_backward(loss, [y.grad_fn]) == ["DivBackward0", "PowBackward0", "SqrtBackward0"]  # not y ** 2 alone
-    assert unsafe_backward((y ** 2).sum(), [y.grad_fn]) == []
-    assert unsafe_backward(torch.tensor(1.0)) == []  # no graph: nothing, no error
+    assert read_structure(loss, [y.grad_fn])[0] == ["DivBackward0", "PowBackward0", "SqrtBackward0"]  # not y ** 2 alone
+    assert read_structure((y ** 2).sum(), [y.grad_fn])[0] == []
+    assert read_structure(torch.tensor(1.0))[0] == []  # no graph: nothing, no error
+    assert read_structure(loss, [y.grad_fn])[1] is False  # nothing there keeps a value out of the loss
+    assert read_structure(torch.where(y > 1, torch.sqrt(y), y).sum(), [y.grad_fn])[1] is True  # where's unused branch
 
 
 def test_what_cannot_be_told_is_none_and_nothing_raises():
