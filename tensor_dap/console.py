@@ -7,6 +7,7 @@ follows one rule: colours on a real terminal, plain text when piped or when NO_C
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 from collections.abc import Iterator
@@ -65,3 +66,44 @@ def above_progress_bars(file: IO[str]) -> Iterator[None]:
         if paused is not None:
             with contextlib.suppress(Exception):
                 paused.__exit__(None, None, None)
+
+
+def log_unprinted(logger: logging.Logger, level: int, text: str) -> None:
+    """Hand ``text``, which stderr shows already (printed there, or in an exception's message), to the program's
+    logging handlers that write somewhere else (a log file, a test's capture): a program that set up logging to the
+    terminal (``logging.basicConfig``, timm's train.py) would otherwise show every line twice. Logging's own rules
+    otherwise (levels, filters, ``propagate``); never raises."""
+    try:
+        if logger.disabled or not logger.isEnabledFor(level):
+            return
+        record = logger.makeRecord(logger.name, level, *logger.findCaller(False, 2)[:2], "%s", (text,), None)
+        if not logger.filter(record):
+            return
+        current: logging.Logger | None = logger
+        while current is not None:
+            for handler in current.handlers:
+                if record.levelno >= handler.level and not _shows_on_stderr(handler):
+                    handler.handle(record)
+            current = current.parent if current.propagate else None
+    except Exception:  # noqa: BLE001 - a broken handler of the program's must not break training
+        pass
+
+
+def _shows_on_stderr(handler: logging.Handler) -> bool:
+    """Whether ``handler`` writes where ``say`` prints: stderr itself, or a terminal while stderr is one too (the same
+    screen). rich's ``RichHandler`` writes through its console's file."""
+    stream = getattr(handler, "stream", None)
+    if stream is None:
+        stream = getattr(getattr(handler, "console", None), "file", None)
+    if stream is None:
+        return False
+    if stream is sys.stderr or stream is sys.__stderr__:
+        return True
+    return _isatty(stream) and _isatty(sys.stderr)
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except Exception:  # noqa: BLE001 - a closed or odd stream: not a terminal
+        return False

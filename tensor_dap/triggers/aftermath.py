@@ -29,11 +29,11 @@ BCE_CAP = 100.0  # nn.BCELoss / F.binary_cross_entropy clamp log at -100: a pred
 
 
 def say(text: str) -> None:
-    """One yellow line on stderr (above the program's progress bars) and in the log, never raising."""
-    log.warning("%s", text)
+    """One yellow line on stderr (above the program's progress bars) and in the program's log files, never raising."""
     try:
-        from ..console import note
+        from ..console import log_unprinted, note
 
+        log_unprinted(log, logging.WARNING, text)
         note(printable(text))
     except Exception as exc:  # noqa: BLE001 - a broken terminal must not break training
         log.debug("could not print: %r", exc)

@@ -36,7 +36,9 @@ def annotate(loss: Any, error: BaseException, previous: Any = None) -> None:
         text = explain(loss, error, previous)
         if text is None:
             return
-        log.warning("tensor_dap: %s", text)
+        from ..console import log_unprinted
+
+        log_unprinted(log, logging.WARNING, f"tensor_dap: {text}")  # the error's note or the line below shows it
         if hasattr(error, "add_note"):
             error.add_note(f"tensor_dap: {text}")
         else:

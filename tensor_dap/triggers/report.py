@@ -267,9 +267,12 @@ class _Titled:
 
 
 def emit(report: Report, *, show: bool = True) -> None:
-    """Log the report; also print the rich panel on stderr when ``show``. Never raises."""
+    """Print the rich panel on stderr when ``show`` (else the exception raised next carries the report) and log the
+    report to the program's handlers that write elsewhere (``log_unprinted``). Never raises."""
     try:
-        logger.error("%s", to_text(report))
+        from ..console import log_unprinted
+
+        log_unprinted(logger, logging.ERROR, to_text(report))
     except Exception as exc:  # noqa: BLE001 - reporting must never break training
         logger.debug("could not log the trigger report: %r", exc)
     if not show:
