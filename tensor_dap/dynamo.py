@@ -12,8 +12,10 @@ a lighter mark that leaves the model it calls compiled (``eager_around``).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import warnings
+from collections.abc import Iterator
 from typing import Any, Callable, TypeVar
 
 import torch
@@ -73,3 +75,24 @@ def global_forward_pre_hook(hook: Callable[..., Any]) -> Any:
     warnings.filterwarnings("ignore", message=r"Using `torch\.compile\(module\)` when there are global hooks",
                             category=UserWarning)
     return torch.nn.modules.module.register_module_forward_pre_hook(eager(hook))
+
+
+@contextlib.contextmanager
+def run_eagerly() -> Iterator[None]:
+    """Within, every ``torch.compile``'d model, part or function runs as plain PyTorch (``set_stance("force_eager")``):
+    a re-run watching each op then sees the ops of a compiled part (timm's ``--torchcompile`` compiles the model
+    inside its task module), which compiled code hides (an op named ``CompiledFunctionBackward``). Nothing where
+    the compiler was never used, or where this torch has no stances."""
+    stance: Any = None
+    if compiler_loaded():
+        try:
+            stance = torch.compiler.set_stance("force_eager")
+            stance.__enter__()
+        except Exception:  # noqa: BLE001 - no stances, or called inside a compiled region: as compiled
+            stance = None
+    try:
+        yield
+    finally:
+        if stance is not None:
+            with contextlib.suppress(Exception):
+                stance.__exit__(None, None, None)

@@ -156,12 +156,22 @@ class Buffers:
     """
 
     def __init__(self, model: Any) -> None:
-        pairs = [(prefix, m, key) for prefix, m in model.named_modules(remove_duplicate=False)
-                 for key, buf in m._buffers.items() if buf is not None]
-        self._slots = [(m, key) for _, m, key in pairs]
-        self.names = [f"{prefix}.{key}" if prefix else key for prefix, _, key in pairs]
+        self._model = model
+        self._slots: list[tuple[Any, str]] = []
+        self.names: list[str] = []
         self._store: list[Any] = []
         self._stored_for: list[Any] = []
+        self.grow()
+
+    def grow(self) -> bool:
+        """Take in the buffers registered since (a module that registers its statistics or cache at its first
+        forward), after the others: a slot keeps its place (``buffer_writes`` keeps masks by slot). True if any."""
+        known = {(id(m), key) for m, key in self._slots}
+        pairs = [(prefix, m, key) for prefix, m in self._model.named_modules(remove_duplicate=False)
+                 for key, buf in m._buffers.items() if buf is not None and (id(m), key) not in known]
+        self._slots += [(m, key) for _, m, key in pairs]
+        self.names += [f"{prefix}.{key}" if prefix else key for prefix, _, key in pairs]
+        return bool(pairs)
 
     def live(self) -> list[Any]:
         return [m._buffers.get(key) for m, key in self._slots]

@@ -21,6 +21,7 @@ from .birth import Birth, root, storage_of
 from .finite import kind_of
 from .localize import Finding, from_birth, nonfinite
 from .origin import Tracker
+from .sentinel import Sentinel
 
 log = logging.getLogger("tensor_dap.triggers")
 
@@ -44,9 +45,9 @@ class Watched:
 
     def __call__(self) -> list[torch.Tensor]:
         live, last = self._buffers.live(), self._live
-        if last is None or self._lazy or any(a is not b for a, b in zip(live, last)):  # (one entry a slot, fixed)
-            try:
-                self._choose(live, skip_nonfinite=last is None)
+        if last is None or self._lazy or len(live) != len(last) or any(a is not b for a, b in zip(live, last)):
+            try:  # (one entry a slot; slots taken in later, ``Buffers.grow``, come after: seen for the first time)
+                self._choose(live, new_from=0 if last is None else len(last))
             except Exception as exc:  # noqa: BLE001 - a buffer it cannot read: none checked, training goes on
                 log.debug("tensor_dap.watch: buffers not checked: %r", exc)
                 self._live, self._kept = live, []
@@ -54,11 +55,12 @@ class Watched:
 
     def dismiss(self) -> None:
         """A non-finite buffer turned out deliberate (a -inf mask made in the step): choose again without it."""
-        self._choose(self._buffers.live(), skip_nonfinite=True)
+        self._choose(self._buffers.live(), new_from=0)
 
-    def _choose(self, live: list[torch.Tensor | None], *, skip_nonfinite: bool) -> None:
+    def _choose(self, live: list[torch.Tensor | None], *, new_from: int) -> None:
         """The smallest floating buffers up to the budget (a causal mask of ones or a rotary table would cost more
-        than it tells), in one new list (the sentinel regroups it)."""
+        than it tells), in one new list (the sentinel regroups it). Slots from ``new_from`` on are seen for the first
+        time: what is non-finite there is a mask."""
         ranked = sorted(((i, b) for i, b in enumerate(live) if b is not None and i not in self._masks and not _lazy(b)
                          and b.is_floating_point() and b.layout == torch.strided and b.device.type != "meta"),
                         key=lambda slot: slot[1].numel())
@@ -68,8 +70,8 @@ class Watched:
             if total > self._budget:
                 break
             kept.append((i, b))
-        if skip_nonfinite:  # (a read of each: at the watch's start, or after a dismissed alarm)
-            self._masks.update(i for i, b in kept if nonfinite(b))
+        if new_from < len(live):  # (a read of each: at the watch's start, after a dismissed alarm, of a new buffer)
+            self._masks.update(i for i, b in kept if i >= new_from and nonfinite(b))
             kept = [(i, b) for i, b in kept if i not in self._masks]
         self._live, self._kept = live, [b for _, b in kept]
         self._lazy = any(b is not None and _lazy(b) for b in live)
@@ -78,6 +80,13 @@ class Watched:
 def _lazy(t: torch.Tensor) -> bool:
     """A lazy module's parameter or buffer before its first forward: no shape, no values yet."""
     return isinstance(t, torch.nn.parameter.UninitializedTensorMixin)
+
+
+def taken_in(buffers: Buffers, sentinel: Sentinel, params: list[torch.Tensor]) -> None:
+    """Buffers registered since the watch began (at a first forward, a lazily made cache or statistic) are checked from
+    now on: its first steps and now and then after (``watch._check``)."""
+    if buffers.grow() and sentinel.source is None:
+        sentinel.also(watched(buffers, params))
 
 
 def watched(buffers: Buffers, params: list[torch.Tensor]) -> Watched | None:

@@ -20,6 +20,7 @@ from typing import Any, Callable
 import torch
 
 from ..debug.frames import SourceLine
+from ..dynamo import run_eagerly
 from ..errors import STOPS
 from ..nested import walk
 from ..summary import TensorSummary, describe
@@ -329,7 +330,7 @@ def localize_rerun(model: torch.nn.Module, rerun: Callable[[], Any], *, input_ba
         hooks = _Hooks(model, input_bad, full_backward, tracker)
         try:
             # anomaly mode records each node's forward stack: the line of a node no tracked op made
-            with tracker, torch.autograd.set_detect_anomaly(True, check_nan=False):
+            with tracker, torch.autograd.set_detect_anomaly(True, check_nan=False), run_eagerly():
                 rerun()
             return leftover(tracker) if leftover is not None else None
         except _Found as exc:

@@ -35,7 +35,7 @@ from ..errors import STOPS
 from ..state import Buffers, RngUse, capture_rng, hyper
 from . import active, running_total
 from .aftermath import FLAT_STEPS, Aftermath
-from .buffer_writes import watched
+from .buffer_writes import taken_in, watched
 from .capture import Source, StepContext, Window, add_to_window, loss_of, open_window, same_value
 from .crashed import CrashExplanation
 from .investigate import Investigation
@@ -51,8 +51,7 @@ from .sentinel import Sentinel, group
 from .hang import watchdog
 from .stop import check_mode
 
-# losses kept for the report (values on the CPU; elsewhere 0-dim tensors, read only for a report) and for the end of
-# the run's note on a loss that never moved, which reads the last FLAT_STEPS
+# losses kept for the report (CPU values; else 0-dim tensors) and for the end of the run's note on a flat loss
 LOSS_HISTORY = max(32, FLAT_STEPS)
 
 
@@ -127,9 +126,8 @@ class watch(Investigation, LoopSteps, CrashExplanation):
         self._param_ids = frozenset(map(id, self._params))  # which optimizer found stepping is this model's
         self._hang = watchdog(hang_after) if hang_after is not None else None
         self._handles: list[Any] = [batch_origin.follow()]  # (and the DataLoader batches' dataset indices)
-        # The work after an update (counting the step, ending the loop's capture) is done at the end of
-        # the pre-step hook when nothing of watch runs before the update ends: an unchanged loop's plain
-        # step. A step that needs it after the update (w.step, a closure, a replay) adds the post-hook.
+        # The work after an update (counting the step, ending the loop's capture) is done at the end of the pre-step
+        # hook when nothing of watch runs before the update ends (an unchanged loop's plain step); else a post-hook.
         self._post_hook: Any = None
         if optimizer is not None:
             self._handles.append(optimizer.register_step_pre_hook(self._before_update))
@@ -384,8 +382,10 @@ class watch(Investigation, LoopSteps, CrashExplanation):
             self._latched = False  # clean again: the next failure is news
         if not self._inner.training and not self._silent.eval_said:  # model.eval() with no model.train() after it
             self._guard(self._silent.in_eval_mode, self._inner, index, self._loop)
-        if not index % running_total.EVERY and index:
-            self._guard(self._silent.now_and_then, index, self.optimizer, self._params, self._inner, self._history)
+        if index < 3 or not index % running_total.EVERY:  # (early: the buffers a module registers at a first forward)
+            self._guard(taken_in, self._buffers, self._sentinel, self._params)
+            if index and not index % running_total.EVERY:
+                self._guard(self._silent.now_and_then, index, self.optimizer, self._params, self._inner, self._history)
 
     def _unstepped(self, index: int, ctx: StepContext | None) -> None:
         """A step ended without an update: a GradScaler skipped it, or gradients accumulate. Its gradients may

@@ -308,3 +308,48 @@ def test_a_mask_built_again_at_every_forward_is_dismissed_once_not_re_run_every_
     assert not w.reports
     # the first new mask was re-run and found deliberate (with no re-run: Inf and no NaN); its slot is left out since
     assert len(reruns) == (0 if mode == "rerun=False" else 1)
+
+
+class _LazyScale(nn.Module):
+    """Registers its running scale of the inputs at its first forward (their width is known only then), then updates
+    it in place; with a ``masked`` causal mask of -inf registered the same way."""
+
+    def __init__(self, masked: bool = False) -> None:
+        super().__init__()
+        self.fc, self.masked = nn.Linear(6, 6), masked
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if "scale" not in self._buffers:
+            self.register_buffer("scale", torch.zeros(x.shape[1]))
+            if self.masked:
+                self.register_buffer("mask", torch.full((x.shape[0], x.shape[0]), float("-inf")).triu(1))
+        if self.training:
+            with torch.no_grad():
+                self.scale.mul_(0.99).add_(0.01 * x.abs().mean(0).log())  # a feature of zeros: log(0)
+        out = self.fc(x)
+        return torch.softmax(out @ out.t() + self.mask, dim=-1) @ out if self.masked else out
+
+
+@pytest.mark.parametrize("mode", ["unchanged loop", "w.step"])
+def test_a_buffer_registered_at_the_first_forward_is_checked_too(mode):
+    torch.manual_seed(0)
+    model = _LazyScale()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False) as w:
+        for _, x in _batches(6, feature_of_zeros_at=3):
+            w.step(_train, model, optimizer, x) if mode == "w.step" else _train(model, optimizer, x)
+    report = info.value.report
+    assert (report.step, report.module, report.op) == (3, "", "log"), report
+    assert "buffer 'scale'" in report.notes[0]
+
+
+def test_a_mask_registered_at_the_first_forward_does_not_fire():
+    torch.manual_seed(0)
+    model = _LazyScale(masked=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with tensor_dap.watch(model, optimizer, on="raise", capture=False) as w:
+        for _, x in _batches(6):
+            _train(model, optimizer, x)
+        checked = {id(b) for b in w._sentinel.source()}
+    assert not w.reports
+    assert id(model.scale) in checked and id(model.mask) not in checked  # the mask left out, the scale checked
