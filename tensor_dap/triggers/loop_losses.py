@@ -60,7 +60,7 @@ class StepLosses:
         if line is None:  # above: loss_tap's wrapper, then Tensor.backward or the caller of torch.autograd.backward
             line = self._line = self._backwards.at(_getframe(2))
         if type(kept) is float and not _isfinite(kept) and not f.graph_read:
-            graph = read_loss(loss, step_nodes(forwards))  # (a PINN's residual comes
+            graph = read_loss(loss, step_nodes(forwards), _getframe(1))  # (a PINN's residual comes
             # between its two forwards: the interior points', then the boundary's)
             if graph.reaches:
                 here = self._backwards.at(_getframe(2))  # this backward()'s line, not the step's first

@@ -29,6 +29,7 @@ from typing import Any, Callable, NamedTuple
 
 import torch
 
+from ..debug.frames import name_of
 from ..summary.rows import with_rows
 from .ops import first_input, forward_name, producers, saved_values, sequence_nr
 from . import ctc, finite
@@ -78,13 +79,20 @@ class LossGraph(NamedTuple):
     birth: Birth | None
 
 
-def read(loss: torch.Tensor, model_nodes: Collection[Any] = ()) -> LossGraph:
+def read(loss: torch.Tensor, model_nodes: Collection[Any] = (), frame: Any = None) -> LossGraph:
     """Walk the graph of ``loss`` over the nodes made after the first of ``model_nodes`` (those that made the
     outputs of the step's forwards: the loss computation's come after them): does it reach them, and which is the
-    first op that made a non-finite value from finite inputs (None when none can be told)? Never raises: it runs
-    inside the user's ``backward()`` call."""
+    first op that made a non-finite value from finite inputs (None when none can be told)? ``frame``: where
+    ``backward()`` was called: a non-finite tensor the loss took without gradient is named by the variable holding
+    it there or above (the line that used it is not in the graph). Never raises: it runs inside the user's
+    ``backward()`` call."""
     try:
-        return _walk(loss, set(model_nodes))
+        graph = _walk(loss, set(model_nodes))
+        if frame is not None and graph.birth is not None and graph.birth.phase == "input":
+            name = name_of(graph.birth.output, frame, outward=True)  # (saved as it was: the program's own tensor)
+            if name is not None:
+                graph.birth.note += f"; the program holds it as `{name}`"
+        return graph
     except Exception as exc:  # noqa: BLE001 - a graph it cannot read: the report says less, training goes on
         log.debug("loss graph not read: %r", exc)
         return LossGraph(False, None)
@@ -184,7 +192,7 @@ def _birth_at(node: Any) -> Birth | None:
     for name, v in inputs:
         kind = kind_of(v)
         if kind is not None:  # born earlier: in the graph (passed over here), or before it
-            return None if v.requires_grad or v.grad_fn is not None else _came_in(op, name, v.detach(), kind)
+            return None if v.requires_grad or v.grad_fn is not None else _came_in(op, name, v, kind)
     inputs = [(name, v.detach()) for name, v in inputs]
     output = result if isinstance(result, torch.Tensor) else _recompute(op, saved)
     kind = kind_of(output)

@@ -119,6 +119,26 @@ def test_a_non_finite_tensor_the_graph_did_not_make_is_data_named_by_the_op_that
     assert loss_birth((weight * weight).sum()) is None
 
 
+def test_a_non_finite_tensor_taken_without_gradient_is_named_by_the_variable_holding_it():
+    """diffusers' min-SNR weighting with a zero terminal SNR: ``weights / snr`` is 0/0 where a sample drew the last
+    timestep, computed from the schedule with no gradient; the graph keeps the tensor, not its line: the variable
+    holding it where backward() is called (or in a caller) names it."""
+    pred = torch.ones(4, 3, requires_grad=True)
+    snr = torch.tensor([1.0, 0.0, 2.0, 3.0])
+    mse_loss_weights = torch.minimum(snr, torch.full_like(snr, 5.0)) / snr  # 0/0 at sample 1
+    loss = ((pred * 2.0) ** 2).mean(dim=1).mul(mse_loss_weights).mean()
+
+    def inner_frame():  # backward() called a level below the variable: found in the caller
+        import sys
+
+        return read(loss, [], sys._getframe(0))
+
+    birth = inner_frame().birth
+    assert (birth.phase, birth.op) == ("input", "mul")
+    assert birth.output is mse_loss_weights and birth.note.endswith("the program holds it as `mse_loss_weights`")
+    assert "holds it as" not in read(loss, []).birth.note  # no frame given: nothing named
+
+
 def test_after_backward_the_structure_still_names_the_ops_whose_backward_can_make_nan():
     from tensor_dap.triggers.loss_graph import read_structure
 

@@ -142,7 +142,8 @@ def test_a_nan_label_in_the_loss_is_the_batch_first_used_by_the_loss_op():
     assert report.origin.startswith(f"mse_loss, in the loss computed before {os.path.basename(__file__)}:")
     assert report.diagnosis.startswith("a tensor the loss takes without gradient holds NaN/Inf: the batch or its")
     assert [(section, name) for section, name, _ in report.tensors][:1] == [("op inputs", "target")]
-    assert any(note.endswith("(1 row of 16 along dim 0 holds NaN/Inf: 2)") for note in report.notes), report.notes
+    assert any(note.endswith("(1 row of 16 along dim 0 holds NaN/Inf: 2); the program holds it as `y`")
+               for note in report.notes), report.notes  # the variable beside the backward() call
 
 
 def test_returns_normalized_by_the_std_of_a_one_step_episode_are_named_where_the_loss_uses_them():
