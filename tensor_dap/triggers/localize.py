@@ -207,6 +207,8 @@ class _Hooks:
         self.handles: list[Any] = []
         self.owners = _owners(model)
         for path, mod in model.named_modules():
+            if isinstance(mod, torch.jit.ScriptModule):  # TorchScript takes no module hooks: its ops are seen, as
+                continue  # the nearest Python module's (its parameters' gradients are still hooked below)
             self.handles += tracker.python.module_hooks(mod, path)  # the program's backward hooks: their ops seen
             self.handles.append(mod.register_forward_pre_hook(self._enter(path), with_kwargs=True))
             self.handles.append(mod.register_forward_hook(self._forward(path), with_kwargs=True))

@@ -155,7 +155,7 @@ class LoopCapture(StepLosses):
         each direct child holding parameters too, and a forward keeps the part it called (``Forward.entry``)."""
         model = self.model
         entries = [(name, child) for name, child in model.named_children() if next(child.parameters(), None) is not None
-                   ] if type(model).forward is _NO_FORWARD else []
+                   ] if getattr(type(model), "forward", None) is _NO_FORWARD else []  # (ScriptModule: no class forward)
         self._wrapped = [self._wrap_one(model, None)] + [self._wrap_one(child, name) for name, child in entries]
 
     def _wrap_one(self, module: torch.nn.Module, entry: str | None) -> tuple[torch.nn.Module, str | None, Any, Any]:
@@ -225,7 +225,11 @@ class LoopCapture(StepLosses):
 
     def begin_running(self, module: torch.nn.Module, args: Any) -> None:
         """A forward of the model (or of a part: ``_wrap``) running when the capture began (a watch attached from inside
-        it: ``attach``): recorded now, and its output by a forward hook that removes itself."""
+        it: ``attach``): recorded now, and its output by a forward hook that removes itself (not for TorchScript's,
+        which takes no hooks: that first step is checked, not re-run)."""
+        if isinstance(module, torch.jit.ScriptModule):
+            self.dropped = "the watch began inside this step's call of a TorchScript module, which takes no hooks"
+            return
         entry = next((e for m, e, _, _ in self._wrapped if m is module), _ABSENT)
         f = self._begin(args, None, _getframe(1)) if self.enabled and _grad_enabled() and entry is not _ABSENT else None
         if f is None:
