@@ -80,10 +80,10 @@ def global_forward_pre_hook(hook: Callable[..., Any]) -> Any:
 @contextlib.contextmanager
 def run_eagerly() -> Iterator[None]:
     """Within, every ``torch.compile``'d model, part or function runs as plain PyTorch (``set_stance("force_eager")``),
-    and TorchScript without its optimizing executor:
-    a re-run watching each op then sees the ops of a compiled part (timm's ``--torchcompile`` compiles the model
-    inside its task module), which compiled code hides (an op named ``CompiledFunctionBackward``). Nothing where
-    the compiler was never used, or where this torch has no stances."""
+    and TorchScript without its optimizing executor: a re-run watching each op then sees the ops of a compiled part
+    (timm's ``--torchcompile`` compiles the model inside its task module), which compiled code hides in one node
+    (``CompiledFunctionBackward``, ``DifferentiableGraphBackward``). Dynamo is left alone where it was never used, or
+    where this torch has no stances."""
     stance: Any = None
     scripted = torch.jit.optimized_execution(False)  # TorchScript's plain interpreter: one autograd node an op
     scripted.__enter__()  # (its optimizing executor makes one DifferentiableGraphBackward of a scripted forward)
