@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from ..libraries import library_of
 from . import ctc, finite, masked_rows
 from .birth import Birth, input_tensors, op_at
 from .loss_graph import empty_mean
@@ -76,6 +77,10 @@ DIAGNOSES = {
                       "RMSNorm without eps): add an epsilon (torch.rsqrt(x + eps)) or clamp it first "
                       "(x.clamp_min(eps)), or zero the Infs it gives (y.masked_fill(x == 0, 0))",
     "div": "division by zero: add an epsilon to the denominator (x / (norm + eps)) or clamp it (norm.clamp_min(eps))",
+    # a division in a package's code (peft's DoRA: magnitude / weight_norm): the zero comes from what it was handed
+    "div_library": "division by zero inside {owner}'s code: what it divides by comes from what your model or data "
+                   "hands it, so look there at the rows the note names: a weight row or an input that is all zeros "
+                   "(pruned, dead, padding) or an empty group",
     "weight_norm": "weight_norm divides each row of the weight by its norm, and a row of zeros (a unit that died, "
                    "or was initialized or pruned to 0) gives 0/0: re-initialize such rows, or drop weight_norm for "
                    "a normalization with an epsilon (F.normalize(w, dim=1, eps=1e-12))",
@@ -210,6 +215,8 @@ def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: floa
                 return DIAGNOSES["log_softmax"]
             if key == "log" and _made_by(birth, {"sigmoid"}):
                 return DIAGNOSES["log_sigmoid"]
+            if key == "div" and (owner := _package_of(birth)) is not None:
+                return DIAGNOSES["div_library"].format(owner=owner)
             return DIAGNOSES[key]
     diverged = _divergence(max_abs, loss_history, clipped, force=False)
     if diverged:
@@ -222,6 +229,12 @@ def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: floa
     if op in _EXP:
         return DIAGNOSES["exp"]
     return None
+
+
+def _package_of(birth: Birth) -> str | None:
+    """The package whose code ran the op (its line is in that package's files), None for the program's own."""
+    owner = library_of(birth.line.file) if birth.line is not None else None
+    return owner if owner not in ("python", "torch", "tensor_dap") else None
 
 
 def _divergence(max_abs: float | None, history: list[float], clipped: tuple[str | None, float | None], *,

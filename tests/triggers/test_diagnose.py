@@ -778,3 +778,19 @@ def test_a_focal_loss_with_gamma_below_one_is_told_as_a_power_at_zero(mode):
     assert (report.phase, report.module, report.op) == ("loss" if mode != "w.step" else "backward", None,
                                                         "PowBackward0"), report
     assert report.diagnosis == DIAGNOSES["pow_zero"]
+
+
+def test_a_division_by_zero_in_a_packages_code_points_at_what_it_was_handed():
+    """peft's DoRA divides by the norm of each weight row (``magnitude / weight_norm``): a pruned row of zeros makes
+    0/0 there, in code the user does not own; "add an epsilon to the denominator" aimed at that line does not help."""
+    import rich
+
+    from tensor_dap.debug.frames import SourceLine
+
+    zero = torch.zeros(3)
+    for file, expected in ((rich.__file__, "division by zero inside rich's code: what it divides by comes from"),
+                           (__file__, DIAGNOSES["div"])):
+        birth = Birth("forward", "div", "nan", inputs=[("a", zero), ("b", zero)], output=zero / zero,
+                      line=SourceLine(file, 1))
+        assert diagnose(birth, phase="forward", kind="nonfinite", max_abs=None,
+                        loss_history=[]).startswith(expected)
