@@ -182,7 +182,7 @@ def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: floa
     if op in ctc.OPS:  # +Inf forward, NaN from its backward (a loss filtered afterwards): what the node saved
         args = list(birth.saved.items()) if birth.forward_op else birth.inputs
         return DIAGNOSES["ctc"].format(samples=ctc.explain(args))
-    if birth.kind == "nan" and not birth.forward_op and _empty_input(birth):
+    if birth.kind == "nan" and not birth.forward_op and (_empty_input(birth) or _by_a_count_of_zero(birth, op)):
         return DIAGNOSES["empty_mean"]
     if op in _NLL and birth.kind == "nan" and (index := _all_ignored(birth)) is not None:
         return DIAGNOSES["no_targets"].format(index=index)
@@ -377,6 +377,14 @@ def _empty_input(birth: Birth) -> bool:
     """A mean, or a loss averaging, over no element (``loss_graph.empty_mean``: what made its NaN)."""
     x = next(iter(input_tensors(birth.inputs)), None)
     return empty_mean(birth.op or "", x, {"self_numel": x.numel() if x is not None else 0})
+
+
+def _by_a_count_of_zero(birth: Birth, op: str) -> bool:
+    """A sum divided by a count that is 0: one number, divided by (HF's ``loss / num_items_in_batch`` with every
+    label -100), where 0/0 is the NaN."""
+    tensors = input_tensors(birth.inputs)
+    return op in ("div", "true_divide") and len(tensors) == 2 and tensors[1].numel() == 1 and \
+        bool(tensors[1].detach().reshape(()) == 0)
 
 
 def _sqrt_saved(birth: Birth) -> torch.Tensor | None:
