@@ -43,6 +43,18 @@ def inplace(raw: str) -> bool:
     return (raw.endswith("_") and not raw.startswith("_")) or raw in _INPLACE_DUNDERS
 
 
+_RUNNING = ((1, "running_mean"), (2, "running_var"))  # where batch_norm and instance_norm take them
+
+
+def running_stats(name: str, args: Any, kwargs: Any) -> list[Any]:
+    """The running statistics a normalization updates in place while training (``F.batch_norm``'s and
+    ``F.instance_norm``'s ``running_mean`` and ``running_var``): buffers written inside the op, by no op of theirs."""
+    if name not in ("batch_norm", "instance_norm"):
+        return []
+    given = [kwargs.get(key, args[i] if len(args) > i else None) for i, key in _RUNNING]
+    return [t for t in given if isinstance(t, torch.Tensor)]
+
+
 def is_node_name(name: str | None) -> bool:
     """Whether ``name`` is an autograd node's ('SqrtBackward0', 'SafeLogBackward'), not an op's ('div')."""
     return name is not None and re.search(r"Backward\d*$", name) is not None

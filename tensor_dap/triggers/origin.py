@@ -32,7 +32,7 @@ from . import as_called
 from .birth import Birth, Born, module_label, root, storage_of
 from .finite import kind_of
 from .ops import (anomaly_line, first_input, forward_name, inplace, next_sequence_nr, op_name, op_tensors, producers,
-                  saved_values, scalar_kind, sequence_nr)
+                  running_stats, saved_values, scalar_kind, sequence_nr)
 from .python_backward import PythonBackwards, written_in_python
 
 log = logging.getLogger("tensor_dap.triggers")
@@ -127,12 +127,8 @@ class Tracker(TorchFunctionMode):
         for h in self._handles:
             h.remove()
         self._handles.clear()
-        self._nodes.clear()
-        self._tagged.clear()
-        self._fed_nodes.clear()
-        self._finite_inputs.clear()
-        self._lineage.clear()
-        self.written.clear()
+        for kept in (self._nodes, self._tagged, self._fed_nodes, self._finite_inputs, self._lineage, self.written):
+            kept.clear()
 
     # ------------------------------------------------------------ queries
     def lineage(self, t: Any) -> tuple[str, Birth] | None:
@@ -238,6 +234,9 @@ class Tracker(TorchFunctionMode):
             self._lineage[id(t)] = (weakref.ref(t), kind, birth)
             if before is not None and t is before[0] and (memory := storage_of(t)) is not None:
                 self.written[memory] = birth
+        for t in running_stats(name, args, kwargs):  # the op wrote them: a birth of its own, from its input alone
+            if (memory := storage_of(t)) is not None and memory not in self.written and (kind := kind_of(t)):
+                self.written[memory] = self._classify(name, kind, t, args[:1], {}, None)
 
     def _classify(self, name: str, kind: str, out: torch.Tensor, args: Any, kwargs: Any, before: Any) -> Birth:
         """The birth ``out`` descends from: an input's (propagated) or a new one made by this op."""

@@ -353,3 +353,26 @@ def test_a_mask_registered_at_the_first_forward_does_not_fire():
         checked = {id(b) for b in w._sentinel.source()}
     assert not w.reports
     assert id(model.scale) in checked and id(model.mask) not in checked  # the mask left out, the scale checked
+
+
+@pytest.mark.parametrize("mode", ["unchanged loop", "w.step"])
+def test_batch_norm_running_statistics_overflowing_name_batch_norm(mode):
+    """BatchNorm writes its running variance inside the op, by no op of its own: a batch of values near 1e20 (one
+    read without its normalization; a run diverging, as pytorch/examples' imagenet at lr 20) overflows it to Inf
+    while the output, normalized by it, stays finite. Before, no op was named ("first non-finite value in the
+    forward of 1")."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 6))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    def train(x: torch.Tensor) -> None:  # (the batch is no target here: its square would overflow first)
+        optimizer.zero_grad()
+        model(x).pow(2).mean().backward()
+        optimizer.step()
+
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False) as w:
+        for step, x in _batches(4):
+            x = x * 1e20 if step == 2 else x
+            w.step(train, x) if mode == "w.step" else train(x)
+    report = info.value.report
+    assert (report.step, report.phase, report.module, report.op) == (2, "forward", "1", "batch_norm"), report
+    assert "buffer '1.running_var'" in report.notes[0]
