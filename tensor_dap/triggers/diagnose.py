@@ -380,11 +380,11 @@ def _empty_input(birth: Birth) -> bool:
 
 
 def _by_a_count_of_zero(birth: Birth, op: str) -> bool:
-    """A sum divided by a count that is 0: one number, divided by (HF's ``loss / num_items_in_batch`` with every
-    label -100), where 0/0 is the NaN."""
+    """A sum divided by a count that is 0: one integer, as counted by ``mask.sum()`` (HF's ``loss /
+    num_items_in_batch`` with every label -100), where 0/0 is the NaN; a norm of zeros (``g / g.norm()``) is not."""
     tensors = input_tensors(birth.inputs)
     return op in ("div", "true_divide") and len(tensors) == 2 and tensors[1].numel() == 1 and \
-        bool(tensors[1].detach().reshape(()) == 0)
+        not tensors[1].is_floating_point() and not tensors[1].is_complex() and bool(tensors[1].reshape(()) == 0)
 
 
 def _sqrt_saved(birth: Birth) -> torch.Tensor | None:

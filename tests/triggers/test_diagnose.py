@@ -799,11 +799,13 @@ def test_a_division_by_zero_in_a_packages_code_points_at_what_it_was_handed():
 def test_a_sum_divided_by_a_count_of_zero_is_an_empty_selection():
     """HF's causal-LM loss under its Trainer is ``loss.sum() / num_items_in_batch``: a batch whose every label is -100
     (prompts truncated past the answer) divides 0 by a count of 0, in transformers' code. That is the mean over an
-    empty selection, not a weight row of zeros; a division by a tensor of zeros stays a division by zero."""
+    empty selection, not a weight row of zeros; a division by a tensor of zeros, or by a norm of 0, stays a division
+    by zero."""
     total, items = torch.tensor(0.0), torch.tensor(0)
     counted = Birth("forward", "div", "nan", inputs=[("args[0]", total), ("args[1]", items)], output=total / items)
     assert diagnose(counted, phase="forward", kind="nonfinite", max_abs=None,
                     loss_history=[]) == DIAGNOSES["empty_mean"]
-    zeros = torch.zeros(3)
-    rows = Birth("forward", "div", "nan", inputs=[("args[0]", zeros), ("args[1]", zeros)], output=zeros / zeros)
-    assert diagnose(rows, phase="forward", kind="nonfinite", max_abs=None, loss_history=[]) == DIAGNOSES["div"]
+    zeros, norm = torch.zeros(3), torch.tensor(0.0)  # a division by zeros, and by the norm of a zero gradient
+    for divisor in (zeros, norm):
+        by = Birth("forward", "div", "nan", inputs=[("args[0]", zeros), ("args[1]", divisor)], output=zeros / divisor)
+        assert diagnose(by, phase="forward", kind="nonfinite", max_abs=None, loss_history=[]) == DIAGNOSES["div"]
