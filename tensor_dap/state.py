@@ -124,6 +124,37 @@ def restore_rng(state: dict[str, Any]) -> None:
             torch.cuda.set_rng_state_all(state["cuda"])
 
 
+AUTOCAST_DEVICES = ("cpu", "cuda", "xpu", "mps", "hpu")
+
+
+def autocast_now() -> tuple[tuple[str, str], ...]:
+    """The autocast regions code runs in now, as (device type, dtype name) pairs: a forward the loop called under
+    ``torch.autocast`` is re-run under it too (a float16 overflow reproduces). Empty outside any."""
+    import torch
+
+    now = []
+    for device in AUTOCAST_DEVICES:
+        try:
+            if torch.is_autocast_enabled(device):
+                now.append((device, str(torch.get_autocast_dtype(device)).removeprefix("torch.")))
+        except (RuntimeError, TypeError, ValueError):  # a device type this torch does not know
+            continue
+    return tuple(now)
+
+
+@contextlib.contextmanager
+def autocast_as(regions: Any) -> Iterator[None]:
+    """Within, autocast as ``autocast_now`` recorded it (a bundle's, read back: names a torch knows only)."""
+    import torch
+
+    with contextlib.ExitStack() as stack:
+        for device, name in regions or ():
+            dtype = getattr(torch, str(name), None)
+            if isinstance(dtype, torch.dtype):
+                stack.enter_context(torch.autocast(str(device), dtype=dtype))
+        yield
+
+
 @contextlib.contextmanager
 def rng_kept(*, python: bool = True, numpy: bool = True, torch: bool = True) -> Iterator[None]:
     """Within, code may draw from the RNGs named (a library that picks ids at random): their streams are

@@ -19,7 +19,7 @@ import torch
 from ..debug.frames import Site, SourceLine, site_line, stand_in
 from ..libraries import is_user_file
 from ..nested import walk
-from ..state import restore_rng
+from ..state import autocast_as, restore_rng
 from ..summary.held import held_bytes
 from ..summary.rows import with_rows
 from .birth import Birth, Born
@@ -54,6 +54,7 @@ class Forward:
     # non-finite gradient reaches the outputs (``loss_graph.read_structure``)
     loss_tensor: torch.Tensor | None = None
     entry: str | None = None  # the part of the model it called, for a model with no forward of its own ("critic")
+    amp: tuple[tuple[str, str], ...] = ()  # the autocast regions it ran in (``state.autocast_now``): re-run in them
 
     def __init__(self, args: tuple[Any, ...], kwargs: dict[str, Any] | None, rng: dict[str, Any],
                  probing: bool = False, call_at: Site = None) -> None:
@@ -203,7 +204,8 @@ def replay_forwards(model: torch.nn.Module, forwards: list[Forward], rng: dict[s
     deferred: tuple[Forward, Any, str] | None = None  # the first forward whose outputs got a non-finite gradient
     for f in forwards:
         restore_rng({**(rng or {}), **f.rng})
-        out = (model.get_submodule(f.entry) if f.entry else model)(*f.args, **f.kwargs)
+        with autocast_as(f.amp):  # (the backward below runs outside it, as torch.autocast asks)
+            out = (model.get_submodule(f.entry) if f.entry else model)(*f.args, **f.kwargs)
         pairs = [(t, g) for t, g in zip(output_tensors(out), f.output_grads()) if g is not None and t.requires_grad]
         if f.loss is not None and (k := kind_of(f.loss)) is not None:  # the model's outputs came out finite
             if f.loss_birth is not None:  # the op, found in the loss's graph when backward() was called

@@ -372,7 +372,7 @@ def _forward_state(f: Forward) -> dict[str, Any]:
     line, call = (tuple(where) if where is not None else None for where in (f.line, f.call))
     loss = f.loss if isinstance(f.loss, (float, torch.Tensor)) else None  # (a non-finite one fails the replay too)
     return {"args": f.args, "kwargs": f.kwargs, "rng": safe_rng(f.rng), "grads": list(f.output_grads()), "line": line,
-            "call": call, "loss": loss, "entry": f.entry}
+            "call": call, "loss": loss, "entry": f.entry, "amp": f.amp}
 
 
 def report_of(finding: Finding, *, step: int | None, kind: str = "nonfinite", headline: str | None = None) -> Report:

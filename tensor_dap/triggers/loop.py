@@ -25,7 +25,7 @@ import torch
 from ..errors import STOPS
 from ..debug.frames import CallSites, Site, SourceLine, user_line
 from ..dynamo import compiler_loaded, compiling, eager, eager_around
-from ..state import BufferSnapshot, Buffers, RngUse
+from ..state import BufferSnapshot, Buffers, RngUse, autocast_now
 from .eval_mode import Evaluations
 from .forwards import Forward, input_bytes, named_a_loss, named_outputs
 from .loop_losses import StepLosses
@@ -46,6 +46,7 @@ FUNC_TRANSFORM = "the model ran inside a torch.func transform (vmap, grad, jacre
 _LOSS_BYTES = 16  # a loss the model returns is a scalar: at most this large (complex128)
 _Tensor = torch.Tensor
 _grad_enabled = torch.is_grad_enabled
+_any_autocast = torch._C._is_any_autocast_enabled
 _getframe = sys._getframe
 _tracing = torch.compiler.is_dynamo_compiling
 
@@ -211,7 +212,7 @@ class LoopCapture(StepLosses):
                 return self.evaluations.forward(inner, args, kwargs)
             return (marked if _tracing() else capture)(*args, **kwargs)
 
-        module._compiled_call_impl = call
+        module.__dict__["_compiled_call_impl"] = call  # (not setattr: Fabric's wrapper hands that to the module inside)
         return module, entry, saved, call
 
     def _unwrap(self) -> None:
@@ -283,6 +284,8 @@ class LoopCapture(StepLosses):
             self.start = self.buffers.save()
         rng, probing = self._rngs.before()
         f = Forward(args, kwargs, rng, probing, self._calls.at(caller))  # the line: resolved when a report asks
+        if _any_autocast():  # (one C call a forward)
+            f.amp = autocast_now()
         forwards.append(f)
         return f
 

@@ -142,6 +142,7 @@ def _forward(saved: dict[str, Any], device: torch.device) -> Forward:
     f = Forward.saved(args, kwargs, dict(saved.get("rng") or {}), grads, SourceLine(*line) if line else None,
                       SourceLine(*call) if call else None, loss if isinstance(loss, (float, torch.Tensor)) else None)
     f.entry = entry if isinstance(entry, str) else None  # a part of a model with no forward of its own
+    f.amp = tuple(tuple(map(str, region)) for region in saved.get("amp") or () if len(region) == 2)
     return f
 
 
