@@ -54,8 +54,9 @@ def _compiled(model: torch.nn.Module) -> bool:
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    """The user's own module inside DistributedDataParallel and ``torch.compile``, so reports say
-    ``encoder.x``, not ``module.encoder.x`` or ``_orig_mod.encoder.x``, and a re-run runs eagerly."""
+    """The user's own module inside DistributedDataParallel, Lightning Fabric's wrapper and ``torch.compile``, so
+    reports say ``encoder.x``, not ``module.encoder.x``, ``_forward_module.encoder.x`` or ``_orig_mod.encoder.x``, and
+    a re-run runs eagerly."""
     model = called(model)
     while _compiled(model):
         model = called(model._orig_mod)  # type: ignore[arg-type]
@@ -63,12 +64,26 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def called(model: torch.nn.Module) -> torch.nn.Module:
-    """The module whose forward hooks see each call the user makes: inside DistributedDataParallel, the
-    module it calls; a ``torch.compile``'d module itself (around the compiled code, so hooks add no graph
+    """The module whose forward hooks see each call the user makes: inside DistributedDataParallel and Lightning
+    Fabric's wrapper (``fabric.setup``: called inside its precision's autocast, with the inputs it converted), the
+    module they call; a ``torch.compile``'d module itself (around the compiled code, so hooks add no graph
     break: hooks inside it would be traced into the graph)."""
-    while _ddp(model):
-        model = model.module  # type: ignore[assignment]
-    return model
+    while True:
+        if _ddp(model):
+            model = model.module  # type: ignore[assignment]
+        elif _fabric(model):
+            model = model._forward_module  # type: ignore[assignment]
+        else:
+            return model
+
+
+def _fabric(model: torch.nn.Module) -> bool:
+    """Lightning Fabric's ``_FabricModule`` (known without importing lightning): its forward calls
+    ``_forward_module`` (the user's module, or the strategy's wrapper of it)."""
+    import torch
+
+    return type(model).__name__ == "_FabricModule" and isinstance(model._modules.get("_forward_module"),
+                                                                   torch.nn.Module)
 
 
 @contextlib.contextmanager

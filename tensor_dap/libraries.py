@@ -149,6 +149,15 @@ def is_user_file(filename: str) -> bool:
     return library_of(filename) is None
 
 
+def is_pass_through(filename: str) -> bool:
+    """Lightning Fabric's code: the thin layer between the user's ``model(x)`` / ``fabric.backward(loss)`` and torch's
+    (its model wrapper, its precision's and strategy's backward), which names no line of its own: the user's call
+    is the line. Lightning's Trainer (``lightning.pytorch``) is not: it is the loop."""
+    owner = library_of(filename)
+    return owner == "lightning_fabric" or (owner == "lightning" and f"{os.sep}lightning{os.sep}fabric{os.sep}" in
+                                           os.path.realpath(filename))
+
+
 def is_framework(filename: str) -> bool:
     """Python's, torch's or tensor_dap's own code: what stands between the user and their frame.
 

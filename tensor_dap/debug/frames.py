@@ -16,15 +16,16 @@ import tokenize
 from types import FrameType
 from typing import Any, Callable, Iterator, NamedTuple, Optional, Union
 
-from ..libraries import is_framework, is_user_file, library_of
+from ..libraries import is_framework, is_pass_through, is_user_file, library_of
 from ..runner import is_runner_frame
 
 _PACKAGE = __name__.partition(".")[0]
 
 
 def is_library(filename: str) -> bool:
-    """True for Python's, torch's and tensor_dap's own code (``libraries.is_framework``)."""
-    return is_framework(filename)
+    """True for Python's, torch's and tensor_dap's own code (``libraries.is_framework``), and for the wrappers a
+    framework puts between the user's call and torch's (``libraries.is_pass_through``: Lightning Fabric)."""
+    return is_framework(filename) or is_pass_through(filename)
 
 
 def is_runner(filename: str) -> bool:

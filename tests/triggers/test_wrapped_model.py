@@ -95,3 +95,67 @@ def test_a_re_run_backward_passes_fabric_s_check_that_it_started_the_backward(mo
     report = info.value.report
     assert (report.phase, report.op) == ("backward", "SqrtBackward0"), report.notes
     assert wrappers._in_fabric_backward is False  # put back after the re-run
+
+
+FABRIC_LIKE = '''
+import torch
+from torch import nn
+
+_in_fabric_backward = False
+
+
+class _FabricModule(nn.Module):
+    def __init__(self, module):
+        super().__init__()
+        self._forward_module = module
+
+    def forward(self, *args):
+        return self._forward_module(*args)
+
+
+def backward(loss):
+    global _in_fabric_backward
+    _in_fabric_backward = True
+    try:
+        loss.backward()
+    finally:
+        _in_fabric_backward = False
+'''
+
+
+def test_fabric_s_wrappers_are_passed_through_to_the_users_lines_and_names(tmp_path, monkeypatch):
+    """Fabric's code stands between the user's ``model(x)`` / ``fabric.backward(loss)`` and torch's: the lines named
+    are the user's calls, not Fabric's (``precision.py:107  tensor.backward()``), and the modules are named without
+    ``_forward_module.``. A package laid out as lightning's (in a site-packages folder) stands in for it here."""
+    import importlib
+    import sys
+
+    from tensor_dap.libraries import is_pass_through
+
+    site = tmp_path / "site-packages"
+    (site / "lightning" / "fabric").mkdir(parents=True)
+    (site / "lightning" / "__init__.py").write_text("")
+    (site / "lightning" / "fabric" / "__init__.py").write_text("")
+    (site / "lightning" / "fabric" / "wrappers.py").write_text(FABRIC_LIKE)
+    assert is_pass_through(str(site / "lightning" / "fabric" / "wrappers.py"))
+    assert not is_pass_through(str(site / "lightning" / "pytorch" / "trainer.py"))  # the Trainer is the loop
+    monkeypatch.syspath_prepend(str(site))
+    for name in [n for n in sys.modules if n == "lightning" or n.startswith("lightning.")]:
+        monkeypatch.delitem(sys.modules, name)
+    wrappers = importlib.import_module("lightning.fabric.wrappers")
+
+    torch.manual_seed(0)
+    model = wrappers._FabricModule(nn.Sequential(nn.Linear(6, 8), nn.Linear(8, 4)))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    target = torch.zeros(8, dtype=torch.long)
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False):
+        for step in range(3):
+            logits = model(torch.randn(8, 6) * (1e4 if step == 2 else 1))  # FABRIC-CALL
+            loss = torch.nn.functional.nll_loss(torch.log(torch.softmax(logits, -1)), target)
+            optimizer.zero_grad()
+            wrappers.backward(loss)  # FABRIC-BACKWARD
+            optimizer.step()
+    report = info.value.report
+    assert (report.step, report.op) == (2, "log"), report.headline
+    assert report.source["file"] == __file__ and report.source["text"].endswith("# FABRIC-BACKWARD")
+    assert "_forward_module" not in report.headline and "_forward_module" not in " ".join(report.notes)
