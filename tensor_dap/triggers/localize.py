@@ -191,9 +191,24 @@ def _submodule(model: torch.nn.Module | None, path: str | None) -> torch.nn.Modu
     if path is None or model is None:  # no model: a birth in the loss computation (``break_if``)
         return None
     try:
-        return model.get_submodule(path)
-    except AttributeError:
+        return model.get_submodule(path) if path else model
+    except (AttributeError, RuntimeError):  # (a ScriptModule has no get_submodule)
         return None
+
+
+def _root_hooks(model: torch.nn.Module, enter: Callable, leave: Callable) -> list[Any]:
+    """``enter``/``leave`` around ``model``'s own calls, by torch's hooks on all modules (a ScriptModule takes none)."""
+    from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+    def before(module: torch.nn.Module, args: Any) -> None:
+        if module is model:
+            enter(module, args, {})
+
+    def after(module: torch.nn.Module, args: Any, output: Any) -> None:
+        if module is model:
+            leave(module, args, {}, output)
+
+    return [register_module_forward_pre_hook(before), register_module_forward_hook(after)]
 
 
 class _Hooks:
@@ -207,6 +222,8 @@ class _Hooks:
         self.last: dict[int, tuple[Any, Any, Any]] = {}  # id(module) -> (args, kwargs, output)
         self.handles: list[Any] = []
         self.owners = _owners(model)
+        if isinstance(model, torch.jit.ScriptModule):  # scripted whole: torch's global hooks see its calls from Python
+            self.handles += _root_hooks(model, self._enter(""), self._forward(""))
         for path, mod in model.named_modules():
             if isinstance(mod, torch.jit.ScriptModule):  # TorchScript takes no module hooks: its ops are seen, as
                 continue  # the nearest Python module's (its parameters' gradients are still hooked below)

@@ -112,12 +112,13 @@ def test_a_scripted_part_is_re_run_op_by_op_and_named_by_the_module_calling_it()
 
 def test_a_model_scripted_whole_is_watched_without_breaking_the_program():
     """``type(model).forward`` of a RecursiveScriptModule raises AttributeError (its forward is a per-instance
-    descriptor): ``watch`` raised it into the program. Now it watches; a re-run cannot enter TorchScript's modules,
-    so the report names the module holding the non-finite gradient."""
+    descriptor): ``watch`` raised it into the program. Now it watches, and the re-run sees the scripted model's calls
+    through torch's global module hooks (it takes no hooks of its own): the op, as the model's own."""
     torch.manual_seed(0)
     model = torch.jit.script(_PlainNet())
     report = _steps(model).report
-    assert (report.step, report.phase) == (0, "backward") and report.module.startswith("block"), report
+    assert (report.step, report.phase, report.module, report.op) == (0, "backward", "", "SqrtBackward0"), report
+    assert report.source["file"] == __file__  # the line that called the model
 
 
 SCRIPTED_RUN = """
