@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ..libraries import library_of
+from ..libraries import FRAMEWORK, library_of
 from . import ctc, finite, masked_rows
 from .birth import Birth, input_tensors, op_at
 from .loss_graph import empty_mean
@@ -234,7 +234,7 @@ def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: floa
 def _package_of(birth: Birth) -> str | None:
     """The package whose code ran the op (its line is in that package's files), None for the program's own."""
     owner = library_of(birth.line.file) if birth.line is not None else None
-    return owner if owner not in ("python", "torch", "tensor_dap") else None
+    return owner if owner not in (None, *FRAMEWORK) else None
 
 
 def _divergence(max_abs: float | None, history: list[float], clipped: tuple[str | None, float | None], *,
