@@ -29,7 +29,6 @@ from .loss_tap import double_backward_line
 from .birth import Birth, Born, masks, module_label, op_at, outlive_transforms, root
 from .finite import kind_of
 from .ops import is_node_name
-from .framework_backward import as_framework_backward
 from .masked_rows import ROW_OPS
 from .origin import GRAD_AT_OUTPUTS, Tracker
 
@@ -350,9 +349,8 @@ def localize_rerun(model: torch.nn.Module, rerun: Callable[[], Any], *, input_ba
         hooks = _Hooks(model, input_bad, full_backward, tracker)
         try:
             # anomaly mode records each node's forward stack: the line of a node no tracked op made
-            with tracker, torch.autograd.set_detect_anomaly(True, check_nan=False):
-                with run_eagerly(), as_framework_backward():  # compiled parts op by op; Fabric's check let through
-                    rerun()
+            with tracker, torch.autograd.set_detect_anomaly(True, check_nan=False), run_eagerly():
+                rerun()
             return leftover(tracker) if leftover is not None else None
         except _Found as exc:
             return exc.finding

@@ -6,6 +6,8 @@ attribute writes (the field trial ran Lightning 2.6's Fabric itself)."""
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import pytest
 import torch
 from torch import nn
@@ -41,24 +43,30 @@ class _Net(nn.Module):
         return self.fc2(torch.where(h > 0, torch.sqrt(h), 0.0))  # NaN in backward where h < 0
 
 
-def test_a_wrapper_handing_attribute_writes_inside_is_watched_without_recursion():
-    torch.manual_seed(0)
-    model = _Forwarding(_Net())
+def _report(model: nn.Module, backward: Callable[[torch.Tensor], None] = torch.Tensor.backward) -> Any:
+    """The report of watching ``model`` train (its sqrt trap fires at the first step), ``backward`` run on each loss."""
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False):
         for _ in range(3):
             optimizer.zero_grad()
-            model(torch.randn(8, 6)).pow(2).mean().backward()
+            backward(model(torch.randn(8, 6)).pow(2).mean())
             optimizer.step()
-    report = info.value.report
+    return info.value.report
+
+
+def test_a_wrapper_handing_attribute_writes_inside_is_watched_without_recursion():
+    torch.manual_seed(0)
+    model = _Forwarding(_Net())
+    report = _report(model)
     assert (report.step, report.phase, report.op) == (0, "backward", "SqrtBackward0"), report.headline
     assert "_compiled_call_impl" not in model._forward_module.__dict__  # the model inside keeps its own call
 
 
-def test_a_re_run_backward_passes_fabric_s_check_that_it_started_the_backward(monkeypatch):
-    """Fabric (``bf16-mixed``) hooks the outputs of the model it set up with a check that the backward came through
-    ``fabric.backward``, reading a flag of its ``lightning.fabric.wrappers`` module; the re-run's own backward failed
-    there. Here a module of that name holds the flag and the wrapper's forward hooks its output as Fabric's does."""
+def test_a_re_run_backward_is_not_stopped_by_fabric_s_check_that_it_started_the_backward(monkeypatch):
+    """Fabric (``bf16-mixed``) hooks the outputs of its wrapper's call with a check that the backward came through
+    ``fabric.backward``, reading a flag of its ``lightning.fabric.wrappers`` module; a re-run through the wrapper
+    failed there. The re-run starts from the outputs of the user's module inside (``dist.called``), which carry no
+    such hook. Here a module of that name holds the flag and the wrapper's forward hooks its output as Fabric's does."""
     import sys
     import types
 
@@ -71,7 +79,7 @@ def test_a_re_run_backward_passes_fabric_s_check_that_it_started_the_backward(mo
             raise RuntimeError("The current strategy and precision selection requires you to call "
                                "`fabric.backward(loss)` instead of `loss.backward()`.")
 
-    class Checked(_Forwarding):
+    class _FabricModule(_Forwarding):  # (the name Fabric's wrapper has: ``dist.called`` looks through it)
         def forward(self, *args: object) -> torch.Tensor:
             out = self._forward_module(*args)
             out.register_hook(refuse)
@@ -85,16 +93,9 @@ def test_a_re_run_backward_passes_fabric_s_check_that_it_started_the_backward(mo
             wrappers._in_fabric_backward = False
 
     torch.manual_seed(0)
-    model = Checked(_Net())
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(model, optimizer, on="raise", capture=False):
-        for _ in range(3):
-            optimizer.zero_grad()
-            fabric_backward(model(torch.randn(8, 6)).pow(2).mean())
-            optimizer.step()
-    report = info.value.report
+    report = _report(_FabricModule(_Net()), fabric_backward)
     assert (report.phase, report.op) == ("backward", "SqrtBackward0"), report.notes
-    assert wrappers._in_fabric_backward is False  # put back after the re-run
+    assert wrappers._in_fabric_backward is False  # as the program left it
 
 
 FABRIC_LIKE = '''
