@@ -34,3 +34,24 @@ def is_packed_sequence(value: Any) -> bool:
     the tokens of every sequence, not with the batch, and whose ``batch_sizes`` torch keeps on the CPU."""
     packed = torch_attr("torch.nn.utils.rnn.PackedSequence")
     return isinstance(packed, type) and isinstance(value, packed)
+
+
+
+def is_script_module(value: Any) -> bool:
+    """True for a scripted or traced module (``torch.jit``): it keeps its attributes, parameters and submodules in
+    C++, behind wrappers that are not dicts."""
+    jit = torch_attr("torch.jit.ScriptModule")
+    return isinstance(jit, type) and isinstance(value, jit)
+
+
+def class_name(module: Any) -> str:
+    """The name of ``module``'s class as its author wrote it: a scripted or traced module is a
+    ``RecursiveScriptModule`` or ``TracedModule`` whose ``original_name`` is the user's class."""
+    if is_script_module(module):
+        try:
+            original = getattr(module, "original_name", None)
+        except Exception:  # noqa: BLE001 - a ScriptModule subclass's own property: its class name then
+            original = None
+        if isinstance(original, str) and original:
+            return original
+    return type(module).__name__

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..format import dtype_name, fmt_shape, short_error
-from ..kinds import is_packed_sequence, is_tensor
+from ..kinds import class_name, is_packed_sequence, is_tensor
 from ..nested import first_tensor
 from ..state import preserved
 from .paths import is_module_path
@@ -215,7 +215,7 @@ def shape_flow(module: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] |
         out, dtype, device = entry.get("output", ("", "", ""))
         in_shape, in_dtype, in_device = entry["first_in"] or (None, "", "")
         rows.append(LayerRow(
-            name=name, kind=type(mod).__name__, depth=0 if not name else name.count(".") + 1,
+            name=name, kind=class_name(mod), depth=0 if not name else name.count(".") + 1,
             inputs=entry["inputs"], output=out, dtype=dtype, device=device,
             params=sum(p.numel() for p in mod.parameters(recurse=False)),
             error=error if mod is culprit else None,

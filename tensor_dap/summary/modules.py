@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..format import dtype_name
+from ..kinds import class_name, is_script_module
 
 _HOOK_KINDS = (
     ("forward_pre", "_forward_pre_hooks"),
@@ -89,12 +90,23 @@ class ModuleSummary:
 
 
 def _own(module: Any, group: str) -> dict:
-    """One of the dicts nn.Module keeps (``_modules``, ``_parameters``, ``_buffers``), read without user code."""
+    """One of the dicts nn.Module keeps (``_modules``, ``_parameters``, ``_buffers``), read without user code
+    (a TorchScript module's are torch's wrappers around its C++ module: read through them)."""
     try:
         value = object.__getattribute__(module, "__dict__").get(group)
     except AttributeError:
         return {}
-    return value if isinstance(value, dict) else {}
+    if isinstance(value, dict):
+        return value
+    if is_script_module(module):
+        if value is None:  # a traced module: the scripted one it wraps holds them
+            inner = object.__getattribute__(module, "__dict__").get("_actual_script_module")
+            return _own(inner, group) if inner is not None and inner is not module else {}
+        try:
+            return dict(value.items())
+        except Exception:  # noqa: BLE001 - an odd wrapper: nothing listed rather than a failed summary
+            return {}
+    return {}
 
 
 def entries(module: Any) -> Iterator[tuple[str, Any, str]]:
@@ -160,11 +172,10 @@ def hook_counts(module: Any) -> tuple[tuple[str, int], ...]:
 
 def signature(module: Any) -> str:
     """A short constructor-like name: what a reader needs to recognise the layer (plain attributes only)."""
-    kind = type(module).__name__
-    own = object.__getattribute__(module, "__dict__") if hasattr(module, "__dict__") else {}
+    kind = class_name(module)
 
     def get(name: str) -> Any:
-        return own.get(name)
+        return _own_attr(module, name, None)
 
     if get("in_features") is not None and get("out_features") is not None:
         return f"{kind}({get('in_features') or '?'}→{get('out_features')})"
@@ -191,7 +202,7 @@ def signature(module: Any) -> str:
         return f"{kind}({get('num_groups')}, {get('num_channels')})"
     if kind in LIST_LIKE + DICT_LIKE:
         return f"{kind}({len(_own(module, '_parameters' if kind.startswith('Parameter') else '_modules'))})"
-    extra = _torch_extra_repr(module)
+    extra = "" if is_script_module(module) else _torch_extra_repr(module)  # (TorchScript's: its original_name)
     if extra and len(extra) <= _EXTRA_REPR_MAX and "\n" not in extra:
         return f"{kind}({extra})"
     return kind
@@ -269,7 +280,7 @@ def describe_module(module: Any, *, max_ms: float | None = None) -> ModuleSummar
             if not complete:
                 break
     return ModuleSummary(
-        kind=type(module).__name__, signature=signature(module), params=params, trainable=trainable,
+        kind=class_name(module), signature=signature(module), params=params, trainable=trainable,
         frozen=params - trainable, param_tensors=param_tensors, param_bytes=param_bytes, buffers=buffers,
         buffer_bytes=buffer_bytes, dtypes=_ordered(kinds), devices=_ordered(places), training=training,
         mode_differs=mode_differs, children=sum(1 for v in _own(module, "_modules").values() if v is not None),
@@ -283,7 +294,18 @@ def _ordered(groups: dict[str, dict[str, None]]) -> tuple[str, ...]:
 
 
 def _own_attr(obj: Any, name: str, default: Any) -> Any:
+    """An attribute from the instance's own dict (no property of the user's runs); a TorchScript module keeps its
+    attributes (``training``, ``in_features``) in its C++ module."""
     try:
-        return object.__getattribute__(obj, "__dict__").get(name, default)
+        own = object.__getattribute__(obj, "__dict__")
     except AttributeError:
         return default
+    if name not in own and is_script_module(obj):
+        inner = own.get("_actual_script_module")  # a traced module: the scripted one it wraps
+        if inner is not None and inner is not obj:
+            return _own_attr(inner, name, default)
+        try:
+            return own["_c"].getattr(name) if own["_c"].hasattr(name) else default
+        except Exception:  # noqa: BLE001 - no C++ module there: as a plain module
+            return default
+    return own.get(name, default)

@@ -22,6 +22,7 @@ import torch
 from ..debug.frames import SourceLine
 from ..dynamo import run_eagerly
 from ..errors import STOPS
+from ..kinds import class_name
 from ..nested import walk
 from ..summary import TensorSummary, describe
 from ..summary.rows import masked_rows_text, with_rows
@@ -281,7 +282,7 @@ class _Hooks:
             note = "its output is non-finite while its inputs are finite"
         rows = _rows("inputs", (args, kwargs) if kwargs else args, "args") + \
             _rows("output", output, "output") + param_rows(mod)
-        raise _Found(Finding(phase, path, type(mod).__name__, note, rows,
+        raise _Found(Finding(phase, path, class_name(mod), note, rows,
                              {"module": mod, "inputs": args, "output": output}))
 
     def _culprit(self, mod: torch.nn.Module, **extra: Any) -> dict[str, Any]:
@@ -301,7 +302,7 @@ class _Hooks:
             rows = _rows("grad_output", grad_output, "grad_output") + \
                 _rows("grad_input", grad_input, "grad_input") + _rows("forward inputs", args, "args") + \
                 _rows("forward output", output, "output") + param_rows(mod)
-            raise _Found(Finding("backward", path, type(mod).__name__, note, rows,
+            raise _Found(Finding("backward", path, class_name(mod), note, rows,
                                  self._culprit(mod, grad_input=grad_input, grad_output=grad_output)))
         return hook
 
@@ -311,7 +312,7 @@ class _Hooks:
                 note = ("the gradient arriving at its output is non-finite; the module that consumed "
                         "this output produced it (tensor hooks: the model's in-place ops rule out module "
                         "backward hooks)")
-                raise _Found(Finding("backward", path, type(mod).__name__, note,
+                raise _Found(Finding("backward", path, class_name(mod), note,
                                      _rows("grad_output", grad, "grad_output") + param_rows(mod),
                                      self._culprit(mod, grad_output=grad)))
         return hook
@@ -323,9 +324,9 @@ class _Hooks:
                 path, mod, pname = self.owners.get(id(p), ("", self.model, "?"))
                 if arrived:
                     raise Born(self.tracker.python.hook_birth(list(p._backward_hooks.values()), grad, path,
-                                                              type(mod).__name__, f"on its parameter {pname!r}"))
+                                                              class_name(mod), f"on its parameter {pname!r}"))
                 note = f"the gradient of its parameter {pname!r} is non-finite"
-                raise _Found(Finding("backward", path, type(mod).__name__, note,
+                raise _Found(Finding("backward", path, class_name(mod), note,
                                      _rows("gradient", grad, pname) + param_rows(mod),
                                      self._culprit(mod, parameter=p, grad=grad)))
         return hook

@@ -27,6 +27,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from ..debug.frames import SourceLine, user_frame, user_line
+from ..kinds import class_name
 from ..summary.rows import with_rows
 from . import as_called
 from .birth import Birth, Born, module_label, root, storage_of
@@ -99,7 +100,7 @@ class Tracker(TorchFunctionMode):
             return  # made by tracked ops, recorded with what is behind them: the common case, no walk of the inputs
         floor = max((sequence_nr(t.grad_fn) for t in op_tensors(inputs)
                      if isinstance(t, torch.Tensor) and t.grad_fn is not None), default=-1)
-        origin = (self.names.get(id(module)), type(module).__name__, None, None)
+        origin = (self.names.get(id(module)), class_name(module), None, None)
         seen: set[Any] = set()
         while todo and len(seen) < MAX_NODES:
             n = todo.pop()
@@ -273,8 +274,8 @@ class Tracker(TorchFunctionMode):
         owner = frame.f_locals.get("self") if frame is not None else None  # a submodule's forward called directly
         path = self.names.get(id(owner))  # (``flow.forward(x)``: nn.Module's call and its hooks skipped): the method's
         if path and top is not None and (top == "" or path.startswith(f"{top}.")):
-            return path, type(owner).__name__
-        return top, type(module).__name__
+            return path, class_name(owner)
+        return top, class_name(module)
 
     def _phase(self) -> str:
         return "forward" if self.stack or not self.model_done else "loss"
@@ -354,7 +355,7 @@ class Tracker(TorchFunctionMode):
         for i in range(len(entries) - 2, -1, -1):
             if entries[i] <= made:
                 module = self.stack[i]
-                return self.names.get(id(module)), type(module).__name__, None, None
+                return self.names.get(id(module)), class_name(module), None, None
         return None, None, None, None  # made before the model's forward: outside any module
 
     def _note(self, n: Any, origin: tuple[str | None, str | None, str | None, SourceLine | None]) -> None:

@@ -728,3 +728,31 @@ def test_tensors_inside_vmap_and_grad_render_with_every_sample():
         assert session.watch("x * 2").startswith("tensor[4] func.grad vmap ×3 x∈[0, 2.2]")
     finally:
         dap.close()
+
+
+class _Scripted(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+        self.bn = torch.nn.BatchNorm1d(3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bn(self.fc(x))
+
+
+@pytest.mark.parametrize("compile_", ["script", "trace"])
+def test_a_torchscript_module_is_summarized_as_the_users_class_with_its_parameters(compile_):
+    """TorchScript keeps a module's parameters, submodules and attributes in C++ behind wrappers that are not dicts (a
+    traced module wraps a scripted one): the Variables panel said ``Net(original_name=Net) no params``."""
+    eager = _Scripted()
+    model = torch.jit.script(eager) if compile_ == "script" else torch.jit.trace(eager, torch.randn(2, 4))
+    model.bn.eval()
+    eager.bn.eval()
+    ms = module_summary.describe_module(model)
+    assert str(ms) == str(module_summary.describe_module(eager)) == "_Scripted 21 params f32+i64 cpu train (1 in eval)"
+    assert (ms.kind, ms.params, ms.buffers) == ("_Scripted", 12 + 3 + 6, 6 + 1)
+    # a scripted Linear keeps in_features as an attribute of its C++ module; tracing keeps only tensors
+    assert module_summary.signature(model.fc) == ("Linear(4→3)" if compile_ == "script" else "Linear")
+    kids = {name: value for name, value, _ in dap_children.children(model, "module")}
+    assert kids["params"] == {name: value for name, value, _ in dap_children.children(eager, "module")}["params"]
+    assert kids["params"].startswith("21 in 4 tensors"), kids

@@ -118,6 +118,7 @@ def test_a_model_scripted_whole_is_watched_without_breaking_the_program():
     model = torch.jit.script(_PlainNet())
     report = _steps(model).report
     assert (report.step, report.phase, report.module, report.op) == (0, "backward", "", "SqrtBackward0"), report
+    assert report.module_type == "_PlainNet"  # the user's class, not torch's RecursiveScriptModule
     assert report.source["file"] == __file__  # the line that called the model
 
 
