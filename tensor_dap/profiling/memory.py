@@ -28,7 +28,7 @@ from .memory_sites import Site, def_line, peak_rss, torch_sites, tracemalloc_sit
 from .output import CUDA_SNAPSHOT, MEMORY, write_json
 from .recorder import Recorder
 from .tables import plain, table, where
-from .window import StepWindow, quiet_profiler_log, unreadable
+from .window import StepWindow, start_quietly, unreadable
 
 GROWTH = 1.25  # a new snapshot when traced memory exceeds the last one by this factor
 POLL_S = 0.05
@@ -70,8 +70,9 @@ class MemoryRecorder(Recorder):
             self._window = StepWindow(dict(profile_memory=True, with_stack=True), o.wait, o.warmup, o.active,
                                       self._on_trace, aside=self._not_counted)
         if self._window is not None:  # the profiler's first start initializes a lot: minutes under tracemalloc
-            with quiet_profiler_log(), torch.profiler.profile(profile_memory=True):
-                pass
+            warm = torch.profiler.profile(profile_memory=True)
+            start_quietly(warm)
+            warm.stop()
 
         marks.add_step_listener(self._on_step)
         tracemalloc.start(self.options.frames)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 import weakref
 from typing import Any, Callable, ContextManager, Iterator
@@ -59,6 +60,30 @@ def quiet_profiler_log() -> Iterator[None]:
         yield
     finally:
         os.environ.pop(KINETO_LOG_LEVEL, None)
+
+
+def start_quietly(profiler: Any) -> None:
+    """The profiler's first start, with torch's lines about itself, not about the program, kept out of the program's
+    stderr: kineto's (``quiet_profiler_log``), and c10's "Memory block of unknown size was allocated before the
+    profiling started", which a memory profile logs once a process, at the first block it sees freed but not
+    allocated (every program frees one: torch's own, from its import). That one is spent here on a block of ours,
+    with stderr pointed at /dev/null only while that block is freed."""
+    import torch
+
+    block = [torch.empty(16)]  # allocated before the profiler starts
+    with quiet_profiler_log():
+        profiler.start()
+    if not getattr(profiler, "profile_memory", False):
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            block.clear()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def unreadable(exc: BaseException) -> str:
@@ -109,8 +134,7 @@ class StepWindow:
         # names came back as garbage (UnicodeDecodeError; pytorch/pytorch#130622, fixed after torch 2.13)
         self._prelude = torch.profiler.profile(**{**self.kwargs, "with_stack": False})
         self._growth_check = global_forward_pre_hook(self._check_growth)
-        with quiet_profiler_log():
-            self._prelude.start()
+        start_quietly(self._prelude)
         self._memory_at_start = _memory()  # (after the profiler's own start-up)
         self._next_check = time.monotonic() + CHECK_EVERY_S
 
