@@ -45,20 +45,25 @@ class ReplayAtStart:
         when the failure reproduced, 1 when the step ran clean)."""
         from ..errors import TriggerError
         from .attach import model_of
+        from .incident import read_bundle
+        from .parts import as_saved
         from .replay import replay
 
         self._replayed = True
-        model, _ = model_of(self._seen, optimizer, sys._getframe(1))
+        frame = sys._getframe(1)
+        model, _ = model_of(self._seen, optimizer, frame)
         trains = f"the parameters of {type(optimizer).__name__}" if optimizer is not None else "parameters"
         if model is None:
             note(f"tensor_dap: --replay: no module that ran before the first step holds {trains}; nothing to "
                  "replay on")
             raise SystemExit(2)
-        with_optimizer = f" and {type(optimizer).__name__}" if optimizer is not None else ""
-        note(f"tensor_dap: replaying {self.replay} on the program's {type(model).__name__}{with_optimizer}",
-             style="")
         try:
-            report = replay(self.replay, model, closure, optimizer=optimizer, on=self.on, trusted=self.trusted)
+            bundle = read_bundle(self.replay, trusted=self.trusted)
+            model = as_saved(bundle.model_state or (), model, [model, *self._seen], frame)  # watched as parts?
+            with_optimizer = f" and {type(optimizer).__name__}" if optimizer is not None else ""
+            note(f"tensor_dap: replaying {self.replay} on the program's {type(model).__name__}{with_optimizer}",
+                 style="")
+            report = replay(bundle, model, closure, optimizer=optimizer, on=self.on)
         except TriggerError as exc:  # nobody to stop for: the report is shown, the program ends
             from .report import emit
 

@@ -18,7 +18,7 @@ import torch
 
 from ..debug.frames import Site, SourceLine, site_line, stand_in
 from ..libraries import is_user_file
-from ..nested import walk
+from ..nested import map_tensors, walk
 from ..state import autocast_as, restore_rng
 from ..summary.held import held_bytes
 from ..summary.rows import with_rows
@@ -204,8 +204,9 @@ def replay_forwards(model: torch.nn.Module, forwards: list[Forward], rng: dict[s
     deferred: tuple[Forward, Any, str] | None = None  # the first forward whose outputs got a non-finite gradient
     for f in forwards:
         restore_rng({**(rng or {}), **f.rng})
+        args, kwargs = _cut_from_upstream(f.args, f.kwargs)
         with autocast_as(f.amp):  # (the backward below runs outside it, as torch.autocast asks)
-            out = (model.get_submodule(f.entry) if f.entry else model)(*f.args, **f.kwargs)
+            out = (model.get_submodule(f.entry) if f.entry else model)(*args, **kwargs)
         pairs = [(t, g) for t, g in zip(output_tensors(out), f.output_grads()) if g is not None and t.requires_grad]
         if f.loss is not None and (k := kind_of(f.loss)) is not None:  # the model's outputs came out finite
             if f.loss_birth is not None:  # the op, found in the loss's graph when backward() was called
@@ -227,10 +228,11 @@ def replay_forwards(model: torch.nn.Module, forwards: list[Forward], rng: dict[s
             params = [p for p in model.parameters() if p.requires_grad]
             own = {id(p) for p in params}
         # Into the model's parameters, and its leaf inputs that take a gradient, only: an input made upstream (a
-        # GAN's generator output, whose graph its own backward freed) is not gone through again. A reentrant
-        # checkpoint refuses that (``inputs=``): through the whole graph then, as the program's own backward() went.
+        # GAN's generator output, whose graph its own backward freed) is cut there (``_cut_from_upstream``), not gone
+        # through again. A reentrant checkpoint refuses ``inputs=``: through the whole graph then, as the program's own
+        # backward() went.
         outputs = [t for t, _ in pairs]
-        leaves = [t for _, t in walk((f.args, f.kwargs)) if t.is_leaf and t.requires_grad and id(t) not in own]
+        leaves = [t for _, t in walk((args, kwargs)) if t.is_leaf and t.requires_grad and id(t) not in own]
         if params and reentrant_checkpoint(outputs):
             with _grads_kept(leaves):
                 torch.autograd.backward(outputs, [g for _, g in pairs])  # (the batch's own .grad left as it was)
@@ -239,6 +241,25 @@ def replay_forwards(model: torch.nn.Module, forwards: list[Forward], rng: dict[s
                 torch.autograd.backward(outputs, [g for _, g in pairs], inputs=params + leaves)
     if deferred is not None:
         raise Born(_sent_by_the_loss(*deferred, forwards))
+
+
+def _cut_from_upstream(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The forward's inputs, each one made upstream with a gradient (another model's output, a GAN's generator's, a
+    seq2seq's encoder's) replaced by a leaf of its own values that takes a gradient: the re-run's backward goes
+    through the model's ops on it (a ``torch.where(x > 0, x.sqrt(), 0)`` on the encoder's outputs makes its NaN on
+    the way there, reaching none of the model's parameters), and stops at it. The inputs as they are where none is."""
+    if not any(t.requires_grad and not t.is_leaf for _, t in walk((args, kwargs))):
+        return args, kwargs
+    cut: dict[int, torch.Tensor] = {}
+
+    def leaf(t: torch.Tensor) -> torch.Tensor:
+        if not t.requires_grad or t.is_leaf:
+            return t
+        if id(t) not in cut:  # the same tensor passed twice: one leaf
+            cut[id(t)] = t.detach().requires_grad_()
+        return cut[id(t)]
+
+    return map_tensors((args, kwargs), leaf)
 
 
 def _sent_by_the_loss(f: Forward, grad: torch.Tensor, kind: str, forwards: list[Forward]) -> Birth:

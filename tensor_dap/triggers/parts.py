@@ -10,6 +10,7 @@ them (its variables, ``self``'s attributes), else by position.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -64,3 +65,21 @@ def parts_of(modules: list[torch.nn.Module], frame: Any) -> Parts:
 def _named(parts: dict[str, torch.nn.Module]) -> Parts:
     """A ``Parts`` whose class is named after them (``qf1+qf2``): what a report and the run's last line call it."""
     return type("+".join(parts), (Parts,), {})(parts)
+
+
+def as_saved(keys: Iterable[str], model: torch.nn.Module, modules: Iterable[torch.nn.Module], frame: Any
+             ) -> torch.nn.Module:
+    """The model a bundle's state (its ``keys``) was saved from, among the program's ``modules``: ``model`` where the
+    keys are its own, else the ``Parts`` of the modules the program names as the bundle names its parts (a seq2seq's
+    ``watch([encoder, decoder], ...)`` saves ``encoder.*`` and ``decoder.*``, and the first optimizer to step holds
+    only the encoder's parameters); ``model`` where no such parts are found (loading the state then says why)."""
+    keys = list(keys)
+    saved = set(keys)
+    if not saved or saved == set(model.state_dict()):
+        return model
+    wanted = list(dict.fromkeys(key.split(".", 1)[0] for key in keys))  # in the bundle's order
+    named = names_for([m for m in dict.fromkeys(modules)], frame)
+    if not all(name in named for name in wanted):
+        return model
+    parts = _named({name: named[name] for name in wanted})
+    return parts if set(parts.state_dict()) == saved else model

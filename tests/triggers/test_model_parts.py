@@ -345,3 +345,100 @@ def test_a_nan_born_in_the_model_fed_this_one_s_outputs_is_named_there():
     assert report.source["text"].endswith("# BIRTH") and "fully masked row" in report.diagnosis
     assert report.notes[0].startswith("the gradient at this model's outputs came from _Decoder, watched too, which "
                                       "took them as its input: born in _Decoder's forward")
+
+
+SEQ2SEQ = '''
+import sys
+
+import torch
+from torch import nn
+
+import tensor_dap
+
+
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb, self.gru = nn.Embedding(20, 16), nn.GRU(16, 16, batch_first=True)
+
+    def forward(self, x):
+        return self.gru(self.emb(x))
+
+
+class Decoder(nn.Module):
+    """Attends over the sqrt of the encoder's positive outputs: NaN in the backward of sqrt, on the way to the
+    encoder's outputs only (none of the decoder's own parameters is behind it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb, self.gru, self.out = nn.Embedding(20, 16), nn.GRU(16, 16, batch_first=True), nn.Linear(32, 20)
+
+    def forward(self, enc_out, h, y_in):
+        keys = torch.where(enc_out > 0, torch.sqrt(enc_out), 0.0)  # BIRTH
+        out, _ = self.gru(self.emb(y_in), h)
+        return self.out(torch.cat([out, torch.softmax(out @ keys.transpose(1, 2), -1) @ keys], -1))
+
+
+torch.manual_seed(0)
+encoder, decoder = Encoder(), Decoder()
+encoder_optimizer = torch.optim.SGD(encoder.parameters(), lr=0.01)
+decoder_optimizer = torch.optim.SGD(decoder.parameters(), lr=0.01)
+gen = torch.Generator().manual_seed(1)
+
+
+def train():
+    for step in range(4):
+        x, y = torch.randint(1, 20, (8, 7), generator=gen), torch.randint(1, 20, (8, 6), generator=gen)
+        encoder_optimizer.zero_grad()
+        decoder_optimizer.zero_grad()
+        enc_out, h = encoder(x)
+        logits = decoder(enc_out, h, y[:, :-1])
+        torch.nn.functional.cross_entropy(logits.reshape(-1, 20), y[:, 1:].reshape(-1)).backward()
+        encoder_optimizer.step()
+        decoder_optimizer.step()
+
+
+if sys.argv[1:] == ["parts"]:
+    with tensor_dap.watch([encoder, decoder], [encoder_optimizer, decoder_optimizer], on="raise"):
+        train()
+elif sys.argv[1:] == ["two"]:
+    with tensor_dap.watch(encoder, encoder_optimizer, on="raise"), tensor_dap.watch(decoder, decoder_optimizer,
+                                                                                  on="raise"):
+        train()
+else:
+    train()
+'''
+
+
+def _seq2seq(tmp_path, *args):
+    (tmp_path / "seq2seq.py").write_text(SEQ2SEQ)
+    return subprocess.run([sys.executable, "-m", "tensor_dap", "run", *args], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=180, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("how", [("seq2seq.py", "two"), ("seq2seq.py", "parts"), ("--break-on-nan", "seq2seq.py")])
+def test_a_nan_the_decoder_s_backward_sends_only_to_the_encoder_is_named_in_the_decoder(tmp_path, how):
+    """The decoder's NaN reaches none of its own parameters, only the encoder's outputs: a re-run of the decoder that
+    went into its parameters alone skipped the op, so the encoder's watch said "the loss computation outside the
+    model". A re-run now cuts an input made upstream into a leaf that takes a gradient, and goes through the ops on
+    it: with a watch each, with both as parts, and under ``tensor-dap run --break-on-nan``."""
+    r = _seq2seq(tmp_path, *how)
+    err = " ".join(r.stderr.split())
+    assert r.returncode == 1, err[-3000:]
+    assert "step 0 · NaN born in SqrtBackward0 (the backward of sqrt), in the backward of " in err, err[-3000:]
+    assert "outside any module" not in err
+    assert "# BIRTH" in err and "seq2seq.py:" in err
+    assert ("backward of decoder (Decoder)" if how[1] == "parts" else "backward of the model itself (Decoder)") in err
+
+
+def test_tensor_dap_run_replays_a_bundle_of_models_watched_as_parts_on_those_parts(tmp_path):
+    """``watch([encoder, decoder], ...)`` bundles both; ``--replay`` found the model of the first optimizer to step
+    (the encoder alone), whose state the bundle's keys (``encoder.*``, ``decoder.*``) did not fit: it failed with a
+    load_state_dict traceback. It now replays on the program's modules of those names."""
+    first = _seq2seq(tmp_path, "seq2seq.py", "parts")
+    assert first.returncode == 1, first.stderr[-3000:]
+    bundle = next((tmp_path / ".tensor_dap" / "incidents").iterdir())
+    again = _seq2seq(tmp_path, "--replay", str(bundle), "seq2seq.py")
+    said = " ".join(again.stderr.split())
+    assert again.returncode == 0 and "on the program's encoder+decoder and SGD" in said, said[-3000:]
+    assert "replay: NaN born in SqrtBackward0 (the backward of sqrt), in the backward of decoder" in said, said[-3000:]
