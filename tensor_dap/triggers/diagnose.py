@@ -1,10 +1,9 @@
 """One line that says what probably went wrong and the usual fix, from where a NaN/Inf was born.
 
-``diagnose``: pure rules over the finding (the op, its inputs, the phase) and the report's numbers
-(the largest magnitude seen, the loss history, how the program clips its gradients): a fully masked
-softmax row, a log/sqrt/division of zero, a float16 overflow, bad data, a diverging run. None when
-no rule applies: a guess that does not fit would send the user the wrong way. ``diagnose_report``
-gives it a report's numbers and the clipping ``loss_tap`` noted in this process.
+``diagnose``: pure rules over the finding (the op, its inputs, the phase) and the report's numbers (the largest
+magnitude, the loss history, how the program clips its gradients): a fully masked softmax row, a log/sqrt/division of
+zero, a float16 overflow, bad data, a diverging run. None when no rule applies: a guess that does not fit would send
+the user the wrong way. ``diagnose_report``: of a report (a NaN/Inf learning rate first), with ``loss_tap``'s clipping.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from typing import Any
 import torch
 
 from ..libraries import FRAMEWORK, library_of
-from . import ctc, finite, masked_rows
+from . import ctc, finite, lr_collapse, masked_rows
 from .birth import Birth, input_tensors, op_at
 from .loss_graph import empty_mean
 
@@ -149,8 +148,9 @@ def diagnose_report(report: Any, birth: Birth | None) -> str | None:
 
     if report.clipping is None:
         report.clipping, report.clip_norm_seen = clipping(), clip_norm_seen()
-    return diagnose(birth, phase=report.phase, kind=report.kind, max_abs=report.max_abs,
-                    loss_history=report.loss_history, clipping=report.clipping, norm_seen=report.clip_norm_seen)
+    return lr_collapse.nonfinite_rate(report.lr) or diagnose(
+        birth, phase=report.phase, kind=report.kind, max_abs=report.max_abs, loss_history=report.loss_history,
+        clipping=report.clipping, norm_seen=report.clip_norm_seen)
 
 
 def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: float | None,

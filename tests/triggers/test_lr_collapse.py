@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import pytest
@@ -69,3 +70,28 @@ def test_schedules_that_keep_learning_are_not_said(capfd, kind):
 
     _train(258, schedule)
     assert "learning rate is" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("nan")])
+def test_a_non_finite_learning_rate_is_the_diagnosis_of_the_update_it_broke(bad):
+    """A schedule that divides by a warmup of 0 steps (numpy's float division gives Inf or NaN, with a warning only)
+    makes the rate itself non-finite: the report said only "the optimizer update made a parameter non-finite", with
+    "lr: inf" among its facts and no diagnosis."""
+    def broken(optimizer):
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: bad if s >= 3 else 1.0)
+        return lambda i: scheduler.step()
+
+    with pytest.raises(tensor_dap.NonFiniteError) as info:
+        _train(8, broken, lr=0.1)
+    report = info.value.report
+    assert report.phase == "optimizer" and report.step == 3, report.headline
+    assert report.diagnosis.startswith(f"the learning rate is {bad}, so every update with it makes the parameters "
+                                       "non-finite"), report.diagnosis
+    assert report.lr and not all(map(math.isfinite, report.lr))
+
+
+def test_finite_rates_leave_the_diagnosis_to_the_other_rules():
+    from tensor_dap.triggers.lr_collapse import nonfinite_rate
+
+    assert nonfinite_rate([1e-3, 0.0, 1e30]) is None and nonfinite_rate([]) is None
+    assert nonfinite_rate([1e-3, float("nan")]).startswith("the learning rate is nan")
