@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from .capture import Source, StepContext
+from .crash_outside import HEADLINE, outside_finding
 from .held_now import nonfinite_parameters
 from .localize import nonfinite
 from .report import Report, emit
@@ -41,14 +42,20 @@ class CrashExplanation:
                 or self._rerun(ctx)
         except Exception:  # noqa: BLE001 - the re-run crashed as the program did, before any non-finite value
             return None
-        if finding is None:
-            return None
+        outside = finding is None
+        if outside:  # the model re-ran finite: the program's code after it made the value it crashed on
+            finding = self._guard(outside_finding, tb)
+            if finding is None:
+                return None
         finding = self._guard(upstream, self, finding) or finding  # a batch another watched model made
-        report = self._report(finding, ctx.index, ctx.index, None)
+        report = self._report(finding, ctx.index, ctx.index, None, headline=HEADLINE if outside else None)
         report.notes.append("found as the program crashed: this step's non-finite value came first (the crash "
                             "follows)")
         self._latched = True
-        self._bundle(report, Source(ctx.outer or ctx, None, None))
+        if outside:  # a bundle of the model's step would replay clean
+            report.notes.append("no bundle: the model's step re-runs finite; the value was made after it")
+        else:
+            self._bundle(report, Source(ctx.outer or ctx, None, None))
         self.reports.append(report)
         emit(report)
         return report

@@ -324,3 +324,54 @@ def test_weights_non_finite_before_the_first_watched_step_are_not_blamed_on_an_u
     assert (report.step, report.phase, report.module) == (0, "optimizer", "2")
     assert report.headline == "a parameter of 2 was non-finite before the first watched step"
     assert "parameter 'weight' is non-finite before the step: it was so when the watch began" in report.notes[0]
+
+
+def _policy_steps(all_masked_at: int | None, causal_crash: bool = False, validate: bool = True) -> None:
+    """An RL policy whose illegal actions are masked with -inf before ``Categorical``: at ``all_masked_at`` one state
+    has no legal action (its row normalizes to NaN and the distribution's check raises). ``causal_crash``: a shape
+    error instead, with a -inf mask (on purpose) and finite logits in the frame. ``validate``: the distribution checks
+    its arguments (torch's default, until dynamo's set-up turns it off for the process: then ``sample`` crashes)."""
+    torch.manual_seed(0)
+    policy = nn.Sequential(nn.Linear(6, 32), nn.Tanh(), nn.Linear(32, 4))
+    optimizer = torch.optim.Adam(policy.parameters(), lr=3e-4)
+    with tensor_dap.watch(policy, optimizer, on="raise"):
+        for step in range(6):
+            legal = torch.rand(16, 4) > 0.3
+            legal[:, 0] = True
+            if step == all_masked_at:
+                legal[5] = False
+            logits = policy(torch.randn(16, 6)).masked_fill(~legal, float("-inf"))
+            if causal_crash and step == 3:
+                mask = torch.full((4, 4), float("-inf")).triu(1)  # a causal mask: -inf on purpose
+                logits = logits @ torch.ones(5, 4) + mask  # a shape error
+            dist = torch.distributions.Categorical(logits=logits, validate_args=validate)  # MASKED-CRASH
+            loss = -(dist.log_prob(dist.sample()) * torch.randn(16)).mean()  # SAMPLE-CRASH
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+
+@pytest.mark.parametrize("validate", [True, False])
+def test_a_crash_on_a_nan_the_program_made_after_the_model_names_its_masked_row(tmp_path, monkeypatch, capsys,
+                                                                                validate):
+    """The model re-runs finite, and the NaN the crash is about was made after it: ``Categorical`` over logits whose
+    row 5 is -inf in every entry (a state with no legal action). The ValueError prints the tensor and nothing more;
+    the watch names the program's line, its tensor and the row, and writes no bundle (the model's step replays
+    clean)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError if validate else RuntimeError, match="found invalid values" if validate else
+                       "probability tensor contains either `inf`, `nan`"):
+        _policy_steps(all_masked_at=4, validate=validate)
+    err = " ".join(capsys.readouterr().err.split())
+    assert "step 4 · NaN made after the model, in the program's code: it crashed on it" in err, err[-3000:]
+    line = file_marker_line(__file__, "MASKED-CRASH" if validate else "SAMPLE-CRASH")
+    assert f"{os.path.basename(__file__)}:{line}" in err
+    assert "logits: 1 of 16 rows along the last dim is entirely -inf: index 5 of dim 0 (of 16)" in err
+    assert "no bundle: the model's step re-runs finite" in err and not os.path.exists(tmp_path / ".tensor_dap")
+
+
+def test_a_crash_of_another_kind_with_a_minus_inf_mask_in_reach_adds_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):
+        _policy_steps(all_masked_at=None, causal_crash=True)
+    assert "tensor_dap trigger" not in capsys.readouterr().err

@@ -1,0 +1,82 @@
+"""A crash on a non-finite value the model did not make: the program's code after the model made it.
+
+``explain_crash`` re-runs the crashed step's forwards and backward; where they run finite, the non-finite tensors
+the crash left in its frames were made between the model and the crash. An RL policy's ``Categorical(logits=...)``
+over logits masked with -inf (illegal actions), one state with no legal action: its row normalizes to
+``-inf - logsumexp(-inf)``, NaN, and the distribution's check raises a ValueError that prints the tensor and nothing
+more. Those tensors are named here with the program's line that led to the crash, and a row masked whole (a
+softmax, a log-softmax or a distribution over it is NaN) is diagnosed.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any
+
+import torch
+
+from ..debug.frames import SourceLine, is_library
+from ..summary import describe
+from ..summary.rows import masked_rows_text
+from .birth import Birth
+from .finite import kind_of
+from .localize import Finding
+from .masked_rows import has_masked_row
+
+MAX_NAMED = 4  # non-finite tensors a report lists
+MAX_READ = 32  # tensors of the crashed frames looked at, at most (each is read in bounded pieces)
+MASKED_ROW = ("{name}: {rows}: a softmax, log-softmax or distribution over such a row is NaN "
+              "(-inf - logsumexp(-inf)); guard such rows (a state with no legal action, a query with no key to attend "
+              "to) or mask with torch.finfo(dtype).min instead of -inf")
+NOTE = ("the model's forwards and backward re-ran finite: the program's code after the model made this value, and "
+        "the program crashed on it")
+
+
+def outside_finding(tb: TracebackType | None) -> Finding | None:
+    """The finding of a crash whose non-finite values the model did not make (see the module's docstring); None where
+    the frames the exception left hold no NaN (a crash of another kind), or none of them is the program's own."""
+    from ..probe.scan import reachable_tensors
+
+    entries: list[tuple[Any, int]] = []  # (frame, line), outermost first
+    while tb is not None:
+        entries.append((tb.tb_frame, tb.tb_lineno))
+        tb = tb.tb_next
+    own = [(f, n) for f, n in entries if not is_library(f.f_code.co_filename)]
+    if not own:
+        return None
+    named: list[tuple[str, torch.Tensor, bool]] = []  # (name, tensor, in the program's own frame)
+    read, nan = 0, False
+    # the program's frames first, as it names what it handed on (its masked logits), then the libraries' (the NaN
+    # their code made of it); each innermost first: nearest the crash
+    for frame, line in [*reversed(own), *((f, n) for f, n in reversed(entries) if (f, n) not in own)]:
+        if read >= MAX_READ or len(named) >= MAX_NAMED:
+            break
+        tensors, _ = reachable_tensors(frame.f_locals, modules=False, limit=MAX_READ - read)
+        read += len(tensors)
+        mine = not is_library(frame.f_code.co_filename)
+        for name, t in tensors:
+            kind = kind_of(t) if not any(t is seen for _, seen, _ in named) else None
+            # a NaN; a -inf only where a whole row is masked (a causal mask's -inf is there on purpose)
+            if len(named) < MAX_NAMED and (kind == "nan" or kind == "inf" and mine and has_masked_row(t)):
+                nan = nan or kind == "nan"
+                named.append((f"{name} (in {frame.f_code.co_name} at {_short(frame.f_code.co_filename)}:{line})", t,
+                              mine))
+    if not nan:  # no NaN in reach: the crash is of another kind
+        return None
+    frame, line = own[-1]
+    masked = next(((name, t) for name, t, mine in named if mine and kind_of(t) == "inf"), None)
+    birth = Birth("loss", None, "nan", line=SourceLine(frame.f_code.co_filename, line, frame.f_code.co_name))
+    finding = Finding("loss", None, None, NOTE, [("crash", name, describe(t)) for name, t, _ in named],
+                      {name.split(" ", 1)[0]: t for name, t, _ in named}, birth=birth)
+    if masked is not None:
+        rows = masked_rows_text(masked[1])
+        finding.diagnosis = MASKED_ROW.format(name=masked[0].split(" ", 1)[0],
+                                              rows=rows or "a row along its last dim is entirely -inf")
+    return finding
+
+
+HEADLINE = "NaN made after the model, in the program's code: it crashed on it"
+
+
+def _short(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
