@@ -2,12 +2,15 @@
 "dataset index 137", the record to fix.
 
 While a watch is open (``follow``, counted), each DataLoader iterator notes the indices it asks its sampler for
-(``_next_index``, in the main process, workers or not) and, as it hands a batch out, pairs the oldest with it.
-Batches come out in the order their indices were asked (``in_order=True``, the default); a loader reset for a new
-epoch forgets what it had asked. The last two batches are kept (a wrapper may fetch one ahead of the one it hands
-the loop: accelerate's DataLoaderShard), each one's tensors strongly when they are ``KEEP_BYTES`` or less in all (a
-batch moved to the GPU lets go of its CPU copy, and the rows are still told from it), weakly otherwise. An
-iterable-style dataset has no indices, nor a loader without automatic batching one per row: neither is noted.
+(``_next_index``, in the main process, workers or not) by the batch they make, counted from the iterator's start
+(workers are asked ahead: an iterator made before the watch opened, as ``tensor-dap run`` attaches it at the first
+forward, has batches in flight whose indices were never noted, and those get none rather than another batch's), and
+pairs a batch with its own as it hands it out. Batches come out in the order their indices were asked
+(``in_order=True``, the default); a loader reset for a new epoch forgets what it had asked. The last two batches are
+kept (a wrapper may fetch one ahead of the one it hands the loop: accelerate's DataLoaderShard), each one's tensors
+strongly when they are ``KEEP_BYTES`` or less in all (a batch moved to the GPU lets go of its CPU copy, and the rows
+are still told from it), weakly otherwise. An iterable-style dataset has no indices, nor a loader without automatic
+batching one per row: neither is noted.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from typing import Any, Callable
 from .nested import walk
 
 KEEP_BYTES = 64 << 20
-_QUEUE = "_tensor_dap_indices"
+_QUEUE = "_tensor_dap_indices"  # an iterator's {batch number: its dataset indices}, or False
+_IN_FLIGHT = 64  # batches asked ahead and kept at most (workers × prefetch_factor, with room)
 _followers = [0]
 _restore: list[tuple[Any, str, Any]] = []
 # (the dataset indices of each of the last batches, [their tensors, or weak references to them]): two, since a
@@ -64,21 +68,29 @@ def _install() -> None:
 
     def noted_index(self: Any) -> Any:
         index = next_index(self)
-        queue = self.__dict__.get(_QUEUE)
-        if queue is None:  # (once an iterator: whether its batches have indices, one per row)
+        asked = self.__dict__.get(_QUEUE)
+        if asked is None:  # (once an iterator: whether its batches have indices, one per row)
             mapped = self._dataset_kind == _DatasetKind.Map and getattr(self, "_auto_collation", False) and \
                 getattr(self, "_in_order", True)
-            queue = self.__dict__[_QUEUE] = deque() if mapped else False
-        if queue is not False:
-            queue.append(index)
+            asked = self.__dict__[_QUEUE] = {} if mapped else False
+        if asked is not False:
+            # Which batch these indices make, counted from the iterator's start, not from ours: workers are asked
+            # ahead (``_send_idx``, before it counts this one), so an iterator made before the watch opened has
+            # batches in flight whose indices were never noted; with no workers, the batch being fetched.
+            sent = getattr(self, "_send_idx", None)
+            asked[sent if isinstance(sent, int) else self._num_yielded] = index
+            if len(asked) > _IN_FLIGHT:
+                del asked[next(iter(asked))]
         return index
 
     def noted_batch(self: Any) -> Any:
         batch = next_batch(self)
-        queue = self.__dict__.get(_QUEUE)
-        if queue:
+        asked = self.__dict__.get(_QUEUE)
+        if asked:
             try:
-                _remember(queue.popleft(), batch)
+                indices = asked.pop(self._num_yielded - 1, None)  # (counted once the batch was handed out)
+                if indices is not None:
+                    _remember(indices, batch)
             except Exception:  # noqa: BLE001 - noting must never break the loader
                 _last.clear()
         return batch

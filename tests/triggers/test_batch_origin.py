@@ -83,3 +83,30 @@ def test_a_wrapper_that_fetches_one_batch_ahead_is_still_named():
 
     loader = DataLoader(_data(), batch_size=32, shuffle=True, generator=torch.Generator().manual_seed(1))
     assert f"the DataLoader's dataset index {BAD})" in _note(ahead(loader))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_iterator_made_before_the_watch_opened_pairs_each_batch_with_its_own_indices(workers):
+    """``tensor-dap run`` attaches its watch at the first forward, after the loop made its iterator, whose workers
+    were already asked for the indices of the batches in flight: those were never noted, and pairing the oldest
+    noted indices with the next batch named another batch's records (or, with no workers, nothing went wrong). Each
+    batch is now paired with the indices asked for it, counted from the iterator's start; the ones in flight get
+    none. Checked on every batch against the rows themselves (the dataset's row i holds i)."""
+    from tensor_dap import batch_origin
+
+    rows = torch.arange(200, dtype=torch.float32)[:, None].repeat(1, 3)
+    loader = DataLoader(TensorDataset(rows), batch_size=8, shuffle=True, num_workers=workers,
+                        generator=torch.Generator().manual_seed(2))
+    batches = iter(loader)
+    next(batches)  # the loop's first batch, before the watch
+    handle = batch_origin.follow()
+    try:
+        named = 0
+        for (x,) in batches:
+            found = batch_origin.dataset_rows(x, list(range(len(x))), lambda t: list(range(len(t))))
+            if found is not None:
+                assert found == x[:, 0].long().tolist()
+                named += 1
+        assert named >= 20  # 24 batches left: all but those in flight when following began
+    finally:
+        handle.remove()
