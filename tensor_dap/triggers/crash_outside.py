@@ -20,14 +20,12 @@ from ..summary import describe
 from ..summary.rows import masked_rows_text
 from .birth import Birth
 from .finite import kind_of
+from .fixes import DIAGNOSES
 from .localize import Finding
 from .masked_rows import has_masked_row
 
 MAX_NAMED = 4  # non-finite tensors a report lists
 MAX_READ = 32  # tensors of the crashed frames looked at, at most (each is read in bounded pieces)
-MASKED_ROW = ("{name}: {rows}: a softmax, log-softmax or distribution over such a row is NaN "
-              "(-inf - logsumexp(-inf)); guard such rows (a state with no legal action, a query with no key to attend "
-              "to) or mask with torch.finfo(dtype).min instead of -inf")
 NOTE = ("the model's forwards and backward re-ran finite: the program's code after the model made this value, and "
         "the program crashed on it")
 
@@ -70,7 +68,7 @@ def outside_finding(tb: TracebackType | None) -> Finding | None:
                       {name.split(" ", 1)[0]: t for name, t, _ in named}, birth=birth)
     if masked is not None:
         rows = masked_rows_text(masked[1])
-        finding.diagnosis = MASKED_ROW.format(name=masked[0].split(" ", 1)[0],
+        finding.diagnosis = DIAGNOSES["masked_row"].format(name=masked[0].split(" ", 1)[0],
                                               rows=rows or "a row along its last dim is entirely -inf")
     return finding
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..format import fmt_num
 from .aftermath import latest_loss
-from .diagnose import DIVERGENCE_FIX
+from .fixes import DIVERGENCE_FIX
 
 GROWTH = 1e6  # no loss that trains grows this much from its first value (nor past it from one under 1: a loss that
 # starts near 0, an auxiliary term alone in a warm-up, may grow a millionfold and be fine); a diverging one passes it

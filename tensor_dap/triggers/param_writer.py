@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from .diagnose import DIAGNOSES
+from .fixes import DIAGNOSES
 from .finite import kind_of, max_abs
 
 OVERFLOW_MARGIN = 1e-3  # an Inf is ruled out as the update's overflow while everything it read stays below this share

@@ -12,7 +12,8 @@ from torch import nn
 
 import tensor_dap
 from tensor_dap import LossThresholdError, NonFiniteError
-from tensor_dap.triggers.diagnose import DIAGNOSES, diagnose
+from tensor_dap.triggers.diagnose import diagnose
+from tensor_dap.triggers.fixes import DIAGNOSES
 from tensor_dap.triggers.birth import Birth
 
 pytestmark = pytest.mark.timeout(60)
@@ -809,3 +810,40 @@ def test_a_sum_divided_by_a_count_of_zero_is_an_empty_selection():
     for divisor in (zeros, norm):
         by = Birth("forward", "div", "nan", inputs=[("args[0]", zeros), ("args[1]", divisor)], output=zeros / divisor)
         assert diagnose(by, phase="forward", kind="nonfinite", max_abs=None, loss_history=[]) == DIAGNOSES["div"]
+
+
+class _Invertible1x1(nn.Module):
+    """Glow's invertible 1x1 convolution, as a matrix: its log-determinant enters the flow's likelihood."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.linalg.qr(torch.randn(4, 4))[0])
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x @ self.weight, torch.linalg.slogdet(self.weight)[1] * x.size(0)
+
+
+def test_a_matrix_that_lost_rank_is_diagnosed_as_singular():
+    """A flow whose invertible layer was re-initialized with two equal rows: its log-determinant is -inf. The op was
+    named and nothing was said of it."""
+    torch.manual_seed(0)
+    flow = _Invertible1x1()
+    optimizer = torch.optim.SGD(flow.parameters(), lr=0.01)
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(flow, optimizer, on="raise"):
+        for step in range(5):
+            if step == 3:
+                with torch.no_grad():
+                    flow.weight[1] = flow.weight[0]
+            z, logdet = flow(torch.randn(16, 4))
+            loss = 0.5 * (z ** 2).sum() - logdet
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    report = info.value.report
+    assert (report.step, report.phase, report.op) == (3, "forward", "linalg_slogdet"), report.headline
+    assert report.diagnosis == DIAGNOSES["singular"]
+
+
+def test_a_determinant_s_gradient_at_a_singular_matrix_is_diagnosed_as_singular():
+    birth = Birth("backward", "LinalgDetBackward0", "nan", forward_op="linalg_det")
+    assert diagnose(birth, phase="backward", kind="nonfinite", max_abs=None, loss_history=[]) == DIAGNOSES["singular"]

@@ -12,7 +12,7 @@ from torch.func import functional_call, grad, vmap
 
 import tensor_dap
 from tensor_dap import NonFiniteError
-from tensor_dap.triggers.diagnose import DIAGNOSES
+from tensor_dap.triggers.fixes import DIAGNOSES
 from tensor_dap.triggers.loop import FUNC_TRANSFORM
 
 

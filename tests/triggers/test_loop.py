@@ -21,7 +21,7 @@ from torch import nn
 
 import tensor_dap
 from tensor_dap import LossThresholdError, NonFiniteError
-from tensor_dap.triggers.diagnose import DIAGNOSES
+from tensor_dap.triggers.fixes import DIAGNOSES
 from tensor_dap.triggers.report import to_text
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.filterwarnings("ignore::UserWarning")]
