@@ -113,4 +113,8 @@ DIAGNOSES = {
     "masked_row": ("{name}: {rows}: a softmax, log-softmax or distribution over such a row is NaN "
                    "(-inf - logsumexp(-inf)); guard such rows (a state with no legal action, a query with no key to "
                    "attend to) or mask with torch.finfo(dtype).min instead of -inf"),
+    # an update from finite gradients whose optimizer state for the parameter held NaN before it
+    "state_nan": ("{optimizer}'s state for this parameter holds NaN ({key}) while the gradients it used were finite: "
+                  "the state was non-finite before the update (an optimizer checkpoint saved from a run gone NaN, "
+                  "loaded with load_state_dict): start the optimizer's state afresh or load an earlier checkpoint"),
 }

@@ -12,11 +12,12 @@ from .localize import Finding, nonfinite, param_rows
 from .param_writer import update_diagnosis, update_ruled_out
 
 
-def nonfinite_parameters(model: torch.nn.Module, *, first_step: bool = False, optimizer: Any = None
-                         ) -> Finding | None:
+def nonfinite_parameters(model: torch.nn.Module, *, first_step: bool = False, optimizer: Any = None,
+                         checked: bool = False) -> Finding | None:
     """The first module (registration order) holding a non-finite parameter, if any. ``first_step``: no update
     was watched yet, so none of ours wrote it (a checkpoint loaded with NaN/Inf, or training before the watch).
-    ``optimizer``: the one that made the last update, asked whether it can have written it (``param_writer``)."""
+    ``optimizer``: the one that made the last update, asked whether it can have written it (``param_writer``);
+    ``checked``: the gradients of that update were checked finite before it (a watch reading every step)."""
     for path, mod in model.named_modules():
         for pname, p in mod.named_parameters(recurse=False):
             if nonfinite(p):
@@ -31,7 +32,8 @@ def nonfinite_parameters(model: torch.nn.Module, *, first_step: bool = False, op
                 return Finding("optimizer", path, type(mod).__name__,
                                f"parameter {pname!r} is non-finite before the step: {why}",
                                param_rows(mod), {"module": mod, "parameter": p}, writer=writer,
-                               diagnosis=update_diagnosis(optimizer, p) if writer == "update" and optimizer else None)
+                               diagnosis=update_diagnosis(optimizer, p, checked)
+                               if writer == "update" and optimizer else None)
     return None
 
 

@@ -142,8 +142,8 @@ class Investigation:
             loss_bad = True
         can_rerun = ctx is not None and ctx.index == index
         pre_update = ctx is None or ctx.checked  # else the step's own update already ran
-        finding = nonfinite_parameters(self._inner, first_step=index == 0, optimizer=self._updater) if pre_update \
-            else None
+        finding = nonfinite_parameters(self._inner, first_step=index == 0, optimizer=self._updater,
+                                       checked=self.every == 1) if pre_update else None
         step = index
         if finding is not None:  # the update of the step before wrote it, unless there was none
             step = (index - 1 if self.every == 1 else first) if index > 0 else index

@@ -87,14 +87,28 @@ def _vanishing(group: Any, p: torch.Tensor) -> float | None:
     return eps if float(torch.tensor(eps, dtype=p.dtype)) == 0 else None
 
 
-def update_diagnosis(optimizer: Any, p: torch.Tensor) -> str | None:
+def update_diagnosis(optimizer: Any, p: torch.Tensor, checked: bool = False) -> str | None:
     """Why the update itself wrote the NaN in ``p``, with the fix, when a rule says so (an ``eps`` lost in ``p``'s
-    dtype); else None."""
+    dtype; with ``checked``, finite gradients, a NaN the optimizer's state held); else None."""
+    held = _nan_state(optimizer, p) if checked else None
+    if held is not None:
+        return DIAGNOSES["state_nan"].format(optimizer=type(optimizer).__name__, key=held)
     eps = vanishing_eps(optimizer, p)
     if eps is None:
         return None
     return DIAGNOSES["eps_vanishes"].format(eps=eps, dtype=str(p.dtype).replace("torch.", ""),
                                             optimizer=type(optimizer).__name__)
+
+
+def _nan_state(optimizer: Any, p: torch.Tensor) -> str | None:
+    """The name of a tensor of ``optimizer``'s state for ``p`` that holds NaN (``exp_avg_sq``), else None. The update
+    read finite gradients (the watch checked them before it), and from those Adam & co make no NaN of finite state:
+    a NaN there was in the state before (an optimizer checkpoint saved from a run gone NaN)."""
+    try:
+        state = optimizer.state.get(p, {})
+        return next((str(k) for k, v in state.items() if isinstance(v, torch.Tensor) and kind_of(v) == "nan"), None)
+    except Exception:  # noqa: BLE001 - an unusual optimizer: nothing can be said
+        return None
 
 
 def _finite(value: Any) -> bool:

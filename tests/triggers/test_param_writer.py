@@ -83,6 +83,36 @@ def test_a_nan_learning_rate_is_the_update_writing_nan():
     report = train(lambda p: torch.optim.SGD(p, lr=1e-2), schedule)
     assert report.phase == "optimizer" and report.step == 3
     assert report.headline.startswith("the optimizer update made a parameter of")
+    assert report.diagnosis.startswith("the learning rate is nan, so every update with it makes the parameters")
+
+
+def test_an_optimizer_state_loaded_with_nan_is_the_diagnosis_of_the_update_it_broke():
+    """An optimizer checkpoint saved from a run gone NaN (one value of Adam's exp_avg_sq): the update from finite
+    gradients writes NaN into the parameter, and the report said only that the update did."""
+    def corrupt(step, model, optimizer):
+        if step == 1:  # the checkpoint is loaded between two steps
+            state = optimizer.state_dict()
+            state["state"][2]["exp_avg_sq"][1, 5] = float("nan")
+            optimizer.load_state_dict(state)
+
+    report = train(lambda p: torch.optim.Adam(p, lr=1e-2), corrupt)
+    assert report.phase == "optimizer" and report.step == 2 and report.module == "2"
+    assert report.diagnosis.startswith("Adam's state for this parameter holds NaN (exp_avg_sq) while the gradients "
+                                       "it used were finite"), report.diagnosis
+
+
+def test_a_nan_state_is_not_blamed_where_the_gradients_were_not_all_checked():
+    """Read every few steps (``every`` > 1), an unchecked update may have used NaN gradients, which put NaN in the
+    state too: the state is then no evidence."""
+    from tensor_dap.triggers.param_writer import update_diagnosis
+
+    p = nn.Parameter(torch.ones(3))
+    adam = torch.optim.Adam([p], lr=0.1)
+    p.grad = torch.ones(3)
+    adam.step()
+    adam.state[p]["exp_avg_sq"][0] = float("nan")
+    assert update_diagnosis(adam, p, checked=False) is None
+    assert update_diagnosis(adam, p, checked=True).startswith("Adam's state for this parameter holds NaN")
 
 
 def test_what_rules_the_update_out():
