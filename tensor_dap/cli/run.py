@@ -84,7 +84,7 @@ def _explain_with_watches(exc: BaseException) -> None:
 
     for w in active.watches():
         try:
-            w.explain_crash(exc.__traceback__)
+            w.explain_crash(exc.__traceback__, exc)
         except Exception as error:  # noqa: BLE001 - the crash report comes first
             print(f"tensor_dap: {short_error(error, limit=None)}", file=sys.stderr)
 

@@ -10,6 +10,8 @@ softmax, a log-softmax or a distribution over it is NaN) is diagnosed.
 
 from __future__ import annotations
 
+import linecache
+import re
 from types import TracebackType
 from typing import Any
 
@@ -30,10 +32,14 @@ NOTE = ("the model's forwards and backward re-ran finite: the program's code aft
         "the program crashed on it")
 
 
-def outside_finding(tb: TracebackType | None) -> Finding | None:
+def outside_finding(tb: TracebackType | None, error: BaseException | None = None) -> Finding | None:
     """The finding of a crash whose non-finite values the model did not make (see the module's docstring); None where
-    the frames the exception left hold no NaN (a crash of another kind), or none of them is the program's own."""
+    the exception says nothing of NaN or Inf (a crash of another kind, with a NaN in reach: missing values marked
+    NaN on purpose), the frames it left hold no NaN, or none of them is the program's own."""
     from ..probe.scan import reachable_tensors
+
+    if not about_nonfinite(error, tb):
+        return None
 
     entries: list[tuple[Any, int]] = []  # (frame, line), outermost first
     while tb is not None:
@@ -73,6 +79,26 @@ def outside_finding(tb: TracebackType | None) -> Finding | None:
     return finding
 
 
+def about_nonfinite(error: BaseException | None, tb: TracebackType | None) -> bool:
+    """Whether the crash is about a NaN or Inf: its message says so (``found invalid values``, ``contains either
+    `inf`, `nan```, ``non-finite``), or a bare ``assert`` of the program's tests a value for it (``assert
+    torch.isfinite(loss)``). No exception known: taken as about one."""
+    if error is None:
+        return True
+    if _SAYS_NONFINITE.search(str(error)):
+        return True
+    if not isinstance(error, AssertionError):
+        return False
+    last = None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    if last is None:
+        return False
+    text = linecache.getline(last.tb_frame.f_code.co_filename, last.tb_lineno)
+    return bool(_SAYS_NONFINITE.search(text) or "isfinite" in text)
+
+
+_SAYS_NONFINITE = re.compile(r"\bnan\b|\binf\b|finite|invalid values?\b|not a number", re.IGNORECASE)
 HEADLINE = "NaN made after the model, in the program's code: it crashed on it"
 
 

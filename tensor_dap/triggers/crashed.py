@@ -29,9 +29,10 @@ FRAME_TENSORS = 32  # tensors of the crashed frames looked at, at most (each is 
 class CrashExplanation:
     """Mixed into ``watch``: the state it reads is the watch's own (see watch.__init__)."""
 
-    def explain_crash(self, tb: Any = None) -> Report | None:
+    def explain_crash(self, tb: Any = None, error: BaseException | None = None) -> Report | None:
         """The report of where this step's first non-finite value was born, or None when there is nothing to
-        explain (every value finite, the step already reported or updated). ``tb``: the crash's traceback."""
+        explain (every value finite, the step already reported or updated). ``tb``: the crash's traceback;
+        ``error``: the exception (what it says tells a crash about a NaN the program made after the model)."""
         if self._latched or self._rerunning or self._replaying or self._ctx is not None:
             return None
         ctx = self._crashed_step(tb)
@@ -44,7 +45,7 @@ class CrashExplanation:
             return None
         outside = finding is None
         if outside:  # the model re-ran finite: the program's code after it made the value it crashed on
-            finding = self._guard(outside_finding, tb)
+            finding = self._guard(outside_finding, tb, error)
             if finding is None:
                 return None
         finding = self._guard(upstream, self, finding) or finding  # a batch another watched model made

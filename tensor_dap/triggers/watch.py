@@ -151,7 +151,7 @@ class watch(Investigation, LoopSteps, CrashExplanation):
 
     def __exit__(self, exc_type: object, _exc: object, tb: Any) -> None:
         if isinstance(exc_type, type) and issubclass(exc_type, Exception) and not issubclass(exc_type, STOPS):
-            self._guard(self.explain_crash, tb)  # the program crashed on a value this step made non-finite?
+            self._guard(self.explain_crash, tb, _exc)  # the program crashed on a value this step made non-finite?
         self.close(flush=exc_type is None)
 
     def close(self, *, flush: bool = True) -> None:

@@ -283,12 +283,12 @@ def test_one_watch_failing_to_explain_leaves_the_others_their_turn(monkeypatch, 
     seen = []
 
     class Failing:
-        def explain_crash(self, tb):
+        def explain_crash(self, tb, error):
             raise RuntimeError("boom")
 
     class Explaining:
-        def explain_crash(self, tb):
-            seen.append(tb)
+        def explain_crash(self, tb, error):
+            seen.append((tb, error))
 
     monkeypatch.setattr(active, "watches", lambda: (Failing(), Explaining()))
     try:
@@ -296,7 +296,7 @@ def test_one_watch_failing_to_explain_leaves_the_others_their_turn(monkeypatch, 
     except ValueError as exc:
         crash = exc
     run._explain_with_watches(crash)
-    assert seen == [crash.__traceback__]
+    assert seen == [(crash.__traceback__, crash)]
     assert "tensor_dap: RuntimeError: boom" in capsys.readouterr().err
 
 
@@ -375,3 +375,38 @@ def test_a_crash_of_another_kind_with_a_minus_inf_mask_in_reach_adds_nothing(tmp
     with pytest.raises(RuntimeError, match="cannot be multiplied"):
         _policy_steps(all_masked_at=None, causal_crash=True)
     assert "tensor_dap trigger" not in capsys.readouterr().err
+
+
+def _after_the_model(crash) -> None:
+    """A model that stays finite; after it, at step 2, the program makes a NaN (a missing value, marked on purpose,
+    or a 0/0) and ``crash`` raises with it at hand."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with tensor_dap.watch(model, optimizer, on="raise"):
+        for step in range(4):
+            out = model(torch.randn(8, 4))
+            if step == 2:
+                crash(out, torch.zeros(8) / torch.zeros(8))
+            optimizer.zero_grad()
+            out.sum().backward()
+            optimizer.step()
+
+
+def test_a_crash_of_another_kind_with_a_nan_marking_missing_values_adds_nothing(capsys):
+    """Tabular code marks missing values with NaN on purpose: a shape error beside them is not about them."""
+    def shape_error(out, missing):
+        return out @ missing  # a shape error
+    with pytest.raises(RuntimeError, match="size mismatch|cannot be multiplied|shapes"):
+        _after_the_model(shape_error)
+    assert "tensor_dap trigger" not in capsys.readouterr().err
+
+
+def test_an_assert_of_finiteness_is_a_crash_about_the_nan(capsys):
+    def checked(out, ratio):
+        assert torch.isfinite(ratio).all()  # ASSERT-FINITE
+    with pytest.raises(AssertionError):
+        _after_the_model(checked)
+    err = " ".join(capsys.readouterr().err.split())
+    assert "step 2 · NaN made after the model, in the program's code: it crashed on it" in err, err[-2000:]
+    assert f"{os.path.basename(__file__)}:{file_marker_line(__file__, 'ASSERT-FINITE')}" in err
