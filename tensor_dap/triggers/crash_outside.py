@@ -11,6 +11,7 @@ softmax, a log-softmax or a distribution over it is NaN) is diagnosed.
 from __future__ import annotations
 
 import linecache
+import os
 import re
 from types import TracebackType
 from typing import Any
@@ -36,11 +37,8 @@ def outside_finding(tb: TracebackType | None, error: BaseException | None = None
     """The finding of a crash whose non-finite values the model did not make (see the module's docstring); None where
     the exception says nothing of NaN or Inf (a crash of another kind, with a NaN in reach: missing values marked
     NaN on purpose), the frames it left hold no NaN, or none of them is the program's own."""
-    from ..probe.scan import reachable_tensors
-
     if not about_nonfinite(error, tb):
         return None
-
     entries: list[tuple[Any, int]] = []  # (frame, line), outermost first
     while tb is not None:
         entries.append((tb.tb_frame, tb.tb_lineno))
@@ -48,35 +46,43 @@ def outside_finding(tb: TracebackType | None, error: BaseException | None = None
     own = [(f, n) for f, n in entries if not is_library(f.f_code.co_filename)]
     if not own:
         return None
-    named: list[tuple[str, torch.Tensor, bool]] = []  # (name, tensor, in the program's own frame)
-    read, nan = 0, False
-    # the program's frames first, as it names what it handed on (its masked logits), then the libraries' (the NaN
-    # their code made of it); each innermost first: nearest the crash
-    for frame, line in [*reversed(own), *((f, n) for f, n in reversed(entries) if (f, n) not in own)]:
+    named = _in_frames([*reversed(own), *((f, n) for f, n in reversed(entries) if (f, n) not in own)])
+    if not any(kind == "nan" for _, _, _, kind in named):  # no NaN in reach: a crash of another kind
+        return None
+    frame, line = own[-1]
+    birth = Birth("loss", None, "nan", line=SourceLine(frame.f_code.co_filename, line, frame.f_code.co_name))
+    finding = Finding("loss", None, None, NOTE, [("crash", name, describe(t)) for name, t, _, _ in named],
+                      {name.split(" ", 1)[0]: t for name, t, _, _ in named}, birth=birth)
+    masked = next(((name, t) for name, t, mine, kind in named if mine and kind == "inf"), None)
+    if masked is not None:
+        rows = masked_rows_text(masked[1]) or "a row along its last dim is entirely -inf"
+        finding.diagnosis = DIAGNOSES["masked_row"].format(name=masked[0].split(" ", 1)[0], rows=rows)
+    return finding
+
+
+def _in_frames(frames: list[tuple[Any, int]]) -> list[tuple[str, torch.Tensor, bool, str]]:
+    """(name, tensor, in the program's own frame, "nan" or "inf") of the NaN tensors of ``frames`` (frame, line), and
+    of the program's tensors with a row masked whole (a causal mask's -inf is there on purpose): at most ``MAX_NAMED``,
+    of ``MAX_READ`` looked at. The program's frames come first, as it names what it handed on (its masked logits),
+    then the libraries' (the NaN their code made of it); each innermost first: nearest the crash."""
+    from ..probe.scan import reachable_tensors
+
+    named: list[tuple[str, torch.Tensor, bool, str]] = []
+    read = 0
+    for frame, line in frames:
         if read >= MAX_READ or len(named) >= MAX_NAMED:
             break
         tensors, _ = reachable_tensors(frame.f_locals, modules=False, limit=MAX_READ - read)
         read += len(tensors)
         mine = not is_library(frame.f_code.co_filename)
+        where = f"in {frame.f_code.co_name} at {os.path.basename(frame.f_code.co_filename)}:{line}"
         for name, t in tensors:
-            kind = kind_of(t) if not any(t is seen for _, seen, _ in named) else None
-            # a NaN; a -inf only where a whole row is masked (a causal mask's -inf is there on purpose)
-            if len(named) < MAX_NAMED and (kind == "nan" or kind == "inf" and mine and has_masked_row(t)):
-                nan = nan or kind == "nan"
-                named.append((f"{name} (in {frame.f_code.co_name} at {_short(frame.f_code.co_filename)}:{line})", t,
-                              mine))
-    if not nan:  # no NaN in reach: the crash is of another kind
-        return None
-    frame, line = own[-1]
-    masked = next(((name, t) for name, t, mine in named if mine and kind_of(t) == "inf"), None)
-    birth = Birth("loss", None, "nan", line=SourceLine(frame.f_code.co_filename, line, frame.f_code.co_name))
-    finding = Finding("loss", None, None, NOTE, [("crash", name, describe(t)) for name, t, _ in named],
-                      {name.split(" ", 1)[0]: t for name, t, _ in named}, birth=birth)
-    if masked is not None:
-        rows = masked_rows_text(masked[1])
-        finding.diagnosis = DIAGNOSES["masked_row"].format(name=masked[0].split(" ", 1)[0],
-                                              rows=rows or "a row along its last dim is entirely -inf")
-    return finding
+            if len(named) >= MAX_NAMED or any(t is seen for _, seen, _, _ in named):
+                continue
+            kind = kind_of(t)
+            if kind == "nan" or kind == "inf" and mine and has_masked_row(t):
+                named.append((f"{name} ({where})", t, mine, kind))
+    return named
 
 
 def about_nonfinite(error: BaseException | None, tb: TracebackType | None) -> bool:
@@ -100,7 +106,3 @@ def about_nonfinite(error: BaseException | None, tb: TracebackType | None) -> bo
 
 _SAYS_NONFINITE = re.compile(r"\bnan\b|\binf\b|finite|invalid values?\b|not a number", re.IGNORECASE)
 HEADLINE = "NaN made after the model, in the program's code: it crashed on it"
-
-
-def _short(path: str) -> str:
-    return path.rsplit("/", 1)[-1]
