@@ -83,7 +83,7 @@ class Report:
             name = module_label(self.module)
             typ = f" ({self.module_type})" if self.module_type else ""
             parts.append(f"{'of ' if self.phase else ''}{name}{typ}")
-        elif self.phase == "loss" or self.phase in ("forward", "backward") and self.op:
+        elif self.phase in ("forward", "backward", "loss") and self.op:
             parts.append("outside any module")
         return " ".join(parts)
 
