@@ -22,6 +22,7 @@ from typing import Any
 PROGRESS_AFTER_S = 1.0
 MAX_OTHERS = 500  # values that are not tensors (a step, a config) listed at most
 _VALUE_CHARS = 100
+_NAMED_BAD = 5  # names of non-finite tensors the listing's last line gives
 _PLAIN_LOOK = 100  # items of a list looked at to tell that it holds plain values only
 _BATCH = 1000  # rows printed per write
 _STEP = 256  # tensors summarized between two progress updates
@@ -93,6 +94,13 @@ def run(args: argparse.Namespace) -> int:
     if others and not args.nonfinite:  # the step, epoch and config saved beside the weights
         more = f" (the first {len(others)})" if other_count > len(others) else ""
         _print_rows(console, f"{printable(args.file)}: {plural(other_count, 'other value')}{more}", others)
+    if not args.nonfinite:  # one NaN among thousands of rows: said at the end, where the reader is
+        bad = [name for name, s in rows if not isinstance(s, str) and s.nonfinite and not _unscored(name, s)]
+        if bad:
+            shown = ", ".join(printable(n) for n in bad[:_NAMED_BAD]) + (", …" if len(bad) > _NAMED_BAD else "")
+            console.print(f"{printable(args.file)}: {len(bad)} of {plural(len(rows), 'tensor')} "
+                          f"{'holds' if len(bad) == 1 else 'hold'} NaN/Inf: {shown} (--nonfinite lists only those)",
+                          markup=False, highlight=False, soft_wrap=True, style="bold red")  # one greppable line
     return 1 if args.nonfinite and rows else 0
 
 

@@ -233,3 +233,24 @@ def test_sparse_and_jagged_nested_tensors_load_safely_in_a_fresh_process(tmp_pat
     assert rows["adj"].startswith("tensor[50, 50] sparse_coo nnz=99 ") and "values∈[1, 1]" in rows["adj"]
     assert "sparse_csr nnz=99" in rows["csr"] and "NaN!×1" in rows["bad"]
     assert rows["seqs"].startswith("NestedTensor[2, ?, 3] nested n=18 "), rows["seqs"]
+
+
+def test_the_listing_ends_by_naming_the_tensors_that_hold_nan_or_inf(tmp_path):
+    """One NaN in an optimizer's state among a checkpoint's rows is a ``NaN!×1`` somewhere in the middle: the listing
+    ends with a line naming the tensors that hold NaN/Inf (the first five); a Lightning callback's unscored ±inf is
+    not one of them, and a healthy file has no such line."""
+    state = {f"layers.{i}.weight": torch.randn(4, 4) for i in range(12)}
+    state["layers.3.weight"][1, 2] = float("nan")
+    state["layers.9.weight"][0, 0] = float("inf")
+    torch.save({"model": state, "epoch": 3}, tmp_path / "ckpt.pt")
+    r = inspect(tmp_path / "ckpt.pt")
+    last = r.stdout.strip().splitlines()[-1]
+    assert r.returncode == 0
+    assert last.endswith("ckpt.pt: 2 of 12 tensors hold NaN/Inf: model.layers.3.weight, model.layers.9.weight "
+                         "(--nonfinite lists only those)"), r.stdout
+    torch.save({f"w{i}": torch.full((2,), float("nan")) for i in range(7)}, tmp_path / "many.pt")
+    assert inspect(tmp_path / "many.pt").stdout.strip().splitlines()[-1].endswith(
+        "many.pt: 7 of 7 tensors hold NaN/Inf: w0, w1, w2, w3, w4, … (--nonfinite lists only those)")
+    healthy = tmp_path / "healthy.ckpt"
+    _lightning_checkpoint(healthy)
+    assert "hold NaN/Inf" not in inspect(healthy).stdout and "holds NaN/Inf" not in inspect(healthy).stdout
