@@ -55,6 +55,7 @@ class CrashExplanation:
         self._latched = True
         if outside:  # a bundle of the model's step would replay clean
             report.notes.append("no bundle: the model's step re-runs finite; the value was made after it")
+            report.loss = None  # this step's loss was never computed: its history ends at the last one
         else:
             self._bundle(report, Source(ctx.outer or ctx, None, None))
         self.reports.append(report)

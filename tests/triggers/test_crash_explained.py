@@ -368,6 +368,7 @@ def test_a_crash_on_a_nan_the_program_made_after_the_model_names_its_masked_row(
     assert f"{os.path.basename(__file__)}:{line}" in err
     assert "logits: 1 of 16 rows along the last dim is entirely -inf: index 5 of dim 0 (of 16)" in err
     assert "no bundle: the model's step re-runs finite" in err and not os.path.exists(tmp_path / ".tensor_dap")
+    assert "loss: ? (last 4: " in err  # the crashed step never computed its loss: not the last step's, as its own
 
 
 def test_a_crash_of_another_kind_with_a_minus_inf_mask_in_reach_adds_nothing(tmp_path, monkeypatch, capsys):
