@@ -33,6 +33,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_guard.py
 	-PYTHON=$(abspath $(PY)) $(EXT)/scripts/bench.sh
 	$(PY) benchmarks/bench_monitor.py
+	$(PY) benchmarks/bench_batch_origin.py
 
 lint: $(STAMP)
 	$(PY) -m ruff check tensor_dap pydevd_plugins tests benchmarks
