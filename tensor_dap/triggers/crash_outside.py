@@ -89,9 +89,7 @@ def about_nonfinite(error: BaseException | None, tb: TracebackType | None) -> bo
     """Whether the crash is about a NaN or Inf: its message says so (``found invalid values``, ``contains either
     `inf`, `nan```, ``non-finite``), or a bare ``assert`` of the program's tests a value for it (``assert
     torch.isfinite(loss)``). No exception known: taken as about one."""
-    if error is None:
-        return True
-    if _SAYS_NONFINITE.search(str(error)):
+    if error is None or says_nonfinite(error):
         return True
     if not isinstance(error, AssertionError):
         return False
@@ -104,5 +102,14 @@ def about_nonfinite(error: BaseException | None, tb: TracebackType | None) -> bo
     return bool(_SAYS_NONFINITE.search(text) or "isfinite" in text)
 
 
+def says_nonfinite(error: BaseException | None) -> bool:
+    """Whether the exception's message speaks of NaN or Inf (``found invalid values``, ``returned nan values``)."""
+    try:
+        return error is not None and bool(_SAYS_NONFINITE.search(str(error)[:_READ_CHARS]))
+    except Exception:  # noqa: BLE001 - an exception whose str() fails: nothing said
+        return False
+
+
+_READ_CHARS = 100_000  # of a message (a tensor's repr may be in it)
 _SAYS_NONFINITE = re.compile(r"\bnan\b|\binf\b|finite|invalid values?\b|not a number", re.IGNORECASE)
 HEADLINE = "NaN made after the model, in the program's code: it crashed on it"

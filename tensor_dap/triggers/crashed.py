@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from .capture import Source, StepContext
-from .crash_outside import HEADLINE, outside_finding
+from .crash_outside import HEADLINE, outside_finding, says_nonfinite
 from .held_now import nonfinite_parameters
 from .localize import nonfinite
 from .report import Report, emit
@@ -35,7 +35,7 @@ class CrashExplanation:
         ``error``: the exception (what it says tells a crash about a NaN the program made after the model)."""
         if self._latched or self._rerunning or self._replaying or self._ctx is not None:
             return None
-        ctx = self._crashed_step(tb)
+        ctx = self._crashed_step(tb, error)
         if ctx is None:
             return None
         try:  # weights already non-finite (an earlier update, after a stop was continued): no op to find
@@ -62,8 +62,10 @@ class CrashExplanation:
         emit(report)
         return report
 
-    def _crashed_step(self, tb: Any) -> StepContext | None:
-        """The step the crash ended, if it can be re-run and something non-finite is there to find."""
+    def _crashed_step(self, tb: Any, error: BaseException | None = None) -> StepContext | None:
+        """The step the crash ended, if it can be re-run and something non-finite is there to find, or the crash says
+        it met one (anomaly mode's "Function 'SqrtBackward0' returned nan values": backward stopped there, and
+        nothing non-finite was kept)."""
         if self._loop is not None:
             ctx = self._loop_context()
             outputs = [] if ctx is None else [t for f in ctx.forwards for t in f.outputs()]
@@ -71,7 +73,7 @@ class CrashExplanation:
             ctx, outputs = self._last_ctx, []
         if ctx is None or ctx.updated:
             return None
-        if any(map(nonfinite, outputs)) or any(nonfinite(p.grad) for p in self._params) \
+        if says_nonfinite(error) or any(map(nonfinite, outputs)) or any(nonfinite(p.grad) for p in self._params) \
                 or any(map(nonfinite, _frame_tensors(tb))):
             return ctx
         return None

@@ -411,3 +411,34 @@ def test_an_assert_of_finiteness_is_a_crash_about_the_nan(capsys):
     err = " ".join(capsys.readouterr().err.split())
     assert "step 2 · NaN made after the model, in the program's code: it crashed on it" in err, err[-2000:]
     assert f"{os.path.basename(__file__)}:{file_marker_line(__file__, 'ASSERT-FINITE')}" in err
+
+
+class _WhereSqrt(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(4, 8), nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc1(x)
+        return self.fc2(torch.where(h > 0, torch.sqrt(h), h))  # ANOMALY-SQRT
+
+
+def test_a_crash_of_anomaly_mode_is_explained_though_nothing_non_finite_was_kept(tmp_path, monkeypatch, capsys):
+    """A program hunting its NaN with ``torch.autograd.set_detect_anomaly(True)``: backward stops with "Function
+    'SqrtBackward0' returned nan values" before any gradient is kept, so nothing non-finite was in reach and the
+    watch said nothing. The crash's message says it met a NaN: the step is re-run, and the module and line named."""
+    monkeypatch.chdir(tmp_path)
+    torch.manual_seed(0)
+    model = _WhereSqrt()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(RuntimeError, match="returned nan values"), torch.autograd.set_detect_anomaly(True), \
+            tensor_dap.watch(model, optimizer, on="raise"):
+        for _ in range(3):
+            loss = model(torch.randn(8, 4)).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    err = " ".join(capsys.readouterr().err.split())
+    assert "step 0 · NaN born in SqrtBackward0 (the backward of sqrt), in the backward of _WhereSqrt" in err, \
+        err[-3000:]
+    assert f"{os.path.basename(__file__)}:{file_marker_line(__file__, 'ANOMALY-SQRT')}" in err
