@@ -204,7 +204,7 @@ def replay_forwards(model: torch.nn.Module, forwards: list[Forward], rng: dict[s
     deferred: tuple[Forward, Any, str] | None = None  # the first forward whose outputs got a non-finite gradient
     for f in forwards:
         restore_rng({**(rng or {}), **f.rng})
-        args, kwargs = _cut_from_upstream(f.args, f.kwargs)
+        args, kwargs, cut = _cut_from_upstream(f.args, f.kwargs)
         with autocast_as(f.amp):  # (the backward below runs outside it, as torch.autocast asks)
             out = (model.get_submodule(f.entry) if f.entry else model)(*args, **kwargs)
         pairs = [(t, g) for t, g in zip(output_tensors(out), f.output_grads()) if g is not None and t.requires_grad]
@@ -232,7 +232,7 @@ def replay_forwards(model: torch.nn.Module, forwards: list[Forward], rng: dict[s
         # through again. A reentrant checkpoint refuses ``inputs=``: through the whole graph then, as the program's own
         # backward() went.
         outputs = [t for t, _ in pairs]
-        leaves = [t for _, t in walk((args, kwargs)) if t.is_leaf and t.requires_grad and id(t) not in own]
+        leaves = [t for _, t in walk((args, kwargs)) if t.is_leaf and t.requires_grad and id(t) not in own] + cut
         if params and reentrant_checkpoint(outputs):
             with _grads_kept(leaves):
                 torch.autograd.backward(outputs, [g for _, g in pairs])  # (the batch's own .grad left as it was)
@@ -243,23 +243,28 @@ def replay_forwards(model: torch.nn.Module, forwards: list[Forward], rng: dict[s
         raise Born(_sent_by_the_loss(*deferred, forwards))
 
 
-def _cut_from_upstream(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def _cut_from_upstream(args: tuple[Any, ...], kwargs: dict[str, Any]
+                       ) -> tuple[tuple[Any, ...], dict[str, Any], list[torch.Tensor]]:
     """The forward's inputs, each one made upstream with a gradient (another model's output, a GAN's generator's, a
-    seq2seq's encoder's) replaced by a leaf of its own values that takes a gradient: the re-run's backward goes
-    through the model's ops on it (a ``torch.where(x > 0, x.sqrt(), 0)`` on the encoder's outputs makes its NaN on
-    the way there, reaching none of the model's parameters), and stops at it. The inputs as they are where none is."""
+    seq2seq's encoder's) cut from it: a copy of a leaf of its own values that takes a gradient, so the re-run's backward
+    goes through the model's ops on it (a ``torch.where(x > 0, x.sqrt(), 0)`` on the encoder's outputs makes its NaN on
+    the way there, reaching none of the model's parameters) and stops at the leaf (returned, for ``inputs=``). A copy,
+    not the leaf itself: a forward may change its input in place (``h.mul_(2)``), which a leaf refuses. The inputs as
+    they are where none is."""
     if not any(t.requires_grad and not t.is_leaf for _, t in walk((args, kwargs))):
-        return args, kwargs
-    cut: dict[int, torch.Tensor] = {}
+        return args, kwargs, []
+    cut: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id of the input: (the leaf, the copy the model gets)
 
     def leaf(t: torch.Tensor) -> torch.Tensor:
         if not t.requires_grad or t.is_leaf:
             return t
         if id(t) not in cut:  # the same tensor passed twice: one leaf
-            cut[id(t)] = t.detach().requires_grad_()
-        return cut[id(t)]
+            start = t.detach().requires_grad_()
+            cut[id(t)] = (start, start.clone())
+        return cut[id(t)][1]
 
-    return map_tensors((args, kwargs), leaf)
+    args, kwargs = map_tensors((args, kwargs), leaf)
+    return args, kwargs, [start for start, _ in cut.values()]
 
 
 def _sent_by_the_loss(f: Forward, grad: torch.Tensor, kind: str, forwards: list[Forward]) -> Birth:

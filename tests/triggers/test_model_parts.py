@@ -442,3 +442,48 @@ def test_tensor_dap_run_replays_a_bundle_of_models_watched_as_parts_on_those_par
     said = " ".join(again.stderr.split())
     assert again.returncode == 0 and "on the program's encoder+decoder and SGD" in said, said[-3000:]
     assert "replay: NaN born in SqrtBackward0 (the backward of sqrt), in the backward of decoder" in said, said[-3000:]
+
+
+class _Upstream(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+class _InPlace(nn.Module):
+    """Scales the other model's output in place before a sqrt-where trap on it (armed at step 2)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc, self.armed = nn.Linear(4, 1), False
+
+    def forward(self, h):
+        h = h.mul_(2.0)
+        k = torch.where(h > 0, torch.sqrt(h), 0.0) if self.armed else h  # INPLACE-BIRTH
+        return self.fc(torch.tanh(h)) + 0.1 * k.sum(-1, keepdim=True)
+
+
+def test_a_model_that_changes_the_other_model_s_output_in_place_is_still_re_run_through_it():
+    """The input cut from upstream is handed to the re-run as a copy of the leaf: a forward that changes its input in
+    place (``h.mul_(2)``) is refused on a leaf that takes a gradient, and the re-run failed back to "outside any
+    module"."""
+    torch.manual_seed(0)
+    upstream, model = _Upstream(), _InPlace()
+    first = torch.optim.SGD(upstream.parameters(), lr=0.1)
+    second = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(NonFiniteError) as info, tensor_dap.watch(upstream, first, on="raise"), \
+            tensor_dap.watch(model, second, on="raise"):
+        for step in range(4):
+            model.armed = step == 2
+            loss = model(upstream(torch.randn(8, 4))).pow(2).mean()
+            first.zero_grad()
+            second.zero_grad()
+            loss.backward()
+            first.step()
+            second.step()
+    report = info.value.report
+    assert (report.step, report.phase, report.module_type, report.op) == (2, "backward", "_InPlace", "SqrtBackward0")
+    assert report.source["text"].endswith("# INPLACE-BIRTH")
