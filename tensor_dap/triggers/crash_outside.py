@@ -13,7 +13,8 @@ from __future__ import annotations
 import linecache
 import os
 import re
-from types import TracebackType
+from collections.abc import Iterable, Iterator
+from types import FrameType, TracebackType
 from typing import Any
 
 import torch
@@ -28,7 +29,7 @@ from .localize import Finding
 from .masked_rows import has_masked_row
 
 MAX_NAMED = 4  # non-finite tensors a report lists
-MAX_READ = 32  # tensors of the crashed frames looked at, at most (each is read in bounded pieces)
+MAX_READ = 32  # tensors of the crashed frames looked at, at most (each is read whole, in bounded pieces)
 NOTE = ("the model's forwards and backward re-ran finite: the program's code after the model made this value, and "
         "the program crashed on it")
 
@@ -39,10 +40,7 @@ def outside_finding(tb: TracebackType | None, error: BaseException | None = None
     NaN on purpose), the frames it left hold no NaN, or none of them is the program's own."""
     if not about_nonfinite(error, tb):
         return None
-    entries: list[tuple[Any, int]] = []  # (frame, line), outermost first
-    while tb is not None:
-        entries.append((tb.tb_frame, tb.tb_lineno))
-        tb = tb.tb_next
+    entries = traceback_frames(tb)
     own = [(f, n) for f, n in entries if not is_library(f.f_code.co_filename)]
     if not own:
         return None
@@ -65,24 +63,43 @@ def _in_frames(frames: list[tuple[Any, int]]) -> list[tuple[str, torch.Tensor, b
     of the program's tensors with a row masked whole (a causal mask's -inf is there on purpose): at most ``MAX_NAMED``,
     of ``MAX_READ`` looked at. The program's frames come first, as it names what it handed on (its masked logits),
     then the libraries' (the NaN their code made of it); each innermost first: nearest the crash."""
+    named: list[tuple[str, torch.Tensor, bool, str]] = []
+    for frame, line, name, t in frame_tensors(frames):
+        if len(named) >= MAX_NAMED:
+            break
+        if any(t is seen for _, seen, _, _ in named):
+            continue
+        mine = not is_library(frame.f_code.co_filename)
+        kind = kind_of(t)
+        if kind == "nan" or kind == "inf" and mine and has_masked_row(t):
+            where = f"in {frame.f_code.co_name} at {os.path.basename(frame.f_code.co_filename)}:{line}"
+            named.append((f"{name} ({where})", t, mine, kind))
+    return named
+
+
+def traceback_frames(tb: TracebackType | None) -> list[tuple[FrameType, int]]:
+    """(frame, line) of each frame the exception left, outermost first."""
+    entries = []
+    while tb is not None:
+        entries.append((tb.tb_frame, tb.tb_lineno))
+        tb = tb.tb_next
+    return entries
+
+
+def frame_tensors(frames: Iterable[tuple[FrameType, int]], limit: int = MAX_READ
+                  ) -> Iterator[tuple[FrameType, int, str, torch.Tensor]]:
+    """(frame, line, name, tensor) of the tensors reachable from the locals of ``frames`` (``probe.scan``), in their
+    order, at most ``limit`` in all: what a crash left in reach."""
     from ..probe.scan import reachable_tensors
 
-    named: list[tuple[str, torch.Tensor, bool, str]] = []
     read = 0
     for frame, line in frames:
-        if read >= MAX_READ or len(named) >= MAX_NAMED:
-            break
-        tensors, _ = reachable_tensors(frame.f_locals, modules=False, limit=MAX_READ - read)
+        if read >= limit:
+            return
+        tensors, _ = reachable_tensors(frame.f_locals, modules=False, limit=limit - read)
         read += len(tensors)
-        mine = not is_library(frame.f_code.co_filename)
-        where = f"in {frame.f_code.co_name} at {os.path.basename(frame.f_code.co_filename)}:{line}"
         for name, t in tensors:
-            if len(named) >= MAX_NAMED or any(t is seen for _, seen, _, _ in named):
-                continue
-            kind = kind_of(t)
-            if kind == "nan" or kind == "inf" and mine and has_masked_row(t):
-                named.append((f"{name} ({where})", t, mine, kind))
-    return named
+            yield frame, line, name, t
 
 
 def about_nonfinite(error: BaseException | None, tb: TracebackType | None) -> bool:
@@ -93,12 +110,11 @@ def about_nonfinite(error: BaseException | None, tb: TracebackType | None) -> bo
         return True
     if not isinstance(error, AssertionError):
         return False
-    last = None
-    while tb is not None:
-        last, tb = tb, tb.tb_next
-    if last is None:
+    entries = traceback_frames(tb)
+    if not entries:
         return False
-    text = linecache.getline(last.tb_frame.f_code.co_filename, last.tb_lineno)
+    frame, line = entries[-1]
+    text = linecache.getline(frame.f_code.co_filename, line)
     return bool(_SAYS_NONFINITE.search(text) or "isfinite" in text)
 
 

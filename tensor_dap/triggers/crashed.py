@@ -14,16 +14,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from .capture import Source, StepContext
-from .crash_outside import HEADLINE, outside_finding, says_nonfinite
+from .crash_outside import HEADLINE, frame_tensors, outside_finding, says_nonfinite, traceback_frames
 from .held_now import nonfinite_parameters
 from .localize import nonfinite
 from .report import Report, emit
 from .upstream import upstream
-
-FRAME_TENSORS = 32  # tensors of the crashed frames looked at, at most (each is read whole)
 
 
 class CrashExplanation:
@@ -74,24 +70,7 @@ class CrashExplanation:
         if ctx is None or ctx.updated:
             return None
         if says_nonfinite(error) or any(map(nonfinite, outputs)) or any(nonfinite(p.grad) for p in self._params) \
-                or any(map(nonfinite, _frame_tensors(tb))):
+                or any(nonfinite(t) for *_, t in frame_tensors(reversed(traceback_frames(tb)))):  # innermost first
             return ctx
         return None
 
-
-def _frame_tensors(tb: Any) -> list[torch.Tensor]:
-    """The tensors reachable from the locals of the frames the exception left (``probe.scan``), innermost frame
-    first, at most ``FRAME_TENSORS``."""
-    from ..probe.scan import reachable_tensors
-
-    frames = []
-    while tb is not None:
-        frames.append(tb.tb_frame)
-        tb = tb.tb_next
-    found: list[torch.Tensor] = []
-    for frame in reversed(frames):
-        if len(found) >= FRAME_TENSORS:
-            break
-        tensors, _ = reachable_tensors(frame.f_locals, modules=False, limit=FRAME_TENSORS - len(found))
-        found += [t for _, t in tensors]
-    return found
