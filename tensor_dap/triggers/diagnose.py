@@ -13,8 +13,9 @@ from typing import Any
 
 import torch
 
+from ..format import fmt_num
 from ..libraries import FRAMEWORK, library_of
-from . import ctc, finite, lr_collapse, masked_rows
+from . import ctc, finite, masked_rows
 from .birth import Birth, input_tensors, op_at
 from .fixes import DIAGNOSES
 from .loss_graph import empty_mean
@@ -41,7 +42,6 @@ _SINGULAR = {"linalg_slogdet", "_linalg_slogdet", "slogdet", "logdet", "linalg_d
 _PRODUCTS = {"mul", "matmul", "mm", "bmm", "addmm", "baddbmm", "linear", "einsum", "conv1d", "conv2d", "conv3d"}
 
 
-
 def diagnose_report(report: Any, birth: Birth | None) -> str | None:
     """``diagnose`` of a report (its phase, kind, largest magnitude and loss history) and of the program's clipping,
     seen while ``backward()`` was listened to. That clipping is kept in the report (``clipping``), and a report that
@@ -50,9 +50,16 @@ def diagnose_report(report: Any, birth: Birth | None) -> str | None:
 
     if report.clipping is None:
         report.clipping, report.clip_norm_seen = clipping(), clip_norm_seen()
-    return lr_collapse.nonfinite_rate(report.lr) or diagnose(
+    return nonfinite_rate(report.lr) or diagnose(
         birth, phase=report.phase, kind=report.kind, max_abs=report.max_abs, loss_history=report.loss_history,
         clipping=report.clipping, norm_seen=report.clip_norm_seen)
+
+
+def nonfinite_rate(rates: list[float]) -> str | None:
+    """The diagnosis where a parameter group's learning rate is itself NaN or Inf (a report's ``lr``): every update
+    with it is non-finite, whatever the gradients were. None where every rate is finite."""
+    bad = next((r for r in rates if not math.isfinite(r)), None)
+    return DIAGNOSES["lr_nonfinite"].format(lr=fmt_num(bad)) if bad is not None else None
 
 
 def diagnose(birth: Birth | None, *, phase: str | None, kind: str, max_abs: float | None,

@@ -117,4 +117,8 @@ DIAGNOSES = {
     "state_nan": ("{optimizer}'s state for this parameter holds NaN ({key}) while the gradients it used were finite: "
                   "the state was non-finite before the update (an optimizer checkpoint saved from a run gone NaN, "
                   "loaded with load_state_dict): start the optimizer's state afresh or load an earlier checkpoint"),
+    # a parameter group's learning rate that is itself NaN or Inf: told before any other rule
+    "lr_nonfinite": ("the learning rate is {lr}, so every update with it makes the parameters non-finite: what set "
+                     "it divided by zero or overflowed (a scheduler's lambda over a warmup or decay of 0 steps, a "
+                     "schedule read past its end); print optimizer.param_groups[0]['lr'] after each scheduler.step()"),
 }

@@ -11,7 +11,6 @@ is there for a few updates only), is said once, with the scheduler that set it a
 from __future__ import annotations
 
 import gc
-import math
 from typing import Any
 
 from ..format import fmt_num
@@ -57,17 +56,6 @@ class LrCollapse:
         return (f"tensor_dap: the learning rate is {fmt_num(rate)} at the update of step {step}, under a millionth of "
                 f"the {fmt_num(top)} it had, so updates no longer move the weights and the loss just flattens; "
                 f"{why} (said once)")
-
-
-def nonfinite_rate(rates: list[float]) -> str | None:
-    """The diagnosis where a parameter group's learning rate is itself NaN or Inf (a report's ``lr``): every update
-    with it is non-finite, whatever the gradients were. None where every rate is finite."""
-    bad = next((r for r in rates if not math.isfinite(r)), None)
-    if bad is None:
-        return None
-    return (f"the learning rate is {fmt_num(bad)}, so every update with it makes the parameters non-finite: what set "
-            "it divided by zero or overflowed (a scheduler's lambda over a warmup or decay of 0 steps, a schedule "
-            "read past its end); print optimizer.param_groups[0]['lr'] after each scheduler.step()")
 
 
 def _scheduler_of(optimizer: Any) -> Any:

@@ -91,7 +91,7 @@ def test_a_non_finite_learning_rate_is_the_diagnosis_of_the_update_it_broke(bad)
 
 
 def test_finite_rates_leave_the_diagnosis_to_the_other_rules():
-    from tensor_dap.triggers.lr_collapse import nonfinite_rate
+    from tensor_dap.triggers.diagnose import nonfinite_rate
 
     assert nonfinite_rate([1e-3, 0.0, 1e30]) is None and nonfinite_rate([]) is None
     assert nonfinite_rate([1e-3, float("nan")]).startswith("the learning rate is nan")
