@@ -36,7 +36,6 @@ def is_packed_sequence(value: Any) -> bool:
     return isinstance(packed, type) and isinstance(value, packed)
 
 
-
 def is_script_module(value: Any) -> bool:
     """True for a scripted or traced module (``torch.jit``): it keeps its attributes, parameters and submodules in
     C++, behind wrappers that are not dicts."""

@@ -62,6 +62,9 @@ def quiet_profiler_log() -> Iterator[None]:
         os.environ.pop(KINETO_LOG_LEVEL, None)
 
 
+_spent = [False]  # c10's line about a block of unknown size was spent in this process
+
+
 def start_quietly(profiler: Any) -> None:
     """The profiler's first start, with torch's lines about itself, not about the program, kept out of the program's
     stderr: kineto's (``quiet_profiler_log``), and c10's "Memory block of unknown size was allocated before the
@@ -70,11 +73,13 @@ def start_quietly(profiler: Any) -> None:
     with stderr pointed at /dev/null only while that block is freed."""
     import torch
 
-    block = [torch.empty(16)]  # allocated before the profiler starts
+    spend = not _spent[0] and getattr(profiler, "profile_memory", False)
+    block = [torch.empty(16)] if spend else []  # allocated before the profiler starts
     with quiet_profiler_log():
         profiler.start()
-    if not getattr(profiler, "profile_memory", False):
+    if not spend:
         return
+    _spent[0] = True  # (memory mode starts a profiler to warm up, then its window's: c10 says it once)
     sys.stderr.flush()
     saved = os.dup(2)
     try:

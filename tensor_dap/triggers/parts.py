@@ -78,7 +78,7 @@ def as_saved(keys: Iterable[str], model: torch.nn.Module, modules: Iterable[torc
     if not saved or saved == set(model.state_dict()):
         return model
     wanted = list(dict.fromkeys(key.split(".", 1)[0] for key in keys))  # in the bundle's order
-    named = names_for([m for m in dict.fromkeys(modules)], frame)
+    named = names_for(list(dict.fromkeys(modules)), frame)
     if not all(name in named for name in wanted):
         return model
     parts = _named({name: named[name] for name in wanted})
